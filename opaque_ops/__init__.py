@@ -1,0 +1,73 @@
+"""opaque_ops: run TensorFlow Lite models with custom operators written in C.
+
+The TFLite C library is driven through cffi's ABI mode; custom-op kernels are
+compiled from C against TFLite's opaque kernel API and registered at run time.
+
+Names are imported lazily (PEP 562) so that ``import opaque_ops`` stays cheap
+and numpy and the runtime load on first use.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import (  # noqa: F401  (light: no numpy, no cffi)
+    ClosedError,
+    CompileError,
+    InvalidInputError,
+    KernelError,
+    ModelError,
+    OpaqueOpsError,
+    OpLibraryError,
+    RuntimeNotFoundError,
+    TFLiteError,
+    UnresolvedOpsError,
+)
+
+_LAZY = {
+    "Interpreter": ("interpreter", "Interpreter"),
+    "SignatureRunner": ("interpreter", "SignatureRunner"),
+    "OpLibrary": ("oplib", "OpLibrary"),
+    "compile_ops": ("oplib", "compile_ops"),
+    "load_ops": ("oplib", "load_ops"),
+    "runtime_info": ("runtime", "runtime_info"),
+    "load_runtime": ("runtime", "load_runtime"),
+    "python_op": ("pyop", "python_op"),
+    "kernels": ("kernels", None),
+    "model": ("model", None),
+    "testing": ("testing", None),
+}
+
+__all__ = sorted(
+    list(_LAZY)
+    + [
+        "ClosedError",
+        "CompileError",
+        "InvalidInputError",
+        "KernelError",
+        "ModelError",
+        "OpaqueOpsError",
+        "OpLibraryError",
+        "RuntimeNotFoundError",
+        "TFLiteError",
+        "UnresolvedOpsError",
+        "__version__",
+    ]
+)
+
+
+def __getattr__(name: str):
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'opaque_ops' has no attribute {name!r}") from None
+    import importlib
+
+    mod = importlib.import_module(f".{module}", __name__)
+    value = mod if attr is None else getattr(mod, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

@@ -1,0 +1,39 @@
+"""Where the C headers, runtime glue and bundled kernels are.
+
+In a source checkout (and an editable install) they are in ``c/`` beside the
+package; a wheel carries the same tree as package data in ``opaque_ops/c``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+_PKG = Path(__file__).resolve().parent
+
+
+@lru_cache(maxsize=None)
+def c_dir() -> Path:
+    """Return the directory holding ``include/``, ``src/`` and ``kernels/``."""
+    for candidate in (_PKG / "c", _PKG.parent / "c"):
+        if (candidate / "include" / "opaque_ops.h").is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"opaque_ops' C files are missing (looked in {_PKG / 'c'} and {_PKG.parent / 'c'}); "
+        "reinstall the package"
+    )
+
+
+def include_dir() -> Path:
+    """The directory to put on a kernel's include path."""
+    return c_dir() / "include"
+
+
+def runtime_source() -> Path:
+    """The runtime glue compiled into every kernel library."""
+    return c_dir() / "src" / "opaque_ops_runtime.c"
+
+
+def kernels_dir() -> Path:
+    """The bundled kernel sources."""
+    return c_dir() / "kernels"

@@ -1,0 +1,172 @@
+"""Op libraries: custom-op kernels compiled from C, or loaded prebuilt."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from . import _cbuild, _native
+from .errors import OpLibraryError
+
+
+class OpLibrary:
+    """A set of custom ops backed by one kernel library.
+
+    Create one with :func:`compile_ops` or :func:`load_ops` and pass it to
+    ``Interpreter(custom_ops=[...])``.  One library can serve any number of
+    interpreters; it stays loaded as long as any of them exists.
+
+    Attributes
+    ----------
+    path : pathlib.Path
+        The shared library file.
+    cache_hit : bool
+        For :func:`compile_ops`: True if the compiler was skipped.
+    build_log : str
+        The compiler's output (warnings) when it ran.
+    """
+
+    def __init__(self, path, *, cache_hit: bool = False, build_log: str = ""):
+        self.path = Path(path)
+        self.cache_hit = cache_hit
+        self.build_log = build_log
+        self._kernel = _native.KernelLibrary(str(self.path))
+        self._operators = None
+        self._lock = threading.Lock()
+
+    def operators(self) -> list:
+        """The library's operators, built once on first use (internal handles)."""
+        with self._lock:
+            if self._operators is None:
+                defs = self._kernel.op_defs()
+                if not defs:
+                    raise OpLibraryError(
+                        f"{self.path} declares no ops. Declare each op with "
+                        '`OPAQUE_OP("Name", version, .invoke = ...)` or name guide-style '
+                        'factories with compile_ops(..., ops={"ModelOpName": "c_function"})'
+                    )
+                ops = [self._kernel.make_operator(i) for i in range(len(defs))]
+                self._operators = sorted(ops, key=lambda o: (o.name, o.version))
+            return self._operators
+
+    @property
+    def ops(self) -> list[tuple[str, int]]:
+        """``(name, version)`` of every op the library provides, as registered with TFLite."""
+        return [(o.name, o.version) for o in self.operators()]
+
+    @property
+    def names(self) -> list[str]:
+        """The op names the library provides."""
+        return sorted({o.name for o in self.operators()})
+
+    def __repr__(self) -> str:
+        ops = ", ".join(f"{n} v{v}" for n, v in self.ops)
+        return f"<OpLibrary {self.path.name}: {ops}>"
+
+
+def compile_ops(
+    source,
+    *,
+    ops: dict[str, str] | None = None,
+    include_dirs=(),
+    define_macros=(),
+    extra_compile_args=(),
+    cache_dir=None,
+    debug: bool = False,
+) -> OpLibrary:
+    """Compile C kernels into an op library (cached).
+
+    Parameters
+    ----------
+    source : str or path-like
+        Path to a ``.c`` file, or the C source text itself.
+    ops : dict, optional
+        ``{model op name: C factory function}`` for guide-style sources whose
+        function returns a ``TfLiteOperator*`` (or ``TfLiteRegistrationExternal*``).
+        The op is registered under the model's name even if the factory
+        creates it under another (the guide's "ATAN" vs the model's "Atan").
+        Ops declared with ``OPAQUE_OP(...)`` lines are found without this.
+    include_dirs, define_macros, extra_compile_args : sequences
+        Passed to the compiler; ``define_macros`` holds ``(name, value)`` pairs.
+    cache_dir : path-like, optional
+        Where compiled libraries are kept; default ``$OPAQUE_OPS_CACHE_DIR`` or
+        ``~/.cache/opaque_ops``.  A hit (same source, headers and flags) skips the compiler.
+    debug : bool
+        Build with ``-O0 -g``.
+
+    Returns
+    -------
+    OpLibrary
+
+    Raises
+    ------
+    CompileError
+        The compiler failed; the message carries its ``file:line: message`` lines.
+    OpLibraryError
+        The result could not be loaded or declares no ops.
+    """
+    path, hit, log = _cbuild.compile_library(
+        source,
+        ops=ops,
+        include_dirs=include_dirs,
+        define_macros=define_macros,
+        extra_compile_args=extra_compile_args,
+        cache_dir_override=cache_dir,
+        debug=debug,
+    )
+    return OpLibrary(path, cache_hit=hit, build_log=log)
+
+
+def load_ops(path: str | os.PathLike) -> OpLibrary:
+    """Load a prebuilt kernel library (from ``build.py`` or ``compile_ops``); no compiler needed.
+
+    Parameters
+    ----------
+    path : path-like
+        The ``.so`` file.
+
+    Returns
+    -------
+    OpLibrary
+
+    Raises
+    ------
+    OpLibraryError
+        The file is missing, is for another architecture, is not an opaque_ops
+        library, or was built for a different header ABI.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise OpLibraryError(f"kernel library {p} does not exist")
+    return OpLibrary(p)
+
+
+class OpBundle:
+    """Several op libraries used as one (e.g. all of MediaPipe's kernels).
+
+    Attributes
+    ----------
+    libraries : list of OpLibrary
+    """
+
+    def __init__(self, libraries, name: str = "bundle"):
+        self.libraries = list(libraries)
+        self.name = name
+
+    def operators(self) -> list:
+        """Every library's operators (internal handles)."""
+        return [op for lib in self.libraries for op in lib.operators()]
+
+    @property
+    def ops(self) -> list[tuple[str, int]]:
+        """``(name, version)`` of every op provided."""
+        return sorted(op for lib in self.libraries for op in lib.ops)
+
+    @property
+    def names(self) -> list[str]:
+        """The op names provided."""
+        return sorted({n for n, _ in self.ops})
+
+    def __repr__(self) -> str:
+        return f"<OpBundle {self.name}: " + ", ".join(f"{n} v{v}" for n, v in self.ops) + ">"
