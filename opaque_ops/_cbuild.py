@@ -79,7 +79,6 @@ def factory_lines(ops: dict[str, str] | None) -> str:
             raise CompileError(f"ops[{model_name!r}] must name a C function, got {func!r}")
         if not model_name or '"' in model_name or "\\" in model_name or "\n" in model_name:
             raise CompileError(f"invalid op name {model_name!r}")
-        lines.append(f"TfLiteOperator* {func}();")
         lines.append(f'OPAQUE_OP_FACTORY("{model_name}", {func});')
     return "\n".join(lines) + "\n"
 

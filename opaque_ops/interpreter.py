@@ -20,6 +20,9 @@ from .errors import (
     UnresolvedOpsError,
 )
 
+# Custom ops that TFLite's own builtin resolver provides.
+_RUNTIME_CUSTOM_OPS = {"Mfcc", "AudioSpectrogram", "TFLite_Detection_PostProcess", "NumericVerify"}
+
 _UNRESOLVED = re.compile(r"unresolved custom op: ([^\s.]+(?:\.[^\s.]+)*?)\.?(?:\s|$)", re.I)
 
 
@@ -177,6 +180,11 @@ class Interpreter:
         """Turn a TfLiteStatus into the matching exception, with the runtime's messages."""
         native = native or self._native
         msgs = native.sink.take()
+        # A Python op (pyop.python_op) that raised parked its exception on
+        # this thread; it is the real error, with the op's own traceback.
+        pending = _native.pop_pending_exception()
+        if pending is not None:
+            raise pending
         if status == 0:
             return
         if status == 7 or any("unresolved custom op" in m.lower() for m in msgs):
@@ -190,9 +198,16 @@ class Interpreter:
         names = set()
         for m in msgs:
             names.update(_UNRESOLVED.findall(m))
-        used = self._info.custom_ops()
-        missing = [(n, v) for n, v in used if n in names] or [(n, 0) for n in sorted(names)]
         registered = sorted({op for lib in self._libs for op in lib.ops})
+        # TFLite names only the first op it could not resolve; the others are
+        # the model's custom ops that neither we nor the runtime provide.
+        provided = set(registered)
+        missing = [
+            (n, v)
+            for n, v in self._info.custom_ops()
+            if n in names or ((n, v) not in provided and n not in _RUNTIME_CUSTOM_OPS)
+        ]
+        missing += [(n, 0) for n in sorted(names - {n for n, _ in missing})]
         miss = ", ".join(f"{n} v{v}" for n, v in missing)
         reg = ", ".join(f"{n} v{v}" for n, v in registered) or "none"
         hint = ""

@@ -26,7 +26,7 @@
 
 #define OO_FUZZ_MAX_DEPTH 8
 #define OO_FUZZ_MAX_ELEMS 64
-#define OO_FUZZ_NODE_BUDGET 4096
+#define OO_FUZZ_NODE_BUDGET 512
 
 static volatile uint64_t oo_fuzz_sink;
 static int oo_fuzz_budget;

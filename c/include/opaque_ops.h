@@ -43,8 +43,11 @@ extern "C" {
 
 /* Bumped whenever a struct layout, an entry point or the meaning of a
  * declaration changes.  Every library carries it (OpaqueOps_Stamp) and the
- * loader refuses a library whose number differs from its own. */
+ * loader refuses a library whose number differs from its own.  Overridable
+ * only so that tests can build a deliberately mismatched library. */
+#ifndef OPAQUE_OPS_ABI_VERSION
 #define OPAQUE_OPS_ABI_VERSION 1
+#endif
 #define OPAQUE_OPS_HEADER_VERSION "0.1.0"
 
 /* ---------------------------------------------------------------- types -- */
@@ -280,6 +283,7 @@ void OpaqueOps_OperatorSetPrepare(TfLiteOperator* op, OpaqueOpsStepFn prepare);
 void OpaqueOps_OperatorSetInvoke(TfLiteOperator* op, OpaqueOpsStepFn invoke);
 void OpaqueOps_OperatorSetInplaceOperator(TfLiteOperator* op, uint64_t inplace);
 
+#ifndef OPAQUE_OPS_UPSTREAM_NAMES
 /* TfLiteOperatorCreate takes 3 arguments up to TFLite 2.17 and 4 (with
  * user_data) from 2.18 on; both spellings compile here. */
 #define OO__CREATE3(b, n, v) OpaqueOps_OperatorCreate((TfLiteBuiltinOperator)(b), (n), (v), NULL)
@@ -308,6 +312,29 @@ void OpaqueOps_OperatorSetInplaceOperator(TfLiteOperator* op, uint64_t inplace);
 #define TfLiteRegistrationExternalSetFree OpaqueOps_OperatorSetFree
 #define TfLiteRegistrationExternalSetPrepare OpaqueOps_OperatorSetPrepare
 #define TfLiteRegistrationExternalSetInvoke OpaqueOps_OperatorSetInvoke
+#else
+/* OPAQUE_OPS_UPSTREAM_NAMES: declare the operator functions exactly as the
+ * TFLite 2.17 C library exports them and do not route them through the
+ * dispatchers.  Compiling and linking a kernel this way against the real
+ * libtensorflowlite_c proves that it uses upstream names and types only. */
+TfLiteOperator* TfLiteOperatorCreate(TfLiteBuiltinOperator builtin_code, const char* custom_name,
+                                     int version);
+void TfLiteOperatorDelete(TfLiteOperator* op);
+void TfLiteOperatorSetInit(TfLiteOperator* op, OpaqueOpsInitFn init);
+void TfLiteOperatorSetFree(TfLiteOperator* op, OpaqueOpsFreeFn free_fn);
+void TfLiteOperatorSetPrepare(TfLiteOperator* op, OpaqueOpsStepFn prepare);
+void TfLiteOperatorSetInvoke(TfLiteOperator* op, OpaqueOpsStepFn invoke);
+const char* TfLiteOperatorGetCustomName(const TfLiteOperator* op);
+int TfLiteOperatorGetVersion(const TfLiteOperator* op);
+#define TfLiteRegistrationExternalCreate TfLiteOperatorCreate
+#define TfLiteRegistrationExternalDelete TfLiteOperatorDelete
+#define TfLiteRegistrationExternalSetInit TfLiteOperatorSetInit
+#define TfLiteRegistrationExternalSetFree TfLiteOperatorSetFree
+#define TfLiteRegistrationExternalSetPrepare TfLiteOperatorSetPrepare
+#define TfLiteRegistrationExternalSetInvoke TfLiteOperatorSetInvoke
+#define TfLiteRegistrationExternalGetCustomName TfLiteOperatorGetCustomName
+#define TfLiteRegistrationExternalGetVersion TfLiteOperatorGetVersion
+#endif /* OPAQUE_OPS_UPSTREAM_NAMES */
 
 /* --------------------------------------------------- checks in kernels -- *
  * Same names and behaviour as upstream: report through the context (the

@@ -20,14 +20,23 @@ from opaque_ops.model import ModelBuilder
 OFFSET = np.float32(0.99999905)
 
 
-def build() -> bytes:
-    b = ModelBuilder(description="y = atan(x + offset), offset trained to 0.99999905")
+def build(offset: float = OFFSET, atan_version: int = 1) -> bytes:
+    """Return the model's bytes.
+
+    Parameters
+    ----------
+    offset : float
+        The ADD constant; the guide's trained value by default.
+    atan_version : int
+        The version the model asks of its "Atan" op.
+    """
+    b = ModelBuilder(description=f"y = atan(x + offset), offset = {float(offset)!r}")
     x = b.add_tensor("x", shape=[5], dtype=np.float32, shape_signature=[-1])
-    offset = b.add_constant("offset", np.array([OFFSET], dtype=np.float32))
+    offset = b.add_constant("offset", np.array([offset], dtype=np.float32))
     shifted = b.add_tensor("x_plus_offset", shape=[5], dtype=np.float32, shape_signature=[-1])
     y = b.add_tensor("y", shape=[5], dtype=np.float32, shape_signature=[-1])
     b.add_op("ADD", inputs=[x, offset], outputs=[shifted], options={"fused_activation_function": "NONE"})
-    b.add_custom_op("Atan", inputs=[shifted], outputs=[y], version=1)
+    b.add_custom_op("Atan", inputs=[shifted], outputs=[y], version=atan_version)
     b.set_inputs([x])
     b.set_outputs([y])
     b.add_signature("serving_default", inputs={"x": x}, outputs={"y": y})

@@ -612,6 +612,26 @@ def test_unsorted_keys_stay_in_bounds(lib):
         assert rc in (0, lib.lib.OO_FLEX_NOT_FOUND)
 
 
+def test_key_without_nul_running_off_the_end(lib):
+    # Hand-made 8-bit map {<key>: 7} in which no byte is zero, so the single
+    # key never terminates inside the buffer.
+    data = bytes([0x01,        # keys vector length 1
+                  0x01,        # key 0 -> offset 1 back: the key starts at byte 0
+                  0x01, 0x01,  # map: keys vector offset (2-1=1), keys width 1
+                  0x01,        # map length 1
+                  0x07, 0x04,  # value 7, type INT/8-bit
+                  0x02, (T_MAP << 2), 0x01])  # root: offset 2 back, MAP, width 1
+    r = lib.root(data)
+    assert lib.size(r) == (0, 1)
+    assert lib.decode(lib.at(r, 0)[1]) == 7
+    assert lib.key_at(r, 0)[0] == lib.lib.OO_FLEX_ERR_MALFORMED
+    out = lib.ffi.new("int64_t*")
+    L = lib.lib
+    assert L.oo_flex_get_int(lib.buf(data), len(data), data, out) == L.OO_FLEX_ERR_MALFORMED
+    assert L.oo_flex_get_int(lib.buf(data), len(data), b"a", out) == L.OO_FLEX_NOT_FOUND
+    assert L.oo_flex_get_int(lib.buf(data), len(data), b"\x01", out) == L.OO_FLEX_NOT_FOUND
+
+
 def test_root_errors_and_strerror(lib):
     L, ffi = lib.lib, lib.ffi
     ref = ffi.new("oo_flex_ref*")

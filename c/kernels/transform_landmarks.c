@@ -1,0 +1,91 @@
+/* TransformLandmarks v2 (MediaPipe face attention mesh).
+ *
+ * Inputs:  landmarks [1, N, D] float32 with D = 2 or 3; matrix float32 with
+ *          16 elements ([1, 4, 4] in the model; rows 0 and 1 are used).
+ * Output:  same shape as the landmarks.
+ *   x' = m0 x + m1 y + m3,  y' = m4 x + m5 y + m7,  z copied unchanged.
+ * Options: none (any bytes are ignored, as MediaPipe's v2 kernel does).
+ * Only v2 is provided: v1 works on [1, H, W, C] tensors with a `dimensions`
+ * and `scale` option that no model at hand uses.
+ */
+#include "opaque_ops.h"
+
+static int TlNumElements(const TfLiteOpaqueTensor* t) {
+  int n = TfLiteOpaqueTensorNumDims(t), i;
+  long long count = 1;
+  for (i = 0; i < n; i++) {
+    int32_t dim = TfLiteOpaqueTensorDim(t, i);
+    if (dim < 0) return -1;
+    count *= dim;
+    if (count > 0x7fffffff) return -1;
+  }
+  return (int)count;
+}
+
+static TfLiteStatus TlPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
+  const TfLiteOpaqueTensor *in, *mat;
+  TfLiteOpaqueTensor* out;
+  TfLiteIntArray* shape;
+  int dd;
+  if (TfLiteOpaqueNodeNumberOfInputs(node) != 2 || TfLiteOpaqueNodeNumberOfOutputs(node) != 1) {
+    TF_LITE_OPAQUE_KERNEL_LOG(context, "TransformLandmarks: needs 2 inputs and 1 output, got %d and %d",
+                              TfLiteOpaqueNodeNumberOfInputs(node),
+                              TfLiteOpaqueNodeNumberOfOutputs(node));
+    return kTfLiteError;
+  }
+  in = TfLiteOpaqueNodeGetInput(context, node, 0);
+  mat = TfLiteOpaqueNodeGetInput(context, node, 1);
+  out = TfLiteOpaqueNodeGetOutput(context, node, 0);
+  TF_LITE_OPAQUE_ENSURE(context, in != NULL && mat != NULL && out != NULL);
+  if (TfLiteOpaqueTensorType(in) != kTfLiteFloat32 || TfLiteOpaqueTensorType(mat) != kTfLiteFloat32 ||
+      TfLiteOpaqueTensorType(out) != kTfLiteFloat32) {
+    TF_LITE_OPAQUE_KERNEL_LOG(context, "TransformLandmarks: all tensors must be float32");
+    return kTfLiteError;
+  }
+  if (TfLiteOpaqueTensorNumDims(in) != 3 || TfLiteOpaqueTensorDim(in, 0) != 1 ||
+      TfLiteOpaqueTensorDim(in, 1) < 0) {
+    TF_LITE_OPAQUE_KERNEL_LOG(context, "TransformLandmarks: landmarks must have shape [1, N, D]");
+    return kTfLiteError;
+  }
+  dd = TfLiteOpaqueTensorDim(in, 2);
+  if (dd != 2 && dd != 3) {
+    TF_LITE_OPAQUE_KERNEL_LOG(context, "TransformLandmarks: landmark size D must be 2 or 3, got %d", dd);
+    return kTfLiteError;
+  }
+  if ((TfLiteOpaqueTensorNumDims(mat) != 2 && TfLiteOpaqueTensorNumDims(mat) != 3) ||
+      TlNumElements(mat) != 16) {
+    TF_LITE_OPAQUE_KERNEL_LOG(context,
+                              "TransformLandmarks: matrix must be a 4x4 ([1,4,4] or [4,4]) float32 tensor");
+    return kTfLiteError;
+  }
+  shape = TfLiteIntArrayCreate(3);
+  if (shape == NULL) return kTfLiteError;
+  shape->data[0] = 1;
+  shape->data[1] = TfLiteOpaqueTensorDim(in, 1);
+  shape->data[2] = dd;
+  return TfLiteOpaqueContextResizeTensor(context, out, shape);
+}
+
+static TfLiteStatus TlInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
+  const TfLiteOpaqueTensor* in = TfLiteOpaqueNodeGetInput(context, node, 0);
+  const float* src = (const float*)TfLiteOpaqueTensorData(in);
+  const float* m = (const float*)TfLiteOpaqueTensorData(TfLiteOpaqueNodeGetInput(context, node, 1));
+  float* dst = (float*)TfLiteOpaqueTensorData(TfLiteOpaqueNodeGetOutput(context, node, 0));
+  const int n = TfLiteOpaqueTensorDim(in, 1), dd = TfLiteOpaqueTensorDim(in, 2);
+  int i;
+  if (n == 0) return kTfLiteOk;
+  TF_LITE_OPAQUE_ENSURE(context, src != NULL && m != NULL && dst != NULL);
+  for (i = 0; i < n; i++) {
+    const float* p = src + (size_t)i * dd;
+    float* q = dst + (size_t)i * dd;
+    const float x = p[0], y = p[1];
+    /* The z-column product of MediaPipe's 4-term dot product multiplies by
+     * 0; it is left out so a stray value in m2/m6 cannot turn into NaN. */
+    q[0] = m[0] * x + m[1] * y + m[3];
+    q[1] = m[4] * x + m[5] * y + m[7];
+    if (dd == 3) q[2] = p[2];
+  }
+  return kTfLiteOk;
+}
+
+OPAQUE_OP("TransformLandmarks", 2, .prepare = TlPrepare, .invoke = TlInvoke);

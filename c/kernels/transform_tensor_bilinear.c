@@ -1,0 +1,205 @@
+/* TransformTensorBilinear v2 (MediaPipe face attention mesh).
+ *
+ * Inputs:  data [1, H, W, C] float32, matrix float32 with 16 elements (the
+ *          model gives [1, 4, 4]; only its first two rows are used).
+ * Output:  [1, output_height, output_width, C] float32.
+ * Options: flexbuffer map with integer `output_height`, `output_width`.
+ *
+ * Output pixel (x, y) samples the input at
+ *   sx = m0 (x + .5) + m1 (y + .5) + m3 - .5
+ *   sy = m4 (x + .5) + m5 (y + .5) + m7 - .5
+ * (pixel centres mapped through the matrix).  A sample point outside
+ * [0, W-1] x [0, H-1] (or not a number) gives 0 for the whole pixel; inside,
+ * bilinear interpolation where a corner outside the image reads as 0.
+ *
+ * Only v2 is provided: v1 has a different options schema that no model at
+ * hand uses, so it could not be verified.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "opaque_ops.h"
+#include "opaque_ops/flex.h"
+
+typedef struct {
+  int ok;
+  int out_h, out_w;
+  char err[192];
+} TtbData;
+
+/* Positive int option; writes a message into d->err on failure. */
+static int TtbReadDim(TtbData* d, const char* buf, size_t len, const char* key, int* out) {
+  int64_t v = 0;
+  int rc = oo_flex_get_int(buf, len, key, &v);
+  if (rc != OO_FLEX_OK) {
+    snprintf(d->err, sizeof d->err, "TransformTensorBilinear: option '%s': %s", key,
+             oo_flex_strerror(rc));
+    return 0;
+  }
+  if (v <= 0 || v > 65536) {
+    snprintf(d->err, sizeof d->err,
+             "TransformTensorBilinear: option '%s' must be in [1, 65536], got %lld", key,
+             (long long)v);
+    return 0;
+  }
+  *out = (int)v;
+  return 1;
+}
+
+static void* TtbInit(TfLiteOpaqueContext* context, const char* buffer, size_t length) {
+  TtbData* d = (TtbData*)calloc(1, sizeof *d);
+  (void)context;
+  if (d == NULL) return NULL;
+  if (buffer == NULL || length == 0) {
+    snprintf(d->err, sizeof d->err,
+             "TransformTensorBilinear: missing custom options (need output_height, output_width)");
+    return d;
+  }
+  if (!TtbReadDim(d, buffer, length, "output_height", &d->out_h)) return d;
+  if (!TtbReadDim(d, buffer, length, "output_width", &d->out_w)) return d;
+  d->ok = 1;
+  return d;
+}
+
+static void TtbFree(TfLiteOpaqueContext* context, void* data) {
+  (void)context;
+  free(data);
+}
+
+static int TtbNumElements(const TfLiteOpaqueTensor* t) {
+  int n = TfLiteOpaqueTensorNumDims(t), i;
+  long long count = 1;
+  for (i = 0; i < n; i++) {
+    int32_t dim = TfLiteOpaqueTensorDim(t, i);
+    if (dim < 0) return -1;
+    count *= dim;
+    if (count > 0x7fffffff) return -1;
+  }
+  return (int)count;
+}
+
+static TfLiteStatus TtbPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
+  const TtbData* d = (const TtbData*)TfLiteOpaqueNodeGetUserData(node);
+  const TfLiteOpaqueTensor *in, *mat;
+  TfLiteOpaqueTensor* out;
+  TfLiteIntArray* shape;
+  int c;
+  long long total;
+  if (d == NULL) {
+    TF_LITE_OPAQUE_KERNEL_LOG(context, "TransformTensorBilinear: out of memory in init");
+    return kTfLiteError;
+  }
+  if (!d->ok) {
+    TF_LITE_OPAQUE_KERNEL_LOG(context, "%s", d->err);
+    return kTfLiteError;
+  }
+  if (TfLiteOpaqueNodeNumberOfInputs(node) != 2 || TfLiteOpaqueNodeNumberOfOutputs(node) != 1) {
+    TF_LITE_OPAQUE_KERNEL_LOG(context,
+                              "TransformTensorBilinear: needs 2 inputs and 1 output, got %d and %d",
+                              TfLiteOpaqueNodeNumberOfInputs(node),
+                              TfLiteOpaqueNodeNumberOfOutputs(node));
+    return kTfLiteError;
+  }
+  in = TfLiteOpaqueNodeGetInput(context, node, 0);
+  mat = TfLiteOpaqueNodeGetInput(context, node, 1);
+  out = TfLiteOpaqueNodeGetOutput(context, node, 0);
+  TF_LITE_OPAQUE_ENSURE(context, in != NULL && mat != NULL && out != NULL);
+  if (TfLiteOpaqueTensorType(in) != kTfLiteFloat32 || TfLiteOpaqueTensorType(mat) != kTfLiteFloat32 ||
+      TfLiteOpaqueTensorType(out) != kTfLiteFloat32) {
+    TF_LITE_OPAQUE_KERNEL_LOG(context, "TransformTensorBilinear: all tensors must be float32");
+    return kTfLiteError;
+  }
+  if (TfLiteOpaqueTensorNumDims(in) != 4 || TfLiteOpaqueTensorDim(in, 0) != 1) {
+    TF_LITE_OPAQUE_KERNEL_LOG(context,
+                              "TransformTensorBilinear: input must have shape [1, H, W, C] (rank %d)",
+                              (int)TfLiteOpaqueTensorNumDims(in));
+    return kTfLiteError;
+  }
+  if (TfLiteOpaqueTensorDim(in, 1) <= 0 || TfLiteOpaqueTensorDim(in, 2) <= 0 ||
+      TfLiteOpaqueTensorDim(in, 3) <= 0) {
+    TF_LITE_OPAQUE_KERNEL_LOG(context, "TransformTensorBilinear: input has an empty dimension");
+    return kTfLiteError;
+  }
+  if ((TfLiteOpaqueTensorNumDims(mat) != 2 && TfLiteOpaqueTensorNumDims(mat) != 3) ||
+      TtbNumElements(mat) != 16) {
+    TF_LITE_OPAQUE_KERNEL_LOG(context,
+                              "TransformTensorBilinear: matrix must be a 4x4 ([1,4,4] or [4,4]) "
+                              "float32 tensor");
+    return kTfLiteError;
+  }
+  c = TfLiteOpaqueTensorDim(in, 3);
+  total = (long long)d->out_h * d->out_w * c;
+  if (total > 0x7fffffffLL / 4) {
+    TF_LITE_OPAQUE_KERNEL_LOG(context, "TransformTensorBilinear: output %dx%dx%d is too large",
+                              d->out_h, d->out_w, c);
+    return kTfLiteError;
+  }
+  shape = TfLiteIntArrayCreate(4);
+  if (shape == NULL) return kTfLiteError;
+  shape->data[0] = 1;
+  shape->data[1] = d->out_h;
+  shape->data[2] = d->out_w;
+  shape->data[3] = c;
+  return TfLiteOpaqueContextResizeTensor(context, out, shape);
+}
+
+static TfLiteStatus TtbInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
+  const TtbData* d = (const TtbData*)TfLiteOpaqueNodeGetUserData(node);
+  const TfLiteOpaqueTensor* in = TfLiteOpaqueNodeGetInput(context, node, 0);
+  const TfLiteOpaqueTensor* mat = TfLiteOpaqueNodeGetInput(context, node, 1);
+  TfLiteOpaqueTensor* out = TfLiteOpaqueNodeGetOutput(context, node, 0);
+  const float* src = (const float*)TfLiteOpaqueTensorData(in);
+  const float* m = (const float*)TfLiteOpaqueTensorData(mat);
+  float* dst = (float*)TfLiteOpaqueTensorData(out);
+  const int h = TfLiteOpaqueTensorDim(in, 1), w = TfLiteOpaqueTensorDim(in, 2);
+  const int c = TfLiteOpaqueTensorDim(in, 3);
+  const float max_x = (float)(w - 1), max_y = (float)(h - 1);
+  float m3, m7;
+  int oy, ox, k;
+  TF_LITE_OPAQUE_ENSURE(context, src != NULL && m != NULL && dst != NULL && d != NULL);
+  /* Fold the half-pixel shift into the translation once, in double, as
+   * MediaPipe does, so the per-pixel coordinates round the same way. */
+  m3 = (float)((double)m[3] + ((double)m[0] * 0.5 + (double)m[1] * 0.5 - 0.5));
+  m7 = (float)((double)m[7] + ((double)m[4] * 0.5 + (double)m[5] * 0.5 - 0.5));
+  for (oy = 0; oy < d->out_h; ++oy) {
+    for (ox = 0; ox < d->out_w; ++ox) {
+      float* o = dst + ((size_t)oy * d->out_w + ox) * c;
+      const float fx = (float)ox, fy = (float)oy;
+      const float sx = m[0] * fx + m[1] * fy + m3;
+      const float sy = m[4] * fx + m[5] * fy + m7;
+      float x0f, y0f, rx, ry;
+      int x0, y0;
+      const float *q11, *q21, *q12, *q22;
+      /* Written as a negated in-range test so a NaN coordinate is "outside". */
+      if (!(sx >= 0.0f && sx <= max_x && sy >= 0.0f && sy <= max_y)) {
+        for (k = 0; k < c; ++k) o[k] = 0.0f;
+        continue;
+      }
+      x0f = floorf(sx);
+      y0f = floorf(sy);
+      x0 = (int)x0f;
+      y0 = (int)y0f;
+      rx = sx - x0f;
+      ry = sy - y0f;
+      /* Only the +1 neighbours can leave the image (sx <= W-1 exactly). */
+      q11 = src + ((size_t)y0 * w + x0) * c;
+      q21 = (x0 + 1 < w) ? q11 + c : NULL;
+      q12 = (y0 + 1 < h) ? q11 + (size_t)w * c : NULL;
+      q22 = (q21 != NULL && q12 != NULL) ? q12 + c : NULL;
+      for (k = 0; k < c; ++k) {
+        const float v11 = q11[k];
+        const float v21 = q21 ? q21[k] : 0.0f;
+        const float v12 = q12 ? q12[k] : 0.0f;
+        const float v22 = q22 ? q22[k] : 0.0f;
+        const float upper = (float)((1.0 - rx) * v11 + rx * v21);
+        const float lower = (float)((1.0 - rx) * v12 + rx * v22);
+        o[k] = (float)(ry * lower + (1.0 - ry) * upper);
+      }
+    }
+  }
+  return kTfLiteOk;
+}
+
+OPAQUE_OP("TransformTensorBilinear", 2, .init = TtbInit, .free = TtbFree, .prepare = TtbPrepare,
+          .invoke = TtbInvoke);

@@ -1,0 +1,379 @@
+"""Build standalone kernel libraries: ``python build.py`` / ``opaque-ops build``.
+
+The result is a plain shared object (not a Python extension): user C files,
+the bundled kernels asked for and the runtime glue, compiled straight with
+the C compiler.  It is linked to no TFLite path, so it loads on any machine
+whose ``libtensorflowlite_c`` is loaded first with ``RTLD_GLOBAL`` -- which
+``opaque_ops.load_ops`` and ``c/tools/oo_run.c`` both do -- and that machine
+needs no compiler::
+
+    python build.py ops.c -o ops.so                          # this machine
+    python build.py ops.c --target aarch64 -o ops-arm64.so   # a Raspberry Pi etc.
+    python build.py atan.c --op Atan=AtanOpRegistrationExternal
+    python build.py --kernels extract_image_patches convolution2d_transpose_bias
+
+Cross-building for ``--target aarch64`` on an x86-64 Debian/Ubuntu machine
+needs ``apt-get install gcc-aarch64-linux-gnu`` (it brings
+``libc6-dev-arm64-cross``); ``qemu-user`` runs the result for testing.
+
+Sanitizers
+----------
+``--sanitize address,undefined`` builds with ``-fsanitize=address,undefined
+-fno-omit-frame-pointer -g``.  The ASan runtime has to be the first library
+in the process, and Python is not built with it, so preload it; Python's
+interpreter keeps objects alive until exit by design, so turn leak reports
+off::
+
+    python build.py ops.c --sanitize address,undefined -o ops-asan.so
+    LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \\
+        python -m pytest tests/test_my_kernel.py
+
+Tests then load ``ops-asan.so`` with ``opaque_ops.load_ops``.  A memory error
+in a kernel aborts the process with ASan's report on stderr; UBSan findings
+print ``runtime error: ...`` (add ``-fno-sanitize-recover=all`` through
+``--cflag`` to make them fatal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import _cbuild, _paths
+from .errors import CompileError, OpaqueOpsError
+
+__all__ = ["BuildError", "build_library", "main", "TARGETS", "CROSS_COMPILERS"]
+
+# Compiler flags of every standalone library.  -ffp-contract=off keeps float
+# results identical across x86-64 and AArch64 (which would otherwise fuse
+# multiply-adds); -Bsymbolic keeps each library calling its own glue.
+CFLAGS = ["-std=gnu11", "-fPIC", "-Wall", "-Wno-unused-function", "-ffp-contract=off"]
+LDFLAGS = ["-shared", "-Wl,-Bsymbolic"]
+LIBS = ["-lm", "-ldl"]
+
+TARGETS = ("native", "x86_64", "aarch64")
+
+# Target -> (compiler to use when the host is another architecture, apt package).
+CROSS_COMPILERS = {
+    "aarch64": ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
+    "x86_64": ("x86_64-linux-gnu-gcc", "gcc-x86-64-linux-gnu"),
+}
+
+_SANITIZERS = {"address", "undefined", "leak", "thread", "pointer-compare", "pointer-subtract"}
+_MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class BuildError(CompileError):
+    """The library could not be built (bad arguments, no compiler, compiler errors)."""
+
+
+def host_arch() -> str:
+    """The machine's architecture in the names ``--target`` uses."""
+    m = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
+
+
+def _resolve_target(target: str) -> str:
+    if target not in TARGETS:
+        raise BuildError(f"unknown --target {target!r}; choose one of {', '.join(TARGETS)}")
+    return host_arch() if target == "native" else target
+
+
+def find_compiler(target: str = "native", cc: str | None = None) -> list[str]:
+    """Return the compiler command for ``target``.
+
+    Parameters
+    ----------
+    target : str
+        ``"native"``, ``"x86_64"`` or ``"aarch64"``.
+    cc : str, optional
+        An explicit compiler (may include arguments); otherwise ``$CC`` for
+        native builds, or the GNU cross compiler for another architecture.
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    BuildError
+        No suitable compiler is installed; the message says what to install.
+    """
+    arch = _resolve_target(target)
+    if cc:
+        parts = cc.split()
+        if shutil.which(parts[0]) is None:
+            raise BuildError(f"compiler {parts[0]!r} (from --cc) was not found on PATH")
+        return parts
+    if arch == host_arch():
+        env_cc = os.environ.get("CC")
+        if env_cc:
+            parts = env_cc.split()
+            if shutil.which(parts[0]) is None:
+                raise BuildError(f"$CC={env_cc!r} was not found on PATH")
+            return parts
+        for name in ("cc", "gcc", "clang"):
+            if shutil.which(name):
+                return [name]
+        raise BuildError(
+            "no C compiler found (looked for $CC, cc, gcc, clang); install one, e.g. "
+            "`apt-get install gcc`"
+        )
+    if arch not in CROSS_COMPILERS:
+        raise BuildError(f"cannot build for {arch} on a {host_arch()} machine")
+    name, package = CROSS_COMPILERS[arch]
+    if shutil.which(name) is None:
+        raise BuildError(
+            f"cross compiler {name} not found; to build for --target {arch} on this "
+            f"{host_arch()} machine install it with `apt-get install {package}` "
+            "(Debian/Ubuntu), or pass --cc"
+        )
+    return [name]
+
+
+def kernel_sources(names, kernels_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Return the bundled kernel files for ``names`` (``"all"`` = every one).
+
+    Raises
+    ------
+    BuildError
+        A name has no ``<name>.c`` in the kernels directory.
+    """
+    kdir = Path(kernels_dir) if kernels_dir is not None else _paths.kernels_dir()
+    available = sorted(p.stem for p in kdir.glob("*.c"))
+    out: list[Path] = []
+    for name in names:
+        picked = available if name == "all" else [name[:-2] if name.endswith(".c") else name]
+        for stem in picked:
+            path = kdir / f"{stem}.c"
+            if not path.is_file():
+                raise BuildError(
+                    f"no bundled kernel {stem!r} in {kdir}; available: "
+                    + (", ".join(available) or "none")
+                )
+            if path not in out:
+                out.append(path)
+    return out
+
+
+def _default_output(sources: list[Path], arch: str) -> Path:
+    stem = sources[0].stem if sources else "kernels"
+    suffix = "" if arch == host_arch() else f".{arch}"
+    return Path.cwd() / f"{stem}{suffix}.so"
+
+
+def build_library(
+    sources=(),
+    output: str | os.PathLike | None = None,
+    *,
+    target: str = "native",
+    ops: dict[str, str] | None = None,
+    kernels=(),
+    kernels_dir: str | os.PathLike | None = None,
+    include_dirs=(),
+    defines=(),
+    debug: bool = False,
+    sanitize=(),
+    extra_cflags=(),
+    cc: str | None = None,
+    verbose: bool = False,
+) -> Path:
+    """Compile C kernel sources into a standalone kernel library.
+
+    Every source file (and every bundled kernel) is its own translation unit,
+    so files may share ``static`` helper names.
+
+    Parameters
+    ----------
+    sources : sequence of path-like
+        The user's ``.c`` files.
+    output : path-like, optional
+        The library to write; default ``<first source stem>[.<arch>].so`` in the
+        current directory.
+    target : {"native", "x86_64", "aarch64"}
+        Architecture to build for; another than the host's needs a cross compiler.
+    ops : dict, optional
+        ``{model op name: C factory function}`` for guide-style factories
+        (adds ``OPAQUE_OP_FACTORY`` lines in a generated file).
+    kernels : sequence of str
+        Bundled kernels (``c/kernels/<name>.c``) to include; ``"all"`` for every one.
+    kernels_dir : path-like, optional
+        Where to find ``kernels`` instead of the bundled directory.
+    include_dirs : sequence of path-like
+        Extra ``-I`` directories (the opaque_ops headers and each source's own
+        directory are always on the path).
+    defines : sequence of str
+        ``NAME`` or ``NAME=VALUE`` macros.
+    debug : bool
+        ``-O0 -g`` instead of ``-O2``.
+    sanitize : sequence of str
+        Sanitizers, e.g. ``("address", "undefined")``; see the module docstring
+        for running tests under them.
+    extra_cflags : sequence of str
+        Passed to the compiler as they are.
+    cc : str, optional
+        Compiler command to use instead of the automatic choice.
+    verbose : bool
+        Print the compiler command line to stderr.
+
+    Returns
+    -------
+    pathlib.Path
+        The library written.
+
+    Raises
+    ------
+    BuildError
+        Bad arguments, no compiler, or the compiler failed; the message holds
+        one ``file:line:col: error: ...`` line per diagnostic.
+    """
+    arch = _resolve_target(target)
+    src_paths = [Path(s) for s in sources]
+    for p in src_paths:
+        if not p.is_file():
+            raise BuildError(f"source file {str(p)!r} does not exist")
+    kernel_paths = kernel_sources(kernels, kernels_dir) if kernels else []
+    if not src_paths and not kernel_paths:
+        raise BuildError("nothing to build: give at least one .c file or --kernels NAME")
+    for name in defines:
+        if not _MACRO.match(str(name).split("=", 1)[0]):
+            raise BuildError(f"invalid macro {name!r}; use -D NAME or -D NAME=VALUE")
+    sanitizers = [s.strip() for item in sanitize for s in str(item).split(",") if s.strip()]
+    for s in sanitizers:
+        if s not in _SANITIZERS:
+            raise BuildError(f"unknown sanitizer {s!r}; choose from {', '.join(sorted(_SANITIZERS))}")
+    try:
+        factories = _cbuild.factory_lines(ops)
+    except CompileError as exc:
+        raise BuildError(str(exc)) from None
+
+    compiler = find_compiler(target, cc)
+    out = Path(output) if output is not None else _default_output(src_paths or kernel_paths, arch)
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    inc = [_paths.include_dir()]
+    for p in src_paths:
+        d = p.resolve().parent
+        if d not in inc:
+            inc.append(d)
+    inc += [Path(d) for d in include_dirs]
+
+    flags = list(CFLAGS) + (["-O0", "-g"] if debug else ["-O2"])
+    if sanitizers:
+        flags += ["-fsanitize=" + ",".join(sanitizers), "-fno-omit-frame-pointer", "-g"]
+    flags += [f"-I{d}" for d in inc] + [f"-D{d}" for d in defines] + [str(a) for a in extra_cflags]
+
+    with tempfile.TemporaryDirectory(prefix="oo_build_") as tmp:
+        files = [str(p) for p in src_paths + kernel_paths] + [str(_paths.runtime_source())]
+        if factories:
+            gen = Path(tmp) / "opaque_ops_factories.c"
+            gen.write_text(factories)
+            files.append(str(gen))
+        # Write to a temporary name and rename: a failed build never leaves a
+        # half-written library where an old good one was.
+        tmp_out = Path(tmp) / out.name
+        cmd = compiler + flags + LDFLAGS + files + ["-o", str(tmp_out)] + LIBS
+        if verbose:
+            print(" ".join(cmd), file=sys.stderr)
+        try:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        except OSError as exc:
+            raise BuildError(f"could not run {compiler[0]}: {exc}") from None
+        if proc.returncode != 0:
+            summary = _cbuild.compiler_output_summary(proc.stdout) or proc.stdout.strip()
+            raise BuildError(f"building {out.name} failed:\n{summary}", output=proc.stdout)
+        if verbose and proc.stdout.strip():
+            print(proc.stdout.rstrip(), file=sys.stderr)
+        shutil.move(str(tmp_out), str(out))
+    return out
+
+
+def _parse_op(spec: str) -> tuple[str, str]:
+    name, sep, func = spec.partition("=")
+    if not sep or not name or not func:
+        raise argparse.ArgumentTypeError(f"--op takes ModelName=c_factory, got {spec!r}")
+    return name, func
+
+
+def make_parser(prog: str = "build.py") -> argparse.ArgumentParser:
+    """The command-line parser (shared by ``build.py`` and ``opaque-ops build``)."""
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Build a standalone opaque_ops kernel library (a plain .so that "
+        "opaque_ops.load_ops() and oo_run load without a compiler).",
+        epilog="Cross builds for aarch64 need `apt-get install gcc-aarch64-linux-gnu`. "
+        "Run tests against a --sanitize address build with "
+        "LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 python -m pytest ...",
+    )
+    p.add_argument("sources", nargs="*", metavar="SOURCE.c", help="kernel source files")
+    p.add_argument("-o", "--output", help="library to write (default: <first source>.so here)")
+    p.add_argument("--target", default="native", choices=TARGETS, help="architecture to build for")
+    p.add_argument("--debug", action="store_true", help="-O0 -g instead of -O2")
+    p.add_argument("--sanitize", action="append", default=[], metavar="LIST",
+                   help="sanitizers, e.g. address,undefined")
+    p.add_argument("--op", action="append", default=[], type=_parse_op, metavar="MODEL_NAME=FACTORY",
+                   help="export a guide-style factory function under the model's op name")
+    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR",
+                   help="add an include directory")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VAL]",
+                   help="define a macro")
+    p.add_argument("--kernels", nargs="+", default=[], metavar="NAME",
+                   help="bundled kernels (c/kernels/NAME.c) to include; 'all' for every one")
+    p.add_argument("--kernels-dir", help="take --kernels from this directory instead")
+    p.add_argument("--cflag", dest="extra_cflags", action="append", default=[], metavar="FLAG",
+                   help="extra compiler flag (repeatable)")
+    p.add_argument("--cc", help="compiler command to use")
+    p.add_argument("-v", "--verbose", action="store_true", help="print the compiler command")
+    return p
+
+
+def main(argv=None, prog: str = "build.py") -> int:
+    """Run the command line; return the exit status (0 on success, 1 on failure).
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments without the program name; default ``sys.argv[1:]``.
+    prog : str
+        Program name shown in usage messages.
+    """
+    args = make_parser(prog).parse_args(argv)
+    ops = {}
+    for name, func in args.op:
+        if name in ops and ops[name] != func:
+            print(f"error: --op {name} given twice ({ops[name]}, {func})", file=sys.stderr)
+            return 1
+        ops[name] = func
+    try:
+        out = build_library(
+            args.sources,
+            args.output,
+            target=args.target,
+            ops=ops or None,
+            kernels=args.kernels,
+            kernels_dir=args.kernels_dir,
+            include_dirs=args.include_dirs,
+            defines=args.defines,
+            debug=args.debug,
+            sanitize=args.sanitize,
+            extra_cflags=args.extra_cflags,
+            cc=args.cc,
+            verbose=args.verbose,
+        )
+    except OpaqueOpsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

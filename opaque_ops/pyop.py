@@ -1,0 +1,237 @@
+"""Custom ops written in Python with numpy, for prototyping kernels.
+
+A Python op registers with TFLite like a C kernel and mixes freely with C ops
+and builtins in one interpreter::
+
+    def clamp(inputs, outputs):
+        np.clip(inputs[0], 0.0, 1.0, out=outputs[0])
+
+    it = opaque_ops.Interpreter(model_path="m.tflite",
+                                custom_ops=[opaque_ops.python_op("Clamp", invoke=clamp)])
+
+This path is for prototyping and testing: the op's Python code holds the GIL
+while it runs (the rest of ``invoke()`` releases it), and each call pays the
+Python callback cost (microseconds).  Port the op to C once it is right.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import namedtuple
+from typing import Callable
+
+import numpy as np
+
+from . import _native
+
+TensorSpec = namedtuple("TensorSpec", ["shape", "dtype"])
+TensorSpec.__doc__ = "Shape (tuple of int) and numpy dtype of one of the op's input tensors."
+
+_K_OK = 0
+_K_ERROR = 1
+
+
+class PythonOp:
+    """One custom op implemented in Python; pass it in ``custom_ops=[...]``.
+
+    Created by :func:`python_op`.  It behaves like an ``OpLibrary`` with a
+    single op: ``.ops``, ``.names`` and ``.operators()``.
+
+    Attributes
+    ----------
+    name : str
+    version : int
+    """
+
+    def __init__(self, name: str, version: int, invoke: Callable, prepare: Callable | None,
+                 init: Callable | None):
+        self.name = name
+        self.version = version
+        self._invoke = invoke
+        self._prepare = prepare
+        self._init = init
+        # Node states from init(), keyed by a small integer that TFLite
+        # carries as the node's user data (never a pointer into Python).
+        self._states: dict[int, object] = {}
+        self._keys = itertools.count(1)
+        self._states_lock = threading.Lock()
+        self._operator = _native.make_python_operator(
+            name, version, self._c_init, self._c_free, self._c_prepare, self._c_invoke
+        )
+
+    # ------------------------------------------------------------ library API
+    def operators(self) -> list:
+        """The op's operator (internal handle)."""
+        return [self._operator]
+
+    @property
+    def ops(self) -> list[tuple[str, int]]:
+        """``[(name, version)]``."""
+        return [(self.name, self.version)]
+
+    @property
+    def names(self) -> list[str]:
+        """``[name]``."""
+        return [self.name]
+
+    def __repr__(self) -> str:
+        return f"<PythonOp {self.name} v{self.version}>"
+
+    # ------------------------------------------------------- TFLite callbacks
+    # These run inside TFLite's C frames: they never let an exception escape.
+    # A failure is reported to TFLite (so the runtime sees kTfLiteError and
+    # logs a line) and the exception itself is parked for Interpreter to
+    # re-raise once the C call has returned.
+
+    def _fail(self, node, stage: str, exc: BaseException) -> int:
+        _native.stash_exception(exc)
+        if node is not None:
+            try:
+                node.report(f"Python op {self.name!r} {stage}: {type(exc).__name__}: {exc}")
+            except Exception:  # pragma: no cover - reporting must not fail the failure path
+                pass
+        return _K_ERROR
+
+    def _c_init(self, options: bytes) -> int:
+        with self._states_lock:
+            key = next(self._keys)
+        try:
+            state = self._init(options) if self._init is not None else None
+        except BaseException as exc:  # noqa: BLE001 - re-raised from Interpreter
+            # init cannot fail in TFLite; prepare turns this into the error.
+            state = _InitFailed(exc)
+        with self._states_lock:
+            self._states[key] = state
+        return key
+
+    def _c_free(self, key: int) -> None:
+        with self._states_lock:
+            self._states.pop(key, None)
+
+    def _state(self, node):
+        # The node's user data is the key init() returned.
+        return self._states.get(node.user_key())
+
+    def _c_prepare(self, node) -> int:
+        try:
+            state = self._state(node)
+            if isinstance(state, _InitFailed):
+                raise state.exc
+            n_in, n_out = node.num_inputs(), node.num_outputs()
+            specs = [TensorSpec(*reversed(node.input_meta(i))) for i in range(n_in)]
+            if self._prepare is None:
+                if n_in == 0:
+                    raise ValueError("prepare=None copies input 0's shape, but the node has no inputs")
+                shapes = [specs[0].shape] * n_out
+            else:
+                result = self._prepare(specs, state) if self._init is not None else self._prepare(specs)
+                shapes = _as_shape_list(result, n_out)
+            for i, shape in enumerate(shapes):
+                if node.resize_output(i, shape) != 0:
+                    raise ValueError(f"TFLite refused to resize output {i} to {shape}")
+            return _K_OK
+        except BaseException as exc:  # noqa: BLE001
+            return self._fail(node, "prepare", exc)
+
+    def _c_invoke(self, node) -> int:
+        try:
+            state = self._state(node)
+            inputs = [node.input_array(i) for i in range(node.num_inputs())]
+            outputs = [node.output_array(i) for i in range(node.num_outputs())]
+            result = self._invoke(inputs, outputs, state) if self._init is not None else self._invoke(inputs, outputs)
+            if result is not None:
+                results = [result] if isinstance(result, np.ndarray) or len(outputs) == 1 else list(result)
+                if len(results) != len(outputs):
+                    raise ValueError(f"invoke returned {len(results)} arrays for {len(outputs)} outputs")
+                for i, (out, res) in enumerate(zip(outputs, results)):
+                    res = np.asarray(res)
+                    if res.shape != out.shape:
+                        raise ValueError(
+                            f"invoke returned shape {res.shape} for output {i}, whose shape is "
+                            f"{out.shape} (set in prepare)"
+                        )
+                    np.copyto(out, res, casting="same_kind")
+            return _K_OK
+        except BaseException as exc:  # noqa: BLE001
+            return self._fail(node, "invoke", exc)
+
+
+class _InitFailed:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc):
+        self.exc = exc
+
+
+def _as_shape_list(result, n_out: int) -> list[tuple[int, ...]]:
+    """Accept one shape (for a single output) or one shape per output."""
+    if result is None:
+        raise ValueError("prepare returned None; return the output shape(s)")
+    seq = list(result)
+    if all(isinstance(d, (int, np.integer)) for d in seq):
+        seq = [seq]
+    shapes = [tuple(int(d) for d in s) for s in seq]
+    if len(shapes) != n_out:
+        raise ValueError(f"prepare returned {len(shapes)} shapes for {n_out} outputs")
+    for s in shapes:
+        if any(d < 0 for d in s):
+            raise ValueError(f"prepare returned a negative dimension in {s}")
+    return shapes
+
+
+def python_op(name: str, invoke: Callable, prepare: Callable | None = None,
+              init: Callable | None = None, version: int = 1) -> PythonOp:
+    """Register a custom op implemented in Python (numpy).
+
+    Parameters
+    ----------
+    name : str
+        The custom op name the model uses (case-sensitive).
+    invoke : callable
+        ``invoke(inputs, outputs)`` where ``inputs`` are read-only numpy views
+        of the input tensors and ``outputs`` writable views of the outputs
+        (already shaped by prepare).  Either write into ``outputs`` and return
+        None, or return the result: one array (single output) or a sequence of
+        arrays, one per output, copied in (shape must match exactly; dtypes are
+        cast with ``same_kind`` rules).  The views are valid only during the call.
+    prepare : callable, optional
+        ``prepare(inputs) -> shapes``; ``inputs`` is a list of
+        :class:`TensorSpec` ``(shape, dtype)``.  Return one shape per output
+        (a single shape is accepted for a one-output op).  None: every output
+        gets input 0's shape.  Output dtypes come from the model.
+    init : callable, optional
+        ``init(options: bytes) -> state``, called once per node with the
+        node's raw custom options (decode flexbuffers with
+        :func:`opaque_ops.model.decode_flex_options`).  When given, ``state`` is
+        passed as an extra last argument to ``prepare`` and ``invoke``.
+    version : int
+        The op version; it must equal the model's.
+
+    Returns
+    -------
+    PythonOp
+        Pass it in ``Interpreter(custom_ops=[...])``.
+
+    Notes
+    -----
+    An exception raised by ``init``, ``prepare`` or ``invoke`` is re-raised
+    by ``Interpreter.allocate_tensors()`` / ``invoke()`` with its original
+    traceback.  The op holds the GIL while it runs: use it to prototype and
+    to test C kernels against, not in production.  The callbacks are kept
+    for the life of the process (a few hundred bytes per op), because
+    TFLite may call ``free`` when an interpreter is collected.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("python_op name must be a non-empty string")
+    if not callable(invoke):
+        raise TypeError("invoke must be callable: invoke(inputs, outputs)")
+    for what, fn in (("prepare", prepare), ("init", init)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{what} must be callable or None")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"version must be a positive int, got {version!r}")
+    return PythonOp(name, version, invoke, prepare, init)
+
+
+__all__ = ["python_op", "PythonOp", "TensorSpec"]

@@ -1,0 +1,52 @@
+"""Shared fixtures: real runtime, real compiler, models built without TensorFlow."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples" / "atan"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compile_cache(tmp_path_factory):
+    """One compile cache for the whole run, away from the user's own cache."""
+    if "OPAQUE_OPS_CACHE_DIR" not in os.environ:
+        os.environ["OPAQUE_OPS_CACHE_DIR"] = str(tmp_path_factory.mktemp("oo_cache"))
+    yield
+
+
+@pytest.fixture(scope="session")
+def atan_model_bytes() -> bytes:
+    import make_model
+
+    return make_model.build()
+
+
+@pytest.fixture(scope="session")
+def atan_source() -> Path:
+    return ROOT / "examples" / "atan" / "atan.c"
+
+
+@pytest.fixture(scope="session")
+def guide_atan(atan_source):
+    import opaque_ops as oo
+
+    return oo.compile_ops(atan_source, ops={"Atan": "AtanOpRegistrationExternal"})
+
+
+def package_file(package: str, *parts: str) -> Path:
+    """A file inside an installed distribution, found without importing the package."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"{package} is not installed (it is a test dependency: pip install -e '.[test]')")
+    return Path(list(spec.submodule_search_locations)[0]).joinpath(*parts)
+
+
+ATAN_INPUT = np.array([-8, 0.5, 2, 2.2, 201], np.float32)
