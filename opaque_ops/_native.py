@@ -534,6 +534,39 @@ class NativeModel:
     __del__ = close
 
 
+# XNNPACK delegate (xnnpack_delegate.h).  Only num_threads (offset 0) is
+# stable across releases; the rest of the options struct changes layout, so
+# it is declared as an opaque tail large enough for any release.  The struct
+# is over 16 bytes in every release that has the TfLiteOperator API, so it is
+# returned through a caller-provided buffer on x86-64 and AArch64 alike.
+ffi.cdef(
+    """
+typedef struct { int32_t num_threads; uint32_t oo_opaque_tail[63]; } oo_xnnpack_options;
+oo_xnnpack_options TfLiteXNNPackDelegateOptionsDefault(void);
+TfLiteOpaqueDelegate* TfLiteXNNPackDelegateCreate(const oo_xnnpack_options* options);
+void TfLiteXNNPackDelegateDelete(TfLiteOpaqueDelegate* delegate);
+"""
+)
+
+
+def _xnnpack_delegate(rt: Runtime, num_threads):
+    """Create an XNNPACK delegate, or return None if the runtime has none.
+
+    The C API's ``TfLiteInterpreterCreate`` applies no default delegate (its
+    op resolver is ``BuiltinOpResolverWithoutDefaultDelegates``), so XNNPACK
+    runs only when added explicitly with ``TfLiteInterpreterOptionsAddDelegate``.
+    """
+    if not (rt.has("TfLiteXNNPackDelegateCreate") and rt.has("TfLiteXNNPackDelegateDelete")):
+        return None
+    if num_threads is not None and int(num_threads) > 1 and rt.has("TfLiteXNNPackDelegateOptionsDefault"):
+        opts = ffi.new("oo_xnnpack_options*", rt.lib.TfLiteXNNPackDelegateOptionsDefault())
+        opts.num_threads = int(num_threads)
+        ptr = rt.lib.TfLiteXNNPackDelegateCreate(opts)
+    else:
+        ptr = rt.lib.TfLiteXNNPackDelegateCreate(ffi.NULL)  # library defaults: single-threaded
+    return None if ptr == ffi.NULL else ptr
+
+
 class NativeInterpreter:
     """``TfLiteInterpreter`` with its options, model and operators, freed in order.
 
@@ -541,9 +574,11 @@ class NativeInterpreter:
     model and calls the operators' code until it is gone.
     """
 
-    def __init__(self, model: NativeModel, operators, num_threads=None, cancellable=True):
+    def __init__(self, model: NativeModel, operators, num_threads=None, cancellable=True,
+                 use_xnnpack=False):
         rt = load_runtime()
         self.rt = rt
+        self._xnnpack = None
         self.sink = ErrorSink()
         self._handle = ffi.new_handle(self.sink)
         # Keep-alive: model bytes and the operators (and through them, the
@@ -559,6 +594,12 @@ class NativeInterpreter:
             rt.lib.TfLiteInterpreterOptionsEnableCancellation(self._options, True)
         for op in self._operators:
             rt.add_operator(self._options, op._ptr)
+        if use_xnnpack:
+            # Applied inside TfLiteInterpreterCreate; it must outlive the interpreter.
+            self._xnnpack = _xnnpack_delegate(rt, num_threads)
+            if self._xnnpack is not None:
+                rt.lib.TfLiteInterpreterOptionsAddDelegate(self._options, self._xnnpack)
+        self.xnnpack = self._xnnpack is not None
         self._interp = rt.lib.TfLiteInterpreterCreate(model._ptr, self._options)
         self.ok = self._interp != ffi.NULL
 
@@ -573,6 +614,9 @@ class NativeInterpreter:
         if getattr(self, "_options", None) not in (None, ffi.NULL):
             lib.TfLiteInterpreterOptionsDelete(self._options)
         self._options = None
+        if getattr(self, "_xnnpack", None) is not None:
+            lib.TfLiteXNNPackDelegateDelete(self._xnnpack)
+        self._xnnpack = None
 
     __del__ = close
 

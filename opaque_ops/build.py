@@ -201,7 +201,8 @@ def build_library(
         Architecture to build for; another than the host's needs a cross compiler.
     ops : dict, optional
         ``{model op name: C factory function}`` for guide-style factories
-        (adds ``OPAQUE_OP_FACTORY`` lines in a generated file).
+        (adds ``OPAQUE_OP_FACTORY`` lines in a generated file, so the factory
+        must not be ``static``).
     kernels : sequence of str
         Bundled kernels (``c/kernels/<name>.c``) to include; ``"all"`` for every one.
     kernels_dir : path-like, optional
@@ -274,8 +275,11 @@ def build_library(
     with tempfile.TemporaryDirectory(prefix="oo_build_") as tmp:
         files = [str(p) for p in src_paths + kernel_paths] + [str(_paths.runtime_source())]
         if factories:
+            # A translation unit of its own, so the factories need prototypes
+            # here: they must have external linkage in the user's file.
+            protos = "".join(f"TfLiteOperator* {func}(void);\n" for func in sorted(set(ops.values())))
             gen = Path(tmp) / "opaque_ops_factories.c"
-            gen.write_text(factories)
+            gen.write_text('#include "opaque_ops.h"\n' + protos + factories)
             files.append(str(gen))
         # Write to a temporary name and rename: a failed build never leaves a
         # half-written library where an old good one was.

@@ -93,6 +93,17 @@ class Interpreter:
         ``opaque_ops.kernels``) or paths to prebuilt kernel libraries.
     library : str or path-like, optional
         The ``libtensorflowlite_c`` to use (see :func:`opaque_ops.runtime_info`).
+    use_xnnpack : bool, optional
+        Apply TFLite's XNNPACK delegate (default True, like ``tflite_runtime``).
+        The TFLite C API applies no delegate on its own, so opaque_ops adds it
+        explicitly, with ``num_threads`` threads.  XNNPACK runs the builtin
+        float ops several times faster, but it also claims the custom ops it
+        implements itself (MediaPipe's ``Convolution2DTransposeBias``; upstream
+        also lists ``MaxPoolingWithArgmax2D`` and ``MaxUnpooling2D``), so for
+        those nodes a kernel passed in ``custom_ops`` does not run, and a
+        model using them runs even with no kernel registered.  Pass
+        ``use_xnnpack=False`` to run every node with the reference builtin
+        kernels and your own custom kernels.
 
     Raises
     ------
@@ -109,6 +120,7 @@ class Interpreter:
         custom_ops=None,
         *,
         library=None,
+        use_xnnpack: bool = True,
     ):
         self._native = None
         self._closed = False
@@ -146,7 +158,8 @@ class Interpreter:
                 f"TFLite rejected the model {self._model_name}: "
                 + ("; ".join(msgs) if msgs else "not a valid TFLite flatbuffer")
             )
-        self._native = _native.NativeInterpreter(model, operators, num_threads=num_threads)
+        self._native = _native.NativeInterpreter(model, operators, num_threads=num_threads,
+                                                 use_xnnpack=bool(use_xnnpack))
         if not self._native.ok:
             msgs = self._native.sink.take()
             self._native = None
