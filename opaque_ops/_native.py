@@ -57,6 +57,7 @@ typedef struct { int size; int data[]; } TfLiteIntArray;
 
 const char* TfLiteVersion(void);
 int TfLiteSchemaVersion(void);
+int TfLiteOpaqueTensorGetAllocationType(const TfLiteOpaqueTensor* tensor);
 
 /* The reporter's va_list is declared as void*: on x86-64 a va_list is an
    array and decays to a pointer, and on AArch64 the 32-byte va_list struct
@@ -221,6 +222,8 @@ class Runtime:
                 f"point {ENV_LIBRARY} at a libtensorflowlite_c built with the C API"
             )
         self._reporter = ffi.callback("oo_reporter", _report)
+        global _invoke
+        _invoke = self.lib.TfLiteInterpreterInvoke
 
     def has(self, name: str) -> bool:
         """Return True if the loaded library exports the C function ``name``."""
@@ -251,6 +254,7 @@ def _report(user_data, fmt, args):
 
 
 _runtime: Runtime | None = None
+_invoke = None  # TfLiteInterpreterInvoke, bound once the runtime is loaded
 _runtime_lock = threading.Lock()
 
 
@@ -478,6 +482,12 @@ class TensorRef:
         q = _runtime.lib.TfLiteTensorQuantizationParams(self._t)
         return float(q.scale), int(q.zero_point)
 
+    def is_dynamic(self) -> bool:
+        """True if TFLite may move or resize the tensor during invoke (kTfLiteDynamic)."""
+        # A TfLiteTensor* is what the opaque API's TfLiteOpaqueTensor* points to.
+        opaque = ffi.cast("TfLiteOpaqueTensor*", self._t)
+        return int(_runtime.lib.TfLiteOpaqueTensorGetAllocationType(opaque)) == 4
+
     def has_data(self) -> bool:
         return _runtime.lib.TfLiteTensorData(self._t) != ffi.NULL
 
@@ -625,7 +635,8 @@ class NativeInterpreter:
         return int(self.rt.lib.TfLiteInterpreterAllocateTensors(self._interp))
 
     def invoke(self) -> int:
-        return int(self.rt.lib.TfLiteInterpreterInvoke(self._interp))
+        # The hot path: one cached cffi function, no attribute chain.
+        return _invoke(self._interp)
 
     def cancel(self) -> int:
         return int(self.rt.lib.TfLiteInterpreterCancel(self._interp))

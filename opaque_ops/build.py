@@ -56,6 +56,11 @@ __all__ = ["BuildError", "build_library", "main", "TARGETS", "CROSS_COMPILERS"]
 # multiply-adds); -Bsymbolic keeps each library calling its own glue.
 CFLAGS = ["-std=gnu11", "-fPIC", "-Wall", "-Wno-unused-function", "-ffp-contract=off"]
 LDFLAGS = ["-shared", "-Wl,-Bsymbolic"]
+# The TfLite* symbols are undefined on purpose (they bind to the runtime at
+# load time).  -z defs + warn-unresolved makes the linker list every
+# undefined symbol as a warning, so any other one -- a typo'd function name
+# that would only fail at dlopen on the target machine -- is caught here.
+CHECK_LDFLAGS = ["-Wl,-z,defs", "-Wl,--warn-unresolved-symbols"]
 LIBS = ["-lm", "-ldl"]
 
 TARGETS = ("native", "x86_64", "aarch64")
@@ -68,6 +73,9 @@ CROSS_COMPILERS = {
 
 _SANITIZERS = {"address", "undefined", "leak", "thread", "pointer-compare", "pointer-subtract"}
 _MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# GNU ld: "undefined reference to `name'"; lld: "undefined symbol: name".
+_UNDEF = re.compile(r"undefined (?:reference to [`']|symbol: )([A-Za-z_][A-Za-z0-9_.@$]*)")
+_RUNTIME_SYMBOL = re.compile(r"TfLite[A-Za-z0-9_]*\Z")
 
 
 class BuildError(CompileError):
@@ -161,6 +169,23 @@ def kernel_sources(names, kernels_dir: str | os.PathLike | None = None) -> list[
             if path not in out:
                 out.append(path)
     return out
+
+
+def _split_link_output(output: str) -> tuple[str, list[str]]:
+    """Drop the expected undefined-TfLite noise; return (remaining output, other undefined names)."""
+    kept, missing = [], []
+    for line in output.splitlines():
+        m = _UNDEF.search(line)
+        if m:
+            name = m.group(1)
+            if _RUNTIME_SYMBOL.match(name):
+                continue
+            if name not in missing:
+                missing.append(name)
+        elif "in function `" in line or "in function '" in line or line.strip().startswith(">>>"):
+            continue  # context lines of the warnings above
+        kept.append(line)
+    return "\n".join(kept), missing
 
 
 def _default_output(sources: list[Path], arch: str) -> Path:
@@ -284,18 +309,27 @@ def build_library(
         # Write to a temporary name and rename: a failed build never leaves a
         # half-written library where an old good one was.
         tmp_out = Path(tmp) / out.name
-        cmd = compiler + flags + LDFLAGS + files + ["-o", str(tmp_out)] + LIBS
+        cmd = compiler + flags + LDFLAGS + CHECK_LDFLAGS + files + ["-o", str(tmp_out)] + LIBS
         if verbose:
             print(" ".join(cmd), file=sys.stderr)
         try:
             proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         except OSError as exc:
             raise BuildError(f"could not run {compiler[0]}: {exc}") from None
+        text, missing = _split_link_output(proc.stdout)
         if proc.returncode != 0:
-            summary = _cbuild.compiler_output_summary(proc.stdout) or proc.stdout.strip()
+            summary = _cbuild.compiler_output_summary(text) or text.strip()
             raise BuildError(f"building {out.name} failed:\n{summary}", output=proc.stdout)
-        if verbose and proc.stdout.strip():
-            print(proc.stdout.rstrip(), file=sys.stderr)
+        if missing:
+            refs = [l.strip() for l in text.splitlines() if _UNDEF.search(l)]
+            raise BuildError(
+                f"building {out.name} failed: undefined symbol(s) {', '.join(missing)} "
+                "(neither defined in the sources nor provided by the TFLite runtime, libc or "
+                "libm); the library would fail to load:\n" + "\n".join(refs[:20]),
+                output=proc.stdout,
+            )
+        if verbose and text.strip():
+            print(text.rstrip(), file=sys.stderr)
         shutil.move(str(tmp_out), str(out))
     return out
 

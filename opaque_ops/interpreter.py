@@ -169,12 +169,17 @@ class Interpreter:
         self._input_positions = {idx: pos for pos, idx in enumerate(self._native.input_indices())}
         self._output_indices = self._native.output_indices()
         self._allocated = False
+        # tensor index -> (numpy view, dtype, shape) for arena tensors, valid
+        # until the next allocate/resize; the fast path of set/get_tensor.
+        self._slots: dict = {}
+        self._has_python_ops = any(getattr(lib, "is_python", False) for lib in self._libs)
 
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:
         """Free the interpreter now.  Idempotent; views from ``tensor()`` stay valid."""
         if self._native is not None:
             self._native = None  # the C objects go when the last view does
+            self._slots.clear()
         self._closed = True
 
     def __enter__(self):
@@ -261,6 +266,7 @@ class Interpreter:
         native = self._live()
         self._no_views("allocate_tensors")
         with self._lock:
+            self._slots.clear()
             self._check(native.allocate(), "allocate_tensors")
         self._allocated = True
 
@@ -272,12 +278,14 @@ class Interpreter:
         KernelError
             A kernel reported an error; the message is the kernel's own.
         """
-        native = self._live()
-        if not self._allocated:
+        native = self._native
+        if native is None or not self._allocated:
+            self._live()
             self.allocate_tensors()
         with self._lock:
             status = native.invoke()
-            self._check(status, "invoke")
+            if status or native.sink or self._has_python_ops:
+                self._check(status, "invoke")
 
     # ------------------------------------------------------------- details
     def _tensor_details(self, index: int, native=None) -> dict:
@@ -346,14 +354,30 @@ class Interpreter:
             Wrong dtype or shape; the message says what was expected, what was
             received, and how to fix it.
         """
+        slot = self._slots.get(tensor_index)
+        if slot is not None and type(value) is np.ndarray and value.dtype == slot[1] and value.shape == slot[2]:
+            slot[0][...] = value
+            return
         t = self._tensor_ref(tensor_index)
         _write(t, value, f"tensor {tensor_index} ({t.name!r})")
+        self._remember(tensor_index, t)
+
+    def _remember(self, index, t) -> None:
+        """Cache a view of an arena tensor for the fast path (never a dynamic one: it may move)."""
+        if self._allocated and not t.is_dynamic():
+            v = t.view()
+            if v is not None:
+                self._slots[index] = (v, v.dtype, v.shape)
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
         """Return a copy of a tensor's contents."""
+        slot = self._slots.get(tensor_index)
+        if slot is not None and subgraph_index == 0:
+            return slot[0].copy()
         if subgraph_index != 0:
             raise ValueError("only subgraph 0 is accessible")
         t = self._tensor_ref(tensor_index)
+        self._remember(tensor_index, t)
         out = t.read()
         if out is None:
             raise ValueError(
@@ -410,6 +434,7 @@ class Interpreter:
         with self._lock:
             self._check(native.resize_input(self._input_positions[input_index], shape), "resize_tensor_input")
         self._allocated = False
+        self._slots.clear()
 
     def reset_all_variables(self) -> None:
         """Not supported by the C API of the bundled runtime."""

@@ -6,6 +6,7 @@
  * float ulp, so the float result is the correctly rounded one except in the
  * (astronomically rare) case of a value within a double ulp of a float
  * rounding boundary. */
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 
@@ -45,7 +46,13 @@ static TfLiteStatus AtanInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* n
   TF_LITE_OPAQUE_ENSURE(context, TfLiteOpaqueTensorByteSize(output) >= n * sizeof(float));
   if (n == 0) return kTfLiteOk;
   TF_LITE_OPAQUE_ENSURE(context, in != NULL && out != NULL);
-  for (i = 0; i < n; ++i) out[i] = (float)atan((double)in[i]);
+  for (i = 0; i < n; ++i) {
+    float v = in[i];
+    /* The runtime may run kernels with denormals-are-zero set, which would
+     * turn a subnormal input into 0 before atan sees it.  For |x| < 2^-126,
+     * atan(x) rounds to x itself, so pass those through bit for bit. */
+    out[i] = fabsf(v) < FLT_MIN ? v : (float)atan((double)v);
+  }
   return kTfLiteOk;
 }
 

@@ -1,9 +1,14 @@
-/* Clamp v1: elementwise clamp of float32 to [0, 1].
+/* Clamp v1: elementwise clamp of float32 to [0, 1], with np.clip's results:
+ * NaN passes through unchanged, -0 stays -0, subnormals in range are kept.
  *
- * Written with comparisons that are false for NaN, so NaN passes through
- * unchanged (as np.clip does), and the branch-free form lets the compiler
- * vectorise the loop. */
+ * The comparisons are done on the IEEE bit patterns as integers rather than
+ * as floats: the runtime may invoke kernels with denormals-are-zero set, and
+ * float min/max would then flush small positive values to 0.  For
+ * non-negative floats the integer order is the float order, so two integer
+ * compares do the work, and the loop still vectorises. */
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "opaque_ops.h"
 
@@ -42,9 +47,13 @@ static TfLiteStatus ClampInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* 
   if (n == 0) return kTfLiteOk;
   TF_LITE_OPAQUE_ENSURE(context, in != NULL && out != NULL);
   for (i = 0; i < n; ++i) {
-    float v = in[i];
-    v = v < 0.0f ? 0.0f : v;
-    out[i] = v > 1.0f ? 1.0f : v;
+    int32_t u, a, r;
+    memcpy(&u, &in[i], sizeof u);
+    a = u & 0x7fffffff;
+    r = u > 0x3f800000 ? 0x3f800000 : u;           /* above 1.0 (incl. +inf) -> 1.0 */
+    r = (u < 0 && a != 0) ? 0 : r;                 /* negative, except -0 -> +0 */
+    r = a > 0x7f800000 ? u : r;                    /* NaN of either sign: unchanged */
+    memcpy(&out[i], &r, sizeof r);
   }
   return kTfLiteOk;
 }

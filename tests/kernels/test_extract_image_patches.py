@@ -374,21 +374,23 @@ HOSTILE_SCRIPT = textwrap.dedent(r"""
     ]
     ok = err = 0
     for n in range(300):
-        kind = n % 4
-        if kind == 3:
+        kind = n % 6
+        if kind == 5:
             data = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 120)))
         else:
             data = bytearray(rng.choice(seeds))
-            for _ in range(rng.randint(1, 4)):
-                op = rng.randrange(4)
-                if op == 0:
-                    data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
-                elif op == 1:
-                    data[rng.randrange(len(data))] = rng.randrange(256)
-                elif op == 2 and len(data) > 3:
+            if kind == 4:  # truncate or insert: shifts the root and the offsets
+                if rng.random() < 0.5:
                     del data[rng.randrange(len(data)):]
                 else:
                     data.insert(rng.randrange(len(data) + 1), rng.randrange(256))
+            else:  # in-place byte changes keep the layout, so some still parse
+                for _ in range(1 if kind < 3 else rng.randint(2, 4)):
+                    i = rng.randrange(len(data))
+                    if rng.random() < 0.5:
+                        data[i] ^= 1 << rng.randrange(8)
+                    else:
+                        data[i] = rng.randrange(256)
             data = bytes(data)
         b = ModelBuilder()
         x = b.add_tensor("x", [1, 6, 5, 2], np.float32)
@@ -418,4 +420,4 @@ def test_hostile_option_bytes_never_crash():
     ok, err = map(int, proc.stdout.split()[-2:])
     assert ok + err == 300
     # Both paths must actually be exercised by the mutations.
-    assert ok >= 10 and err >= 100, (ok, err)
+    assert ok >= 5 and err >= 100, (ok, err)

@@ -1,0 +1,167 @@
+"""Core binding benchmarks: per-call overhead against peers measured in the same run.
+
+    python bench/bench_core.py [--quick] [--json out.json]
+
+Measures
+- set_tensor + invoke + get_tensor on a tiny ADD model: opaque_ops vs
+  ai-edge-litert (and tflite-runtime if installed) vs raw C-API calls via cffi;
+- the zero-copy path (tensor() views) vs raw C-API calls;
+- compile_ops cold vs warm cache;
+- `import opaque_ops` time.
+Prints ratios; never asserts on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def tiny_model() -> bytes:
+    from opaque_ops.model import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.add_tensor("x", [5], np.float32)
+    c = b.add_constant("c", np.arange(5, dtype=np.float32))
+    y = b.add_tensor("y", [5], np.float32)
+    b.add_op("ADD", [x, c], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    return b.build()
+
+
+def per_call(fn, n: int, repeats: int = 7) -> float:
+    """Median over repeats of the mean time of one call, in microseconds."""
+    for _ in range(min(n, 2000)):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        samples.append((time.perf_counter() - t) / n * 1e6)
+    return statistics.median(samples)
+
+
+def bench_tiny(n: int) -> dict:
+    import opaque_ops as oo
+    from opaque_ops import _native
+
+    data = tiny_model()
+    x = np.ones(5, np.float32)
+    res = {}
+
+    it = oo.Interpreter(model_content=data)
+    it.allocate_tensors()
+    i_in, i_out = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
+
+    def ours():
+        it.set_tensor(i_in, x)
+        it.invoke()
+        return it.get_tensor(i_out)
+
+    res["opaque_ops"] = per_call(ours, n)
+
+    vin = it.tensor(i_in)()
+    vout = it.tensor(i_out)()
+
+    def ours_views():
+        vin[:] = x
+        it.invoke()
+        return vout.copy()
+
+    res["opaque_ops_views"] = per_call(ours_views, n)
+
+    # Raw C-API floor: cached numpy view of the input, invoke, copy the output.
+    native = _native.NativeInterpreter(_native.NativeModel(data), [])
+    native.allocate()
+    rin = native.input_tensor(0).view()
+    rout = native.output_tensor(0).view()
+    raw_invoke = native.rt.lib.TfLiteInterpreterInvoke
+    handle = native._interp
+
+    def raw():
+        rin[:] = x
+        raw_invoke(handle)
+        return rout.copy()
+
+    res["raw_cffi"] = per_call(raw, n)
+
+    for modname in ("ai_edge_litert.interpreter", "tflite_runtime.interpreter"):
+        try:
+            mod = __import__(modname, fromlist=["Interpreter"])
+        except Exception:
+            continue
+        peer = mod.Interpreter(model_content=data)
+        peer.allocate_tensors()
+        p_in, p_out = peer.get_input_details()[0]["index"], peer.get_output_details()[0]["index"]
+
+        def theirs(peer=peer, p_in=p_in, p_out=p_out):
+            peer.set_tensor(p_in, x)
+            peer.invoke()
+            return peer.get_tensor(p_out)
+
+        res[modname.split(".")[0]] = per_call(theirs, n)
+    return res
+
+
+def bench_compile() -> dict:
+    import opaque_ops as oo
+
+    src = (ROOT / "examples" / "atan" / "atan.c").read_text() + f"\n/* {time.time_ns()} */\n"
+    with tempfile.TemporaryDirectory() as d:
+        t = time.perf_counter()
+        oo.compile_ops(src, ops={"Atan": "AtanOpRegistrationExternal"}, cache_dir=d)
+        cold = time.perf_counter() - t
+        warm = []
+        for _ in range(20):
+            t = time.perf_counter()
+            oo.compile_ops(src, ops={"Atan": "AtanOpRegistrationExternal"}, cache_dir=d)
+            warm.append(time.perf_counter() - t)
+    return {"compile_cold_ms": cold * 1e3, "compile_warm_ms": statistics.median(warm) * 1e3}
+
+
+def bench_import(runs: int = 7) -> dict:
+    code = "import time; t=time.perf_counter(); import opaque_ops; print(time.perf_counter()-t)"
+    times = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout) for _ in range(runs)]
+    code_np = "import time; t=time.perf_counter(); import opaque_ops, numpy; opaque_ops.Interpreter; print(time.perf_counter()-t)"
+    times_full = [float(subprocess.run([sys.executable, "-c", code_np], capture_output=True, text=True).stdout) for _ in range(runs)]
+    return {"import_ms": statistics.median(times) * 1e3, "import_with_numpy_and_interpreter_ms": statistics.median(times_full) * 1e3}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    n = 5000 if args.quick else 50000
+    tiny = bench_tiny(n)
+    comp = bench_compile()
+    imp = bench_import(3 if args.quick else 7)
+    peer = tiny.get("ai_edge_litert")
+    print("\n== set_tensor + invoke + get_tensor, 5-element ADD model (µs per iteration) ==")
+    print(f"{'implementation':<22}{'µs':>8}{'vs ai-edge-litert':>20}{'vs raw cffi':>14}")
+    for k, v in tiny.items():
+        r1 = f"{v / peer:.2f}x" if peer else "-"
+        print(f"{k:<22}{v:8.2f}{r1:>20}{v / tiny['raw_cffi']:>13.2f}x")
+    print("\n== compile_ops ==")
+    print(f"cold {comp['compile_cold_ms']:.0f} ms, warm (cache hit) {comp['compile_warm_ms']:.2f} ms")
+    print("\n== import ==")
+    print(f"import opaque_ops: {imp['import_ms']:.1f} ms; with numpy + Interpreter: {imp['import_with_numpy_and_interpreter_ms']:.1f} ms")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"tiny_us": tiny, **comp, **imp}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

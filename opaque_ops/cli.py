@@ -1,0 +1,385 @@
+"""The ``opaque-ops`` command: inspect, run, build and benchmark models with custom ops.
+
+::
+
+    opaque-ops inspect model.tflite [--ops kernels:convolution2d_transpose_bias]
+    opaque-ops run model.tflite --ops my_ops.c --input x=x.npy --output-dir out/
+    opaque-ops bench model.tflite --ops libmy_ops.so --runs 100 --threads 2
+    opaque-ops build ...            (see ``opaque-ops build --help``)
+
+``--ops`` takes a prebuilt library (``.so``), a C source (``.c``, compiled and
+cached) or ``kernels:NAME`` for a kernel bundled with opaque_ops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+PROG = "opaque-ops"
+
+
+class CliError(Exception):
+    """A usage problem found after argument parsing (bad --input, unknown name...)."""
+
+
+# --------------------------------------------------------------- helpers --
+
+
+def _load_libs(specs) -> list:
+    """Turn ``--ops`` values into op libraries."""
+    from . import kernels
+    from .oplib import compile_ops, load_ops
+
+    libs = []
+    for spec in specs or ():
+        if spec.startswith("kernels:"):
+            libs.append(kernels.kernel(spec.split(":", 1)[1]))
+        elif spec.endswith(".c"):
+            if not Path(spec).is_file():
+                raise CliError(f"C source {spec} does not exist")
+            libs.append(compile_ops(spec))
+        else:
+            libs.append(load_ops(spec))
+    return libs
+
+
+def _describe_options(raw: bytes | None) -> str:
+    """Custom options as text: a flexbuffer map decoded, otherwise raw bytes (and int32s)."""
+    if not raw:
+        return "no options"
+    from .model import decode_flex_options
+
+    try:
+        decoded = decode_flex_options(raw)
+        if isinstance(decoded, dict):
+            return "{" + ", ".join(f"{k}={_short(v)}" for k, v in decoded.items()) + "}"
+    except Exception:  # noqa: BLE001 - not a flexbuffer: show it raw
+        pass
+    text = f"raw {len(raw)} bytes"
+    if len(raw) % 4 == 0 and len(raw) <= 64:
+        ints = [int.from_bytes(raw[i:i + 4], "little", signed=True) for i in range(0, len(raw), 4)]
+        text += f" (int32 {ints})"
+    else:
+        text += f" ({raw[:16].hex()}{'...' if len(raw) > 16 else ''})"
+    return text
+
+
+def _short(v) -> str:
+    if isinstance(v, (bytes, bytearray)):
+        return f"<{len(v)} bytes>"
+    if isinstance(v, str):
+        return repr(v)
+    s = repr(v)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def _dtype_name(t) -> str:
+    return t.dtype.name if t.dtype is not None else t.type_name
+
+
+def _shape(t) -> str:
+    shape = list(t.shape_signature) if t.shape_signature else list(t.shape)
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+# -------------------------------------------------------------- commands --
+
+
+def cmd_inspect(args) -> int:
+    from .model import read_model
+
+    path = Path(args.model)
+    if not path.is_file():
+        raise CliError(f"model file {path} does not exist")
+    info = read_model(path)
+    libs = _load_libs(args.ops)
+    provided = {op for lib in libs for op in lib.ops}
+    sg = info.subgraphs[0]
+    out = []
+    out.append(f"model: {path} ({path.stat().st_size} bytes, schema v{info.version}, "
+               f"{len(info.subgraphs)} subgraph(s))")
+    if info.description:
+        out.append(f"description: {info.description}")
+    for title, idxs in (("inputs", sg.inputs), ("outputs", sg.outputs)):
+        out.append(f"{title}:")
+        for i in idxs:
+            t = sg.tensors[i]
+            out.append(f"  {t.name}  {_shape(t)}  {_dtype_name(t)}  (tensor {i})")
+    counts: dict[str, int] = {}
+    for g in info.subgraphs:
+        for op in g.operators:
+            label = f"{op.op_name} v{op.version}" if op.is_custom else op.op_name
+            counts[label] = counts.get(label, 0) + 1
+    total = sum(counts.values())
+    out.append(f"operators: {total}")
+    for label, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        out.append(f"  {n:4d} x {label}")
+    custom = info.custom_ops()
+    out.append(f"custom ops: {len(custom)}" + ("" if libs else " (no --ops given)"))
+    missing = 0
+    for name, version in custom:
+        if (name, version) in provided:
+            status = "resolved"
+        else:
+            missing += 1
+            others = sorted(v for n, v in provided if n == name)
+            status = "MISSING" + (f" (libraries have it as v{', v'.join(map(str, others))})" if others else "")
+        opts = sorted({_describe_options(op.custom_options)
+                       for g in info.subgraphs for op in g.operators
+                       if op.is_custom and op.op_name == name and op.version == version})
+        n_uses = sum(1 for g in info.subgraphs for op in g.operators
+                     if op.is_custom and op.op_name == name and op.version == version)
+        out.append(f"  {name} v{version}  x{n_uses}  {status}")
+        for o in opts[:4]:
+            out.append(f"      options: {o}")
+        if len(opts) > 4:
+            out.append(f"      ... and {len(opts) - 4} more option sets")
+    if info.signatures:
+        out.append("signatures:")
+        for s in info.signatures:
+            out.append(f"  {s.key}: inputs {sorted(s.inputs)} -> outputs {sorted(s.outputs)}")
+    else:
+        out.append("signatures: none")
+    if custom:
+        out.append(f"{len(custom) - missing} of {len(custom)} custom ops resolved")
+    print("\n".join(out))
+    return 0
+
+
+def _parse_inputs(items) -> dict[str, str]:
+    found = {}
+    for item in items or ():
+        if "=" not in item:
+            raise CliError(f"--input takes NAME=FILE.npy, got {item!r}")
+        name, file = item.split("=", 1)
+        found[name] = file
+    return found
+
+
+def _make_interpreter(args):
+    from .interpreter import Interpreter
+
+    path = Path(args.model)
+    if not path.is_file():
+        raise CliError(f"model file {path} does not exist")
+    return Interpreter(model_path=str(path), custom_ops=_load_libs(args.ops),
+                       num_threads=getattr(args, "threads", None))
+
+
+def _find_input(details, key: str) -> dict:
+    for d in details:
+        if d["name"] == key:
+            return d
+    if key.isdigit() and int(key) < len(details):
+        return details[int(key)]
+    raise CliError(f"the model has no input {key!r}; inputs: {', '.join(d['name'] for d in details)}")
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+
+    wanted = _parse_inputs(args.input)
+    it = _make_interpreter(args)
+    details = it.get_input_details()
+    arrays = {}
+    for key, file in wanted.items():
+        d = _find_input(details, key)
+        try:
+            arr = np.load(file, allow_pickle=False)
+        except OSError as exc:
+            raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
+        arrays[d["index"]] = (d, arr)
+    absent = [d["name"] for d in details if d["index"] not in arrays]
+    if absent:
+        raise CliError(f"no --input for {', '.join(absent)} (give NAME=FILE.npy for every input)")
+    for d, arr in arrays.values():
+        if tuple(arr.shape) != tuple(d["shape"]):
+            it.resize_tensor_input(d["index"], arr.shape)
+    it.allocate_tensors()
+    for d, arr in arrays.values():
+        it.set_tensor(d["index"], arr)
+    it.invoke()
+    out_dir = Path(args.output_dir) if args.output_dir else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    for d in it.get_output_details():
+        value = it.get_tensor(d["index"])
+        line = f"{d['name']}: shape {tuple(value.shape)} {value.dtype.name}"
+        if value.size and np.issubdtype(value.dtype, np.number):
+            line += f"  min {value.min():.6g} max {value.max():.6g}"
+        if out_dir is not None:
+            fname = re.sub(r"[^A-Za-z0-9_.-]", "_", d["name"]) or f"output{d['index']}"
+            np.save(out_dir / f"{fname}.npy", value)
+            line += f"  -> {out_dir / (fname + '.npy')}"
+        print(line)
+    return 0
+
+
+def _random_input(rng, shape, dtype):
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return rng.random(shape, dtype=np.float64).astype(dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(max(info.min, -128), min(info.max, 127) + 1, size=shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    if dtype.kind == "c":
+        return (rng.random(shape) + 1j * rng.random(shape)).astype(dtype)
+    raise CliError(f"bench cannot make random inputs of dtype {dtype}")
+
+
+class _Progress:
+    """A one-line progress display on stderr (only when useful)."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total = total
+        self.enabled = enabled
+        self.last = 0.0
+
+    def update(self, done: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self.last < 0.2):
+            return
+        self.last = now
+        width = 30
+        fill = int(width * done / max(self.total, 1))
+        sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {done}/{self.total} runs")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.update(self.total, force=True)
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _fmt_time(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    return f"{seconds * 1e3:.3f} ms"
+
+
+def cmd_bench(args) -> int:
+    import numpy as np
+
+    if args.runs < 1:
+        raise CliError("--runs must be at least 1")
+    if args.warmup < 0:
+        raise CliError("--warmup must be >= 0")
+    it = _make_interpreter(args)
+    it.allocate_tensors()
+    rng = np.random.default_rng(args.seed)
+    for d in it.get_input_details():
+        it.set_tensor(d["index"], _random_input(rng, tuple(d["shape"]), d["dtype"]))
+    for _ in range(args.warmup):
+        it.invoke()
+    # Time one run to decide whether a progress line is worth showing.
+    t0 = time.perf_counter()
+    it.invoke()
+    first = time.perf_counter() - t0
+    progress = _Progress(args.runs, enabled=sys.stderr.isatty() or first * args.runs > 2.0)
+    times = np.empty(args.runs)
+    times[0] = first
+    progress.update(1)
+    for i in range(1, args.runs):
+        t0 = time.perf_counter()
+        it.invoke()
+        times[i] = time.perf_counter() - t0
+        progress.update(i + 1)
+    progress.close()
+    threads = args.threads if args.threads is not None else "default"
+    print(f"model: {args.model}  runs: {args.runs}  warmup: {args.warmup}  threads: {threads}")
+    print(f"invoke: median {_fmt_time(np.median(times))}  p90 {_fmt_time(np.percentile(times, 90))}  "
+          f"min {_fmt_time(times.min())}")
+    return 0
+
+
+def cmd_build(argv) -> int:
+    try:
+        from . import build
+    except ImportError as exc:
+        raise CliError(f"the build command is not available in this installation ({exc})") from None
+    result = build.main(list(argv))
+    return int(result or 0)
+
+
+# ------------------------------------------------------------------ main --
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Inspect, run and benchmark TFLite models with custom ops.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    ops_help = "op library: a .so, a .c source (compiled, cached) or kernels:NAME (repeatable)"
+
+    pi = sub.add_parser("inspect", help="show a model's inputs, outputs, ops and which custom ops resolve")
+    pi.add_argument("model")
+    pi.add_argument("--ops", action="append", default=[], metavar="LIB", help=ops_help)
+    pi.set_defaults(func=cmd_inspect)
+
+    pr = sub.add_parser("run", help="run a model on .npy inputs")
+    pr.add_argument("model")
+    pr.add_argument("--ops", action="append", default=[], metavar="LIB", help=ops_help)
+    pr.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                    help="an input by tensor name (or position); repeat for each input")
+    pr.add_argument("--output-dir", metavar="DIR", help="write each output as NAME.npy here")
+    pr.add_argument("--threads", type=int, default=None, help="threads for builtin kernels")
+    pr.set_defaults(func=cmd_run)
+
+    pb = sub.add_parser("bench", help="time invoke() on random inputs")
+    pb.add_argument("model")
+    pb.add_argument("--ops", action="append", default=[], metavar="LIB", help=ops_help)
+    pb.add_argument("--runs", type=int, default=50, help="timed runs (default 50)")
+    pb.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
+    pb.add_argument("--threads", type=int, default=None, help="threads for builtin kernels")
+    pb.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    pb.set_defaults(func=cmd_bench)
+
+    sub.add_parser("build", help="build kernel libraries ahead of time (opaque-ops build --help)",
+                   add_help=False)
+    return p
+
+
+def _error(message: str) -> int:
+    line = " ".join(str(message).split())
+    sys.stderr.write(f"{PROG}: error: {line}\n")
+    return 1
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``opaque-ops`` console script.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0 on success, 1 on an error, 2 on a usage error.
+    """
+    from .errors import OpaqueOpsError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "build":
+            return cmd_build(argv[1:])
+        args = _parser().parse_args(argv)
+        return args.func(args)
+    except (CliError, OpaqueOpsError, OSError, ValueError) as exc:
+        return _error(str(exc) or type(exc).__name__)
+    except KeyboardInterrupt:
+        return _error("interrupted")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
