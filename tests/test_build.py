@@ -416,7 +416,8 @@ def _libasan() -> str:
 def test_sanitize_build_runs_under_asan(tmp_path, atan_model):
     # The documented recipe: LD_PRELOAD the ASan runtime, leak checks off.
     env = dict(os.environ, LD_PRELOAD=_libasan(), ASAN_OPTIONS="detect_leaks=0")
-    good = build_atan(tmp_path / "atan_asan.so", "--sanitize", "address,undefined")
+    # gcc explicitly: the preloaded runtime must be the one the library was built against.
+    good = build_atan(tmp_path / "atan_asan.so", "--sanitize", "address,undefined", "--cc", "gcc")
     syms = good.read_bytes()
     assert b"__asan_" in syms and b"__ubsan_" in syms, "not instrumented"
     r = run([sys.executable, "-c", _ASAN_SCRIPT, good, atan_model], env=env)
@@ -429,7 +430,7 @@ def test_sanitize_build_runs_under_asan(tmp_path, atan_model):
     src = tmp_path / "overflow.c"
     src.write_text(_OVERFLOW)
     bad = tmp_path / "overflow_asan.so"
-    assert oob.main([str(src), "--sanitize", "address", "-o", str(bad)]) == 0
+    assert oob.main([str(src), "--sanitize", "address", "--cc", "gcc", "-o", str(bad)]) == 0
     r = run([sys.executable, "-c", _ASAN_SCRIPT, bad, atan_model], env=env)
     assert r.returncode != 0
     assert "AddressSanitizer: heap-buffer-overflow" in r.stderr

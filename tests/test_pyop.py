@@ -1,0 +1,239 @@
+"""opaque_ops.python_op: numpy ops registered with TFLite, mixed with builtins and C ops."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import traceback
+
+import numpy as np
+import pytest
+
+import opaque_ops as oo
+from opaque_ops.model import ModelBuilder
+from opaque_ops.testing import run_op
+
+OFFSET = np.float32(0.5)
+
+
+def _chain_model(py_name="PySquare", version=1, options=None) -> bytes:
+    """x -> ADD(offset) -> <Python op> -> Atan (C) -> y."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [6], np.float32)
+    off = b.add_constant("offset", np.array([OFFSET], np.float32))
+    a = b.add_tensor("added", [6], np.float32)
+    s = b.add_tensor("squared", [6], np.float32)
+    y = b.add_tensor("y", [6], np.float32)
+    b.add_op("ADD", [x, off], [a])
+    b.add_custom_op(py_name, [a], [s], version=version, options=options)
+    b.add_custom_op("Atan", [s], [y], version=1)
+    b.set_inputs([x])
+    b.set_outputs([y])
+    return b.build()
+
+
+def _run(model: bytes, ops, x):
+    it = oo.Interpreter(model_content=model, custom_ops=ops)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+X = np.array([-3.0, -0.5, 0.0, 0.25, 2.0, 40.0], np.float32)
+
+
+def _reference(x, scale=1.0):
+    sq = (x + OFFSET) * (x + OFFSET) * np.float32(scale)
+    return np.arctan(sq.astype(np.float64)).astype(np.float32)
+
+
+def test_builtin_python_c_chain():
+    def square(inputs, outputs):
+        np.multiply(inputs[0], inputs[0], out=outputs[0])
+
+    op = oo.python_op("PySquare", invoke=square)
+    y = _run(_chain_model(), [op, oo.kernels.atan()], X)
+    np.testing.assert_array_max_ulp(y, _reference(X), maxulp=1)
+
+
+def test_returned_array_is_copied_in():
+    op = oo.python_op("PySquare", invoke=lambda i, o: i[0] ** 2)
+    y = _run(_chain_model(), [op, oo.kernels.atan()], X)
+    np.testing.assert_array_max_ulp(y, _reference(X), maxulp=1)
+
+
+def test_init_receives_options_and_state_is_passed():
+    from opaque_ops.model import decode_flex_options
+
+    seen = []
+
+    def init(options: bytes):
+        seen.append(options)
+        return decode_flex_options(options)
+
+    def invoke(inputs, outputs, state):
+        outputs[0][...] = inputs[0] * inputs[0] * np.float32(state["scale"])
+
+    op = oo.python_op("PySquare", invoke=invoke, init=init)
+    y = _run(_chain_model(options={"scale": 3.0}), [op, oo.kernels.atan()], X)
+    np.testing.assert_array_max_ulp(y, _reference(X, 3.0), maxulp=1)
+    assert decode_flex_options(seen[0]) == {"scale": 3.0}
+
+
+def test_prepare_sets_output_shapes_and_gets_specs():
+    seen = []
+
+    def prepare(inputs):
+        seen.append(inputs)
+        return [(1,), inputs[0].shape[::-1]]
+
+    def invoke(inputs, outputs):
+        return inputs[0].sum(keepdims=False).reshape(1), inputs[0].T * 2
+
+    op = oo.python_op("SumAndT", invoke=invoke, prepare=prepare)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    s, t = run_op(op, "SumAndT", inputs=[x], num_outputs=2)
+    np.testing.assert_array_equal(s, [15.0])
+    np.testing.assert_array_equal(t, x.T * 2)
+    assert seen[0][0].shape == (2, 3) and seen[0][0].dtype == np.float32
+
+
+def test_inputs_are_read_only_views():
+    def invoke(inputs, outputs):
+        inputs[0][0] = 1  # must not be allowed to modify an input tensor
+
+    op = oo.python_op("Scribble", invoke=invoke)
+    with pytest.raises(ValueError, match="read-only"):
+        run_op(op, "Scribble", inputs=[np.zeros(3, np.float32)])
+
+
+def test_exception_in_invoke_is_reraised_with_traceback():
+    def failing_square(inputs, outputs):
+        raise ZeroDivisionError("kernel bug in failing_square")
+
+    op = oo.python_op("PySquare", invoke=failing_square)
+    it = oo.Interpreter(model_content=_chain_model(), custom_ops=[op, oo.kernels.atan()])
+    it.allocate_tensors()
+    with pytest.raises(ZeroDivisionError, match="kernel bug") as info:
+        it.invoke()
+    frames = [f.name for f in traceback.extract_tb(info.value.__traceback__)]
+    assert "failing_square" in frames
+    assert frames[0] == "test_exception_in_invoke_is_reraised_with_traceback"
+
+
+def test_interpreter_usable_after_python_error():
+    calls = {"n": 0}
+
+    def flaky(inputs, outputs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("first call fails")
+        outputs[0][...] = inputs[0] * inputs[0]
+
+    op = oo.python_op("PySquare", invoke=flaky)
+    it = oo.Interpreter(model_content=_chain_model(), custom_ops=[op, oo.kernels.atan()])
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], X)
+    with pytest.raises(RuntimeError, match="first call fails"):
+        it.invoke()
+    it.invoke()  # no stale exception is left behind
+    np.testing.assert_array_max_ulp(it.get_tensor(it.get_output_details()[0]["index"]), _reference(X), 1)
+
+
+def test_exception_in_prepare_and_init_surface_at_allocate():
+    def bad_prepare(inputs):
+        raise KeyError("no such axis")
+
+    op = oo.python_op("P", invoke=lambda i, o: None, prepare=bad_prepare)
+    with pytest.raises(KeyError, match="no such axis"):
+        run_op(op, "P", inputs=[np.ones(2, np.float32)])
+
+    def bad_init(options):
+        raise ValueError("bad options in init")
+
+    op2 = oo.python_op("I", invoke=lambda i, o, s: None, init=bad_init)
+    with pytest.raises(ValueError, match="bad options in init"):
+        run_op(op2, "I", inputs=[np.ones(2, np.float32)])
+
+
+def test_bad_return_values_are_clear_errors():
+    op = oo.python_op("Wrong", invoke=lambda i, o: np.zeros(7, np.float32))
+    with pytest.raises(ValueError, match=r"returned shape \(7,\) for output 0"):
+        run_op(op, "Wrong", inputs=[np.ones(3, np.float32)])
+    op2 = oo.python_op("WrongPrep", invoke=lambda i, o: None, prepare=lambda ins: [(1,), (2,)])
+    with pytest.raises(ValueError, match="2 shapes for 1 outputs"):
+        run_op(op2, "WrongPrep", inputs=[np.ones(3, np.float32)])
+    op3 = oo.python_op("Cast", invoke=lambda i, o: np.array([1.5, 2.5]))
+    with pytest.raises(TypeError):  # float64 -> int32 is not a same_kind cast
+        run_op(op3, "Cast", inputs=[np.ones(2, np.int32)])
+
+
+def test_library_interface_and_version():
+    op = oo.python_op("PySquare", invoke=lambda i, o: i[0] ** 2, version=2)
+    assert op.ops == [("PySquare", 2)] and op.names == ["PySquare"]
+    assert [(o.name, o.version) for o in op.operators()] == [("PySquare", 2)]
+    with pytest.raises(oo.UnresolvedOpsError):
+        _run(_chain_model(version=1), [op, oo.kernels.atan()], X)
+    y = _run(_chain_model(version=2), [op, oo.kernels.atan()], X)
+    np.testing.assert_array_max_ulp(y, _reference(X), 1)
+
+
+def test_argument_validation():
+    with pytest.raises(ValueError):
+        oo.python_op("", invoke=lambda i, o: None)
+    with pytest.raises(TypeError):
+        oo.python_op("X", invoke=None)
+    with pytest.raises(ValueError):
+        oo.python_op("X", invoke=lambda i, o: None, version=0)
+
+
+def test_op_object_may_die_before_interpreter():
+    import weakref
+
+    class State:
+        pass
+
+    states = []
+
+    def init(options):
+        st = State()
+        states.append(weakref.ref(st))
+        return st
+
+    op = oo.python_op("PySquare", invoke=lambda i, o, s: i[0] ** 2, init=init)
+    it = oo.Interpreter(model_content=_chain_model(), custom_ops=[op, oo.kernels.atan()])
+    del op
+    gc.collect()
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], X)
+    it.invoke()
+    assert len(states) == 1 and states[0]() is not None
+    del it
+    gc.collect()
+    # Deleting the interpreter ran the op's free(), which dropped the node state
+    # (the callbacks outlived the PythonOp object).
+    assert states[0]() is None
+
+
+def test_exceptions_stay_on_their_thread():
+    def failing(inputs, outputs):
+        raise LookupError("from the worker thread")
+
+    op = oo.python_op("PySquare", invoke=failing)
+    caught = []
+
+    def worker():
+        it = oo.Interpreter(model_content=_chain_model(), custom_ops=[op, oo.kernels.atan()])
+        try:
+            it.invoke()
+        except LookupError as exc:
+            caught.append(exc)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert len(caught) == 1
+    # Nothing leaked to this thread: a good model runs cleanly here.
+    good = oo.python_op("PySquare", invoke=lambda i, o: i[0] ** 2)
+    np.testing.assert_array_max_ulp(_run(_chain_model(), [good, oo.kernels.atan()], X), _reference(X), 1)
