@@ -28,7 +28,8 @@ class OpLibrary:
     """
 
     def __init__(self, path, *, cache_hit: bool = False, build_log: str = ""):
-        self.path = Path(path)
+        # Absolute: dlopen searches the library path for names without a "/".
+        self.path = Path(path).resolve()
         self.cache_hit = cache_hit
         self.build_log = build_log
         self._kernel = _native.KernelLibrary(str(self.path))

@@ -17,10 +17,13 @@ import argparse
 import importlib.util
 import json
 import os
+import random
+import re
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -76,15 +79,15 @@ import os, random, sys, json
 import numpy as np
 sys.path.insert(0, {root!r})
 import opaque_ops as oo
-from tools.fuzz_models import mutate, seed_models
+from tools.fuzz_models import input_for, reason_key, seed_models
 seeds = seed_models()
-rng = random.Random({seed})
-last = {last!r}
 stats = {{"ok": 0, "rejected": 0, "reasons": {{}}}}
-for i in range({n}):
-    data = mutate(rng.choice(seeds), rng)
-    with open(last, "wb") as f:
-        f.write(data)
+out = sys.stdout
+for i in range({start}, {stop}):
+    data = input_for(seeds, {seed}, i)
+    # The parent reads the last index printed to find the input of a crash.
+    out.write("I %d\n" % i)
+    out.flush()
     try:
         it = oo.Interpreter(model_content=data, use_xnnpack={xnnpack})
         it.allocate_tensors()
@@ -96,48 +99,111 @@ for i in range({n}):
         stats["ok"] += 1
     except oo.OpaqueOpsError as e:
         stats["rejected"] += 1
-        key = type(e).__name__ + ": " + str(e).split(":")[0][:60]
+        key = reason_key(e)
         stats["reasons"][key] = stats["reasons"].get(key, 0) + 1
     except Exception as e:
-        print("FINDING", type(e).__name__, e, file=sys.stderr)
-        os.replace(last, last + ".finding-%d" % i)
-        sys.exit(3)
-print(json.dumps(stats))
+        out.write("FINDING %d %s: %s\n" % (i, type(e).__name__, str(e)[:300]))
+        out.flush()
+out.write("STATS " + json.dumps(stats) + "\n")
 """
 
 
-def run(n: int, seed: int, workdir: Path, chunk: int = 2000, xnnpack: bool = False) -> dict:
-    """Run n inputs in child processes of `chunk` inputs each; return totals."""
-    totals = {"inputs": 0, "ok": 0, "rejected": 0, "crashes": 0, "findings": 0, "reasons": {}, "crash_files": []}
-    done = 0
-    s = seed
-    while done < n:
-        k = min(chunk, n - done)
-        last = str(workdir / f"last-{s}.bin")
-        code = CHILD.format(root=str(ROOT), seed=s, n=k, last=last, xnnpack=xnnpack)
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-        if p.returncode == 0:
-            st = json.loads(p.stdout.strip().splitlines()[-1])
-            totals["ok"] += st["ok"]
-            totals["rejected"] += st["rejected"]
-            for r, c in st["reasons"].items():
-                totals["reasons"][r] = totals["reasons"].get(r, 0) + c
-            totals["inputs"] += k
-        elif p.returncode == 3:
-            totals["findings"] += 1
-            totals["inputs"] += k
-        else:
-            # Killed by a signal: keep the input that did it, continue with a new seed.
-            totals["crashes"] += 1
-            keep = workdir / f"crash-seed{s}.bin"
-            if os.path.exists(last):
-                os.replace(last, keep)
-                totals["crash_files"].append(str(keep))
-            totals["inputs"] += k
-            totals.setdefault("crash_stderr", []).append(p.stderr[-500:])
-        done += k
-        s += 1
+def input_for(seeds: list[bytes], seed: int, i: int) -> bytes:
+    """Input number ``i`` of a run: deterministic, so a crash can be replayed from its index."""
+    rng = random.Random(f"{seed}:{i}")
+    return mutate(rng.choice(seeds), rng)
+
+
+def reason_key(exc: BaseException) -> str:
+    """A short, count-friendly reason: exception class and message with numbers and names masked."""
+    msg = str(exc).replace("<model_content>", "").strip()
+    msg = re.sub(r"'[^']*'", "'…'", msg)
+    msg = re.sub(r"\d+", "N", msg)
+    msg = re.sub(r"^ ?is not a usable TFLite model: ", "", msg)
+    return f"{type(exc).__name__}: {msg[:90]}"
+
+
+def _run_range(seed: int, start: int, stop: int, xnnpack: bool, timeout: float) -> dict:
+    """Run inputs [start, stop) in one child; on a crash or hang, report it and return."""
+    code = CHILD.format(root=str(ROOT), seed=seed, start=start, stop=stop, xnnpack=xnnpack)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = {"done": start, "stats": None, "crash": None, "findings": []}
+    try:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                           timeout=timeout)
+        stdout, stderr, rc = p.stdout, p.stderr, p.returncode
+    except subprocess.TimeoutExpired as exc:
+        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        stderr, rc = "", "timeout"
+    last = start - 1
+    for line in stdout.splitlines():
+        if line.startswith("I "):
+            last = int(line[2:])
+        elif line.startswith("FINDING "):
+            res["findings"].append(line[8:])
+        elif line.startswith("STATS "):
+            res["stats"] = json.loads(line[6:])
+    if res["stats"] is not None and rc == 0:
+        res["done"] = stop
+        return res
+    # Crash (signal or abort) or hang at input `last`: the inputs before it are
+    # counted as passed (their outcomes are lost with the child, but they did
+    # not crash); the child is restarted after it.
+    res["crash"] = {"index": last, "returncode": rc, "stderr": stderr[-800:]}
+    res["done"] = last + 1
+    res["partial"] = last - start
+    return res
+
+
+def run(n: int, seed: int, workdir: Path, chunk: int = 1000, xnnpack: bool = False,
+        workers: int = 1, progress: bool = False) -> dict:
+    """Run inputs 0..n-1 in child processes; return the totals.
+
+    Returns
+    -------
+    dict
+        ``inputs``, ``ok`` and ``rejected`` (counted by children that finished),
+        ``unaccounted`` (inputs run by a child that later crashed), ``reasons``
+        (rejection reason -> count), ``crashes`` (with the index and saved file
+        of each), ``findings`` (non-OpaqueOpsError exceptions).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    seeds = seed_models()
+    totals = {"inputs": n, "ok": 0, "rejected": 0, "unaccounted": 0, "crashes": [], "findings": [],
+              "reasons": {}}
+    lock = threading.Lock()
+    todo = [(s, min(s + chunk, n)) for s in range(0, n, chunk)]
+
+    def work(rng_range):
+        start, stop = rng_range
+        while start < stop:
+            res = _run_range(seed, start, stop, xnnpack, timeout=60 + 2.0 * (stop - start))
+            with lock:
+                st = res["stats"]
+                if st is not None:
+                    totals["ok"] += st["ok"]
+                    totals["rejected"] += st["rejected"]
+                    for r, c in st["reasons"].items():
+                        totals["reasons"][r] = totals["reasons"].get(r, 0) + c
+                totals["findings"].extend(res["findings"])
+                if res["crash"] is not None:
+                    c = res["crash"]
+                    totals["unaccounted"] += res["partial"]
+                    if c["index"] >= start:
+                        keep = workdir / f"crash-{seed}-{c['index']}.tflite"
+                        keep.write_bytes(input_for(seeds, seed, c["index"]))
+                        c["file"] = str(keep)
+                    totals["crashes"].append(c)
+                    if progress:
+                        print(f"crash at input {c['index']} (rc {c['returncode']})", file=sys.stderr, flush=True)
+            start = res["done"] if res["done"] > start else start + 1
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for i, _ in enumerate(pool.map(work, todo)):
+            if progress:
+                print(f"chunk {i + 1}/{len(todo)}: ok {totals['ok']} rejected {totals['rejected']} "
+                      f"crashes {len(totals['crashes'])}", file=sys.stderr, flush=True)
     return totals
 
 
@@ -148,11 +214,17 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--xnnpack", action="store_true", help="apply the XNNPACK delegate (see the module notes)")
+    ap.add_argument("--workers", type=int, default=1, help="child processes run at once")
+    ap.add_argument("--chunk", type=int, default=1000, help="inputs per child process")
+    ap.add_argument("--progress", action="store_true", help="print progress to stderr")
     args = ap.parse_args(argv)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="oo_fuzz_"))
     workdir.mkdir(parents=True, exist_ok=True)
     t = time.time()
-    totals = run(args.n, args.seed, workdir, xnnpack=args.xnnpack)
+    totals = run(args.n, args.seed, workdir, chunk=args.chunk, xnnpack=args.xnnpack,
+                 workers=args.workers, progress=args.progress)
+    totals["crash_count"] = len(totals["crashes"])
+    totals["finding_count"] = len(totals["findings"])
     totals["seconds"] = round(time.time() - t, 1)
     print(json.dumps(totals, indent=2))
     if args.json:
