@@ -23,9 +23,9 @@ CATALOG: dict[str, list[tuple[str, int]]] = {
     "clamp": [("Clamp", 1)],
     "extract_image_patches": [("ExtractImagePatches", 1)],
     "convolution2d_transpose_bias": [("Convolution2DTransposeBias", 1)],
-    "transform_tensor_bilinear": [("TransformTensorBilinear", 1), ("TransformTensorBilinear", 2)],
-    "landmarks_to_transform_matrix": [("Landmarks2TransformMatrix", 1), ("Landmarks2TransformMatrix", 2)],
-    "transform_landmarks": [("TransformLandmarks", 1), ("TransformLandmarks", 2)],
+    "transform_tensor_bilinear": [("TransformTensorBilinear", 2)],
+    "landmarks_to_transform_matrix": [("Landmarks2TransformMatrix", 2)],
+    "transform_landmarks": [("TransformLandmarks", 2)],
     "max_pooling_with_argmax": [("MaxPoolingWithArgmax2D", 1)],
     "max_unpooling": [("MaxUnpooling2D", 1)],
 }

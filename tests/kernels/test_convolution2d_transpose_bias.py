@@ -1,0 +1,419 @@
+"""Convolution2DTransposeBias v1 (c/kernels/convolution2d_transpose_bias.c).
+
+The numpy reference is written from the op's definition (FACTS.md,
+"Convolution2DTransposeBias"): every output starts at its bias and products
+are added in MediaPipe's order.  For one output element that order is input y
+ascending, input x ascending, input channel ascending; since ky = oy + pad -
+iy*stride falls as iy rises, it is "ky descending, kx descending, channel
+ascending".  Each (ky, kx, channel) step touches distinct outputs, so it can be
+vectorised over the image while keeping every element's order, and float32
+numpy arithmetic then rounds exactly as the C loop does (no FMA).  The kernel
+must match it bit for bit.
+
+Interpreters here pass use_xnnpack=False: XNNPACK implements this op itself
+and would otherwise run the node instead of the kernel (see
+test_xnnpack_claims_the_node_by_default).
+"""
+import ctypes
+import os
+import random
+import struct
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import opaque_ops as oo
+import opaque_ops.kernels as K
+from opaque_ops import _paths
+from opaque_ops.model import ModelBuilder
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SAME, VALID = 1, 2
+
+
+# ------------------------------------------------------------------ reference
+
+def out_geometry(size, k, s, padding):
+    """Output length and leading pad along one axis."""
+    pad = max(0, k - ((size - 1) % s) - 1) if padding == SAME else 0
+    return s * (size - 1) + k - pad, pad // 2
+
+
+def reference(x, w, bias, padding, stride_w, stride_h):
+    """out[n,y,x,o] = bias[o] + sum in[n,iy,ix,i] * W[o,ky,kx,i], in MediaPipe's order."""
+    x = np.asarray(x, np.float32)
+    w = np.asarray(w, np.float32)
+    bias = np.asarray(bias, np.float32)
+    n, ih, iw, ic = x.shape
+    oc, kh, kw, _ = w.shape
+    oh, pt = out_geometry(ih, kh, stride_h, padding)
+    ow, pl = out_geometry(iw, kw, stride_w, padding)
+    out = np.empty((n, oh, ow, oc), np.float32)
+    out[...] = bias
+    iys, ixs = np.arange(ih), np.arange(iw)
+    for ky in reversed(range(kh)):
+        oys = iys * stride_h - pt + ky
+        vy = (oys >= 0) & (oys < oh)
+        if not vy.any():
+            continue
+        ry = iys[vy]
+        sy = slice(oys[vy][0], oys[vy][-1] + 1, stride_h)
+        for kx in reversed(range(kw)):
+            oxs = ixs * stride_w - pl + kx
+            vx = (oxs >= 0) & (oxs < ow)
+            if not vx.any():
+                continue
+            rx = ixs[vx]
+            sx = slice(oxs[vx][0], oxs[vx][-1] + 1, stride_w)
+            patch = x[:, ry[0]:ry[-1] + 1, rx[0]:rx[-1] + 1, :]
+            for c in range(ic):
+                # float32 product, then float32 add: two roundings, like the C loop.
+                out[:, sy, sx, :] += patch[..., c, None] * w[None, None, None, :, ky, kx, c]
+    return out
+
+
+def options(padding, stride_w, stride_h):
+    return struct.pack("<3i", padding, stride_w, stride_h)
+
+
+def one_op_model(x_shape, w, bias, opts, dequantize=False, out_shape=(1, 1, 1, 1)):
+    """data -> Convolution2DTransposeBias(weights, bias); weights via DEQUANTIZE if asked."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", list(x_shape), np.float32)
+    if dequantize:
+        w16 = b.add_constant("w16", np.asarray(w, np.float16))
+        b16 = b.add_constant("b16", np.asarray(bias, np.float16))
+        wt = b.add_tensor("w", list(np.shape(w)), np.float32)
+        bt = b.add_tensor("b", list(np.shape(bias)), np.float32)
+        b.add_op("DEQUANTIZE", [w16], [wt])
+        b.add_op("DEQUANTIZE", [b16], [bt])
+    else:
+        wt = b.add_constant("w", np.asarray(w, np.float32))
+        bt = b.add_constant("b", np.asarray(bias, np.float32))
+    y = b.add_tensor("y", list(out_shape), np.float32)
+    b.add_custom_op("Convolution2DTransposeBias", [x, wt, bt], [y], options=opts)
+    b.set_inputs([x])
+    b.set_outputs([y])
+    return b.build()
+
+
+def run(model, x, lib=None, **kw):
+    it = oo.Interpreter(model_content=model, custom_ops=[lib or K.kernel("convolution2d_transpose_bias")],
+                        use_xnnpack=kw.pop("use_xnnpack", False), **kw)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+# A test-only build of the same kernel whose Prepare/Invoke count their calls,
+# so a test can tell whether the kernel or a delegate ran a node.
+COUNTING_SOURCE = textwrap.dedent(r"""
+    #include "opaque_ops.h"
+    #pragma push_macro("OPAQUE_OP")
+    #undef OPAQUE_OP
+    #define OPAQUE_OP(...) typedef int ctb_discarded_declaration
+    #include "convolution2d_transpose_bias.c"
+    #pragma pop_macro("OPAQUE_OP")
+
+    int ctb_test_prepares = 0;
+    int ctb_test_invokes = 0;
+    static TfLiteStatus CtbCountingPrepare(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
+      ctb_test_prepares++;
+      return CtbPrepare(c, n);
+    }
+    static TfLiteStatus CtbCountingInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
+      ctb_test_invokes++;
+      return CtbInvoke(c, n);
+    }
+    OPAQUE_OP("Convolution2DTransposeBias", 1, .init = CtbInit, .free = CtbFree,
+              .prepare = CtbCountingPrepare, .invoke = CtbCountingInvoke);
+""")
+
+
+class CountingKernel:
+    """The real kernel plus call counters read through ctypes."""
+
+    def __init__(self):
+        self.lib = oo.compile_ops(COUNTING_SOURCE, include_dirs=[str(_paths.kernels_dir())])
+        self._dll = ctypes.CDLL(str(self.lib.path))  # same handle: the library is already loaded
+
+    @property
+    def invokes(self):
+        return ctypes.c_int.in_dll(self._dll, "ctb_test_invokes").value
+
+    @property
+    def prepares(self):
+        return ctypes.c_int.in_dll(self._dll, "ctb_test_prepares").value
+
+
+@pytest.fixture(scope="module")
+def counting():
+    return CountingKernel()
+
+
+# ---------------------------------------------------------------- reference
+
+def test_reference_worked_example():
+    # 1x2x2x1 input, 2x2 kernel of ones, stride 2, VALID: each input pixel is
+    # spread over its own 2x2 block, plus bias 0.5.
+    x = np.array([1, 2, 3, 4], np.float32).reshape(1, 2, 2, 1)
+    w = np.ones((1, 2, 2, 1), np.float32)
+    out = reference(x, w, [0.5], VALID, 2, 2)
+    expect = np.array([[1, 1, 2, 2], [1, 1, 2, 2], [3, 3, 4, 4], [3, 3, 4, 4]], np.float32) + 0.5
+    np.testing.assert_array_equal(out[0, :, :, 0], expect)
+    # Stride 1, 2x2 kernel, VALID: overlapping sums.
+    out = reference(x, w, [0.0], VALID, 1, 1)
+    np.testing.assert_array_equal(out[0, :, :, 0], [[1, 3, 2], [4, 10, 6], [3, 7, 4]])
+    # SAME with stride 1 crops the total pad k-1 = 1, the front half of it being 0.
+    out = reference(x, w, [0.0], SAME, 1, 1)
+    np.testing.assert_array_equal(out[0, :, :, 0], [[1, 3], [4, 10]])
+
+
+def test_reference_matches_naive_loop():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 3, 4, 2)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 2, 2)).astype(np.float32)
+    bias = rng.standard_normal(3).astype(np.float32)
+    for padding, sw, sh in [(SAME, 2, 1), (VALID, 1, 3), (SAME, 3, 2)]:
+        got = reference(x, w, bias, padding, sw, sh)
+        oh, pt = out_geometry(3, 3, sh, padding)
+        ow, pl = out_geometry(4, 2, sw, padding)
+        naive = np.empty((1, oh, ow, 3), np.float32)
+        naive[...] = bias
+        for iy in range(3):
+            for ix in range(4):
+                for c in range(2):
+                    for ky in range(3):
+                        for kx in range(2):
+                            oy, ox = iy * sh - pt + ky, ix * sw - pl + kx
+                            if 0 <= oy < oh and 0 <= ox < ow:
+                                for o in range(3):
+                                    naive[0, oy, ox, o] = np.float32(
+                                        naive[0, oy, ox, o] + np.float32(x[0, iy, ix, c] * w[o, ky, kx, c]))
+        np.testing.assert_array_equal(got, naive)
+
+
+# ------------------------------------------------------------------- kernel
+
+def test_worked_example_through_kernel():
+    x = np.array([1, 2, 3, 4], np.float32).reshape(1, 2, 2, 1)
+    w = np.ones((1, 2, 2, 1), np.float32)
+    out = run(one_op_model(x.shape, w, [0.5], options(VALID, 2, 2)), x)
+    assert out.shape == (1, 4, 4, 1)
+    np.testing.assert_array_equal(out, reference(x, w, [0.5], VALID, 2, 2))
+
+
+def random_configs(n, seed):
+    rng = random.Random(seed)
+    for _ in range(n):
+        yield dict(
+            padding=rng.choice([SAME, VALID]),
+            stride_w=rng.randint(1, 3), stride_h=rng.randint(1, 3),
+            kh=rng.randint(1, 4), kw=rng.randint(1, 4),
+            batch=rng.randint(1, 2), h=rng.randint(1, 7), w=rng.randint(1, 7),
+            ic=rng.randint(1, 5), oc=rng.randint(1, 4),
+        )
+
+
+@pytest.mark.parametrize("cfg", list(random_configs(40, 7)), ids=lambda c: "p{padding}s{stride_w}{stride_h}k{kh}{kw}c{ic}{oc}".format(**c))
+def test_random_configs_bit_exact(cfg):
+    rng = np.random.default_rng(abs(hash(tuple(cfg.values()))) % 2**32)
+    x = rng.standard_normal((cfg["batch"], cfg["h"], cfg["w"], cfg["ic"])).astype(np.float32)
+    w = rng.standard_normal((cfg["oc"], cfg["kh"], cfg["kw"], cfg["ic"])).astype(np.float32)
+    bias = rng.standard_normal(cfg["oc"]).astype(np.float32)
+    opts = options(cfg["padding"], cfg["stride_w"], cfg["stride_h"])
+    got = run(one_op_model(x.shape, w, bias, opts), x)
+    want = reference(x, w, bias, cfg["padding"], cfg["stride_w"], cfg["stride_h"])
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("cfg", list(random_configs(8, 11)), ids=lambda c: "p{padding}s{stride_w}{stride_h}k{kh}{kw}".format(**c))
+def test_dequantize_fed_weights(cfg, counting):
+    """float16 constants -> DEQUANTIZE -> op, as in the selfie model: read at Invoke."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, cfg["h"], cfg["w"], cfg["ic"])).astype(np.float32)
+    w16 = rng.standard_normal((cfg["oc"], cfg["kh"], cfg["kw"], cfg["ic"])).astype(np.float16)
+    b16 = rng.standard_normal(cfg["oc"]).astype(np.float16)
+    opts = options(cfg["padding"], cfg["stride_w"], cfg["stride_h"])
+    before = counting.invokes
+    got = run(one_op_model(x.shape, w16, b16, opts, dequantize=True), x, lib=counting.lib)
+    assert counting.invokes == before + 1
+    want = reference(x, w16.astype(np.float32), b16.astype(np.float32), cfg["padding"], cfg["stride_w"], cfg["stride_h"])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_options_longer_than_12_bytes_are_accepted():
+    x = np.ones((1, 2, 2, 1), np.float32)
+    w = np.ones((1, 2, 2, 1), np.float32)
+    out = run(one_op_model(x.shape, w, [0.0], options(VALID, 2, 2) + b"\xff" * 20), x)
+    np.testing.assert_array_equal(out, reference(x, w, [0.0], VALID, 2, 2))
+
+
+def test_rerun_after_input_change_reads_fresh_data():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((2, 3, 3, 2)).astype(np.float32)
+    bias = np.array([0.25, -1], np.float32)
+    it = oo.Interpreter(model_content=one_op_model((1, 4, 4, 2), w, bias, options(SAME, 2, 2)),
+                        custom_ops=[K.kernel("convolution2d_transpose_bias")], use_xnnpack=False)
+    it.allocate_tensors()
+    for _ in range(2):
+        x = rng.standard_normal((1, 4, 4, 2)).astype(np.float32)
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]),
+                                      reference(x, w, bias, SAME, 2, 2))
+
+
+# ------------------------------------------------------------------- errors
+
+@pytest.mark.parametrize("opts, message", [
+    (None, "at least 12 bytes"),
+    (b"\x01\x00\x00\x00", "at least 12 bytes"),
+    (options(SAME, 2, 2)[:11], "got 11 bytes"),
+    (options(0, 2, 2), "padding must be 1 (SAME) or 2 (VALID), got 0"),
+    (options(3, 2, 2), "padding must be 1 (SAME) or 2 (VALID), got 3"),
+    (options(SAME, 0, 2), "strides must be positive"),
+    (options(VALID, 2, -1), "stride_h=-1"),
+    (options(VALID, -2147483648, 1), "stride_w=-2147483648"),
+])
+def test_bad_options_raise(opts, message):
+    x = np.ones((1, 2, 2, 1), np.float32)
+    model = one_op_model(x.shape, np.ones((1, 2, 2, 1), np.float32), [0.0], opts)
+    it = oo.Interpreter(model_content=model, custom_ops=[K.kernel("convolution2d_transpose_bias")], use_xnnpack=False)
+    with pytest.raises(oo.KernelError) as exc:
+        it.allocate_tensors()
+    assert "Convolution2DTransposeBias" in str(exc.value)
+    assert message in str(exc.value)
+
+
+def _model_with_tensors(x_shape, w_shape, b_shape, x_dtype=np.float32, w_dtype=np.float32, n_inputs=3):
+    b = ModelBuilder()
+    x = b.add_tensor("x", x_shape, x_dtype)
+    w = b.add_constant("w", np.ones(w_shape, w_dtype))
+    bb = b.add_constant("b", np.ones(b_shape, np.float32))
+    y = b.add_tensor("y", [1, 1, 1, 1], np.float32)
+    b.add_custom_op("Convolution2DTransposeBias", [x, w, bb][:n_inputs], [y], options=options(SAME, 2, 2))
+    b.set_inputs([x])
+    b.set_outputs([y])
+    return b.build()
+
+
+@pytest.mark.parametrize("args, message", [
+    (((1, 4, 4, 3), (2, 2, 2, 4), (2,)), "weights have 4 input channels"),
+    (((1, 4, 4, 3), (2, 2, 2, 3), (3,)), "bias has 3 elements but weights have 2"),
+    (((4, 4, 3), (2, 2, 2, 3), (2,)), "data must have rank 4, got 3"),
+    (((1, 4, 4, 3), (2, 2, 3), (2,)), "weights must have rank 4"),
+    (((1, 4, 4, 3), (2, 2, 2, 3), (1, 2)), "bias must have rank 1"),
+    (((1, 4, 4, 3), (2, 2, 2, 3), (2,), np.int32), "data must be float32, got INT32"),
+    (((1, 4, 4, 3), (2, 2, 2, 3), (2,), np.float32, np.float16), "weights must be float32, got FLOAT16"),
+    (((1, 4, 4, 3), (2, 2, 2, 3), (2,), np.float32, np.float32, 2), "expected 3 inputs"),
+    (((1, 0, 4, 3), (2, 2, 2, 3), (2,)), "must be positive"),
+])
+def test_bad_tensors_raise(args, message):
+    it = oo.Interpreter(model_content=_model_with_tensors(*args),
+                        custom_ops=[K.kernel("convolution2d_transpose_bias")], use_xnnpack=False)
+    with pytest.raises(oo.KernelError) as exc:
+        it.allocate_tensors()
+    assert message in str(exc.value)
+
+
+def test_huge_stride_is_an_error_not_an_overflow():
+    x = np.ones((1, 3, 3, 1), np.float32)
+    model = one_op_model(x.shape, np.ones((1, 2, 2, 1), np.float32), [0.0], options(VALID, 2**30, 2**30))
+    it = oo.Interpreter(model_content=model, custom_ops=[K.kernel("convolution2d_transpose_bias")], use_xnnpack=False)
+    with pytest.raises(oo.KernelError, match="output size is too large"):
+        it.allocate_tensors()
+
+
+HOSTILE_SCRIPT = textwrap.dedent(r"""
+    import random, resource, struct
+    import numpy as np
+    import opaque_ops as oo
+    import opaque_ops.kernels as K
+    from opaque_ops.model import ModelBuilder
+
+    # A runaway allocation must fail as an error, not take the machine down.
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+    lib = K.kernel("convolution2d_transpose_bias")
+    rng = random.Random(424242)
+    ok = err = 0
+    for n in range(200):
+        kind = n % 4
+        if kind == 0:      # random bytes of random length
+            data = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 24)))
+        elif kind == 1:    # plausible fields with wild values
+            data = struct.pack("<3i", *(rng.choice([-1, 0, 1, 2, 3, 7, 2**31 - 1, -2**31, rng.randrange(-5, 6)]) for _ in range(3)))
+        else:              # a valid struct with some bytes changed
+            data = bytearray(struct.pack("<3i", rng.choice([1, 2]), rng.randint(1, 3), rng.randint(1, 3)))
+            for _ in range(rng.randint(1, 3)):
+                data[rng.randrange(12)] = rng.randrange(256)
+            data = bytes(data)
+        b = ModelBuilder()
+        x = b.add_tensor("x", [1, 3, 4, 2], np.float32)
+        w = b.add_constant("w", np.ones((2, 3, 2, 2), np.float32))
+        bb = b.add_constant("b", np.zeros(2, np.float32))
+        y = b.add_tensor("y", [1, 1, 1, 1], np.float32)
+        b.add_custom_op("Convolution2DTransposeBias", [x, w, bb], [y], options=data or None)
+        b.set_inputs([x]); b.set_outputs([y])
+        try:
+            it = oo.Interpreter(model_content=b.build(), custom_ops=[lib], use_xnnpack=False)
+            it.allocate_tensors()
+            it.set_tensor(it.get_input_details()[0]["index"], np.ones((1, 3, 4, 2), np.float32))
+            it.invoke()
+            it.get_tensor(it.get_output_details()[0]["index"])
+            ok += 1
+        except oo.KernelError as exc:
+            assert "Convolution2DTransposeBias" in str(exc), exc
+            err += 1
+    print(ok, err)
+""")
+
+
+def test_hostile_option_bytes_never_crash():
+    proc = subprocess.run([sys.executable, "-c", HOSTILE_SCRIPT], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:{proc.stdout[-2000:]}\nstderr:{proc.stderr[-4000:]}"
+    ok, err = map(int, proc.stdout.split()[-2:])
+    assert ok + err == 200
+    assert ok >= 20 and err >= 50, (ok, err)
+
+
+# ------------------------------------------------------------------ XNNPACK
+
+def test_use_xnnpack_false_runs_the_kernel(counting):
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 5, 5, 3)).astype(np.float32)
+    w = rng.standard_normal((2, 2, 2, 3)).astype(np.float16)
+    bias = rng.standard_normal(2).astype(np.float16)
+    model = one_op_model(x.shape, w, bias, options(SAME, 2, 2), dequantize=True)
+    p0, i0 = counting.prepares, counting.invokes
+    got = run(model, x, lib=counting.lib, use_xnnpack=False)
+    assert counting.prepares > p0 and counting.invokes == i0 + 1
+    np.testing.assert_array_equal(got, reference(x, w.astype(np.float32), bias.astype(np.float32), SAME, 2, 2))
+
+
+def test_xnnpack_claims_the_node_by_default(counting):
+    """With the default use_xnnpack=True, XNNPACK runs the node: the kernel is never invoked.
+
+    The result is still the transposed convolution (XNNPACK's own), equal to
+    the reference up to float rounding.
+    """
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((1, 6, 6, 4)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 2, 4)).astype(np.float16)
+    bias = rng.standard_normal(3).astype(np.float16)
+    model = one_op_model(x.shape, w, bias, options(SAME, 2, 2), dequantize=True)
+    i0 = counting.invokes
+    it = oo.Interpreter(model_content=model, custom_ops=[counting.lib])
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    got = it.get_tensor(it.get_output_details()[0]["index"])
+    assert counting.invokes == i0, "the kernel ran although XNNPACK was expected to take the node"
+    np.testing.assert_allclose(got, reference(x, w.astype(np.float32), bias.astype(np.float32), SAME, 2, 2),
+                               rtol=1e-5, atol=1e-5)
