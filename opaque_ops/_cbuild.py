@@ -38,7 +38,10 @@ _DIAG = re.compile(r"^(?P<loc>[^\s:][^:]*:\d+(?::\d+)?): (?P<kind>(?:fatal )?err
 
 # Flags every kernel library is built with.  -Bsymbolic: each library's glue
 # calls its own copy even if another library exports the same names.
-BASE_CFLAGS = ["-std=gnu11", "-fPIC", "-Wall", "-Wno-unused-function", "-ffp-contract=off"]
+# -Werror=implicit-function-declaration: a misspelt API name must fail here,
+# not as an "undefined symbol" when the library is loaded.
+BASE_CFLAGS = ["-std=gnu11", "-fPIC", "-Wall", "-Wno-unused-function", "-ffp-contract=off",
+               "-Werror=implicit-function-declaration"]
 BASE_LDFLAGS = ["-Wl,-Bsymbolic"]
 
 

@@ -808,6 +808,12 @@ _pending = threading.local()
 def stash_exception(exc: BaseException) -> None:
     """Park ``exc`` for the current thread (the first one wins until popped)."""
     if getattr(_pending, "exc", None) is None:
+        # The frames' locals include numpy views of tensor memory, which the
+        # interpreter may free before anyone looks at the traceback; drop the
+        # locals and keep the lines.
+        import traceback
+
+        traceback.clear_frames(exc.__traceback__)
         _pending.exc = exc
 
 

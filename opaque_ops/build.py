@@ -54,8 +54,8 @@ __all__ = ["BuildError", "build_library", "main", "TARGETS", "CROSS_COMPILERS"]
 # Compiler flags of every standalone library.  -ffp-contract=off keeps float
 # results identical across x86-64 and AArch64 (which would otherwise fuse
 # multiply-adds); -Bsymbolic keeps each library calling its own glue.
-CFLAGS = ["-std=gnu11", "-fPIC", "-Wall", "-Wno-unused-function", "-ffp-contract=off"]
-LDFLAGS = ["-shared", "-Wl,-Bsymbolic"]
+CFLAGS = list(_cbuild.BASE_CFLAGS)
+LDFLAGS = ["-shared"] + _cbuild.BASE_LDFLAGS
 # The TfLite* symbols are undefined on purpose (they bind to the runtime at
 # load time).  -z defs + warn-unresolved makes the linker list every
 # undefined symbol as a warning, so any other one -- a typo'd function name

@@ -391,6 +391,14 @@ int TfLiteOperatorGetVersion(const TfLiteOperator* op);
   } while (0)
 #endif
 
+#ifndef TF_LITE_OPAQUE_ENSURE_STATUS
+#define TF_LITE_OPAQUE_ENSURE_STATUS(expr)   \
+  do {                                       \
+    const TfLiteStatus oo__status = (expr);  \
+    if (oo__status != kTfLiteOk) return oo__status; \
+  } while (0)
+#endif
+
 #ifndef TF_LITE_OPAQUE_ENSURE_NEAR
 #define TF_LITE_OPAQUE_ENSURE_NEAR(context, a, b, epsilon)                           \
   do {                                                                               \

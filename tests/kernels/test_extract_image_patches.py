@@ -17,7 +17,7 @@ from flatbuffers import flexbuffers as fx
 
 import opaque_ops as oo
 import opaque_ops.kernels as K
-from opaque_ops.model import ModelBuilder, flex_options
+from opaque_ops.model import ModelBuilder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
