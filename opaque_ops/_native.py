@@ -495,8 +495,12 @@ class TensorRef:
         """A numpy array over the tensor's own memory (valid until the next allocate/resize)."""
         dtype = self.dtype
         data = _runtime.lib.TfLiteTensorData(self._t)
-        if data == ffi.NULL or dtype is None or dtype == object:
+        if dtype is None or dtype == object:
             return None
+        if data == ffi.NULL:
+            shape = self.shape
+            # A tensor with no elements has no buffer; it is still a valid (empty) array.
+            return _np.empty(shape, dtype) if 0 in shape else None
         arr = _np.frombuffer(ffi.buffer(data, self.nbytes), dtype=dtype)
         return arr.reshape(self.shape)
 
