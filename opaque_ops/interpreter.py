@@ -485,6 +485,8 @@ def _write(t, value, what: str) -> None:
             f"{what}: expected shape {shape}, received {tuple(arr.shape)}. Reshape the array, or call "
             "resize_tensor_input() and allocate_tensors() first if the model accepts other shapes."
         )
+    if arr.size == 0:
+        return  # nothing to copy, and TFLite gives empty tensors no buffer
     if not t.has_data():
         raise InvalidInputError(f"{what}: the tensor has no memory yet; call allocate_tensors() first")
     arr = np.ascontiguousarray(arr)
