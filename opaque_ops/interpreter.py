@@ -20,6 +20,9 @@ from .errors import (
     UnresolvedOpsError,
 )
 
+# Custom ops the XNNPACK delegate recognises by name and runs itself.
+_XNNPACK_CUSTOM_OPS = {"Convolution2DTransposeBias", "MaxPoolingWithArgmax2D", "MaxUnpooling2D"}
+
 # Custom ops that TFLite's own builtin resolver provides.
 _RUNTIME_CUSTOM_OPS = {"Mfcc", "AudioSpectrogram", "TFLite_Detection_PostProcess", "NumericVerify"}
 
@@ -93,17 +96,17 @@ class Interpreter:
         ``opaque_ops.kernels``) or paths to prebuilt kernel libraries.
     library : str or path-like, optional
         The ``libtensorflowlite_c`` to use (see :func:`opaque_ops.runtime_info`).
-    use_xnnpack : bool, optional
-        Apply TFLite's XNNPACK delegate (default True, like ``tflite_runtime``).
-        The TFLite C API applies no delegate on its own, so opaque_ops adds it
-        explicitly, with ``num_threads`` threads.  XNNPACK runs the builtin
-        float ops several times faster, but it also claims the custom ops it
-        implements itself (MediaPipe's ``Convolution2DTransposeBias``; upstream
-        also lists ``MaxPoolingWithArgmax2D`` and ``MaxUnpooling2D``), so for
-        those nodes a kernel passed in ``custom_ops`` does not run, and a
-        model using them runs even with no kernel registered.  Pass
-        ``use_xnnpack=False`` to run every node with the reference builtin
-        kernels and your own custom kernels.
+    use_xnnpack : bool or None, optional
+        Apply TFLite's XNNPACK delegate to the builtin ops.  The TFLite C API
+        applies no delegate on its own, so opaque_ops adds it explicitly, with
+        ``num_threads`` threads; it runs float builtins several times faster.
+        XNNPACK also claims, by name, the custom ops it implements itself
+        (MediaPipe's ``Convolution2DTransposeBias``, ``MaxPoolingWithArgmax2D``
+        and ``MaxUnpooling2D``): for those nodes a kernel in ``custom_ops``
+        would not run, and its unpooling crashes on MediaPipe's float argmax
+        indices.  So the default, ``None``, means: on, unless the model uses
+        one of those ops.  ``True`` forces it on, ``False`` off.  The
+        attribute ``xnnpack`` tells what was chosen.
 
     Raises
     ------
@@ -120,7 +123,7 @@ class Interpreter:
         custom_ops=None,
         *,
         library=None,
-        use_xnnpack: bool = True,
+        use_xnnpack: bool | None = None,
     ):
         self._native = None
         self._closed = False
@@ -151,6 +154,9 @@ class Interpreter:
             raise ModelError(f"{self._model_name} is not a usable TFLite model: {exc}") from None
         self._libs = _as_op_libraries(custom_ops)
         operators = _collect_operators(self._libs)
+        if use_xnnpack is None:
+            use_xnnpack = not any(n in _XNNPACK_CUSTOM_OPS for n, _ in self._info.custom_ops())
+        self.xnnpack = bool(use_xnnpack)
         model = _native.NativeModel(data)
         if not model.ok:
             msgs = model.sink.take()
@@ -159,7 +165,8 @@ class Interpreter:
                 + ("; ".join(msgs) if msgs else "not a valid TFLite flatbuffer")
             )
         self._native = _native.NativeInterpreter(model, operators, num_threads=num_threads,
-                                                 use_xnnpack=bool(use_xnnpack))
+                                                 use_xnnpack=self.xnnpack)
+        self.xnnpack = self._native.xnnpack
         if not self._native.ok:
             msgs = self._native.sink.take()
             self._native = None

@@ -1392,3 +1392,60 @@ def read_model(source: bytes | bytearray | memoryview | str | os.PathLike) -> Mo
         raise ModelError(f"malformed model: {type(exc).__name__}: {exc}") from None
     model.has_identifier = has_id
     return model
+
+
+def check_model(info: ModelInfo) -> None:
+    """Reject graph structures that the TFLite runtime does not verify but trusts.
+
+    TFLite's own verifier checks the flatbuffer layout and tensor byte sizes,
+    but not the data flow between operators: a tensor written by two
+    operators, or an operator writing its own input, makes the memory planner
+    give two live tensors the same arena bytes (or a resource tensor a bogus
+    handle), and ``invoke()`` then corrupts the heap or segfaults.  These
+    checks are linear in the number of operator inputs and outputs.
+
+    Parameters
+    ----------
+    info : ModelInfo
+        From :func:`read_model`.
+
+    Raises
+    ------
+    ModelError
+        The message names the subgraph, operator and tensor at fault.
+    """
+    for sg in info.subgraphs:
+        tensors = sg.tensors
+        sg_inputs = set(sg.inputs)
+        producer: dict[int, int] = {}
+        for op in sg.operators:
+            ins = [t for t in op.inputs if t >= 0]
+            for t in op.outputs:
+                if t < 0:
+                    continue
+                if t in producer:
+                    raise ModelError(
+                        f"subgraph {sg.index} operator {op.index} ({op.op_name}) writes tensor {t}, "
+                        f"which operator {producer[t]} already writes: each tensor may have one producer")
+                if t in ins:
+                    raise ModelError(
+                        f"subgraph {sg.index} operator {op.index} ({op.op_name}) writes tensor {t}, "
+                        "which is also one of its own inputs")
+                if t in sg_inputs:
+                    raise ModelError(
+                        f"subgraph {sg.index} operator {op.index} ({op.op_name}) writes tensor {t}, "
+                        "which is an input of the subgraph")
+                if tensors[t].data is not None:
+                    raise ModelError(
+                        f"subgraph {sg.index} operator {op.index} ({op.op_name}) writes tensor {t}, "
+                        "which is a constant (it has data in the model)")
+                producer[t] = op.index
+        # An operator reading a tensor that only a later operator writes
+        # reads arena memory planned for someone else.
+        for op in sg.operators:
+            for t in op.inputs:
+                p = producer.get(t)
+                if p is not None and p >= op.index:
+                    raise ModelError(
+                        f"subgraph {sg.index} operator {op.index} ({op.op_name}) reads tensor {t} "
+                        f"before operator {p} writes it (operators must be in execution order)")

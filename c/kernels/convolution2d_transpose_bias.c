@@ -169,7 +169,7 @@ static TfLiteStatus CtbPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* n
   int pad_top = 0, pad_left = 0;
   int64_t oh = CtbOutSize(h, kh, d->stride_h, same, &pad_top);
   int64_t ow = CtbOutSize(wd, kw, d->stride_w, same, &pad_left);
-  if (oh < 0 || ow < 0 || (int64_t)n * oh * ow * oc > INT32_MAX) {
+  if (oh < 0 || ow < 0 || (int64_t)n * oh * ow * oc > INT32_MAX / (int64_t)sizeof(float)) {
     TF_LITE_OPAQUE_KERNEL_LOG(context,
                               "Convolution2DTransposeBias: output size is too large (input %dx%d, "
                               "kernel %dx%d, strides %d,%d)",
@@ -212,8 +212,8 @@ static TfLiteStatus CtbInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* no
   const int sh = d->stride_h, sw = d->stride_w;
   const int pt = d->pad_top, pl = d->pad_left;
 
-  /* size_t indexing: the product of dims is bounded by INT32_MAX (checked in
-   * Prepare) but intermediate index arithmetic must not overflow int. */
+  /* Prepare bounds the output below 2 GiB; indexes are size_t so that
+   * intermediate products never overflow int. */
   const size_t out_img = (size_t)oh * ow * oc;
   const size_t in_img = (size_t)ih * iw * ic;
   for (int bi = 0; bi < n; bi++) {
