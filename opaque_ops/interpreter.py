@@ -144,12 +144,13 @@ class Interpreter:
         else:
             data = bytes(model_content) if not isinstance(model_content, bytes) else model_content
             self._model_name = "<model_content>"
-        from .model import read_model
+        from .model import check_model, read_model
 
         # TFLite verifies the flatbuffer, but not everything it later indexes
         # with; our bounds-checked reader catches what would crash the process.
         try:
             self._info = read_model(data)
+            check_model(self._info)
         except ModelError as exc:
             raise ModelError(f"{self._model_name} is not a usable TFLite model: {exc}") from None
         self._libs = _as_op_libraries(custom_ops)

@@ -36,6 +36,7 @@ __all__ = [
     "OpInfo",
     "SignatureInfo",
     "read_model",
+    "check_model",
     "flex_options",
     "decode_flex_options",
 ]
