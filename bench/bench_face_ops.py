@@ -14,15 +14,15 @@ import argparse
 import importlib.util
 import json
 import pathlib
-import statistics
 import sys
-import time
 
 import numpy as np
 
 import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder
+
+from _timing import median_time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -32,17 +32,6 @@ def _load(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def median_time(fn, n: int) -> float:
-    """Median wall time of ``fn()`` over ``n`` runs (after one warm-up), in seconds."""
-    fn()
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
 
 
 def one_op(lib, name, version, inputs, n_out, options):

@@ -13,22 +13,13 @@ the same op in C, which is the GIL-holding callback path's cost.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
 import opaque_ops as oo
 from opaque_ops.testing import build_op_model, run_op
 
-
-def per_call(fn, n: int) -> float:
-    fn()
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+from _timing import median_time
 
 
 def prebuilt(ops, x):
@@ -54,10 +45,10 @@ def main() -> None:
     py_op = oo.python_op("Clamp", invoke=lambda i, o: np.clip(i[0], 0.0, 1.0, out=o[0]))
     for size in (16, 1 << 16):
         x = np.random.default_rng(0).uniform(-1, 2, size).astype(np.float32)
-        base = per_call(prebuilt(c_op, x), args.n)
-        guarded = per_call(lambda: run_op(c_op, "Clamp", [x]), args.n)
-        unguarded = per_call(lambda: run_op(c_op, "Clamp", [x], guard=False), args.n)
-        py_base = per_call(prebuilt(py_op, x), args.n)
+        base = median_time(prebuilt(c_op, x), args.n)
+        guarded = median_time(lambda: run_op(c_op, "Clamp", [x]), args.n)
+        unguarded = median_time(lambda: run_op(c_op, "Clamp", [x], guard=False), args.n)
+        py_base = median_time(prebuilt(py_op, x), args.n)
         print(f"{size:6d} floats: prebuilt C invoke {base * 1e6:8.1f} us | run_op guard {guarded * 1e6:8.1f} us "
               f"(+{(guarded - base) * 1e6:.0f}) | run_op no guard {unguarded * 1e6:8.1f} us | "
               f"prebuilt Python op {py_base * 1e6:8.1f} us")

@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
-import time
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -33,17 +31,7 @@ import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder
 
-
-def median_time(fn, repeats: int, warmup: int) -> float:
-    """Median wall time of ``fn()`` in seconds over `repeats` runs after `warmup` runs."""
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+from _timing import median_time
 
 
 def _interpreter(op: str, shape, out_shape, lib, options=None) -> oo.Interpreter:

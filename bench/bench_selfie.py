@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -24,16 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "kernels"))
 from test_convolution2d_transpose_bias import reference  # noqa: E402
 
-
-def median_time(fn, runs, warmup):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
+from _timing import median_time  # noqa: E402
 
 
 def interp_fn(model, x, use_xnnpack, **kw):

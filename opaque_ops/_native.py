@@ -221,7 +221,7 @@ class Runtime:
                 "TfLiteInterpreterOptionsAddRegistrationExternal, so it cannot run custom ops; "
                 f"point {ENV_LIBRARY} at a libtensorflowlite_c built with the C API"
             )
-        self._reporter = ffi.callback("oo_reporter", _report)
+        self._reporter = ffi.callback("oo_reporter", _report, onerror=_report_interrupted)
         global _invoke
         _invoke = self.lib.TfLiteInterpreterInvoke
 
@@ -251,6 +251,14 @@ def _report(user_data, fmt, args):
         ffi.from_handle(user_data).append(msg)
     except Exception:  # pragma: no cover - a failure here has nowhere to go
         pass
+
+
+def _report_interrupted(exc_type, exc_value, tb):
+    # A signal handler (Ctrl-C's KeyboardInterrupt) can fire inside the
+    # callback, outside _report's try.  Park it for the Interpreter to raise
+    # once the C call returns, instead of cffi printing and dropping it.
+    if exc_value is not None:
+        stash_exception(exc_value)
 
 
 _runtime: Runtime | None = None

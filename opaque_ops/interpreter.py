@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -61,6 +62,129 @@ def _collect_operators(libs) -> list:
                 seen[key] = lib
                 ops.append(op)
     return ops
+
+
+# An invoke that took longer than this arms Ctrl-C cancellation for the
+# next ones (the first invoke after each allocation is always armed).
+_WATCH_AFTER_S = 0.02
+
+
+class _SigintWatcher:
+    """Turns Ctrl-C during a long ``invoke()`` in the main thread into TfLiteInterpreterCancel.
+
+    CPython runs Python signal handlers only between bytecodes, so a SIGINT
+    that arrives while the main thread is inside ``TfLiteInterpreterInvoke``
+    waits until the whole model has run.  While armed, the C-level handler's
+    wakeup byte goes to a socket that a daemon thread reads; that thread
+    cancels the interpreter that is invoking, TFLite stops between nodes,
+    and KeyboardInterrupt surfaces as soon as invoke returns.  The wakeup fd
+    is borrowed only when nobody else uses it (asyncio does), and given back
+    after every invoke.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._current = None
+        self._sock_w = None
+
+    def _start(self) -> None:
+        import socket
+
+        r, w = socket.socketpair()
+        w.setblocking(False)
+        self._sock_w = w
+        t = threading.Thread(target=self._loop, args=(r,), name="opaque_ops-sigint", daemon=True)
+        t.start()
+
+    def _loop(self, r) -> None:
+        import signal
+
+        while True:
+            try:
+                data = r.recv(64)
+            except OSError:  # pragma: no cover - socket closed at shutdown
+                return
+            if not data:  # pragma: no cover
+                return
+            if signal.SIGINT in data:
+                native = self._current
+                if native is not None:
+                    native.cancel()
+
+    def arm(self, native):
+        """Start watching; return a token for :meth:`disarm` (None: not armed)."""
+        import signal
+
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        with self._lock:
+            if self._sock_w is None:
+                self._start()
+        try:
+            old = signal.set_wakeup_fd(self._sock_w.fileno(), warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            return None
+        if old != -1:
+            # Someone (an event loop) owns the wakeup fd: leave it to them.
+            signal.set_wakeup_fd(old)
+            return None
+        self._current = native
+        return native
+
+    def disarm(self, token) -> None:
+        import signal
+
+        if token is None:
+            return
+        self._current = None
+        signal.set_wakeup_fd(-1)
+
+
+_sigint = _SigintWatcher()
+
+
+_WINDOW_OPS = {"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D"}
+
+
+def _check_windows(info, native) -> None:
+    """Refuse VALID-padded convolutions and pools whose window exceeds the input.
+
+    TFLite's reference kernels reject these in Prepare, but the XNNPACK
+    delegate computes the output size with unsigned arithmetic and reads far
+    outside the input at invoke (openWakeWord's melspectrogram model at its
+    declared 1x1 input segfaults that way).  Run after every allocation, on
+    the shapes actually allocated; it is one pass over the window ops.
+    """
+    for op in info.subgraphs[0].operators:
+        if op.op_name not in _WINDOW_OPS or not op.builtin_options or not op.inputs:
+            continue
+        opts = op.builtin_options
+        if opts.get("padding") != "VALID":
+            continue
+        x = native.tensor(op.inputs[0])
+        if x is None:
+            continue
+        shape = x.shape
+        if len(shape) != 4:
+            continue
+        if op.op_name.endswith("CONV_2D"):
+            if len(op.inputs) < 2 or op.inputs[1] < 0:
+                continue
+            w = native.tensor(op.inputs[1])
+            if w is None or len(w.shape) != 4:
+                continue
+            kh, kw = w.shape[1], w.shape[2]
+            dh, dw = opts.get("dilation_h_factor", 1) or 1, opts.get("dilation_w_factor", 1) or 1
+        else:
+            kh, kw = opts.get("filter_height", 1), opts.get("filter_width", 1)
+            dh = dw = 1
+        eff_h, eff_w = kh + (kh - 1) * (dh - 1), kw + (kw - 1) * (dw - 1)
+        if shape[1] < eff_h or shape[2] < eff_w:
+            raise ModelError(
+                f"operator {op.index} ({op.op_name}) has VALID padding and a {eff_h}x{eff_w} window, "
+                f"but its input {op.inputs[0]} is {shape[1]}x{shape[2]} (shape {list(shape)}): the "
+                "output would be empty. Resize the model's input (resize_tensor_input) to a larger size."
+            )
 
 
 class _ViewHolder:
@@ -275,8 +399,11 @@ class Interpreter:
         self._no_views("allocate_tensors")
         with self._lock:
             self._slots.clear()
+            self._allocated = False
             self._check(native.allocate(), "allocate_tensors")
+            _check_windows(self._info, native)
         self._allocated = True
+        self._watch = True
 
     def invoke(self) -> None:
         """Run the model.  The GIL is released while it runs.
@@ -291,9 +418,26 @@ class Interpreter:
             self._live()
             self.allocate_tensors()
         with self._lock:
-            status = native.invoke()
+            if self._watch:
+                status = self._invoke_watched(native)
+            else:
+                status = native.invoke()
             if status or native.sink or self._has_python_ops:
                 self._check(status, "invoke")
+
+    # Arm Ctrl-C cancellation for this interpreter's next invoke (see _SigintWatcher).
+    _watch = False
+
+    def _invoke_watched(self, native) -> int:
+        """Invoke with Ctrl-C cancellation armed; keep arming while invokes stay slow."""
+        t0 = time.perf_counter()
+        token = _sigint.arm(native)
+        try:
+            status = native.invoke()
+        finally:
+            _sigint.disarm(token)
+        self._watch = time.perf_counter() - t0 > _WATCH_AFTER_S
+        return status
 
     # ------------------------------------------------------------- details
     def _tensor_details(self, index: int, native=None) -> dict:

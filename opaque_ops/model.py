@@ -1443,10 +1443,70 @@ def check_model(info: ModelInfo) -> None:
                 producer[t] = op.index
         # An operator reading a tensor that only a later operator writes
         # reads arena memory planned for someone else.
+        assigned: dict[int, tuple] = {}
         for op in sg.operators:
+            if -1 in op.inputs and not op.is_custom and op.op_name not in _OPTIONAL_INPUT_OPS:
+                # Builtin kernels fetch their inputs without a null check
+                # unless the schema makes the input optional.
+                raise ModelError(
+                    f"subgraph {sg.index} operator {op.index} ({op.op_name}) has an omitted (-1) input "
+                    f"at position {op.inputs.index(-1)}, but {op.op_name} has no optional inputs")
+            if (op.op_name in ("CONV_2D", "DEPTHWISE_CONV_2D") and op.inputs and op.inputs[0] >= 0
+                    and tensors[op.inputs[0]].type_name in ("INT8", "UINT8", "INT16")
+                    and (len(op.inputs) < 3 or op.inputs[2] < 0)):
+                # The quantized kernels add the bias without checking it exists.
+                raise ModelError(
+                    f"subgraph {sg.index} operator {op.index} ({op.op_name}) is quantized "
+                    f"({tensors[op.inputs[0]].type_name}) but has no bias input; quantized "
+                    "convolutions need one")
+            if op.op_name in _WINDOW_OPTIONS and op.builtin_options:
+                # Kernels divide by strides and multiply by dilations unchecked.
+                for key in _WINDOW_OPTIONS[op.op_name]:
+                    v = op.builtin_options.get(key)
+                    if v is not None and v < 1:
+                        raise ModelError(
+                            f"subgraph {sg.index} operator {op.index} ({op.op_name}) has {key}={v}; "
+                            "it must be at least 1")
+            if op.op_name == "ASSIGN_VARIABLE" and len(op.inputs) == 2 and min(op.inputs) >= 0:
+                assigned.setdefault(op.inputs[0], tensors[op.inputs[1]].shape)
             for t in op.inputs:
                 p = producer.get(t)
                 if p is not None and p >= op.index:
                     raise ModelError(
                         f"subgraph {sg.index} operator {op.index} ({op.op_name}) reads tensor {t} "
                         f"before operator {p} writes it (operators must be in execution order)")
+        for t in sg.outputs:
+            if t not in producer and t not in sg_inputs and tensors[t].data is None and not tensors[t].is_variable:
+                raise ModelError(
+                    f"subgraph {sg.index} output tensor {t} ({tensors[t].name!r}) is written by no "
+                    "operator and is neither an input nor a constant")
+        # READ_VARIABLE's output is planned with its declared shape, but at
+        # run time it takes the stored value's: a disagreement makes the next
+        # operator read past the value's memory.
+        for op in sg.operators:
+            if op.op_name == "READ_VARIABLE" and op.inputs and op.outputs and op.inputs[0] in assigned:
+                out = tensors[op.outputs[0]].shape
+                val = assigned[op.inputs[0]]
+                if out != val and -1 not in out and -1 not in val:
+                    raise ModelError(
+                        f"subgraph {sg.index} operator {op.index} (READ_VARIABLE) declares output shape "
+                        f"{list(out)}, but the variable it reads holds values of shape {list(val)}")
+
+
+# Window options that must be positive, per op.
+_WINDOW_OPTIONS = {
+    "CONV_2D": ("stride_w", "stride_h", "dilation_w_factor", "dilation_h_factor"),
+    "DEPTHWISE_CONV_2D": ("stride_w", "stride_h", "dilation_w_factor", "dilation_h_factor"),
+    "TRANSPOSE_CONV": ("stride_w", "stride_h"),
+    "AVERAGE_POOL_2D": ("stride_w", "stride_h", "filter_width", "filter_height"),
+    "MAX_POOL_2D": ("stride_w", "stride_h", "filter_width", "filter_height"),
+    "L2_POOL_2D": ("stride_w", "stride_h", "filter_width", "filter_height"),
+}
+
+# Builtin ops whose schema allows an omitted (-1) input, e.g. a missing bias.
+_OPTIONAL_INPUT_OPS = {
+    "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "CONV_3D",
+    "CONV_3D_TRANSPOSE", "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_LSTM",
+    "BIDIRECTIONAL_SEQUENCE_RNN", "RNN", "UNIDIRECTIONAL_SEQUENCE_RNN", "SVDF", "LSH_PROJECTION",
+    "CALL_ONCE", "WHILE", "IF", "STABLEHLO_COMPOSITE",
+}

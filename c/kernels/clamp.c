@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "opaque_ops.h"
+#include "opaque_ops/kernel_util.h"
 
 /* GCC vectorises loops only from -O3 (at -O2 its cost model gives up on a
  * loop of unknown length), so ask for it on the hot loop; on x86-64 with
@@ -40,39 +41,15 @@ static void ClampLoop(const float* in, float* out, size_t n) {
 }
 
 static TfLiteStatus ClampPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
-  const TfLiteOpaqueTensor* input;
-  TfLiteOpaqueTensor* output;
-  TfLiteIntArray* shape;
-  int i, rank;
-  TF_LITE_OPAQUE_ENSURE_EQ(context, TfLiteOpaqueNodeNumberOfInputs(node), 1);
-  TF_LITE_OPAQUE_ENSURE_EQ(context, TfLiteOpaqueNodeNumberOfOutputs(node), 1);
-  input = TfLiteOpaqueNodeGetInput(context, node, 0);
-  output = TfLiteOpaqueNodeGetOutput(context, node, 0);
-  TF_LITE_OPAQUE_ENSURE(context, input != NULL && output != NULL);
-  if (TfLiteOpaqueTensorType(input) != kTfLiteFloat32 ||
-      TfLiteOpaqueTensorType(output) != kTfLiteFloat32) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "Clamp: only FLOAT32 is supported, got input %s, output %s",
-                              TfLiteTypeGetName(TfLiteOpaqueTensorType(input)),
-                              TfLiteTypeGetName(TfLiteOpaqueTensorType(output)));
-    return kTfLiteError;
-  }
-  rank = TfLiteOpaqueTensorNumDims(input);
-  shape = TfLiteIntArrayCreate(rank);
-  if (shape == NULL) return kTfLiteError;
-  for (i = 0; i < rank; ++i) shape->data[i] = TfLiteOpaqueTensorDim(input, i);
-  /* The runtime owns `shape` from here on, whatever the result. */
-  return TfLiteOpaqueContextResizeTensor(context, output, shape);
+  return oo_prepare_unary_float32(context, node, "Clamp");
 }
 
 static TfLiteStatus ClampInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
-  const TfLiteOpaqueTensor* input = TfLiteOpaqueNodeGetInput(context, node, 0);
-  TfLiteOpaqueTensor* output = TfLiteOpaqueNodeGetOutput(context, node, 0);
-  const float* in = (const float*)TfLiteOpaqueTensorData(input);
-  float* out = (float*)TfLiteOpaqueTensorData(output);
-  size_t n = TfLiteOpaqueTensorByteSize(input) / sizeof(float);
-  TF_LITE_OPAQUE_ENSURE(context, TfLiteOpaqueTensorByteSize(output) >= n * sizeof(float));
+  const float* in;
+  float* out;
+  size_t n;
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_unary_float32_buffers(context, node, &in, &out, &n));
   if (n == 0) return kTfLiteOk;
-  TF_LITE_OPAQUE_ENSURE(context, in != NULL && out != NULL);
   ClampLoop(in, out, n);
   return kTfLiteOk;
 }

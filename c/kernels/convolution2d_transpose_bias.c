@@ -25,14 +25,16 @@
 #include <string.h>
 
 #include "opaque_ops.h"
+#include "opaque_ops/kernel_util.h"
 #include "opaque_ops/rawopts.h"
+
+#define CTB_OP "Convolution2DTransposeBias"
 
 #define CTB_PADDING_SAME 1
 #define CTB_PADDING_VALID 2
 
 typedef struct CtbData {
-  int ok;
-  char err[160];
+  OoOptsStatus opts;
   int32_t padding;
   int32_t stride_w;
   int32_t stride_h;
@@ -47,28 +49,24 @@ static void* CtbInit(TfLiteOpaqueContext* context, const char* buffer, size_t le
   if (d == NULL) return NULL;
   int32_t f[3];
   if (buffer == NULL || length < 12 || oo_raw_i32s(buffer, length, f, 3) != OO_RAW_OK) {
-    snprintf(d->err, sizeof d->err,
-             "Convolution2DTransposeBias: options must be at least 12 bytes "
-             "(int32 padding, stride_w, stride_h), got %zu bytes",
-             buffer == NULL ? (size_t)0 : length);
+    oo_opts_fail(&d->opts, CTB_OP,
+                 "options must be at least 12 bytes (int32 padding, stride_w, stride_h), got %zu "
+                 "bytes",
+                 buffer == NULL ? (size_t)0 : length);
     return d;
   }
   d->padding = f[0];
   d->stride_w = f[1];
   d->stride_h = f[2];
   if (f[0] != CTB_PADDING_SAME && f[0] != CTB_PADDING_VALID) {
-    snprintf(d->err, sizeof d->err,
-             "Convolution2DTransposeBias: padding must be 1 (SAME) or 2 (VALID), got %d",
-             (int)f[0]);
+    oo_opts_fail(&d->opts, CTB_OP, "padding must be 1 (SAME) or 2 (VALID), got %d", (int)f[0]);
     return d;
   }
   if (f[1] <= 0 || f[2] <= 0) {
-    snprintf(d->err, sizeof d->err,
-             "Convolution2DTransposeBias: strides must be positive, got stride_w=%d stride_h=%d",
-             (int)f[1], (int)f[2]);
+    oo_opts_fail(&d->opts, CTB_OP, "strides must be positive, got stride_w=%d stride_h=%d",
+                 (int)f[1], (int)f[2]);
     return d;
   }
-  d->ok = 1;
   return d;
 }
 
@@ -93,14 +91,7 @@ static int64_t CtbOutSize(int64_t in, int64_t k, int64_t s, int same, int* pad_f
 
 static TfLiteStatus CtbPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
   CtbData* d = (CtbData*)TfLiteOpaqueNodeGetUserData(node);
-  if (d == NULL) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "Convolution2DTransposeBias: out of memory in Init");
-    return kTfLiteError;
-  }
-  if (!d->ok) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "%s", d->err);
-    return kTfLiteError;
-  }
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_opts_check(context, CTB_OP, d ? &d->opts : NULL));
   int nin = TfLiteOpaqueNodeNumberOfInputs(node);
   int nout = TfLiteOpaqueNodeNumberOfOutputs(node);
   if (nin != 3 || nout != 1) {
@@ -178,16 +169,7 @@ static TfLiteStatus CtbPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* n
   }
   d->pad_top = pad_top;
   d->pad_left = pad_left;
-  TfLiteIntArray* shape = TfLiteIntArrayCreate(4);
-  if (shape == NULL) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "Convolution2DTransposeBias: out of memory");
-    return kTfLiteError;
-  }
-  shape->data[0] = n;
-  shape->data[1] = (int)oh;
-  shape->data[2] = (int)ow;
-  shape->data[3] = oc;
-  return TfLiteOpaqueContextResizeTensor(context, out, shape);
+  return oo_resize(context, out, 4, (const int[]){n, (int)oh, (int)ow, oc});
 }
 
 static TfLiteStatus CtbInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {

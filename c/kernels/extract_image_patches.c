@@ -13,7 +13,6 @@
  * it records the first problem as a message, and Prepare reports it, so a bad
  * model gives a clear error instead of garbage or a crash.
  */
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,16 +20,16 @@
 
 #include "opaque_ops.h"
 #include "opaque_ops/flex.h"
+#include "opaque_ops/kernel_util.h"
 
-#define EIP_ERR_LEN 256
+#define EIP_OP "ExtractImagePatches"
 
 /* Each window parameter must stay far below INT32_MAX so that the int64
  * arithmetic in Prepare can never overflow (k_eff < 2^62). */
 #define EIP_MAX_PARAM 0x7fffffff
 
 typedef struct {
-  int ok;
-  char err[EIP_ERR_LEN];
+  OoOptsStatus opts;
   int64_t ksize[2];  /* rows, cols */
   int64_t stride[2];
   int64_t rate[2];
@@ -43,55 +42,42 @@ typedef struct {
   int pad_byte;      /* fill byte for positions outside the image */
 } EipData;
 
-static void EipFail(EipData* d, const char* fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
-static void EipFail(EipData* d, const char* fmt, ...) {
-  va_list ap;
-  if (!d->ok) return; /* keep the first problem: later ones are often consequences */
-  d->ok = 0;
-  va_start(ap, fmt);
-  vsnprintf(d->err, sizeof d->err, fmt, ap);
-  va_end(ap);
-}
-
 /* Reads one [1, r, c, 1] vector option into out[0..1]. */
 static void EipReadWindow(EipData* d, const char* buf, size_t len, const char* key,
                           int64_t out[2]) {
   int64_t v[4];
   size_t n = 0;
   int rc;
-  if (!d->ok) return;
+  if (d->opts.failed) return;
   rc = oo_flex_get_ints(buf, len, key, v, 4, &n);
   if (rc == OO_FLEX_NOT_FOUND) {
-    EipFail(d, "missing option '%s' (expected an int vector [1, rows, cols, 1])", key);
+    oo_opts_fail(&d->opts, EIP_OP,
+                 "missing option '%s' (expected an int vector [1, rows, cols, 1])", key);
     return;
   }
   if (rc == OO_FLEX_ERR_CAPACITY || (rc == OO_FLEX_OK && n != 4)) {
-    EipFail(d, "option '%s' must have 4 elements [1, rows, cols, 1], got %zu", key, n);
+    oo_opts_fail(&d->opts, EIP_OP, "option '%s' must have 4 elements [1, rows, cols, 1], got %zu",
+                 key, n);
     return;
   }
   if (rc == OO_FLEX_ERR_TYPE) {
-    EipFail(d, "option '%s' must be a vector of ints", key);
+    oo_opts_fail(&d->opts, EIP_OP, "option '%s' must be a vector of ints", key);
     return;
   }
   if (rc != OO_FLEX_OK) {
-    EipFail(d, "cannot read option '%s': %s", key, oo_flex_strerror(rc));
+    oo_opts_fail(&d->opts, EIP_OP, "cannot read option '%s': %s", key, oo_flex_strerror(rc));
     return;
   }
   if (v[0] != 1 || v[3] != 1) {
-    EipFail(d,
-            "option '%s' must be [1, rows, cols, 1] (no batch or channel windows), "
-            "got [%lld, %lld, %lld, %lld]",
-            key, (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3]);
+    oo_opts_fail(&d->opts, EIP_OP,
+                 "option '%s' must be [1, rows, cols, 1] (no batch or channel windows), "
+                 "got [%lld, %lld, %lld, %lld]",
+                 key, (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3]);
     return;
   }
   if (v[1] < 1 || v[2] < 1 || v[1] > EIP_MAX_PARAM || v[2] > EIP_MAX_PARAM) {
-    EipFail(d, "option '%s' must hold positive sizes, got [1, %lld, %lld, 1]", key,
-            (long long)v[1], (long long)v[2]);
+    oo_opts_fail(&d->opts, EIP_OP, "option '%s' must hold positive sizes, got [1, %lld, %lld, 1]",
+                 key, (long long)v[1], (long long)v[2]);
     return;
   }
   out[0] = v[1];
@@ -115,30 +101,31 @@ static void* EipInit(TfLiteOpaqueContext* context, const char* buffer, size_t le
   int rc;
   (void)context;
   if (d == NULL) return NULL; /* Prepare reports out of memory */
-  d->ok = 1;
   if (buffer == NULL || length == 0) {
-    EipFail(d, "the op has no options (expected a flexbuffer map with ksizes, strides, "
-               "rates and padding)");
+    oo_opts_fail(&d->opts, EIP_OP,
+                 "the op has no options (expected a flexbuffer map with ksizes, strides, "
+                 "rates and padding)");
     return d;
   }
   rc = oo_flex_root(buffer, length, &root);
   if (rc == OO_FLEX_OK && oo_flex_type(root) != OO_FLEX_MAP) rc = OO_FLEX_ERR_TYPE;
   if (rc != OO_FLEX_OK) {
-    EipFail(d, "options are not a flexbuffer map (%s)", oo_flex_strerror(rc));
+    oo_opts_fail(&d->opts, EIP_OP, "options are not a flexbuffer map (%s)", oo_flex_strerror(rc));
     return d;
   }
   EipReadWindow(d, buffer, length, "ksizes", d->ksize);
   EipReadWindow(d, buffer, length, "strides", d->stride);
   EipReadWindow(d, buffer, length, "rates", d->rate);
-  if (d->ok) {
+  if (!d->opts.failed) {
     const char* s = NULL;
     size_t n = 0;
     rc = oo_flex_get_string(buffer, length, "padding", &s, &n);
     if (rc == OO_FLEX_NOT_FOUND) {
-      EipFail(d, "missing option 'padding' (expected \"SAME\" or \"VALID\")");
+      oo_opts_fail(&d->opts, EIP_OP, "missing option 'padding' (expected \"SAME\" or \"VALID\")");
     } else if (rc != OO_FLEX_OK) {
-      EipFail(d, "option 'padding' must be the string \"SAME\" or \"VALID\" (%s)",
-              oo_flex_strerror(rc));
+      oo_opts_fail(&d->opts, EIP_OP,
+                   "option 'padding' must be the string \"SAME\" or \"VALID\" (%s)",
+                   oo_flex_strerror(rc));
     } else if (n == 4 && memcmp(s, "SAME", 4) == 0) {
       d->same = 1;
     } else if (n == 5 && memcmp(s, "VALID", 5) == 0) {
@@ -146,20 +133,21 @@ static void* EipInit(TfLiteOpaqueContext* context, const char* buffer, size_t le
     } else {
       char shown[40];
       EipPrintable(shown, sizeof shown, s, n);
-      EipFail(d, "unknown padding '%s'%s (expected \"SAME\" or \"VALID\")", shown,
-              n >= sizeof shown ? "..." : "");
+      oo_opts_fail(&d->opts, EIP_OP, "unknown padding '%s'%s (expected \"SAME\" or \"VALID\")",
+                   shown, n >= sizeof shown ? "..." : "");
     }
   }
-  if (d->ok) {
+  if (!d->opts.failed) {
     rc = oo_flex_get(buffer, length, "T", &v);
     if (rc == OO_FLEX_OK) {
       rc = oo_flex_as_int64(v, &d->tensor_type);
       if (rc != OO_FLEX_OK)
-        EipFail(d, "option 'T' must be an int (a TensorType), %s", oo_flex_strerror(rc));
+        oo_opts_fail(&d->opts, EIP_OP, "option 'T' must be an int (a TensorType), %s",
+                     oo_flex_strerror(rc));
       else
         d->has_type = 1;
     } else if (rc != OO_FLEX_NOT_FOUND) {
-      EipFail(d, "cannot read option 'T': %s", oo_flex_strerror(rc));
+      oo_opts_fail(&d->opts, EIP_OP, "cannot read option 'T': %s", oo_flex_strerror(rc));
     }
   }
   return d;
@@ -208,23 +196,9 @@ static TfLiteStatus EipPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* n
   TfLiteOpaqueTensor* output;
   TfLiteType type;
   int64_t b, h, w, c, depth;
-  TfLiteIntArray* shape;
 
-  if (d == NULL) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "ExtractImagePatches: out of memory in init");
-    return kTfLiteError;
-  }
-  if (!d->ok) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "ExtractImagePatches: %s", d->err);
-    return kTfLiteError;
-  }
-  if (TfLiteOpaqueNodeNumberOfInputs(node) != 1 || TfLiteOpaqueNodeNumberOfOutputs(node) != 1) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context,
-                              "ExtractImagePatches: expected 1 input and 1 output, got %d and %d",
-                              TfLiteOpaqueNodeNumberOfInputs(node),
-                              TfLiteOpaqueNodeNumberOfOutputs(node));
-    return kTfLiteError;
-  }
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_opts_check(context, EIP_OP, d ? &d->opts : NULL));
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_check_io(context, EIP_OP, node, 1, 1));
   input = TfLiteOpaqueNodeGetInput(context, node, 0);
   output = TfLiteOpaqueNodeGetOutput(context, node, 0);
   TF_LITE_OPAQUE_ENSURE(context, input != NULL && output != NULL);
@@ -322,14 +296,8 @@ static TfLiteStatus EipPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* n
     return kTfLiteError;
   }
 
-  shape = TfLiteIntArrayCreate(4);
-  if (shape == NULL) return kTfLiteError;
-  shape->data[0] = (int)b;
-  shape->data[1] = (int)d->out_h;
-  shape->data[2] = (int)d->out_w;
-  shape->data[3] = (int)depth;
-  /* The runtime owns `shape` from here on, whatever the result. */
-  return TfLiteOpaqueContextResizeTensor(context, output, shape);
+  return oo_resize(context, output, 4,
+                   (const int[]){(int)b, (int)d->out_h, (int)d->out_w, (int)depth});
 }
 
 /* Patch rows are short (kc*C elements, often a few dozen bytes), where a libc
@@ -373,7 +341,7 @@ static TfLiteStatus EipInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* no
   int64_t kr, kc, sr, sc, rr, rcol, OH, OW;
   size_t cell, row_bytes, img_row, img;
 
-  TF_LITE_OPAQUE_ENSURE(context, d != NULL && d->ok);
+  TF_LITE_OPAQUE_ENSURE(context, d != NULL && !d->opts.failed);
   TF_LITE_OPAQUE_ENSURE(context, TfLiteOpaqueContextGetSizeOfType(
                                      context, TfLiteOpaqueTensorType(input), &es) == kTfLiteOk);
   in = (const uint8_t*)TfLiteOpaqueTensorData(input);

@@ -23,29 +23,28 @@
 
 #include "opaque_ops.h"
 #include "opaque_ops/flex.h"
+#include "opaque_ops/kernel_util.h"
+
+#define L2T_OP "Landmarks2TransformMatrix"
 
 typedef struct {
-  int ok;
+  OoOptsStatus opts;
   int left, right, out_h, out_w;
   float target, scale_x, scale_y;
   int n_idx;    /* entries in idx (always even: pairs) */
   int max_idx;  /* largest landmark index used, checked against N in Prepare */
   int32_t* idx;
-  char err[192];
 } L2tData;
 
 static int L2tInt(L2tData* d, const char* buf, size_t len, const char* key, int lo, int* out) {
   int64_t v = 0;
   int rc = oo_flex_get_int(buf, len, key, &v);
   if (rc != OO_FLEX_OK) {
-    snprintf(d->err, sizeof d->err, "Landmarks2TransformMatrix: option '%s': %s", key,
-             oo_flex_strerror(rc));
+    oo_opts_fail(&d->opts, L2T_OP, "option '%s': %s", key, oo_flex_strerror(rc));
     return 0;
   }
   if (v < lo || v > 0x7fffffff) {
-    snprintf(d->err, sizeof d->err,
-             "Landmarks2TransformMatrix: option '%s' must be >= %d, got %lld", key, lo,
-             (long long)v);
+    oo_opts_fail(&d->opts, L2T_OP, "option '%s' must be >= %d, got %lld", key, lo, (long long)v);
     return 0;
   }
   *out = (int)v;
@@ -57,13 +56,12 @@ static int L2tFloat(L2tData* d, const char* buf, size_t len, const char* key, in
   double v = 0;
   int rc = oo_flex_get_double(buf, len, key, &v);
   if (rc != OO_FLEX_OK) {
-    snprintf(d->err, sizeof d->err, "Landmarks2TransformMatrix: option '%s': %s", key,
-             oo_flex_strerror(rc));
+    oo_opts_fail(&d->opts, L2T_OP, "option '%s': %s", key, oo_flex_strerror(rc));
     return 0;
   }
   if (!isfinite(v) || fabs(v) > 3.0e38 || (positive && !(v > 0))) {
-    snprintf(d->err, sizeof d->err, "Landmarks2TransformMatrix: option '%s' must be a %s float, got %g",
-             key, positive ? "positive finite" : "finite", v);
+    oo_opts_fail(&d->opts, L2T_OP, "option '%s' must be a %s float, got %g", key,
+                 positive ? "positive finite" : "finite", v);
     return 0;
   }
   *out = (float)v;
@@ -76,12 +74,11 @@ static int L2tSubset(L2tData* d, const char* buf, size_t len) {
   int rc = oo_flex_get(buf, len, "subset_idxs", &vec);
   if (rc == OO_FLEX_OK) rc = oo_flex_vector_size(vec, &n);
   if (rc != OO_FLEX_OK) {
-    snprintf(d->err, sizeof d->err, "Landmarks2TransformMatrix: option 'subset_idxs': %s",
-             oo_flex_strerror(rc));
+    oo_opts_fail(&d->opts, L2T_OP, "option 'subset_idxs': %s", oo_flex_strerror(rc));
     return 0;
   }
   if (n == 0) {
-    snprintf(d->err, sizeof d->err, "Landmarks2TransformMatrix: option 'subset_idxs' is empty");
+    oo_opts_fail(&d->opts, L2T_OP, "option 'subset_idxs' is empty");
     return 0;
   }
   /* n is bounded by the options length (every element takes >= 1 byte). */
@@ -89,7 +86,7 @@ static int L2tSubset(L2tData* d, const char* buf, size_t len) {
   d->n_idx = (int)(n + (n & 1));
   d->idx = (int32_t*)malloc(sizeof(int32_t) * (size_t)d->n_idx);
   if (d->idx == NULL) {
-    snprintf(d->err, sizeof d->err, "Landmarks2TransformMatrix: out of memory");
+    oo_opts_fail(&d->opts, L2T_OP, "out of memory");
     return 0;
   }
   for (i = 0; i < n; i++) {
@@ -97,14 +94,12 @@ static int L2tSubset(L2tData* d, const char* buf, size_t len) {
     rc = oo_flex_vector_at(vec, i, &e);
     if (rc == OO_FLEX_OK) rc = oo_flex_as_int64(e, &v);
     if (rc != OO_FLEX_OK) {
-      snprintf(d->err, sizeof d->err, "Landmarks2TransformMatrix: subset_idxs[%zu]: %s", i,
-               oo_flex_strerror(rc));
+      oo_opts_fail(&d->opts, L2T_OP, "subset_idxs[%zu]: %s", i, oo_flex_strerror(rc));
       return 0;
     }
     if (v < 0 || v > 0x7fffffff) {
-      snprintf(d->err, sizeof d->err,
-               "Landmarks2TransformMatrix: subset_idxs[%zu] = %lld is not a valid index", i,
-               (long long)v);
+      oo_opts_fail(&d->opts, L2T_OP, "subset_idxs[%zu] = %lld is not a valid index", i,
+                   (long long)v);
       return 0;
     }
     d->idx[i] = (int32_t)v;
@@ -119,7 +114,7 @@ static void* L2tInit(TfLiteOpaqueContext* context, const char* buffer, size_t le
   (void)context;
   if (d == NULL) return NULL;
   if (buffer == NULL || length == 0) {
-    snprintf(d->err, sizeof d->err, "Landmarks2TransformMatrix: missing custom options");
+    oo_opts_fail(&d->opts, L2T_OP, "missing custom options");
     return d;
   }
   if (!L2tInt(d, buffer, length, "left_rotation_idx", 0, &d->left)) return d;
@@ -130,13 +125,13 @@ static void* L2tInit(TfLiteOpaqueContext* context, const char* buffer, size_t le
   if (!L2tFloat(d, buffer, length, "scale_x", 1, &d->scale_x)) return d;
   if (!L2tFloat(d, buffer, length, "scale_y", 1, &d->scale_y)) return d;
   if (!L2tSubset(d, buffer, length)) {
-    if (d->err[0] == 0)
-      snprintf(d->err, sizeof d->err, "Landmarks2TransformMatrix: malformed subset_idxs");
+    /* Only reached without a message when the vector claims more elements
+     * than the buffer holds; otherwise the first message stands. */
+    oo_opts_fail(&d->opts, L2T_OP, "malformed subset_idxs");
     return d;
   }
   if (d->left > d->max_idx) d->max_idx = d->left;
   if (d->right > d->max_idx) d->max_idx = d->right;
-  d->ok = 1;
   return d;
 }
 
@@ -151,29 +146,13 @@ static TfLiteStatus L2tPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* n
   const L2tData* d = (const L2tData*)TfLiteOpaqueNodeGetUserData(node);
   const TfLiteOpaqueTensor* in;
   TfLiteOpaqueTensor* out;
-  TfLiteIntArray* shape;
-  if (d == NULL) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "Landmarks2TransformMatrix: out of memory in init");
-    return kTfLiteError;
-  }
-  if (!d->ok) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "%s", d->err);
-    return kTfLiteError;
-  }
-  if (TfLiteOpaqueNodeNumberOfInputs(node) != 1 || TfLiteOpaqueNodeNumberOfOutputs(node) != 1) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context,
-                              "Landmarks2TransformMatrix: needs 1 input and 1 output, got %d and %d",
-                              TfLiteOpaqueNodeNumberOfInputs(node),
-                              TfLiteOpaqueNodeNumberOfOutputs(node));
-    return kTfLiteError;
-  }
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_opts_check(context, L2T_OP, d ? &d->opts : NULL));
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_check_io(context, L2T_OP, node, 1, 1));
   in = TfLiteOpaqueNodeGetInput(context, node, 0);
   out = TfLiteOpaqueNodeGetOutput(context, node, 0);
   TF_LITE_OPAQUE_ENSURE(context, in != NULL && out != NULL);
-  if (TfLiteOpaqueTensorType(in) != kTfLiteFloat32 || TfLiteOpaqueTensorType(out) != kTfLiteFloat32) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "Landmarks2TransformMatrix: tensors must be float32");
-    return kTfLiteError;
-  }
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_check_float32(context, L2T_OP, "tensors",
+                                                (const TfLiteOpaqueTensor*[]){in, out}, 2));
   if (TfLiteOpaqueTensorNumDims(in) != 3 || TfLiteOpaqueTensorDim(in, 0) != 1 ||
       TfLiteOpaqueTensorDim(in, 2) != 3) {
     TF_LITE_OPAQUE_KERNEL_LOG(context, "Landmarks2TransformMatrix: input must have shape [1, N, 3]");
@@ -186,12 +165,7 @@ static TfLiteStatus L2tPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* n
                               d->max_idx, (int)TfLiteOpaqueTensorDim(in, 1));
     return kTfLiteError;
   }
-  shape = TfLiteIntArrayCreate(3);
-  if (shape == NULL) return kTfLiteError;
-  shape->data[0] = 1;
-  shape->data[1] = 4;
-  shape->data[2] = 4;
-  return TfLiteOpaqueContextResizeTensor(context, out, shape);
+  return oo_resize(context, out, 3, (const int[]){1, 4, 4});
 }
 
 /* a = a * b for row-major 4x4, each entry summed k = 0..3 from 0. */

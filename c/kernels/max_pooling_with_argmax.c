@@ -20,13 +20,15 @@
 #include <stdlib.h>
 
 #include "opaque_ops.h"
+#include "opaque_ops/kernel_util.h"
 #include "opaque_ops/rawopts.h"
 
+#define MPA_OP "MaxPoolingWithArgmax2D"
+
 typedef struct {
-  int ok;
+  OoOptsStatus opts;
   int padding, stride_w, stride_h, filter_w, filter_h, activation;
   int pad_h, pad_w; /* set in Prepare */
-  char err[192];
 } MpaData;
 
 static void* MpaInit(TfLiteOpaqueContext* context, const char* buffer, size_t length) {
@@ -35,30 +37,25 @@ static void* MpaInit(TfLiteOpaqueContext* context, const char* buffer, size_t le
   (void)context;
   if (d == NULL) return NULL;
   if (oo_raw_i32s(buffer, length, f, 6) != OO_RAW_OK) {
-    snprintf(d->err, sizeof d->err,
-             "MaxPoolingWithArgmax2D: options must be a TfLitePoolParams struct of at least 24 "
-             "bytes, got %zu",
-             length);
+    oo_opts_fail(&d->opts, MPA_OP,
+                 "options must be a TfLitePoolParams struct of at least 24 bytes, got %zu", length);
     return d;
   }
   if (f[0] != 1 && f[0] != 2) {
-    snprintf(d->err, sizeof d->err, "MaxPoolingWithArgmax2D: padding must be 1 (SAME) or 2 (VALID), got %d",
-             (int)f[0]);
+    oo_opts_fail(&d->opts, MPA_OP, "padding must be 1 (SAME) or 2 (VALID), got %d", (int)f[0]);
     return d;
   }
   if (f[1] < 1 || f[2] < 1 || f[3] < 1 || f[4] < 1 || f[1] > 65536 || f[2] > 65536 ||
       f[3] > 65536 || f[4] > 65536) {
-    snprintf(d->err, sizeof d->err,
-             "MaxPoolingWithArgmax2D: strides and filter sizes must be in [1, 65536], got "
-             "stride %dx%d filter %dx%d (w x h)",
-             (int)f[1], (int)f[2], (int)f[3], (int)f[4]);
+    oo_opts_fail(&d->opts, MPA_OP,
+                 "strides and filter sizes must be in [1, 65536], got stride %dx%d filter %dx%d "
+                 "(w x h)",
+                 (int)f[1], (int)f[2], (int)f[3], (int)f[4]);
     return d;
   }
   if (f[5] < 0 || f[5] > 3) {
-    snprintf(d->err, sizeof d->err,
-             "MaxPoolingWithArgmax2D: unsupported activation %d (0 none, 1 relu, 2 relu_n1_to_1, "
-             "3 relu6)",
-             (int)f[5]);
+    oo_opts_fail(&d->opts, MPA_OP,
+                 "unsupported activation %d (0 none, 1 relu, 2 relu_n1_to_1, 3 relu6)", (int)f[5]);
     return d;
   }
   d->padding = f[0];
@@ -67,7 +64,6 @@ static void* MpaInit(TfLiteOpaqueContext* context, const char* buffer, size_t le
   d->filter_w = f[3];
   d->filter_h = f[4];
   d->activation = f[5];
-  d->ok = 1;
   return d;
 }
 
@@ -96,33 +92,15 @@ static TfLiteStatus MpaPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* n
   MpaData* d = (MpaData*)TfLiteOpaqueNodeGetUserData(node);
   const TfLiteOpaqueTensor* in;
   TfLiteOpaqueTensor *out, *arg;
-  TfLiteIntArray *s1, *s2;
   int n, h, w, c, oh, ow, i;
-  if (d == NULL) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "MaxPoolingWithArgmax2D: out of memory in init");
-    return kTfLiteError;
-  }
-  if (!d->ok) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "%s", d->err);
-    return kTfLiteError;
-  }
-  if (TfLiteOpaqueNodeNumberOfInputs(node) != 1 || TfLiteOpaqueNodeNumberOfOutputs(node) != 2) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context,
-                              "MaxPoolingWithArgmax2D: needs 1 input and 2 outputs, got %d and %d",
-                              TfLiteOpaqueNodeNumberOfInputs(node),
-                              TfLiteOpaqueNodeNumberOfOutputs(node));
-    return kTfLiteError;
-  }
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_opts_check(context, MPA_OP, d ? &d->opts : NULL));
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_check_io(context, MPA_OP, node, 1, 2));
   in = TfLiteOpaqueNodeGetInput(context, node, 0);
   out = TfLiteOpaqueNodeGetOutput(context, node, 0);
   arg = TfLiteOpaqueNodeGetOutput(context, node, 1);
   TF_LITE_OPAQUE_ENSURE(context, in != NULL && out != NULL && arg != NULL);
-  if (TfLiteOpaqueTensorType(in) != kTfLiteFloat32 || TfLiteOpaqueTensorType(out) != kTfLiteFloat32 ||
-      TfLiteOpaqueTensorType(arg) != kTfLiteFloat32) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context,
-                              "MaxPoolingWithArgmax2D: input, output and argmax must be float32");
-    return kTfLiteError;
-  }
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_check_float32(context, MPA_OP, "input, output and argmax",
+                                                (const TfLiteOpaqueTensor*[]){in, out, arg}, 3));
   if (TfLiteOpaqueTensorNumDims(in) != 4) {
     TF_LITE_OPAQUE_KERNEL_LOG(context, "MaxPoolingWithArgmax2D: input must be [N, H, W, C], got rank %d",
                               (int)TfLiteOpaqueTensorNumDims(in));
@@ -147,22 +125,11 @@ static TfLiteStatus MpaPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* n
                               d->filter_h, d->filter_w, h, w);
     return kTfLiteError;
   }
-  s1 = TfLiteIntArrayCreate(4);
-  s2 = TfLiteIntArrayCreate(4);
-  if (s1 == NULL || s2 == NULL) {
-    if (s1) TfLiteIntArrayFree(s1);
-    if (s2) TfLiteIntArrayFree(s2);
-    return kTfLiteError;
+  {
+    const int dims[4] = {n, oh, ow, c};
+    TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize(context, out, 4, dims));
+    return oo_resize(context, arg, 4, dims);
   }
-  s1->data[0] = s2->data[0] = n;
-  s1->data[1] = s2->data[1] = oh;
-  s1->data[2] = s2->data[2] = ow;
-  s1->data[3] = s2->data[3] = c;
-  if (TfLiteOpaqueContextResizeTensor(context, out, s1) != kTfLiteOk) {
-    TfLiteIntArrayFree(s2);
-    return kTfLiteError;
-  }
-  return TfLiteOpaqueContextResizeTensor(context, arg, s2);
 }
 
 static TfLiteStatus MpaInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {

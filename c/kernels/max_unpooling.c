@@ -22,13 +22,15 @@
 #include <string.h>
 
 #include "opaque_ops.h"
+#include "opaque_ops/kernel_util.h"
 #include "opaque_ops/rawopts.h"
 
+#define MUP_OP "MaxUnpooling2D"
+
 typedef struct {
-  int ok;
+  OoOptsStatus opts;
   int stride_w, stride_h, filter_w, filter_h;
   int pad_h, pad_w; /* set in Prepare */
-  char err[192];
 } MupData;
 
 static void* MupInit(TfLiteOpaqueContext* context, const char* buffer, size_t length) {
@@ -37,24 +39,22 @@ static void* MupInit(TfLiteOpaqueContext* context, const char* buffer, size_t le
   (void)context;
   if (d == NULL) return NULL;
   if (oo_raw_i32s(buffer, length, f, 6) != OO_RAW_OK) {
-    snprintf(d->err, sizeof d->err,
-             "MaxUnpooling2D: options must be a TfLitePoolParams struct of at least 24 bytes, got %zu",
-             length);
+    oo_opts_fail(&d->opts, MUP_OP,
+                 "options must be a TfLitePoolParams struct of at least 24 bytes, got %zu", length);
     return d;
   }
   if (f[1] < 1 || f[2] < 1 || f[3] < 1 || f[4] < 1 || f[1] > 65536 || f[2] > 65536 ||
       f[3] > 65536 || f[4] > 65536) {
-    snprintf(d->err, sizeof d->err,
-             "MaxUnpooling2D: strides and filter sizes must be in [1, 65536], got stride %dx%d "
-             "filter %dx%d (w x h)",
-             (int)f[1], (int)f[2], (int)f[3], (int)f[4]);
+    oo_opts_fail(&d->opts, MUP_OP,
+                 "strides and filter sizes must be in [1, 65536], got stride %dx%d filter %dx%d "
+                 "(w x h)",
+                 (int)f[1], (int)f[2], (int)f[3], (int)f[4]);
     return d;
   }
   d->stride_w = f[1];
   d->stride_h = f[2];
   d->filter_w = f[3];
   d->filter_h = f[4];
-  d->ok = 1;
   return d;
 }
 
@@ -67,32 +67,16 @@ static TfLiteStatus MupPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* n
   MupData* d = (MupData*)TfLiteOpaqueNodeGetUserData(node);
   const TfLiteOpaqueTensor *in, *ind;
   TfLiteOpaqueTensor* out;
-  TfLiteIntArray* shape;
   long long oh, ow, total, p;
   int i;
-  if (d == NULL) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "MaxUnpooling2D: out of memory in init");
-    return kTfLiteError;
-  }
-  if (!d->ok) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "%s", d->err);
-    return kTfLiteError;
-  }
-  if (TfLiteOpaqueNodeNumberOfInputs(node) != 2 || TfLiteOpaqueNodeNumberOfOutputs(node) != 1) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "MaxUnpooling2D: needs 2 inputs and 1 output, got %d and %d",
-                              TfLiteOpaqueNodeNumberOfInputs(node),
-                              TfLiteOpaqueNodeNumberOfOutputs(node));
-    return kTfLiteError;
-  }
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_opts_check(context, MUP_OP, d ? &d->opts : NULL));
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_check_io(context, MUP_OP, node, 2, 1));
   in = TfLiteOpaqueNodeGetInput(context, node, 0);
   ind = TfLiteOpaqueNodeGetInput(context, node, 1);
   out = TfLiteOpaqueNodeGetOutput(context, node, 0);
   TF_LITE_OPAQUE_ENSURE(context, in != NULL && ind != NULL && out != NULL);
-  if (TfLiteOpaqueTensorType(in) != kTfLiteFloat32 || TfLiteOpaqueTensorType(ind) != kTfLiteFloat32 ||
-      TfLiteOpaqueTensorType(out) != kTfLiteFloat32) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "MaxUnpooling2D: values, indices and output must be float32");
-    return kTfLiteError;
-  }
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_check_float32(context, MUP_OP, "values, indices and output",
+                                                (const TfLiteOpaqueTensor*[]){in, ind, out}, 3));
   if (TfLiteOpaqueTensorNumDims(in) != 4 || TfLiteOpaqueTensorNumDims(ind) != 4) {
     TF_LITE_OPAQUE_KERNEL_LOG(context, "MaxUnpooling2D: values and indices must be [N, H, W, C]");
     return kTfLiteError;
@@ -121,13 +105,9 @@ static TfLiteStatus MupPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* n
   d->pad_h = p > 0 ? (int)p : 0;
   p = (((long long)TfLiteOpaqueTensorDim(in, 2) - 1) * d->stride_w + d->filter_w - ow) / 2;
   d->pad_w = p > 0 ? (int)p : 0;
-  shape = TfLiteIntArrayCreate(4);
-  if (shape == NULL) return kTfLiteError;
-  shape->data[0] = TfLiteOpaqueTensorDim(in, 0);
-  shape->data[1] = (int)oh;
-  shape->data[2] = (int)ow;
-  shape->data[3] = TfLiteOpaqueTensorDim(in, 3);
-  return TfLiteOpaqueContextResizeTensor(context, out, shape);
+  return oo_resize(context, out, 4,
+                   (const int[]){TfLiteOpaqueTensorDim(in, 0), (int)oh, (int)ow,
+                                 TfLiteOpaqueTensorDim(in, 3)});
 }
 
 static TfLiteStatus MupInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {

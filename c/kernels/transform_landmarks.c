@@ -9,39 +9,21 @@
  * and `scale` option that no model at hand uses.
  */
 #include "opaque_ops.h"
+#include "opaque_ops/kernel_util.h"
 
-static int TlNumElements(const TfLiteOpaqueTensor* t) {
-  int n = TfLiteOpaqueTensorNumDims(t), i;
-  long long count = 1;
-  for (i = 0; i < n; i++) {
-    int32_t dim = TfLiteOpaqueTensorDim(t, i);
-    if (dim < 0) return -1;
-    count *= dim;
-    if (count > 0x7fffffff) return -1;
-  }
-  return (int)count;
-}
+#define TL_OP "TransformLandmarks"
 
 static TfLiteStatus TlPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
   const TfLiteOpaqueTensor *in, *mat;
   TfLiteOpaqueTensor* out;
-  TfLiteIntArray* shape;
   int dd;
-  if (TfLiteOpaqueNodeNumberOfInputs(node) != 2 || TfLiteOpaqueNodeNumberOfOutputs(node) != 1) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "TransformLandmarks: needs 2 inputs and 1 output, got %d and %d",
-                              TfLiteOpaqueNodeNumberOfInputs(node),
-                              TfLiteOpaqueNodeNumberOfOutputs(node));
-    return kTfLiteError;
-  }
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_check_io(context, TL_OP, node, 2, 1));
   in = TfLiteOpaqueNodeGetInput(context, node, 0);
   mat = TfLiteOpaqueNodeGetInput(context, node, 1);
   out = TfLiteOpaqueNodeGetOutput(context, node, 0);
   TF_LITE_OPAQUE_ENSURE(context, in != NULL && mat != NULL && out != NULL);
-  if (TfLiteOpaqueTensorType(in) != kTfLiteFloat32 || TfLiteOpaqueTensorType(mat) != kTfLiteFloat32 ||
-      TfLiteOpaqueTensorType(out) != kTfLiteFloat32) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "TransformLandmarks: all tensors must be float32");
-    return kTfLiteError;
-  }
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_check_float32(context, TL_OP, "all tensors",
+                                                (const TfLiteOpaqueTensor*[]){in, mat, out}, 3));
   if (TfLiteOpaqueTensorNumDims(in) != 3 || TfLiteOpaqueTensorDim(in, 0) != 1 ||
       TfLiteOpaqueTensorDim(in, 1) < 0) {
     TF_LITE_OPAQUE_KERNEL_LOG(context, "TransformLandmarks: landmarks must have shape [1, N, D]");
@@ -53,17 +35,12 @@ static TfLiteStatus TlPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* no
     return kTfLiteError;
   }
   if ((TfLiteOpaqueTensorNumDims(mat) != 2 && TfLiteOpaqueTensorNumDims(mat) != 3) ||
-      TlNumElements(mat) != 16) {
+      oo_num_elements(mat) != 16) {
     TF_LITE_OPAQUE_KERNEL_LOG(context,
                               "TransformLandmarks: matrix must be a 4x4 ([1,4,4] or [4,4]) float32 tensor");
     return kTfLiteError;
   }
-  shape = TfLiteIntArrayCreate(3);
-  if (shape == NULL) return kTfLiteError;
-  shape->data[0] = 1;
-  shape->data[1] = TfLiteOpaqueTensorDim(in, 1);
-  shape->data[2] = dd;
-  return TfLiteOpaqueContextResizeTensor(context, out, shape);
+  return oo_resize(context, out, 3, (const int[]){1, TfLiteOpaqueTensorDim(in, 1), dd});
 }
 
 static TfLiteStatus TlInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {

@@ -21,26 +21,26 @@
 
 #include "opaque_ops.h"
 #include "opaque_ops/flex.h"
+#include "opaque_ops/kernel_util.h"
+
+#define TTB_OP "TransformTensorBilinear"
 
 typedef struct {
-  int ok;
+  OoOptsStatus opts;
   int out_h, out_w;
-  char err[192];
 } TtbData;
 
-/* Positive int option; writes a message into d->err on failure. */
+/* Positive int option; records the problem in d->opts on failure. */
 static int TtbReadDim(TtbData* d, const char* buf, size_t len, const char* key, int* out) {
   int64_t v = 0;
   int rc = oo_flex_get_int(buf, len, key, &v);
   if (rc != OO_FLEX_OK) {
-    snprintf(d->err, sizeof d->err, "TransformTensorBilinear: option '%s': %s", key,
-             oo_flex_strerror(rc));
+    oo_opts_fail(&d->opts, TTB_OP, "option '%s': %s", key, oo_flex_strerror(rc));
     return 0;
   }
   if (v <= 0 || v > 65536) {
-    snprintf(d->err, sizeof d->err,
-             "TransformTensorBilinear: option '%s' must be in [1, 65536], got %lld", key,
-             (long long)v);
+    oo_opts_fail(&d->opts, TTB_OP, "option '%s' must be in [1, 65536], got %lld", key,
+                 (long long)v);
     return 0;
   }
   *out = (int)v;
@@ -52,13 +52,11 @@ static void* TtbInit(TfLiteOpaqueContext* context, const char* buffer, size_t le
   (void)context;
   if (d == NULL) return NULL;
   if (buffer == NULL || length == 0) {
-    snprintf(d->err, sizeof d->err,
-             "TransformTensorBilinear: missing custom options (need output_height, output_width)");
+    oo_opts_fail(&d->opts, TTB_OP, "missing custom options (need output_height, output_width)");
     return d;
   }
-  if (!TtbReadDim(d, buffer, length, "output_height", &d->out_h)) return d;
-  if (!TtbReadDim(d, buffer, length, "output_width", &d->out_w)) return d;
-  d->ok = 1;
+  if (TtbReadDim(d, buffer, length, "output_height", &d->out_h))
+    TtbReadDim(d, buffer, length, "output_width", &d->out_w);
   return d;
 }
 
@@ -67,49 +65,20 @@ static void TtbFree(TfLiteOpaqueContext* context, void* data) {
   free(data);
 }
 
-static int TtbNumElements(const TfLiteOpaqueTensor* t) {
-  int n = TfLiteOpaqueTensorNumDims(t), i;
-  long long count = 1;
-  for (i = 0; i < n; i++) {
-    int32_t dim = TfLiteOpaqueTensorDim(t, i);
-    if (dim < 0) return -1;
-    count *= dim;
-    if (count > 0x7fffffff) return -1;
-  }
-  return (int)count;
-}
-
 static TfLiteStatus TtbPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
   const TtbData* d = (const TtbData*)TfLiteOpaqueNodeGetUserData(node);
   const TfLiteOpaqueTensor *in, *mat;
   TfLiteOpaqueTensor* out;
-  TfLiteIntArray* shape;
   int c;
   long long total;
-  if (d == NULL) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "TransformTensorBilinear: out of memory in init");
-    return kTfLiteError;
-  }
-  if (!d->ok) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "%s", d->err);
-    return kTfLiteError;
-  }
-  if (TfLiteOpaqueNodeNumberOfInputs(node) != 2 || TfLiteOpaqueNodeNumberOfOutputs(node) != 1) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context,
-                              "TransformTensorBilinear: needs 2 inputs and 1 output, got %d and %d",
-                              TfLiteOpaqueNodeNumberOfInputs(node),
-                              TfLiteOpaqueNodeNumberOfOutputs(node));
-    return kTfLiteError;
-  }
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_opts_check(context, TTB_OP, d ? &d->opts : NULL));
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_check_io(context, TTB_OP, node, 2, 1));
   in = TfLiteOpaqueNodeGetInput(context, node, 0);
   mat = TfLiteOpaqueNodeGetInput(context, node, 1);
   out = TfLiteOpaqueNodeGetOutput(context, node, 0);
   TF_LITE_OPAQUE_ENSURE(context, in != NULL && mat != NULL && out != NULL);
-  if (TfLiteOpaqueTensorType(in) != kTfLiteFloat32 || TfLiteOpaqueTensorType(mat) != kTfLiteFloat32 ||
-      TfLiteOpaqueTensorType(out) != kTfLiteFloat32) {
-    TF_LITE_OPAQUE_KERNEL_LOG(context, "TransformTensorBilinear: all tensors must be float32");
-    return kTfLiteError;
-  }
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_check_float32(context, TTB_OP, "all tensors",
+                                                (const TfLiteOpaqueTensor*[]){in, mat, out}, 3));
   if (TfLiteOpaqueTensorNumDims(in) != 4 || TfLiteOpaqueTensorDim(in, 0) != 1) {
     TF_LITE_OPAQUE_KERNEL_LOG(context,
                               "TransformTensorBilinear: input must have shape [1, H, W, C] (rank %d)",
@@ -122,7 +91,7 @@ static TfLiteStatus TtbPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* n
     return kTfLiteError;
   }
   if ((TfLiteOpaqueTensorNumDims(mat) != 2 && TfLiteOpaqueTensorNumDims(mat) != 3) ||
-      TtbNumElements(mat) != 16) {
+      oo_num_elements(mat) != 16) {
     TF_LITE_OPAQUE_KERNEL_LOG(context,
                               "TransformTensorBilinear: matrix must be a 4x4 ([1,4,4] or [4,4]) "
                               "float32 tensor");
@@ -135,13 +104,7 @@ static TfLiteStatus TtbPrepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* n
                               d->out_h, d->out_w, c);
     return kTfLiteError;
   }
-  shape = TfLiteIntArrayCreate(4);
-  if (shape == NULL) return kTfLiteError;
-  shape->data[0] = 1;
-  shape->data[1] = d->out_h;
-  shape->data[2] = d->out_w;
-  shape->data[3] = c;
-  return TfLiteOpaqueContextResizeTensor(context, out, shape);
+  return oo_resize(context, out, 4, (const int[]){1, d->out_h, d->out_w, c});
 }
 
 static TfLiteStatus TtbInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {

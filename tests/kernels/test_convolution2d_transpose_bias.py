@@ -18,7 +18,6 @@ import ctypes
 import os
 import random
 import struct
-import subprocess
 import sys
 import textwrap
 
@@ -30,7 +29,9 @@ import opaque_ops.kernels as K
 from opaque_ops import _paths
 from opaque_ops.model import ModelBuilder
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_helpers import run_isolated  # noqa: E402
+
 SAME, VALID = 1, 2
 
 
@@ -336,6 +337,7 @@ HOSTILE_SCRIPT = textwrap.dedent(r"""
     import opaque_ops as oo
     import opaque_ops.kernels as K
     from opaque_ops.model import ModelBuilder
+    from kernel_helpers import random_bytes
 
     # A runaway allocation must fail as an error, not take the machine down.
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
@@ -345,7 +347,7 @@ HOSTILE_SCRIPT = textwrap.dedent(r"""
     for n in range(200):
         kind = n % 4
         if kind == 0:      # random bytes of random length
-            data = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 24)))
+            data = random_bytes(rng, 24)
         elif kind == 1:    # plausible fields with wild values
             data = struct.pack("<3i", *(rng.choice([-1, 0, 1, 2, 3, 7, 2**31 - 1, -2**31, rng.randrange(-5, 6)]) for _ in range(3)))
         else:              # a valid struct with some bytes changed
@@ -378,24 +380,29 @@ HOSTILE_SCRIPT = textwrap.dedent(r"""
 
 
 def test_hostile_option_bytes_never_crash():
-    proc = subprocess.run([sys.executable, "-c", HOSTILE_SCRIPT], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:{proc.stdout[-2000:]}\nstderr:{proc.stderr[-4000:]}"
-    ok, err = map(int, proc.stdout.split()[-2:])
+    ok, err = map(int, run_isolated(HOSTILE_SCRIPT).split()[-2:])
     assert ok + err == 200
     assert ok >= 20 and err >= 50, (ok, err)
 
 
 # ------------------------------------------------------------------ XNNPACK
 
-def test_use_xnnpack_false_runs_the_kernel(counting):
-    rng = np.random.default_rng(9)
+def xnnpack_case(seed):
+    """Random data, float16 weights and bias behind DEQUANTIZE, and the model.
+
+    The model declares its true output shape: XNNPACK only claims a node
+    whose shapes are consistent.
+    """
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal((1, 6, 6, 4)).astype(np.float32)
     w = rng.standard_normal((3, 2, 2, 4)).astype(np.float16)
     bias = rng.standard_normal(3).astype(np.float16)
-    # The same model as the default-path test below, with its true output
-    # shape declared: XNNPACK only claims a node whose shapes are consistent.
     model = one_op_model(x.shape, w, bias, options(SAME, 2, 2), dequantize=True, out_shape=(1, 12, 12, 3))
+    return x, w, bias, model
+
+
+def test_use_xnnpack_false_runs_the_kernel(counting):
+    x, w, bias, model = xnnpack_case(9)
     p0, i0 = counting.prepares, counting.invokes
     got = run(model, x, lib=counting.lib, use_xnnpack=False)
     assert counting.prepares > p0 and counting.invokes == i0 + 1
@@ -415,11 +422,7 @@ def test_xnnpack_claims_the_node_when_forced_on(counting):
     The result is still the transposed convolution (XNNPACK's own), equal to
     the reference up to float rounding.
     """
-    rng = np.random.default_rng(10)
-    x = rng.standard_normal((1, 6, 6, 4)).astype(np.float32)
-    w = rng.standard_normal((3, 2, 2, 4)).astype(np.float16)
-    bias = rng.standard_normal(3).astype(np.float16)
-    model = one_op_model(x.shape, w, bias, options(SAME, 2, 2), dequantize=True, out_shape=(1, 12, 12, 3))
+    x, w, bias, model = xnnpack_case(10)
     i0 = counting.invokes
     it = oo.Interpreter(model_content=model, custom_ops=[counting.lib], use_xnnpack=True)
     assert it.xnnpack
@@ -434,11 +437,7 @@ def test_xnnpack_claims_the_node_when_forced_on(counting):
 
 def test_default_keeps_xnnpack_off_for_this_op(counting):
     """The default (use_xnnpack=None) turns XNNPACK off for a model with this op, so our kernel runs."""
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal((1, 6, 6, 4)).astype(np.float32)
-    w = rng.standard_normal((3, 2, 2, 4)).astype(np.float16)
-    bias = rng.standard_normal(3).astype(np.float16)
-    model = one_op_model(x.shape, w, bias, options(SAME, 2, 2), dequantize=True, out_shape=(1, 12, 12, 3))
+    x, w, bias, model = xnnpack_case(11)
     i0 = counting.invokes
     it = oo.Interpreter(model_content=model, custom_ops=[counting.lib])
     assert not it.xnnpack

@@ -7,7 +7,6 @@ compiled once and reused.
 """
 import os
 import random
-import subprocess
 import sys
 import textwrap
 
@@ -19,7 +18,9 @@ import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_helpers import run_isolated  # noqa: E402
+
 
 # TFLite schema TensorType codes, as the converter writes `T`.
 TENSOR_TYPE = {np.float32: 0, np.int32: 2, np.uint8: 3, np.int64: 4, np.int8: 9}
@@ -362,7 +363,8 @@ HOSTILE_SCRIPT = textwrap.dedent(r"""
     import numpy as np
     import opaque_ops as oo
     import opaque_ops.kernels as K
-    from opaque_ops.model import ModelBuilder, flex_options
+    from opaque_ops.model import flex_options
+    from kernel_helpers import float_op_model, random_bytes
 
     # A runaway allocation must fail as an error, not take the machine down.
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
@@ -376,7 +378,7 @@ HOSTILE_SCRIPT = textwrap.dedent(r"""
     for n in range(300):
         kind = n % 6
         if kind == 5:
-            data = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 120)))
+            data = random_bytes(rng, 120)
         else:
             data = bytearray(rng.choice(seeds))
             if kind == 4:  # truncate or insert: shifts the root and the offsets
@@ -392,13 +394,9 @@ HOSTILE_SCRIPT = textwrap.dedent(r"""
                     else:
                         data[i] = rng.randrange(256)
             data = bytes(data)
-        b = ModelBuilder()
-        x = b.add_tensor("x", [1, 6, 5, 2], np.float32)
-        y = b.add_tensor("y", [1, 1, 1, 1], np.float32)
-        b.add_custom_op("ExtractImagePatches", [x], [y], options=data or None)
-        b.set_inputs([x]); b.set_outputs([y])
+        model = float_op_model("ExtractImagePatches", [[1, 6, 5, 2]], [[1, 1, 1, 1]], data)
         try:
-            it = oo.Interpreter(model_content=b.build(), custom_ops=[lib])
+            it = oo.Interpreter(model_content=model, custom_ops=[lib])
             it.allocate_tensors()
             it.set_tensor(0, np.ones((1, 6, 5, 2), np.float32))
             it.invoke()
@@ -414,10 +412,7 @@ HOSTILE_SCRIPT = textwrap.dedent(r"""
 
 
 def test_hostile_option_bytes_never_crash():
-    proc = subprocess.run([sys.executable, "-c", HOSTILE_SCRIPT], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:{proc.stdout[-2000:]}\nstderr:{proc.stderr[-4000:]}"
-    ok, err = map(int, proc.stdout.split()[-2:])
+    ok, err = map(int, run_isolated(HOSTILE_SCRIPT).split()[-2:])
     assert ok + err == 300
     # Both paths must actually be exercised by the mutations.
     assert ok >= 5 and err >= 100, (ok, err)

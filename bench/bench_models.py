@@ -1,0 +1,306 @@
+"""Real models and scaling: opaque_ops against ai-edge-litert and the raw C API, in one run.
+
+    python bench/bench_models.py [--quick] [--json out.json]
+
+Measures
+- openWakeWord's ``melspectrogram`` and ``embedding_model`` and one
+  microWakeWord streaming model: ``set_tensor + invoke + get_tensor`` per
+  iteration with opaque_ops, ai-edge-litert, and raw C-API calls through
+  ``opaque_ops._native`` (a cached numpy view of the input, the cffi invoke
+  function, a copy of the output): the floor any Python binding over this
+  library can reach.  All three use XNNPACK with one thread.
+- ``num_threads`` sweep (1, 2) on ``embedding_model``.
+- Scaling: time per element of the Atan kernel from 1e3 to 1e7 floats, and
+  time per audio sample of ``melspectrogram`` as its input grows
+  (``resize_tensor_input``).
+
+The implementations are interleaved round by round (A, B, C, A, B, C, ...) so
+that load from other processes hits all of them alike; each figure is the
+median over rounds.  Models are found with ``importlib.util.find_spec``; the
+wake-word packages themselves are never imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+
+def package_dir(name: str) -> Path | None:
+    """Directory of an installed package, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def model_paths() -> dict[str, Path]:
+    """The real models this benchmark uses that are installed, by short name."""
+    out = {}
+    oww = package_dir("pyopen_wakeword")
+    if oww is not None:
+        for stem in ("melspectrogram", "embedding_model"):
+            p = oww / "models" / f"{stem}.tflite"
+            if p.exists():
+                out[stem] = p
+    mww = package_dir("pymicro_wakeword")
+    if mww is not None:
+        cands = sorted((mww / "models").glob("*.tflite"))
+        pick = [p for p in cands if p.stem == "okay_nabu"] or cands
+        if pick:
+            out[f"microwakeword_{pick[0].stem}"] = pick[0]
+    return out
+
+
+# Input shapes for models whose inputs are dynamic (-1 in the signature).
+INPUT_SHAPES = {"melspectrogram": [1, 1280]}  # 80 ms of 16 kHz audio, openWakeWord's chunk
+
+
+def interleaved(fns: dict, n: int, rounds: int) -> dict:
+    """Median over ``rounds`` of the mean µs per call of each function, interleaved per round."""
+    for f in fns.values():
+        for _ in range(max(1, min(n, 50))):
+            f()
+    samples = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            t = time.perf_counter()
+            for _ in range(n):
+                f()
+            samples[k].append((time.perf_counter() - t) / n * 1e6)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def _input_for(detail, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(detail["dtype"])
+    if dt.kind == "f":
+        return rng.standard_normal(shape).astype(dt)
+    info = np.iinfo(dt)
+    return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dt)
+
+
+def loops_for_model(data: bytes, shape=None, num_threads: int = 1, peers: bool = True) -> dict:
+    """Build the per-iteration closures for one model: ours, ai-edge-litert, raw C API."""
+    import opaque_ops as oo
+    from opaque_ops import _native
+
+    fns = {}
+    it = oo.Interpreter(model_content=data, num_threads=num_threads)
+    d_in = it.get_input_details()[0]
+    if shape is not None:
+        it.resize_tensor_input(d_in["index"], shape)
+    it.allocate_tensors()
+    d_in = it.get_input_details()[0]
+    i_in, i_out = d_in["index"], it.get_output_details()[0]["index"]
+    x = _input_for(d_in, tuple(d_in["shape"]))
+
+    def ours():
+        it.set_tensor(i_in, x)
+        it.invoke()
+        return it.get_tensor(i_out)
+
+    fns["opaque_ops"] = ours
+
+    if peers:
+        try:
+            from ai_edge_litert.interpreter import Interpreter as LiteRT
+        except ImportError:  # pragma: no cover - the peer is optional
+            LiteRT = None
+        if LiteRT is not None:
+            peer = LiteRT(model_content=data, num_threads=num_threads)
+            if shape is not None:
+                peer.resize_tensor_input(peer.get_input_details()[0]["index"], shape)
+            peer.allocate_tensors()
+            p_in, p_out = peer.get_input_details()[0]["index"], peer.get_output_details()[0]["index"]
+
+            def theirs():
+                peer.set_tensor(p_in, x)
+                peer.invoke()
+                return peer.get_tensor(p_out)
+
+            fns["ai_edge_litert"] = theirs
+
+        nat = _native.NativeInterpreter(_native.NativeModel(data), [], num_threads=num_threads,
+                                        use_xnnpack=True)
+        if shape is not None:
+            nat.resize_input(0, shape)
+        if nat.allocate() != 0:
+            raise RuntimeError("raw C-API interpreter failed to allocate")
+        rin = nat.input_tensor(0).view()
+        rout = nat.output_tensor(0).view()
+        raw_invoke = nat.rt.lib.TfLiteInterpreterInvoke
+        handle = nat._interp
+
+        def raw(nat=nat):  # the default argument keeps the C interpreter alive
+            rin[...] = x
+            raw_invoke(handle)
+            return rout.copy()
+
+        fns["raw_c_api"] = raw
+        # Same inputs, same answers: compare like with like before timing.
+        ref = ours()
+        for k in ("ai_edge_litert", "raw_c_api"):
+            if k in fns:
+                got = fns[k]()
+                if got.shape != ref.shape or not np.allclose(got.astype(np.float64), ref.astype(np.float64),
+                                                             rtol=1e-4, atol=1e-4 if ref.dtype.kind == "f" else 1):
+                    print(f"warning: {k} output differs from opaque_ops", file=sys.stderr)
+    return fns
+
+
+def bench_real_models(quick: bool) -> dict:
+    """Per-iteration µs of every real model for ours / ai-edge-litert / raw C API."""
+    res = {}
+    for name, path in model_paths().items():
+        data = path.read_bytes()
+        fns = loops_for_model(data, INPUT_SHAPES.get(name))
+        probe = time.perf_counter()
+        fns["opaque_ops"]()
+        one = time.perf_counter() - probe
+        # About 0.1 s (quick: 0.02 s) per implementation per round.
+        n = max(3, int((0.02 if quick else 0.1) / max(one, 1e-6)))
+        r = interleaved(fns, n, 5 if quick else 15)
+        r["path"] = str(path)
+        res[name] = r
+    return res
+
+
+def bench_threads_sweep(quick: bool) -> dict:
+    """``num_threads`` 1 and 2 on embedding_model, ours and ai-edge-litert interleaved."""
+    path = model_paths().get("embedding_model")
+    if path is None:
+        return {}
+    data = path.read_bytes()
+    fns = {}
+    for nt in (1, 2):
+        loops = loops_for_model(data, num_threads=nt)
+        fns[f"opaque_ops_t{nt}"] = loops["opaque_ops"]
+        if "ai_edge_litert" in loops:
+            fns[f"ai_edge_litert_t{nt}"] = loops["ai_edge_litert"]
+    return interleaved(fns, 5 if quick else 20, 5 if quick else 11)
+
+
+def bench_atan_scaling(quick: bool) -> list:
+    """Atan kernel vs np.arctan, ns per element, 1e3..1e7 elements."""
+    import opaque_ops.kernels as K
+    from bench_kernels import _interpreter
+
+    lib = K.atan()
+    rows = []
+    sizes = [10**3, 10**4, 10**5, 10**6] + ([] if quick else [10**7])
+    for size in sizes:
+        it = _interpreter("Atan", [size], [size], lib)
+        x = (np.random.default_rng(3).standard_normal(size) * 4).astype(np.float32)
+        it.set_tensor(0, x)
+        out = np.empty_like(x)
+        n = max(1, int(2e6 // size)) if not quick else max(1, int(3e5 // size))
+        r = interleaved({"kernel": it.invoke, "numpy": lambda: np.arctan(x, out=out)}, n, 5 if quick else 9)
+        rows.append({"elements": size, "kernel_ns_per_elem": r["kernel"] * 1e3 / size,
+                     "numpy_ns_per_elem": r["numpy"] * 1e3 / size, "kernel/numpy": r["kernel"] / r["numpy"]})
+    return rows
+
+
+def bench_melspec_scaling(quick: bool) -> list:
+    """melspectrogram at growing audio lengths (resize_tensor_input): ns per audio sample."""
+    import opaque_ops as oo
+
+    path = model_paths().get("melspectrogram")
+    if path is None:
+        return []
+    data = path.read_bytes()
+    rows = []
+    lengths = [1280, 5120, 20480] + ([] if quick else [81920])
+    for length in lengths:
+        fns = loops_for_model(data, [1, length], peers=not quick)
+        n = max(2, int((1.5e5 if quick else 1e6) // length))
+        r = interleaved(fns, n, 3 if quick else 7)
+        row = {"samples": length, "opaque_ops_ns_per_sample": r["opaque_ops"] * 1e3 / length}
+        if "ai_edge_litert" in r:
+            row["ai_edge_litert_ns_per_sample"] = r["ai_edge_litert"] * 1e3 / length
+            row["ours/litert"] = r["opaque_ops"] / r["ai_edge_litert"]
+        rows.append(row)
+    del oo
+    return rows
+
+
+def bench_kernels_fixed(quick: bool) -> dict:
+    """Atan on 1M floats and ExtractImagePatches 1x256x256x3 3x3, from bench_kernels."""
+    import opaque_ops.kernels as K
+    from bench_kernels import bench_elementwise, bench_patches
+
+    repeats, warmup = (7, 2) if quick else (51, 5)
+    return {
+        "patches": bench_patches(repeats, warmup),
+        "atan": bench_elementwise("Atan", K.atan(), lambda x, o: np.arctan(x, out=o), repeats, warmup),
+    }
+
+
+def bench_selfie(quick: bool) -> dict:
+    """selfie_segmentation end to end with and without XNNPACK (ms per invoke)."""
+    mp = package_dir("mediapipe")
+    if mp is None:
+        return {"error": "mediapipe (for the model file) is not installed"}
+    path = mp / "modules" / "selfie_segmentation" / "selfie_segmentation.tflite"
+    data = path.read_bytes()
+    from bench_selfie import interp_fn
+
+    x = np.random.default_rng(4).random((1, 256, 256, 3), dtype=np.float32)
+    try:
+        fns = {"xnnpack": interp_fn(data, x, True, num_threads=1),
+               "no_xnnpack": interp_fn(data, x, False, num_threads=1)}
+    except TypeError as exc:  # use_xnnpack missing in this build
+        return {"error": f"Interpreter(use_xnnpack=...) unavailable: {exc}"}
+    r = interleaved(fns, 2 if quick else 5, 3 if quick else 9)
+    return {k: v / 1e3 for k, v in r.items()}  # ms
+
+
+def bench_python_op(quick: bool) -> dict:
+    """Invoke of a one-op model: the op as a Python callback vs the same op in C (µs)."""
+    import opaque_ops as oo
+    from bench_harness import prebuilt
+
+    c_op = oo.kernels.clamp()
+    py_op = oo.python_op("Clamp", invoke=lambda i, o: np.clip(i[0], 0.0, 1.0, out=o[0]))
+    x = np.random.default_rng(0).uniform(-1, 2, 16).astype(np.float32)
+    return interleaved({"c_op": prebuilt(c_op, x), "python_op": prebuilt(py_op, x)},
+                       500 if quick else 3000, 5 if quick else 11)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    out = {"real_models_us": bench_real_models(args.quick),
+           "threads_sweep_us": bench_threads_sweep(args.quick),
+           "atan_scaling": bench_atan_scaling(args.quick),
+           "melspec_scaling": bench_melspec_scaling(args.quick)}
+    for name, r in out["real_models_us"].items():
+        peer, raw = r.get("ai_edge_litert"), r.get("raw_c_api")
+        print(f"{name:<30} ours {r['opaque_ops']:9.1f} µs  litert {peer or float('nan'):9.1f} µs  "
+              f"raw {raw or float('nan'):9.1f} µs  ours/litert {r['opaque_ops'] / peer if peer else float('nan'):.3f}  "
+              f"ours/raw {r['opaque_ops'] / raw if raw else float('nan'):.3f}")
+    print("threads:", {k: round(v, 1) for k, v in out["threads_sweep_us"].items()})
+    for row in out["atan_scaling"]:
+        print("atan", row)
+    for row in out["melspec_scaling"]:
+        print("melspec", row)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,352 @@
+"""The opaque_ops benchmark suite: every measure against its peer, in one process run.
+
+    python bench/suite.py [--quick] [--json out.json] [--skip-install] [--refresh-install]
+                          [--threads] [--sections tiny,models,...]
+
+Prints one table (measure, ours, peer, ratio, target, met?) and, with
+``--json``, writes every raw number.  Peers are measured in the same run and
+interleaved with ours, so machine load hits both; compare ratios, not
+absolute times.  Nothing here asserts on time.
+
+Sections (``--sections``; default all):
+
+tiny     set_tensor+invoke+get_tensor on a 5-element ADD model vs ai-edge-litert;
+         the zero-copy path (tensor() views) vs raw cffi C-API calls
+models   openWakeWord melspectrogram / embedding_model and a microWakeWord
+         streaming model vs ai-edge-litert and vs the raw C API
+kernels  Atan on 1M floats vs numpy; ExtractImagePatches 1x256x256x3 3x3 vs
+         numpy and vs a memcpy of the output
+selfie   MediaPipe selfie_segmentation end to end, XNNPACK on and off
+pyop     a Python op's invoke vs the same op in C
+compile  compile_ops cold vs warm (cache hit)
+import   `import opaque_ops` in a fresh interpreter
+install  installed size in a fresh venv, numpy excluded (cached in /tmp)
+threads  num_threads 1 vs 2 on embedding_model; 2 Python threads x 2 interpreters
+scaling  Atan ns/element 1e3..1e7; melspectrogram ns/sample vs audio length
+
+``--threads`` is shorthand for ``--sections threads``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+SECTIONS = ["tiny", "models", "kernels", "selfie", "pyop", "compile", "import", "install", "threads", "scaling"]
+INSTALL_CACHE = Path(tempfile.gettempdir()) / "opaque_ops_bench_install_size.json"
+
+
+class Table:
+    """Rows of (measure, ours, peer, ratio, target, met)."""
+
+    def __init__(self):
+        self.rows: list[dict] = []
+
+    def add(self, measure, ours, peer=None, ratio=None, target=None, met=None, unit=""):
+        self.rows.append({"measure": measure, "ours": ours, "peer": peer, "ratio": ratio,
+                          "target": target, "met": met, "unit": unit})
+
+    def ratio_row(self, measure, ours, peer, peer_name, limit, unit="µs", fmt="{:.2f}"):
+        """A row whose target is ours/peer <= limit."""
+        if ours is None or peer is None:
+            self.add(measure, ours, f"{peer_name}: n/a", None, f"≤ {limit}×", None, unit)
+            return
+        r = ours / peer
+        self.add(measure, (fmt + " {}").format(ours, unit), f"{peer_name} " + (fmt + " {}").format(peer, unit),
+                 r, f"≤ {limit}×", r <= limit)
+
+    def render(self) -> str:
+        def cell(v):
+            if v is None:
+                return "-"
+            if isinstance(v, bool):
+                return "yes" if v else "NO"
+            if isinstance(v, float):
+                return f"{v:.3f}"
+            return str(v)
+
+        heads = ["measure", "ours", "peer", "ratio", "target", "met?"]
+        body = [[cell(r["measure"]), cell(r["ours"]), cell(r["peer"]), cell(r["ratio"]), cell(r["target"]),
+                 cell(r["met"])] for r in self.rows]
+        widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(heads)]
+        line = "| " + " | ".join(h.ljust(w) for h, w in zip(heads, widths)) + " |"
+        sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+        return "\n".join([line, sep] + ["| " + " | ".join(c.ljust(w) for c, w in zip(b, widths)) + " |" for b in body])
+
+
+# ------------------------------------------------------------------ sections
+
+
+def sec_tiny(t: Table, raw: dict, quick: bool) -> None:
+    from bench_core import bench_tiny
+
+    r = bench_tiny(5000 if quick else 50000)
+    raw["tiny_us"] = r
+    t.ratio_row("tiny ADD: set+invoke+get", r.get("opaque_ops"), r.get("ai_edge_litert"), "ai-edge-litert", 0.9)
+    try:
+        import tflite_runtime.interpreter  # noqa: F401
+
+        if "tflite_runtime" in r:
+            t.ratio_row("tiny ADD: set+invoke+get", r["opaque_ops"], r["tflite_runtime"], "tflite-runtime", 0.9)
+    except Exception as exc:  # noqa: BLE001 - any failure means "not usable here"
+        msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        raw["tflite_runtime"] = f"not importable ({msg}); tflite-runtime 2.14 needs numpy<2 and Python<=3.11"
+        t.add("tiny ADD vs tflite-runtime", None, "tflite-runtime not importable (needs numpy<2)", None, "≤ 0.9×", None)
+    t.ratio_row("tiny ADD: tensor() views + invoke", r.get("opaque_ops_views"), r.get("raw_cffi"), "raw cffi", 1.2)
+
+
+def sec_models(t: Table, raw: dict, quick: bool) -> None:
+    from bench_models import bench_real_models
+
+    res = bench_real_models(quick)
+    raw["real_models_us"] = res
+    if not res:
+        t.add("real models", None, "pyopen-wakeword / pymicro-wakeword not installed")
+    for name, r in res.items():
+        t.ratio_row(f"{name}: set+invoke+get", r.get("opaque_ops"), r.get("ai_edge_litert"), "ai-edge-litert", 1.0)
+        t.ratio_row(f"{name}: set+invoke+get", r.get("opaque_ops"), r.get("raw_c_api"), "raw C API", 1.02)
+        if r.get("raw_c_api") and r.get("ai_edge_litert"):
+            # Not a target: how the C library alone compares, which bounds the first ratio.
+            t.add(f"{name}: raw C API (2.17.1) vs ai-edge-litert", f"{r['raw_c_api']:.2f} µs",
+                  f"ai-edge-litert {r['ai_edge_litert']:.2f} µs", r["raw_c_api"] / r["ai_edge_litert"],
+                  "info", None)
+
+
+def sec_kernels(t: Table, raw: dict, quick: bool) -> None:
+    from bench_models import bench_kernels_fixed
+
+    r = bench_kernels_fixed(quick)
+    raw["kernels"] = r
+    a, p = r["atan"], r["patches"]
+    t.ratio_row("Atan kernel, 1M f32", a["kernel_s"] * 1e3, a["numpy_s"] * 1e3, "np.arctan", 1.5, unit="ms",
+                fmt="{:.3f}")
+    t.ratio_row("ExtractImagePatches 1x256x256x3 3x3", p["kernel_s"] * 1e3, p["numpy_s"] * 1e3, "numpy",
+                1.0, unit="ms", fmt="{:.3f}")
+    t.ratio_row("ExtractImagePatches 1x256x256x3 3x3", p["kernel_s"] * 1e3, p["memcpy_s"] * 1e3,
+                "memcpy of output", 2.0, unit="ms", fmt="{:.3f}")
+
+
+def sec_selfie(t: Table, raw: dict, quick: bool) -> None:
+    from bench_models import bench_selfie
+
+    r = bench_selfie(quick)
+    raw["selfie_ms"] = r
+    if "error" in r:
+        t.add("selfie_segmentation end to end", None, r["error"], None, "report", None)
+        return
+    t.add("selfie_segmentation e2e (1 thread)", f"XNNPACK {r['xnnpack']:.2f} ms",
+          f"no XNNPACK {r['no_xnnpack']:.2f} ms", r["xnnpack"] / r["no_xnnpack"], "report", None)
+
+
+def sec_pyop(t: Table, raw: dict, quick: bool) -> None:
+    from bench_models import bench_python_op
+
+    r = bench_python_op(quick)
+    raw["python_op_us"] = r
+    t.add("Python op invoke (Clamp, 16 floats)", f"{r['python_op']:.2f} µs", f"same op in C {r['c_op']:.2f} µs",
+          r["python_op"] / r["c_op"], "report", None)
+
+
+def sec_compile(t: Table, raw: dict, quick: bool) -> None:
+    from bench_core import bench_compile
+
+    r = bench_compile()
+    raw["compile"] = r
+    t.add("compile_ops warm (cache hit)", f"{r['compile_warm_ms']:.2f} ms", f"cold {r['compile_cold_ms']:.0f} ms",
+          r["compile_warm_ms"] / r["compile_cold_ms"], "warm ≤ 20 ms", r["compile_warm_ms"] <= 20)
+
+
+def sec_import(t: Table, raw: dict, quick: bool) -> None:
+    from bench_core import bench_import
+
+    r = bench_import(3 if quick else 9)
+    raw["import"] = r
+    t.add("import opaque_ops", f"{r['import_ms']:.1f} ms", None, None, "≤ 50 ms", r["import_ms"] <= 50)
+
+
+def _dir_size(p: Path) -> int:
+    if p.is_file():
+        return p.stat().st_size
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def measure_install(refresh: bool = False) -> dict:
+    """Install /work/main (non-editable) into a fresh venv and sum what it brings, numpy excluded.
+
+    The result is cached in the temp directory, keyed by pyproject.toml and
+    the package's file list; ``refresh`` measures again.
+    """
+    key_src = (ROOT / "pyproject.toml").read_bytes()
+    key_src += "".join(sorted(str(p.relative_to(ROOT)) + str(p.stat().st_size)
+                              for p in (ROOT / "opaque_ops").glob("*.py"))).encode()
+    key = hashlib.sha256(key_src).hexdigest()[:16]
+    if INSTALL_CACHE.exists() and not refresh:
+        cached = json.loads(INSTALL_CACHE.read_text())
+        if cached.get("key") == key:
+            cached["cached"] = True
+            return cached
+    venv = Path(tempfile.mkdtemp(prefix="oo_bench_venv_"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+        py = venv / "bin" / "python"
+        proc = subprocess.run([str(py), "-m", "pip", "install", "-q", str(ROOT)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            return {"error": "pip install failed: " + proc.stderr[-2000:]}
+        site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+        groups: dict[str, int] = {}
+        for entry in site.iterdir():
+            name = entry.name
+            base = name.split("-")[0].lower().replace(".", "_") if name.endswith((".dist-info", ".egg-info")) else name
+            base = base.lower()
+            if base.endswith(".libs"):
+                base = base[:-5]
+            if base.startswith("_cffi_backend"):
+                base = "cffi"
+            if base in ("__pycache__", "_distutils_hack", "distutils-precedence.pth"):
+                base = "setuptools"
+            groups[base] = groups.get(base, 0) + _dir_size(entry)
+        excluded = {k: v for k, v in groups.items() if k in ("numpy", "pip")}
+        counted = {k: v for k, v in groups.items() if k not in excluded}
+        mww = site / "pymicro_wakeword"
+        lib_size = _dir_size(mww / "lib") if mww.exists() else 0
+        total = sum(counted.values())
+        used = total - groups.get("pymicro_wakeword", 0) + lib_size - groups.get("pymicro_features", 0)
+        res = {"key": key, "packages_bytes": counted, "excluded_bytes": excluded,
+               "total_bytes": total, "pymicro_wakeword_lib_bytes": lib_size,
+               "used_bytes": used, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+        INSTALL_CACHE.write_text(json.dumps(res, indent=2))
+        res["cached"] = False
+        return res
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
+
+
+def sec_install(t: Table, raw: dict, quick: bool, skip: bool = False, refresh: bool = False) -> None:
+    if skip:
+        if INSTALL_CACHE.exists():
+            r = json.loads(INSTALL_CACHE.read_text())
+            r["cached"] = True
+        else:
+            t.add("install size (no numpy)", None, "skipped (--skip-install, no cached result)", None, "≤ 10 MB", None)
+            return
+    else:
+        r = measure_install(refresh)
+    raw["install"] = r
+    if "error" in r:
+        t.add("install size (no numpy)", None, r["error"][:80], None, "≤ 10 MB", None)
+        return
+    mb = 1024 * 1024
+    t.add("install size, full wheels (no numpy)", f"{r['total_bytes'] / mb:.2f} MB", None, None, "≤ 10 MB",
+          r["total_bytes"] <= 10 * mb)
+    t.add("install size, what opaque_ops uses", f"{r['used_bytes'] / mb:.2f} MB", "(pymicro_wakeword lib/ only)",
+          None, "≤ 10 MB", r["used_bytes"] <= 10 * mb)
+
+
+def sec_threads(t: Table, raw: dict, quick: bool) -> None:
+    from bench_models import bench_threads_sweep
+    from bench_threads import bench_threads
+
+    sw = bench_threads_sweep(quick)
+    raw["threads_sweep_us"] = sw
+    for impl in ("opaque_ops", "ai_edge_litert"):
+        if f"{impl}_t1" in sw:
+            t.add(f"embedding_model num_threads 2 vs 1 ({impl})", f"t2 {sw[f'{impl}_t2']:.0f} µs",
+                  f"t1 {sw[f'{impl}_t1']:.0f} µs", sw[f"{impl}_t2"] / sw[f"{impl}_t1"], "report (<1 = faster)", None)
+    th = bench_threads(quick)
+    raw["two_python_threads"] = th
+    for impl, r in th.items():
+        if isinstance(r, dict):
+            t.add(f"2 Python threads x 2 interpreters ({impl})", f"{r['two_threads_ips']:.0f} inv/s",
+                  f"1 thread {r['one_thread_ips']:.0f} inv/s", r["ratio"], "≥ 1.6× throughput",
+                  r["ratio"] >= 1.6 if impl == "opaque_ops" else None)
+
+
+def sec_scaling(t: Table, raw: dict, quick: bool) -> None:
+    from bench_models import bench_atan_scaling, bench_melspec_scaling
+
+    at = bench_atan_scaling(quick)
+    raw["atan_scaling"] = at
+    for row in at:
+        t.add(f"Atan scaling, {row['elements']:.0e} elements", f"{row['kernel_ns_per_elem']:.2f} ns/elem",
+              f"np.arctan {row['numpy_ns_per_elem']:.2f} ns/elem", row["kernel/numpy"], "report", None)
+    ms = bench_melspec_scaling(quick)
+    raw["melspec_scaling"] = ms
+    for row in ms:
+        peer = row.get("ai_edge_litert_ns_per_sample")
+        t.add(f"melspectrogram scaling, {row['samples']} samples", f"{row['opaque_ops_ns_per_sample']:.1f} ns/sample",
+              f"ai-edge-litert {peer:.1f} ns/sample" if peer else None, row.get("ours/litert"), "report", None)
+
+
+# -------------------------------------------------------------------- main
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer iterations: a smoke run, noisier")
+    ap.add_argument("--json", metavar="PATH", help="write every number as JSON")
+    ap.add_argument("--skip-install", action="store_true", help="use the cached install size, or none")
+    ap.add_argument("--refresh-install", action="store_true", help="measure the install size again")
+    ap.add_argument("--threads", action="store_true", help="only the thread measures (same as --sections threads)")
+    ap.add_argument("--sections", help=f"comma-separated subset of {','.join(SECTIONS)}")
+    args = ap.parse_args(argv)
+    sections = SECTIONS
+    if args.threads:
+        sections = ["threads"]
+    if args.sections:
+        sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+        bad = [s for s in sections if s not in SECTIONS]
+        if bad:
+            ap.error(f"unknown sections {bad}; choose from {SECTIONS}")
+    # The runtime's delegate banner goes to fd 2 on every interpreter; keep the table readable.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    table, raw = Table(), {}
+    t_start = time.perf_counter()
+    for s in sections:
+        t0 = time.perf_counter()
+        try:
+            if s == "install":
+                sec_install(table, raw, args.quick, args.skip_install, args.refresh_install)
+            else:
+                globals()[f"sec_{s}"](table, raw, args.quick)
+        except Exception as exc:  # noqa: BLE001 - one broken section must not hide the rest
+            table.add(f"[{s}] failed", None, f"{type(exc).__name__}: {exc}"[:120])
+            raw.setdefault("errors", {})[s] = repr(exc)
+        print(f"# {s}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    meta = {"python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
+            "loadavg_end": os.getloadavg(), "quick": args.quick, "seconds": time.perf_counter() - t_start,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    try:
+        import numpy
+        import opaque_ops
+
+        meta["numpy"] = numpy.__version__
+        meta["tflite_c"] = opaque_ops.runtime_info().get("version") if hasattr(opaque_ops, "runtime_info") else None
+    except Exception:  # noqa: BLE001 - metadata only
+        pass
+    print(f"\nopaque_ops benchmark suite ({'quick' if args.quick else 'full'}), {meta['cpus']} CPUs, "
+          f"load average at end {meta['loadavg_end'][0]:.2f}; ratio = ours / peer unless stated\n")
+    print(table.render())
+    if args.json:
+        Path(args.json).write_text(json.dumps({"meta": meta, "table": table.rows, "raw": raw}, indent=2,
+                                              default=str))
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
