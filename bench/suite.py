@@ -335,7 +335,7 @@ def main(argv=None) -> int:
         import opaque_ops
 
         meta["numpy"] = numpy.__version__
-        meta["tflite_c"] = opaque_ops.runtime_info().get("version") if hasattr(opaque_ops, "runtime_info") else None
+        meta["tflite_c"] = getattr(opaque_ops.runtime_info(), "version", None)
     except Exception:  # noqa: BLE001 - metadata only
         pass
     print(f"\nopaque_ops benchmark suite ({'quick' if args.quick else 'full'}), {meta['cpus']} CPUs, "

@@ -578,11 +578,12 @@ static inline int oo_flex_get_string(const void* buf, size_t len,
   return rc ? rc : oo_flex_as_string(v, s, n);
 }
 
-/* Copy an integer vector (any vector kind whose elements all convert with
- * oo_flex_as_int64) into out[0..cap).  *n receives the vector's length even
- * when OO_FLEX_ERR_CAPACITY is returned; out may be NULL if cap == 0. */
-static inline int oo_flex_get_ints(const void* buf, size_t len, const char* key,
-                                   int64_t* out, size_t cap, size_t* n) {
+/* Shared body of the two vector getters: look the key up, check the length
+ * against cap, then convert element i with `conv` into slot i of `out`
+ * (elements of `elem_size` bytes). */
+static inline int oo_flex__get_vector(const void* buf, size_t len, const char* key,
+                                      void* out, size_t elem_size, size_t cap, size_t* n,
+                                      int (*conv)(oo_flex_ref, void*)) {
   oo_flex_ref v, e;
   size_t i, count;
   int rc;
@@ -596,33 +597,33 @@ static inline int oo_flex_get_ints(const void* buf, size_t len, const char* key,
   for (i = 0; i < count; i++) {
     rc = oo_flex_vector_at(v, i, &e);
     if (rc) return rc;
-    rc = oo_flex_as_int64(e, &out[i]);
+    rc = conv(e, (unsigned char*)out + i * elem_size);
     if (rc) return rc;
   }
   return OO_FLEX_OK;
+}
+
+static inline int oo_flex__conv_int64(oo_flex_ref r, void* out) {
+  return oo_flex_as_int64(r, (int64_t*)out);
+}
+
+static inline int oo_flex__conv_double(oo_flex_ref r, void* out) {
+  return oo_flex_as_double(r, (double*)out);
+}
+
+/* Copy an integer vector (any vector kind whose elements all convert with
+ * oo_flex_as_int64) into out[0..cap).  *n receives the vector's length even
+ * when OO_FLEX_ERR_CAPACITY is returned; out may be NULL if cap == 0. */
+static inline int oo_flex_get_ints(const void* buf, size_t len, const char* key,
+                                   int64_t* out, size_t cap, size_t* n) {
+  return oo_flex__get_vector(buf, len, key, out, sizeof *out, cap, n, oo_flex__conv_int64);
 }
 
 /* Same for numbers as doubles (float and integer elements accepted). */
 static inline int oo_flex_get_floats(const void* buf, size_t len,
                                      const char* key, double* out, size_t cap,
                                      size_t* n) {
-  oo_flex_ref v, e;
-  size_t i, count;
-  int rc;
-  if (n == NULL || (out == NULL && cap != 0)) return OO_FLEX_ERR_ARG;
-  rc = oo_flex_get(buf, len, key, &v);
-  if (rc) return rc;
-  rc = oo_flex_vector_size(v, &count);
-  if (rc) return rc;
-  *n = count;
-  if (count > cap) return OO_FLEX_ERR_CAPACITY;
-  for (i = 0; i < count; i++) {
-    rc = oo_flex_vector_at(v, i, &e);
-    if (rc) return rc;
-    rc = oo_flex_as_double(e, &out[i]);
-    if (rc) return rc;
-  }
-  return OO_FLEX_OK;
+  return oo_flex__get_vector(buf, len, key, out, sizeof *out, cap, n, oo_flex__conv_double);
 }
 
 #ifdef __cplusplus
