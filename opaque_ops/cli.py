@@ -373,6 +373,10 @@ def main(argv=None) -> int:
     try:
         if argv and argv[0] == "build":
             return cmd_build(argv[1:])
+        if argv[:2] == ["bench", "--suite"]:
+            from ._bench_cli import run_suite
+
+            return run_suite(argv[2:])
         args = _parser().parse_args(argv)
         return args.func(args)
     except (CliError, OpaqueOpsError, OSError, ValueError) as exc:
