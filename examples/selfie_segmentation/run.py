@@ -1,6 +1,11 @@
 """Person segmentation with MediaPipe's selfie model, run by opaque_ops.
 
-    python run.py [IMAGE] [--out mask.png] [--landscape] [--no-xnnpack] [--runs N]
+    python run.py [IMAGE] [--out mask.png] [--landscape] [--xnnpack] [--runs N]
+
+By default opaque_ops keeps XNNPACK off for this model, so every node,
+including Convolution2DTransposeBias, runs on TFLite's builtin kernels and
+opaque_ops' own C kernel.  --xnnpack forces XNNPACK on: much faster, but it
+then runs Convolution2DTransposeBias with its own implementation.
 
 IMAGE (PNG/JPEG) needs Pillow; without an image a synthetic person is drawn.
 The mask is written as an 8-bit grayscale PNG by a tiny built-in writer.
@@ -67,12 +72,13 @@ def main(argv=None) -> int:
     ap.add_argument("image", nargs="?")
     ap.add_argument("--out", default="mask.png")
     ap.add_argument("--landscape", action="store_true", help="use the 144x256 model")
-    ap.add_argument("--no-xnnpack", action="store_true", help="run builtins and our kernel without XNNPACK")
+    ap.add_argument("--xnnpack", action="store_true",
+                    help="force XNNPACK on (it then also runs Convolution2DTransposeBias itself)")
     ap.add_argument("--runs", type=int, default=10)
     args = ap.parse_args(argv)
 
     it = oo.Interpreter(model_path=model_path(args.landscape), custom_ops=[oo.kernels.mediapipe()],
-                        use_xnnpack=not args.no_xnnpack)
+                        use_xnnpack=True if args.xnnpack else None)
     it.allocate_tensors()
     inp, out = it.get_input_details()[0], it.get_output_details()[0]
     h, w = int(inp["shape"][1]), int(inp["shape"][2])
@@ -86,7 +92,8 @@ def main(argv=None) -> int:
         times.append(time.perf_counter() - t)
     mask = it.get_tensor(out["index"])[0, :, :, 0]
     write_png(args.out, np.round(np.clip(mask, 0, 1) * 255).astype(np.uint8))
-    print(f"{'no XNNPACK' if args.no_xnnpack else 'XNNPACK'}: {np.median(times) * 1e3:.2f} ms per inference "
+    who = "XNNPACK (builtins and the transposed convolution)" if it.xnnpack else "builtins + opaque_ops' kernel"
+    print(f"{who}: {np.median(times) * 1e3:.2f} ms per inference "
           f"(median of {len(times)}); {(mask > 0.5).mean():.1%} of pixels are person; mask -> {args.out}")
     return 0
 
