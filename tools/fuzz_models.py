@@ -1,14 +1,27 @@
 """Structured mutation fuzzing of model bytes fed to opaque_ops.Interpreter.
 
-    python tools/fuzz_models.py --n 100000 [--seed 1] [--workers 2]
+    python tools/fuzz_models.py --n 100000 [--seed 1] [--workers 2] [--xnnpack] [--json out.json]
+    python tools/fuzz_models.py --save SEED:INDEX out.tflite     # write one input, to replay it
 
 Every input is a real model (the Atan seed model, the openWakeWord and
 microWakeWord models from their wheels) mutated by truncation, bit flips, byte
 and word overwrites, offset corruption (a uoffset pointed elsewhere), huge
 shape values and out-of-range tensor indices.  Each goes through
-Interpreter(...), allocate_tensors() and invoke().  A rejection must be an
-OpaqueOpsError; anything else is a finding.  The work runs in child processes
-so that a crash (signal) is detected and the input that caused it is saved.
+Interpreter(...), allocate_tensors(), set_tensor() and invoke() (a model with
+a dynamic input that fails to allocate at its declared size -- melspectrogram
+at 1x1 -- is retried at 1x1760 so its kernels run too).  A rejection must be
+an OpaqueOpsError; anything else is a finding.  ``--xnnpack`` applies the
+XNNPACK delegate (the Interpreter's default); without it the reference
+kernels run.
+
+Input number i of a run is a pure function of (seed, i), so a crash is
+reported by index and replayed exactly.  The work runs in child processes of
+``--chunk`` inputs; a child that dies from a signal (or hangs) is reported
+with the input it was on, that input is saved to the work directory, and a
+new child carries on after it.  The summary counts inputs accepted (ran to
+the end), rejected (by reason, and grouped: ``reason_groups``), crashes and
+findings; ``unaccounted`` counts inputs whose outcome died with a crashed
+child (they did not crash it).
 """
 
 from __future__ import annotations
@@ -90,7 +103,22 @@ for i in range({start}, {stop}):
     out.flush()
     try:
         it = oo.Interpreter(model_content=data, use_xnnpack={xnnpack})
-        it.allocate_tensors()
+        try:
+            it.allocate_tensors()
+        except oo.OpaqueOpsError as e:
+            # melspectrogram declares a 1x1 input that its convolutions refuse;
+            # retry dynamic-shaped inputs at a working size so its kernels get
+            # exercised too.
+            sigs = [[int(v) for v in d["shape_signature"]] for d in it.get_input_details()]
+            if not any(-1 in sg for sg in sigs) or any(v < -1 for sg in sigs for v in sg):
+                raise
+            for d in it.get_input_details():
+                sig = [int(v) for v in d["shape_signature"]]
+                if -1 in sig:
+                    first = sig.index(-1)
+                    it.resize_tensor_input(d["index"], [1 if k == first else (1760 if v == -1 else v)
+                                                        for k, v in enumerate(sig)])
+            it.allocate_tensors()
         for d in it.get_input_details():
             it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
         it.invoke()
@@ -121,6 +149,62 @@ def reason_key(exc: BaseException) -> str:
     msg = re.sub(r"\d+", "N", msg)
     msg = re.sub(r"^ ?is not a usable TFLite model: ", "", msg)
     return f"{type(exc).__name__}: {msg[:90]}"
+
+
+_GROUPS = [
+    # (substring of the reason, group name); the first match wins.
+    ("already writes", "check_model: tensor with two producers"),
+    ("also one of its own inputs", "check_model: op writes its own input"),
+    ("which is an input of the subgraph", "check_model: op writes a graph input"),
+    ("which is a constant", "check_model: op writes a constant"),
+    ("before operator", "check_model: tensor read before written"),
+    ("omitted (-N) input", "check_model: omitted input on a builtin without optional inputs"),
+    ("omitted (-N) output", "check_model: omitted output"),
+    ("is written by no operator", "check_model: graph output written by nobody"),
+    ("has no bias input", "check_model: quantized conv without bias"),
+    ("READ_VARIABLE) declares", "check_model: READ_VARIABLE shape != stored value"),
+    ("must be at least N", "check_model: zero/negative stride, dilation or filter"),
+    ("window, but its input", "allocate: VALID window larger than input"),
+    ("has zero point(s)", "check_model: zero point outside the type's range"),
+    ("has quantization scale(s)", "check_model: scale not finite/positive/normal"),
+    ("bytes of data", "check_model: constant data longer than its shape"),
+    ("it must be SAME or VALID", "check_model: unknown padding"),
+    ("takes at least", "check_model: too few inputs"),
+    ("has no outputs", "check_model: op without outputs"),
+    ("has no subgraphs", "check_model: no subgraphs"),
+    ("truncated", "read_model: offset/length past the end"),
+    ("invalid size", "read_model: bad table/vtable size"),
+    ("lies outside its", "read_model: field outside its table"),
+    ("UTF-N", "read_model: invalid UTF-8 string"),
+    ("no '…' file identifier", "read_model: not a TFLite flatbuffer"),
+    ("far more data than it contains", "read_model: self-referencing offsets"),
+    ("nested too deeply", "read_model: nesting too deep"),
+    ("refers to", "read_model: index out of range"),
+    ("opcode index", "read_model: index out of range"),
+    ("unresolved custom op", "TFLite: unresolved custom op"),
+    ("custom ops that no library provides", "TFLite: unresolved custom op"),
+]
+
+
+def reason_group(key: str) -> str:
+    """Coarse category of a :func:`reason_key`, for the summary."""
+    for needle, group in _GROUPS:
+        if needle in key:
+            return group
+    m = re.search(r"tensorflow/lite/([\w/]+\.cc)", key)
+    if m:
+        return f"TFLite check in {m.group(1)}"
+    cls, _, msg = key.partition(": ")
+    return f"{cls}: {' '.join(msg.split()[:8])}"
+
+
+def group_reasons(reasons: dict) -> dict:
+    """Sum reason counts by :func:`reason_group`, largest first."""
+    out: dict[str, int] = {}
+    for k, c in reasons.items():
+        g = reason_group(k)
+        out[g] = out.get(g, 0) + c
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def _run_range(seed: int, start: int, stop: int, xnnpack: bool, timeout: float) -> dict:
@@ -217,12 +301,18 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=1, help="child processes run at once")
     ap.add_argument("--chunk", type=int, default=1000, help="inputs per child process")
     ap.add_argument("--progress", action="store_true", help="print progress to stderr")
+    ap.add_argument("--save", nargs=2, metavar=("SEED:INDEX", "OUT"), help="write one input and exit")
     args = ap.parse_args(argv)
+    if args.save:
+        seed, index = (int(v) for v in args.save[0].split(":"))
+        Path(args.save[1]).write_bytes(input_for(seed_models(), seed, index))
+        return 0
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="oo_fuzz_"))
     workdir.mkdir(parents=True, exist_ok=True)
     t = time.time()
     totals = run(args.n, args.seed, workdir, chunk=args.chunk, xnnpack=args.xnnpack,
                  workers=args.workers, progress=args.progress)
+    totals["reason_groups"] = group_reasons(totals["reasons"])
     totals["crash_count"] = len(totals["crashes"])
     totals["finding_count"] = len(totals["findings"])
     totals["seconds"] = round(time.time() - t, 1)
