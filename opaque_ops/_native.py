@@ -17,6 +17,7 @@ Where the runtime comes from (first hit wins):
 from __future__ import annotations
 
 import ctypes.util
+import functools
 import importlib.util
 import os
 import platform
@@ -589,6 +590,10 @@ def _xnnpack_delegate(rt: Runtime, num_threads):
     return None if ptr == ffi.NULL else ptr
 
 
+def _closed_call(*_args):
+    raise RuntimeError("the native interpreter is closed")
+
+
 class NativeInterpreter:
     """``TfLiteInterpreter`` with its options, model and operators, freed in order.
 
@@ -624,12 +629,16 @@ class NativeInterpreter:
         self.xnnpack = self._xnnpack is not None
         self._interp = rt.lib.TfLiteInterpreterCreate(model._ptr, self._options)
         self.ok = self._interp != ffi.NULL
+        # The hot path: a C-level partial, no Python frame between the caller
+        # and TfLiteInterpreterInvoke.  close() swaps it out before freeing.
+        self.invoke_fast = functools.partial(_invoke, self._interp) if self.ok else _closed_call
 
     # -- lifetime
     def close(self):
         lib = _runtime.lib if _runtime is not None else None
         if lib is None:
             return
+        self.invoke_fast = _closed_call
         if getattr(self, "_interp", None) not in (None, ffi.NULL):
             lib.TfLiteInterpreterDelete(self._interp)
         self._interp = None
