@@ -296,15 +296,34 @@ def _flex_normalize(value: Any, where: str) -> Any:
     raise TypeError(f"cannot encode {type(value).__name__} as a flexbuffer value ({where})")
 
 
+_F32_MAX = 3.4028234663852886e38
+_INT64_MIN, _INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
+
+
+def _flex_int(fbb: flexbuffers.Builder, value: int) -> None:
+    if _INT64_MIN <= value <= _INT64_MAX:
+        fbb.Int(value)
+    elif value <= _UINT64_MAX:
+        fbb.UInt(value)
+    else:
+        raise ValueError(f"integer option {value} does not fit in 64 bits")
+
+
+def _flex_float(fbb: flexbuffers.Builder, value: float) -> None:
+    # The flexbuffers package picks the width by packing as float32 first,
+    # which raises OverflowError for finite doubles beyond float32's range.
+    fbb.Float(value, 8 if abs(value) > _F32_MAX and value == value and abs(value) != float("inf") else 0)
+
+
 def _flex_add(fbb: flexbuffers.Builder, value: Any) -> None:
     if value is None:
         fbb.Null()
     elif isinstance(value, bool):
         fbb.Bool(value)
     elif isinstance(value, int):
-        fbb.Int(value)
+        _flex_int(fbb, value)
     elif isinstance(value, float):
-        fbb.Float(value)
+        _flex_float(fbb, value)
     elif isinstance(value, str):
         fbb.String(value)
     elif isinstance(value, bytes):
@@ -321,9 +340,13 @@ def _flex_add(fbb: flexbuffers.Builder, value: Any) -> None:
         if items and all(isinstance(v, bool) for v in items):
             fbb.TypedVectorFromElements(items, flexbuffers.Type.BOOL)
         elif items and all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+            if not all(_INT64_MIN <= v <= _INT64_MAX for v in items):
+                raise ValueError(f"integer list option {items!r} has values outside the int64 range")
             fbb.TypedVectorFromElements(items, flexbuffers.Type.INT)
         elif items and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
-            fbb.TypedVectorFromElements([float(v) for v in items], flexbuffers.Type.FLOAT)
+            with fbb.TypedVector():
+                for v in items:
+                    _flex_float(fbb, float(v))
         else:
             # Strings and mixed lists: typed string vectors are deprecated in
             # FlexBuffers, so use an untyped vector.
@@ -353,11 +376,20 @@ def flex_options(options: Mapping[str, Any]) -> bytes:
     ------
     TypeError
         If a key is not a string or a value has an unsupported type.
+    ValueError
+        If an integer does not fit in 64 bits.
     """
     if not isinstance(options, Mapping):
         raise TypeError(f"flex_options needs a mapping, got {type(options).__name__}")
     fbb = flexbuffers.Builder()
-    _flex_add(fbb, _flex_normalize(options, "options"))
+    try:
+        _flex_add(fbb, _flex_normalize(options, "options"))
+    except RuntimeError as exc:
+        # The builder's Map()/Vector() context managers replace an error raised
+        # inside them with their own "must be even number of keys"; surface ours.
+        if isinstance(exc.__context__, (ValueError, TypeError)):
+            raise exc.__context__ from None
+        raise
     return bytes(fbb.Finish())
 
 

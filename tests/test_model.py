@@ -516,3 +516,15 @@ def test_fuzz_real_model():
             read_model(bytes(buf))
         except ModelError:
             pass
+
+
+def test_flex_options_extreme_numbers():
+    """Doubles beyond float32 and uint64-sized ints round-trip; larger ints are a clear ValueError."""
+    from opaque_ops.model import decode_flex_options, flex_options
+
+    opts = {"big": 1e300, "u": 2**63, "v": [1.0, -1e300], "w": [0.5, 2.5], "n": -(2**63)}
+    assert decode_flex_options(flex_options(opts)) == opts
+    with pytest.raises(ValueError, match="does not fit in 64 bits"):
+        flex_options({"a": 2**70})
+    with pytest.raises(ValueError, match="int64 range"):
+        flex_options({"a": [1, 2**64]})
