@@ -38,10 +38,6 @@ def atan_ref(x):
     return np.arctan((x + OFFSET).astype(np.float64)).astype(np.float32)
 
 
-def _skip_unless_slow(request) -> None:
-    # pyproject declares the marker; these run only when asked for with -m slow.
-    if "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("long reliability run: opt in with -m slow")
 
 
 def run_child(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -65,8 +61,7 @@ def test_fuzz_short_run_has_no_crash_and_only_opaque_ops_errors(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("xnnpack", [False, True])
-def test_fuzz_long_run(request, tmp_path, xnnpack):
-    _skip_unless_slow(request)
+def test_fuzz_long_run(tmp_path, xnnpack):
     totals = fuzz_models.run(20000, seed=11, workdir=tmp_path, chunk=1000, workers=2, xnnpack=xnnpack)
     assert totals["crashes"] == [] and totals["findings"] == [], (totals["crashes"], totals["findings"])
 
@@ -263,8 +258,7 @@ def test_no_memory_growth_over_1500_cycles(kind):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["builtin", "c", "python"])
-def test_no_memory_growth_over_10k_cycles(request, kind):
-    _skip_unless_slow(request)
+def test_no_memory_growth_over_10k_cycles(kind):
     res = leak_check.measure(kind, cycles=10000, warmup=500)
     assert res["growth_mb"] < 2.0, res
 
