@@ -14,7 +14,6 @@ cached) or ``kernels:NAME`` for a kernel bundled with opaque_ops.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import time

@@ -66,7 +66,7 @@ def test_missing_source_path():
 def test_no_ops_declared_is_explained(tmp_path):
     lib = oo.compile_ops('#include "opaque_ops.h"\nint unused_symbol_here;\n', cache_dir=tmp_path)
     with pytest.raises(oo.OpLibraryError, match="declares no ops"):
-        lib.names
+        _ = lib.names
 
 
 def test_same_kernel_under_two_names_and_versions(tmp_path, atan_model_bytes):

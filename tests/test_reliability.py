@@ -9,7 +9,6 @@ runs in a child process.
 from __future__ import annotations
 
 import gc
-import importlib.util
 import os
 import re
 import shutil
@@ -18,7 +17,6 @@ import sys
 import textwrap
 import threading
 import weakref
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,7 +114,7 @@ def test_former_crashers_are_refused_cleanly():
 
     msgs = json.loads(p.stdout.strip().splitlines()[-1])
     assert len(msgs) == 2 * len(CRASHERS)
-    for k, (_, _, expect) in enumerate(CRASHERS):
+    for k, _crasher in enumerate(CRASHERS):
         # Several inputs break more than one rule; the first check that
         # trips gives the message.  What matters: a ModelError, no crash.
         for m in msgs[2 * k:2 * k + 2]:

@@ -9,11 +9,9 @@ import array
 import importlib.util
 import math
 import os
-import random
 import shutil
 import struct
 import subprocess
-import sys
 
 import pytest
 from flatbuffers import flexbuffers as fx
