@@ -206,13 +206,11 @@ class Runtime:
         if self.has("TfLiteInterpreterOptionsAddOperator"):
             self.generation = "operator"
             self.add_operator = self.lib.TfLiteInterpreterOptionsAddOperator
-            self.operator_delete = self.lib.TfLiteOperatorDelete
             self.operator_name = self.lib.TfLiteOperatorGetCustomName
             self.operator_version = self.lib.TfLiteOperatorGetVersion
         elif self.has("TfLiteInterpreterOptionsAddRegistrationExternal"):
             self.generation = "registration_external"
             self.add_operator = self.lib.TfLiteInterpreterOptionsAddRegistrationExternal
-            self.operator_delete = self.lib.TfLiteRegistrationExternalDelete
             self.operator_name = self.lib.TfLiteRegistrationExternalGetCustomName
             self.operator_version = self.lib.TfLiteRegistrationExternalGetVersion
         else:
@@ -377,6 +375,8 @@ class KernelLibrary:
         self.path = path
         self.stamp = fields
         self.runtime = runtime
+        self._ops: dict[int, Operator] = {}
+        self._ops_lock = threading.Lock()
 
     def op_defs(self) -> list[tuple[str, int]]:
         """Return the ``(name, version)`` of every op the library declares (version 0 = from the factory)."""
@@ -386,37 +386,56 @@ class KernelLibrary:
         return out
 
     def make_operator(self, index: int) -> "Operator":
-        """Build the operator of op number ``index``."""
-        ptr = self._lib.OpaqueOps_MakeOperator(index)
-        if ptr == ffi.NULL:
-            raise OpLibraryError(
-                f"{self.path}: could not create op #{index}: "
-                + ffi.string(self._lib.OpaqueOps_LastError()).decode()
-            )
-        return Operator(ptr, owner=self, owned=self._lib.OpaqueOps_OpVersion(index) != 0)
+        """The operator of op number ``index``, built on first request and then reused."""
+        with self._ops_lock:
+            op = self._ops.get(index)
+            if op is None:
+                ptr = self._lib.OpaqueOps_MakeOperator(index)
+                if ptr == ffi.NULL:
+                    raise OpLibraryError(
+                        f"{self.path}: could not create op #{index}: "
+                        + ffi.string(self._lib.OpaqueOps_LastError()).decode()
+                    )
+                op = self._ops[index] = Operator(ptr, owner=self)
+            return op
+
+
+# One KernelLibrary per file for the life of the process: dlopen returns the
+# same handle for the same path anyway, and its operators are never freed
+# (see Operator), so building them once per file bounds what is kept.
+_kernel_libraries: dict[str, KernelLibrary] = {}
+_kernel_libraries_lock = threading.Lock()
+
+
+def kernel_library(path: str) -> KernelLibrary:
+    """Load (once) the kernel library at ``path`` (absolute)."""
+    with _kernel_libraries_lock:
+        lib = _kernel_libraries.get(path)
+        if lib is None:
+            lib = _kernel_libraries[path] = KernelLibrary(path)
+        return lib
 
 
 class Operator:
-    """One ``TfLiteOperator``.
+    """One ``TfLiteOperator``, never deleted.
 
-    ``owned`` operators were created for us and are deleted with this object;
-    a guide-style factory may hand out a singleton, which is never deleted.
+    TFLite keeps a pointer to the operator in every interpreter it was added
+    to, and calls its ``free`` when such an interpreter is deleted.  The
+    garbage collector may finalize an operator before an interpreter that
+    uses it (objects in a reference cycle die in any order), so deleting it
+    could leave TFLite a dangling pointer.  A guide-style factory may also
+    hand out a singleton that is not ours to delete.  The cost is one small
+    allocation per op and library (or per python_op), for the process's life.
     """
 
-    def __init__(self, ptr, owner, owned: bool, keepalive=()):
+    def __init__(self, ptr, owner, keepalive=()):
         self._ptr = ptr
         # The library (or Python callbacks) whose code the operator points into.
         self._owner = owner
         self._keepalive = keepalive
-        self._owned = owned
         rt = load_runtime()
         self.name = ffi.string(rt.operator_name(ptr)).decode()
         self.version = int(rt.operator_version(ptr))
-
-    def __del__(self):
-        if getattr(self, "_owned", False) and self._ptr is not None and _runtime is not None:
-            _runtime.operator_delete(self._ptr)
-            self._ptr = None
 
 
 # ----------------------------------------------------------- interpreter --
@@ -993,4 +1012,4 @@ def make_python_operator(name: str, version: int, init, free, prepare, invoke) -
         setter(ptr, cb)
     keep = (cname, cb_init, cb_free, cb_prepare, cb_invoke)
     _IMMORTAL.append(keep)
-    return Operator(ptr, owner=None, owned=False, keepalive=keep)
+    return Operator(ptr, owner=None, keepalive=keep)

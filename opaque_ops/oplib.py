@@ -32,7 +32,7 @@ class OpLibrary:
         self.path = Path(path).resolve()
         self.cache_hit = cache_hit
         self.build_log = build_log
-        self._kernel = _native.KernelLibrary(str(self.path))
+        self._kernel = _native.kernel_library(str(self.path))
         self._operators = None
         self._lock = threading.Lock()
 
