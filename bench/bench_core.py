@@ -54,14 +54,19 @@ def per_call(fn, n: int, repeats: int = 7) -> float:
     return statistics.median(samples)
 
 
-def bench_tiny(n: int) -> dict:
+def tiny_loops() -> dict:
+    """The per-iteration loops on the tiny ADD model, by implementation name.
+
+    ``opaque_ops``: set_tensor + invoke + get_tensor; ``opaque_ops_views``:
+    write into a ``tensor()`` view, invoke, copy the output view;
+    ``raw_cffi``: the same with a cached view and the cffi invoke function
+    (the floor); peers: ai-edge-litert (and tflite-runtime when importable).
+    """
     import opaque_ops as oo
     from opaque_ops import _native
 
     data = tiny_model()
     x = np.ones(5, np.float32)
-    res = {}
-
     it = oo.Interpreter(model_content=data)
     it.allocate_tensors()
     i_in, i_out = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
@@ -71,37 +76,28 @@ def bench_tiny(n: int) -> dict:
         it.invoke()
         return it.get_tensor(i_out)
 
-    res["opaque_ops"] = per_call(ours, n)
-
-    vin = it.tensor(i_in)()
-    vout = it.tensor(i_out)()
+    vin, vout = it.tensor(i_in)(), it.tensor(i_out)()
 
     def ours_views():
         vin[:] = x
         it.invoke()
         return vout.copy()
 
-    res["opaque_ops_views"] = per_call(ours_views, n)
-
-    # Raw C-API floor: cached numpy view of the input, invoke, copy the output.
     native = _native.NativeInterpreter(_native.NativeModel(data), [])
     native.allocate()
-    rin = native.input_tensor(0).view()
-    rout = native.output_tensor(0).view()
-    raw_invoke = native.rt.lib.TfLiteInterpreterInvoke
-    handle = native._interp
+    rin, rout = native.input_tensor(0).view(), native.output_tensor(0).view()
+    raw_invoke, handle = native.rt.lib.TfLiteInterpreterInvoke, native._interp
 
-    def raw():
+    def raw(native=native):  # the default argument keeps the C interpreter alive
         rin[:] = x
         raw_invoke(handle)
         return rout.copy()
 
-    res["raw_cffi"] = per_call(raw, n)
-
+    loops = {"opaque_ops": ours, "opaque_ops_views": ours_views, "raw_cffi": raw}
     for modname in ("ai_edge_litert.interpreter", "tflite_runtime.interpreter"):
         try:
             mod = __import__(modname, fromlist=["Interpreter"])
-        except Exception:
+        except Exception:  # noqa: BLE001 - not installed, or broken under numpy 2
             continue
         peer = mod.Interpreter(model_content=data)
         peer.allocate_tensors()
@@ -112,8 +108,12 @@ def bench_tiny(n: int) -> dict:
             peer.invoke()
             return peer.get_tensor(p_out)
 
-        res[modname.split(".")[0]] = per_call(theirs, n)
-    return res
+        loops[modname.split(".")[0]] = theirs
+    return loops
+
+
+def bench_tiny(n: int) -> dict:
+    return {name: per_call(fn, n) for name, fn in tiny_loops().items()}
 
 
 def bench_compile() -> dict:

@@ -164,63 +164,10 @@ def loops_for_model(data: bytes, shape=None, num_threads: int = 1, peers: bool =
 
 
 def bench_tiny_interleaved(quick: bool) -> dict:
-    """bench_core's tiny ADD model loops, interleaved round by round (µs per iteration).
+    """bench_core's tiny ADD model loops, interleaved round by round (µs per iteration)."""
+    from bench_core import tiny_loops
 
-    ``opaque_ops``: set_tensor + invoke + get_tensor; ``opaque_ops_views``:
-    write into a ``tensor()`` view, invoke, copy the output view;
-    ``raw_cffi``: the same with a cached view and the cffi invoke function;
-    peers: ai-edge-litert (and tflite-runtime when importable).
-    """
-    import opaque_ops as oo
-    from bench_core import tiny_model
-    from opaque_ops import _native
-
-    data = tiny_model()
-    x = np.ones(5, np.float32)
-    fns = {}
-    it = oo.Interpreter(model_content=data)
-    it.allocate_tensors()
-    i_in, i_out = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
-
-    def ours():
-        it.set_tensor(i_in, x)
-        it.invoke()
-        return it.get_tensor(i_out)
-
-    vin, vout = it.tensor(i_in)(), it.tensor(i_out)()
-
-    def ours_views():
-        vin[:] = x
-        it.invoke()
-        return vout.copy()
-
-    nat = _native.NativeInterpreter(_native.NativeModel(data), [])
-    nat.allocate()
-    rin, rout = nat.input_tensor(0).view(), nat.output_tensor(0).view()
-    raw_invoke, handle = nat.rt.lib.TfLiteInterpreterInvoke, nat._interp
-
-    def raw(nat=nat):  # the default argument keeps the C interpreter alive
-        rin[:] = x
-        raw_invoke(handle)
-        return rout.copy()
-
-    fns.update(opaque_ops=ours, opaque_ops_views=ours_views, raw_cffi=raw)
-    for modname in ("ai_edge_litert.interpreter", "tflite_runtime.interpreter"):
-        try:
-            mod = __import__(modname, fromlist=["Interpreter"])
-        except Exception:  # noqa: BLE001 - not installed, or broken under numpy 2
-            continue
-        peer = mod.Interpreter(model_content=data)
-        peer.allocate_tensors()
-        p_in, p_out = peer.get_input_details()[0]["index"], peer.get_output_details()[0]["index"]
-
-        def theirs(peer=peer, p_in=p_in, p_out=p_out):
-            peer.set_tensor(p_in, x)
-            peer.invoke()
-            return peer.get_tensor(p_out)
-
-        fns[modname.split(".")[0]] = theirs
-    return interleaved(fns, 2000 if quick else 10000, 7 if quick else 25)
+    return interleaved(tiny_loops(), 2000 if quick else 10000, 7 if quick else 25)
 
 
 def bench_real_models(quick: bool) -> dict:
