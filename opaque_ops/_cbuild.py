@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import platform
 import re
 import shutil
 import sys
@@ -134,11 +135,33 @@ def _captured_fds():
             box.append(tmp.read().decode("utf-8", "replace"))
 
 
-def find_compiler() -> str | None:
-    cc = os.environ.get("CC")
-    if cc:
-        return shutil.which(cc.split()[0])
-    return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+def host_arch() -> str:
+    """This machine's architecture, in the names build targets and stamps use."""
+    m = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
+
+
+def native_compiler() -> list[str]:
+    """The command of this machine's C compiler: ``$CC``, else cc, gcc or clang.
+
+    Raises
+    ------
+    CompileError
+        ``$CC`` names a missing program, or no compiler is installed.
+    """
+    env_cc = os.environ.get("CC")
+    if env_cc:
+        parts = env_cc.split()
+        if shutil.which(parts[0]) is None:
+            raise CompileError(f"$CC={env_cc!r} was not found on PATH")
+        return parts
+    for name in ("cc", "gcc", "clang"):
+        if shutil.which(name):
+            return [name]
+    raise CompileError(
+        "no C compiler found (looked for $CC, cc, gcc, clang); install one, e.g. "
+        "`apt-get install gcc`"
+    )
 
 
 def compile_library(
@@ -176,12 +199,13 @@ def compile_library(
     if target.is_file():
         return target, True, ""
 
-    if find_compiler() is None:
+    try:
+        native_compiler()
+    except CompileError as exc:
         raise CompileError(
-            "no C compiler found (looked for $CC, cc, gcc, clang). Install one "
-            "(`apt-get install gcc`), or build the library elsewhere with build.py "
-            "and load it here with opaque_ops.load_ops(path)"
-        )
+            f"{exc}; or build the library elsewhere with build.py and load it here "
+            "with opaque_ops.load_ops(path)"
+        ) from None
     import cffi  # the build-time half of cffi, only needed when compiling
 
     ffi = cffi.FFI()

@@ -20,13 +20,13 @@ import ctypes.util
 import functools
 import importlib.util
 import os
-import platform
 import struct
 import threading
 from pathlib import Path
 
 from cffi import FFI
 
+from ._cbuild import host_arch
 from .errors import OpLibraryError, RuntimeNotFoundError
 
 # Bumped together with OPAQUE_OPS_ABI_VERSION in c/include/opaque_ops.h.
@@ -221,8 +221,6 @@ class Runtime:
                 f"point {ENV_LIBRARY} at a libtensorflowlite_c built with the C API"
             )
         self._reporter = ffi.callback("oo_reporter", _report, onerror=_report_interrupted)
-        global _invoke
-        _invoke = self.lib.TfLiteInterpreterInvoke
 
     def has(self, name: str) -> bool:
         """Return True if the loaded library exports the C function ``name``."""
@@ -261,7 +259,6 @@ def _report_interrupted(exc_type, exc_value, tb):
 
 
 _runtime: Runtime | None = None
-_invoke = None  # TfLiteInterpreterInvoke, bound once the runtime is loaded
 _runtime_lock = threading.Lock()
 
 
@@ -327,11 +324,6 @@ def _elf_machine(path: str) -> str | None:
     endian = "<" if head[5] == 1 else ">"
     machine = struct.unpack(endian + "H", head[18:20])[0]
     return {0x3E: "x86_64", 0xB7: "aarch64", 0x28: "arm", 0x03: "x86"}.get(machine, hex(machine))
-
-
-def host_arch() -> str:
-    m = platform.machine().lower()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
 
 
 def parse_stamp(stamp: str) -> dict[str, str]:
@@ -648,16 +640,18 @@ class NativeInterpreter:
         self.xnnpack = self._xnnpack is not None
         self._interp = rt.lib.TfLiteInterpreterCreate(model._ptr, self._options)
         self.ok = self._interp != ffi.NULL
-        # The hot path: a C-level partial, no Python frame between the caller
-        # and TfLiteInterpreterInvoke.  close() swaps it out before freeing.
-        self.invoke_fast = functools.partial(_invoke, self._interp) if self.ok else _closed_call
+        # invoke() is the hot path: a C-level partial, no Python frame between
+        # the caller and TfLiteInterpreterInvoke.  close() swaps it out before
+        # freeing the interpreter it points to.
+        self.invoke = (functools.partial(rt.lib.TfLiteInterpreterInvoke, self._interp)
+                       if self.ok else _closed_call)
 
     # -- lifetime
     def close(self):
         lib = _runtime.lib if _runtime is not None else None
         if lib is None:
             return
-        self.invoke_fast = _closed_call
+        self.invoke = _closed_call
         if getattr(self, "_interp", None) not in (None, ffi.NULL):
             lib.TfLiteInterpreterDelete(self._interp)
         self._interp = None
@@ -673,10 +667,6 @@ class NativeInterpreter:
     # -- calls that return a status
     def allocate(self) -> int:
         return int(self.rt.lib.TfLiteInterpreterAllocateTensors(self._interp))
-
-    def invoke(self) -> int:
-        # The hot path: one cached cffi function, no attribute chain.
-        return _invoke(self._interp)
 
     def cancel(self) -> int:
         return int(self.rt.lib.TfLiteInterpreterCancel(self._interp))

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -47,6 +46,7 @@ import tempfile
 from pathlib import Path
 
 from . import _cbuild, _paths
+from ._cbuild import host_arch
 from .errors import CompileError, OpaqueOpsError
 
 __all__ = ["BuildError", "build_library", "main", "TARGETS", "CROSS_COMPILERS"]
@@ -82,12 +82,6 @@ class BuildError(CompileError):
     """The library could not be built (bad arguments, no compiler, compiler errors)."""
 
 
-def host_arch() -> str:
-    """The machine's architecture in the names ``--target`` uses."""
-    m = platform.machine().lower()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
-
-
 def _resolve_target(target: str) -> str:
     if target not in TARGETS:
         raise BuildError(f"unknown --target {target!r}; choose one of {', '.join(TARGETS)}")
@@ -121,19 +115,10 @@ def find_compiler(target: str = "native", cc: str | None = None) -> list[str]:
             raise BuildError(f"compiler {parts[0]!r} (from --cc) was not found on PATH")
         return parts
     if arch == host_arch():
-        env_cc = os.environ.get("CC")
-        if env_cc:
-            parts = env_cc.split()
-            if shutil.which(parts[0]) is None:
-                raise BuildError(f"$CC={env_cc!r} was not found on PATH")
-            return parts
-        for name in ("cc", "gcc", "clang"):
-            if shutil.which(name):
-                return [name]
-        raise BuildError(
-            "no C compiler found (looked for $CC, cc, gcc, clang); install one, e.g. "
-            "`apt-get install gcc`"
-        )
+        try:
+            return _cbuild.native_compiler()
+        except CompileError as exc:
+            raise BuildError(str(exc)) from None
     if arch not in CROSS_COMPILERS:
         raise BuildError(f"cannot build for {arch} on a {host_arch()} machine")
     name, package = CROSS_COMPILERS[arch]

@@ -304,7 +304,6 @@ class Interpreter:
         # tensor index -> (numpy view, dtype, shape) for arena tensors, valid
         # until the next allocate/resize; the fast path of set/get_tensor.
         self._slots: dict = {}
-        self._has_python_ops = any(getattr(lib, "is_python", False) for lib in self._libs)
 
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -426,8 +425,10 @@ class Interpreter:
             if self._watch:
                 status = self._invoke_watched(native)
             else:
-                status = native.invoke_fast()
-            if status or native.sink or self._has_python_ops:
+                status = native.invoke()
+            # A failing Python op returns an error status (and reports), so its
+            # parked exception is always picked up by _check.
+            if status or native.sink:
                 self._check(status, "invoke")
         finally:
             lock.release()

@@ -44,9 +44,6 @@ class PythonOp:
     version : int
     """
 
-    # Tells the Interpreter to look for a parked exception after every invoke.
-    is_python = True
-
     def __init__(self, name: str, version: int, invoke: Callable, prepare: Callable | None,
                  init: Callable | None):
         self.name = name
