@@ -15,13 +15,15 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import threading
-import time
+import sys
 from pathlib import Path
 
 import numpy as np
 
 import opaque_ops as oo
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from bench_threads import _run_threads  # noqa: E402  (the benchmark's own thread runner)
 
 
 def model_path(name: str) -> Path:
@@ -42,21 +44,8 @@ def make(path: Path, xnnpack: bool):
 
 
 def run_threads(its, iters: int) -> float:
-    barrier = threading.Barrier(len(its) + 1)
-
-    def work(it):
-        barrier.wait()
-        for _ in range(iters):
-            it.invoke()
-
-    threads = [threading.Thread(target=work, args=(it,)) for it in its]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - t0
+    """Wall time for each interpreter in ``its`` to invoke ``iters`` times, each in its own thread."""
+    return _run_threads([it.invoke for it in its], iters)
 
 
 def main(argv=None) -> int:
