@@ -46,7 +46,6 @@ STAGE = CRASH + 20  # the record's stage field, written by the worker
 # Request codes.
 OP_MESSAGE = 1  # a message waits on the socket
 OP_INVOKE = 2  # the fast path: invoke the hosted interpreter
-OP_EXIT = 3
 
 # Fast-path replies (STATUS).
 ST_OK = 0  # invoked; the tensor layout did not change

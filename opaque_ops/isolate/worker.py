@@ -212,8 +212,8 @@ def _address(seg, off) -> int:
     return np.frombuffer(seg.map, np.uint8, 1, off).ctypes.data
 
 
-class Worker:
-    """Serves one parent over a control page, a socket and a lifeline."""
+class Server:
+    """The worker's side: serves one parent over a control page, a socket and a lifeline."""
 
     def __init__(self, sock: socket.socket, control: mmap.mmap, lifeline: int):
         from .._native.isolate import SharedSemaphore
@@ -268,6 +268,7 @@ class Worker:
 
     # --------------------------------------------------------------- loop
     def serve(self) -> None:
+        """Answer requests until the parent goes (the lifeline thread then ends the process)."""
         words = self.words
         while True:
             while not self.req.wait():
@@ -275,11 +276,9 @@ class Worker:
             op = words[P.OP // 4]
             if op == P.OP_INVOKE:
                 words[P.STATUS // 4] = self.fast_invoke()
-            elif op == P.OP_MESSAGE:
+            else:
                 self.message()
                 words[P.STATUS // 4] = P.ST_MESSAGE
-            elif op == P.OP_EXIT:
-                return
             self.rep.post()
 
     def fast_invoke(self) -> int:
@@ -519,7 +518,7 @@ def _profiler_supported(version: str) -> bool:
     return version.startswith(("2.17.", "2.23."))
 
 
-def _instrument(worker: Worker) -> None:
+def _instrument(worker: Server) -> None:
     """Hook the native objects of this process as they are created.
 
     - Every native interpreter and signature runner records its stage
@@ -600,7 +599,7 @@ def main(argv=None) -> int:
     control = mmap.mmap(args.control, P.PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     os.close(args.control)
     sock = socket.socket(fileno=args.socket)
-    Worker(sock, control, args.lifeline).serve()
+    Server(sock, control, args.lifeline).serve()
     return 0
 
 
