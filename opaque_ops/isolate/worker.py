@@ -319,9 +319,12 @@ class Server:
         share = self.placement.take_new_segments() if self.placement is not None else []
         try:
             self.channel.send((body, layout), share=share)
-        except (TypeError, pickle.PicklingError, AttributeError) as exc:
+        except MemoryError as exc:  # the outbox would pass memory_limit
+            self.channel.send((("err", P.pack_exception(exc)), layout), share=share)
+        except Exception as exc:  # noqa: BLE001 - an unpicklable result: say so instead
             self.channel.send((("err", P.pack_exception(TypeError(
-                f"the result cannot cross the process boundary: {exc}"))), layout), share=share)
+                f"the result cannot cross the process boundary: {type(exc).__name__}: {exc}"))), layout),
+                share=share)
 
     def current_layout(self):
         """The tensor layout, if it changed since it was last sent (else None)."""
