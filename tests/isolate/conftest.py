@@ -1,181 +1,19 @@
-"""Shared pieces of the isolation tests: kernels that crash on purpose, and a leak check."""
+"""Fixtures of the isolation tests: the misbehaving kernels, compiled once, and the leak check."""
 
 from __future__ import annotations
 
 import gc
-import os
 import time
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 import opaque_ops as oo
-from opaque_ops.testing import build_op_model
-
-# Kernels that misbehave on purpose.  Their functions are not static, so the
-# dynamic symbol table names them in the C backtrace (backtrace_symbols);
-# StaticNull checks the addr2line path for static functions.
-KERNELS = r"""
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-#include "opaque_ops.h"
-
-static TfLiteStatus SamePrepare(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
-  const TfLiteOpaqueTensor* in = TfLiteOpaqueNodeGetInput(c, n, 0);
-  int nd = TfLiteOpaqueTensorNumDims(in);
-  TfLiteIntArray* s = TfLiteIntArrayCreate(nd);
-  for (int i = 0; i < nd; ++i) s->data[i] = TfLiteOpaqueTensorDim(in, i);
-  return TfLiteOpaqueContextResizeTensor(c, TfLiteOpaqueNodeGetOutput(c, n, 0), s);
-}
-
-/* y = 2x + 1: the well-behaved op the others are compared with. */
-TfLiteStatus TwiceInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
-  const TfLiteOpaqueTensor* in = TfLiteOpaqueNodeGetInput(c, n, 0);
-  const float* x = (const float*)TfLiteOpaqueTensorData(in);
-  float* y = (float*)TfLiteOpaqueTensorData(TfLiteOpaqueNodeGetOutput(c, n, 0));
-  size_t k = TfLiteOpaqueTensorByteSize(in) / sizeof(float);
-  for (size_t i = 0; i < k; ++i) y[i] = 2.0f * x[i] + 1.0f;
-  return kTfLiteOk;
-}
-
-TfLiteStatus CrashNullInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
-  volatile int* p = NULL;
-  *p = 42;
-  return kTfLiteOk;
-}
-
-static TfLiteStatus StaticNullInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
-  volatile int* p = NULL;
-  *p = 7;
-  return kTfLiteOk;
-}
-
-TfLiteStatus CrashAbortInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
-  abort();
-  return kTfLiteOk;
-}
-
-TfLiteStatus CrashPrepare(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
-  volatile int* p = NULL;
-  *p = 1;
-  return kTfLiteOk;
-}
-
-void* CrashInit(TfLiteOpaqueContext* c, const char* buffer, size_t length) {
-  volatile int* p = NULL;
-  *p = 2;
-  return NULL;
-}
-
-TfLiteStatus SpinInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
-  volatile unsigned long k = 0;
-  for (;;) ++k;
-  return kTfLiteOk;
-}
-
-/* 20 ms per node: a long model that TfLiteInterpreterCancel can stop between nodes. */
-TfLiteStatus SlowInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
-  usleep(20000);
-  return TwiceInvoke(c, n);
-}
-
-/* Reads its input only after 200 ms. */
-TfLiteStatus LateReadInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
-  usleep(200000);
-  return TwiceInvoke(c, n);
-}
-
-TfLiteStatus ExitInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
-  _exit(3);
-  return kTfLiteOk;
-}
-
-OPAQUE_OP("Twice", 1, .prepare = SamePrepare, .invoke = TwiceInvoke);
-OPAQUE_OP("CrashNull", 1, .prepare = SamePrepare, .invoke = CrashNullInvoke);
-OPAQUE_OP("StaticNull", 1, .prepare = SamePrepare, .invoke = StaticNullInvoke);
-OPAQUE_OP("CrashAbort", 1, .prepare = SamePrepare, .invoke = CrashAbortInvoke);
-OPAQUE_OP("CrashPrepare", 1, .prepare = CrashPrepare, .invoke = TwiceInvoke);
-OPAQUE_OP("CrashInit", 1, .init = CrashInit, .prepare = SamePrepare, .invoke = TwiceInvoke);
-OPAQUE_OP("Spin", 1, .prepare = SamePrepare, .invoke = SpinInvoke);
-OPAQUE_OP("Slow", 1, .prepare = SamePrepare, .invoke = SlowInvoke);
-OPAQUE_OP("LateRead", 1, .prepare = SamePrepare, .invoke = LateReadInvoke);
-OPAQUE_OP("Exit", 1, .prepare = SamePrepare, .invoke = ExitInvoke);
-"""
+from isolate_helpers import KERNELS, resources
 
 
 @pytest.fixture(scope="session")
 def bad_ops():
     return oo.compile_ops(KERNELS)
-
-
-def one_op(op: str, n: int = 4) -> bytes:
-    """A model of one custom op on a float32 [n] input."""
-    return build_op_model(op, [np.zeros(n, np.float32)], [([n], np.float32)])
-
-
-def chain(op: str, nodes: int, n: int = 4) -> bytes:
-    """A model of ``nodes`` custom ops in a row."""
-    from opaque_ops.model import ModelBuilder
-
-    b = ModelBuilder()
-    t = [b.add_tensor(f"t{i}", [n], np.float32) for i in range(nodes + 1)]
-    for i in range(nodes):
-        b.add_custom_op(op, [t[i]], [t[i + 1]])
-    b.set_inputs([t[0]])
-    b.set_outputs([t[-1]])
-    return b.build()
-
-
-def twice(x):
-    """The numpy reference of the Twice op, y = 2x + 1, in float32."""
-    return (np.float32(2) * np.asarray(x, np.float32) + np.float32(1)).astype(np.float32)
-
-
-# ------------------------------------------------------------------- leaks
-def _children() -> set[int]:
-    """Processes whose parent is this one (zombies included)."""
-    me = str(os.getpid())
-    out = set()
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
-        if stat[stat.rindex(")") + 2:].split()[1] == me:
-            out.add(int(d))
-    return out
-
-
-def _shm_entries() -> int:
-    return len(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else 0
-
-
-def _our_mappings() -> int:
-    with open("/proc/self/maps") as f:
-        return sum(1 for line in f if "opaque_ops-isolate" in line)
-
-
-def _our_fds() -> int:
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if "opaque_ops-isolate" in target or target.startswith("anon_inode:[pidfd]"):
-            n += 1
-    return n
-
-
-def resources() -> dict:
-    return {"children": _children(), "/dev/shm entries": _shm_entries(), "shared mappings": _our_mappings(),
-            "memfd and pidfd descriptors": _our_fds()}
 
 
 @pytest.fixture
@@ -194,6 +32,3 @@ def no_leaks():
             break
         time.sleep(0.05)
     assert not leaked, f"leaked (before, after): {leaked}"
-
-
-ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from conftest import one_op, twice
+from isolate_helpers import one_op, twice
 from opaque_ops.isolate import _protocol as P
 
 pytestmark = pytest.mark.usefixtures("no_leaks")

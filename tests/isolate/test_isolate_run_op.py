@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from conftest import twice
+from isolate_helpers import twice
 from opaque_ops.testing import GuardError, run_op
 
 pytestmark = pytest.mark.usefixtures("no_leaks")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from conftest import chain, one_op, twice
+from isolate_helpers import chain, one_op, twice
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 X = np.arange(4, dtype=np.float32)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from conftest import chain, one_op, twice
+from isolate_helpers import one_op, twice
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from conftest import ROOT, one_op, twice
+from isolate_helpers import ROOT, one_op, twice
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -282,7 +282,7 @@ def test_python_op_defined_in_a_script(tmp_path):
         import numpy as np
         sys.path.insert(0, {str(ROOT / "tests" / "isolate")!r})
         import opaque_ops as oo
-        from conftest import one_op
+        from isolate_helpers import one_op
 
         def invoke(inputs, outputs):
             outputs[0][...] = inputs[0] * 3

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
-from conftest import KERNELS, ROOT
+from isolate_helpers import KERNELS, ROOT
 
 TEST_FILE = '''
 import numpy as np
