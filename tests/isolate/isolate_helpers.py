@@ -1,12 +1,18 @@
-"""Helpers of the isolation tests: kernels that crash on purpose, small models, resource counts."""
+"""Helpers of the isolation tests: kernels that crash on purpose, small models, resource counts,
+and the fixtures ``bad_ops`` and ``no_leaks`` (imported by each test module: a conftest.py here
+would shadow tests/conftest.py, which other test modules import by name)."""
 
 from __future__ import annotations
 
+import gc
 import os
+import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+import opaque_ops as oo
 from opaque_ops.testing import build_op_model
 
 # Kernels that misbehave on purpose.  Their functions are not static, so the
@@ -170,3 +176,26 @@ def resources() -> dict:
 
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def bad_ops():
+    return oo.compile_ops(KERNELS)
+
+
+@pytest.fixture
+def no_leaks():
+    """Fail the test if it leaves a worker process, a /dev/shm entry, a shared mapping or a descriptor behind."""
+    gc.collect()
+    before = resources()
+    yield before
+    deadline = time.monotonic() + 15
+    while True:
+        gc.collect()
+        after = resources()
+        leaked = {k: (before[k], after[k]) for k in after
+                  if (after[k] - before[k] if k == "children" else after[k] > before[k])}
+        if not leaked or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not leaked, f"leaked (before, after): {leaked}"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from isolate_helpers import ROOT, one_op, twice
+from isolate_helpers import ROOT, bad_ops, no_leaks, one_op, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

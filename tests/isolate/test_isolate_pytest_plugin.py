@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from isolate_helpers import KERNELS, ROOT
+from isolate_helpers import KERNELS, ROOT, no_leaks  # noqa: F401 (fixtures: no_leaks)
 
 TEST_FILE = '''
 import numpy as np

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from isolate_helpers import twice
+from isolate_helpers import bad_ops, no_leaks, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
 from opaque_ops.testing import GuardError, run_op
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
