@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -36,24 +35,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from bench_models import interleaved, package_dir  # noqa: E402
-
-
-def cpu_description() -> str:
-    """CPU model and the SIMD features numpy and XNNPACK may use."""
-    model, flags = platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key in ("model name", "Model") and model == platform.machine():
-                    model = value.strip()
-                elif key in ("flags", "Features"):
-                    flags.update(value.split())
-    except OSError:
-        pass
-    wanted = ["sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "neon", "asimd", "asimddp"]
-    return f"{model} ({', '.join(f for f in wanted if f in flags) or 'no SIMD flags read'}), {os.cpu_count()} CPUs"
+from bench_selfie import cpu_summary  # noqa: E402
 
 
 _PONG = r"""
@@ -191,7 +173,7 @@ def bench_startup(quick: bool) -> dict:
 def run(quick: bool) -> dict:
     # The runtime's banner goes to fd 2 once per worker; keep the output readable.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return {"cpu": cpu_description(), "tiny_us": bench_tiny(quick), "selfie_ms": bench_selfie(quick),
+    return {"cpu": cpu_summary(), "tiny_us": bench_tiny(quick), "selfie_ms": bench_selfie(quick),
             "embedding_us": bench_embedding(quick), "startup_s": bench_startup(quick)}
 
 

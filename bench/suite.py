@@ -493,7 +493,6 @@ def sec_isolate(t: Table, raw: dict, quick: bool) -> None:
     s = r["startup_s"]
     t.add("isolated start-up to first output", f"{s['isolated'] * 1e3:.0f} ms",
           f"in-process {s['in_process'] * 1e3:.1f} ms", None, "report", None)
-    t.add("CPU of these isolate figures", r["cpu"], None, None, "info", None)
 
 
 # -------------------------------------------------------------------- main
