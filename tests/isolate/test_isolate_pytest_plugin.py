@@ -9,6 +9,8 @@ import pytest
 
 from isolate_helpers import KERNELS, ROOT, no_leaks  # noqa: F401 (fixtures: no_leaks)
 
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
 TEST_FILE = '''
 import numpy as np
 import pytest
