@@ -503,14 +503,18 @@ def _load_main(path: str) -> None:
 
 
 def _load_helper():
-    """Compile (once; cached) and load ``c/src/isolate_helper.c``.  Returns ``(helper, reason)``."""
-    from .. import _cbuild, _paths
+    """Compile (once; cached) and load ``c/src/isolate_helper.c``.  Returns ``(helper, reason)``.
+
+    It goes through ``compile_ops``, the kernels' one build path (cached,
+    verified, the compiler in a child process); it declares no ops.
+    """
+    from .. import _paths
     from .._native.isolate import load_helper
+    from ..oplib import compile_ops
 
     src = _paths.c_dir() / "src" / "isolate_helper.c"
     try:
-        path, _hit, _log = _cbuild.compile_library(src)
-        return load_helper(str(path)), None
+        return load_helper(str(compile_ops(src).path)), None
     except Exception as exc:  # noqa: BLE001 - no compiler: crashes still report, without a C backtrace
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
