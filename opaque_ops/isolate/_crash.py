@@ -141,7 +141,8 @@ def crash_error(*, returncode: int | None, record: dict, stage: str | None, stde
     # it; C++ allocations abort.
     near_null = name == "SIGSEGV" and record.get("signo") and record.get("addr", 1 << 62) < (1 << 20)
     if memory_limit is not None and (name in ("SIGABRT", "SIGKILL") or near_null):
-        parts.append(f"The worker has memory_limit={memory_limit} bytes: a failed allocation may be the cause.")
+        parts.append(f"The worker runs with memory_limit={memory_limit} bytes: if the model needs more, TFLite's "
+                     "unchecked allocations fail like this (raise the limit to tell).")
     if backtrace:
         parts.append("C backtrace (most recent call first):\n" + "\n".join(f"  #{i} {f}" for i, f in enumerate(backtrace[:30])))
     elif helper_missing:

@@ -29,6 +29,8 @@ import socket
 import sys
 import threading
 
+import numpy as np
+
 from . import _protocol as P
 
 
@@ -148,6 +150,9 @@ class _Placement:
             t = self.native.tensor(i)
             if t is None or t.nbytes == 0 or t.dtype is None or t.dtype.hasobject or t.is_dynamic():
                 continue
+            # Only tensors whose byte size is their shape's: a model may declare otherwise.
+            if t.nbytes != t.dtype.itemsize * int(np.prod(t.shape, dtype=np.int64)):
+                continue
             fresh.append(i)
         return bool(fresh) and self._assign(fresh)
 
@@ -160,8 +165,6 @@ class _Placement:
             return False  # they stay in TFLite's arena, under RLIMIT_DATA
         seg = P.Segment(next(self.w.ids), max(total, 1))
         self.new_segments.append(seg)
-        import numpy as np
-
         off = 0
         done = False
         for i in indices:
@@ -182,7 +185,10 @@ class _Placement:
         out, placed = {}, []
         for i, (seg, off, cap) in self.slots.items():
             t = self.native.tensor(i)
-            v = t.view() if t is not None else None
+            try:
+                v = t.view() if t is not None else None
+            except Exception:  # noqa: BLE001 - a tensor whose bytes do not match its shape: not shared
+                v = None
             if v is None or v.nbytes > cap or v.ctypes.data != _address(seg, off):
                 continue
             out[i] = (seg.id, off, v.dtype.str, v.shape)
@@ -207,8 +213,6 @@ def _never() -> bool:
 
 
 def _address(seg, off) -> int:
-    import numpy as np
-
     return np.frombuffer(seg.map, np.uint8, 1, off).ctypes.data
 
 
