@@ -222,7 +222,9 @@ class IsolatedInterpreter(Interpreter):
         for seg_id in list(segs):
             if seg_id not in layout["segments"]:
                 del segs[seg_id]  # the mapping goes when the last view of it does
-        self._slots = slots
+        # Not planned (resized, not yet allocated): every call goes to the worker, which
+        # answers as the in-process interpreter does (NotAllocatedError).
+        self._slots = slots if layout["allocated"] else {}
         self._allocated = layout["allocated"]
         self._details = {}
 

@@ -112,6 +112,7 @@ class _Placement:
         # shapes may change in invoke, which the parent's details must follow.
         self.watch: list = []  # (TensorRef, shape when last reported)
         self.moved = _never  # did a shared output leave its buffer during invoke? (see layout)
+        self.resized: set = set()  # inputs resized since the last allocation (see Server._stale)
         self.new_segments: list = []
         self.changed = True
 
@@ -120,6 +121,7 @@ class _Placement:
         sink = self.native.sink
 
         def allocate() -> int:
+            self.resized.clear()
             status = orig()
             if status != 0 and self._grow():
                 sink.take()  # "Custom allocation is too small": handled here
@@ -130,6 +132,16 @@ class _Placement:
             return status
 
         return allocate
+
+    def wrap_resize(self, orig):
+        """``orig`` (the native resize_input) noting which input it resized."""
+        def resize_input(position, shape) -> int:
+            status = orig(position, shape)
+            if status == 0:
+                self.resized.add(self.native.input_indices()[position])
+            return status
+
+        return resize_input
 
     def _io(self) -> list[int]:
         seen = []
@@ -206,6 +218,22 @@ class _Placement:
     def take_new_segments(self) -> list:
         segs, self.new_segments = self.new_segments, []
         return segs
+
+
+class _NoMemory:
+    """A tensor presented as having no memory (see Server._stale); everything else is the tensor's."""
+
+    def __init__(self, t):
+        self._t = t
+
+    def __getattr__(self, name):
+        return getattr(self._t, name)
+
+    def has_data(self) -> bool:
+        return False
+
+    def read(self):
+        return None
 
 
 def _never() -> bool:
@@ -398,7 +426,39 @@ class Server:
 
     def do_call(self, name, args, kwargs, stage="call"):
         self.stage(stage)
-        return getattr(self.it, name)(*args, **kwargs)
+        try:
+            if name in ("set_tensor", "get_tensor") and self._stale(args, kwargs):
+                return self._unplanned(name, args)
+            return getattr(self.it, name)(*args, **kwargs)
+        finally:
+            self._recheck()
+
+    def _stale(self, args, kwargs) -> bool:
+        """A shared tensor of an interpreter resized but not yet allocated.
+
+        In-process, TFLite drops a resized arena tensor's memory, so
+        set_tensor/get_tensor on it refuse until allocate_tensors(); a custom
+        allocation keeps its (now possibly too small) buffer.  The same
+        refusal is given here, which also keeps a write inside the buffer.
+        """
+        p = self.placement
+        return (p is not None and bool(args) and args[0] in p.resized and args[0] in p.slots
+                and not kwargs.get("subgraph_index", 0))
+
+    def _unplanned(self, name, args):
+        from .. import _tensors
+
+        t = self.placement.native.tensor(args[0])
+        what = f"tensor {args[0]} ({t.name!r})"  # as the Interpreter names it
+        if name == "set_tensor":
+            return _tensors.write(_NoMemory(t), args[1], what)
+        return _tensors.read(_NoMemory(t), what)
+
+    def _recheck(self) -> None:
+        """After a call that may have resized or re-planned tensors: send the layout if it changed
+        (a resize without an allocation leaves the interpreter unplanned: no fast path until then)."""
+        if self.placement is not None:
+            self.placement.changed = True
 
     def do_getattr(self, name):
         return getattr(self.it, name)
@@ -415,7 +475,10 @@ class Server:
 
     def do_runner_call(self, rid, name, args, kwargs):
         self.stage("invoke" if name in ("__call__", "invoke") else "call")
-        return getattr(self.runners[rid], name)(*args, **kwargs)
+        try:
+            return getattr(self.runners[rid], name)(*args, **kwargs)
+        finally:
+            self._recheck()
 
     def do_close(self):
         self.close_interpreter()
@@ -566,6 +629,7 @@ def _instrument(worker: Server) -> None:
             # The hosted interpreter's invoke is marked by fast_invoke itself.
             worker.placement = _Placement(worker, self)
             self.allocate = worker.placement.wrap(self.allocate)
+            self.resize_input = worker.placement.wrap_resize(self.resize_input)
         else:
             inner = self.invoke
 

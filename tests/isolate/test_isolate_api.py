@@ -101,6 +101,33 @@ def test_same_errors_as_in_process(pair):
     b.invoke()
 
 
+def test_resize_without_allocate_answers_as_in_process(pair):
+    """After a resize and before allocate_tensors, the shared buffers are not used: set_tensor,
+    get_tensor and invoke answer as in-process."""
+    a, b = pair
+    for it in (a, b):
+        it.allocate_tensors()
+        it.resize_tensor_input(0, [7])
+    for case in (lambda it: it.set_tensor(0, np.zeros(5, np.float32)),
+                 lambda it: it.set_tensor(0, np.zeros(7, np.float32)),
+                 lambda it: it.get_tensor(it.get_output_details()[0]["index"]),
+                 lambda it: it.invoke()):
+        outcomes = []
+        for it in (a, b):
+            try:
+                outcomes.append(("ok", case(it) is None))
+            except Exception as exc:  # noqa: BLE001 - compared below
+                outcomes.append((type(exc).__name__, str(exc)))
+        assert outcomes[0] == outcomes[1]
+    # Same-shape resize of an allocated interpreter keeps the fast path (a no-op in-process).
+    for it in (a, b):
+        it.allocate_tensors()
+        it.resize_tensor_input(0, [7])
+    assert 0 in b._slots
+    b.set_tensor(0, np.ones(7, np.float32))
+    b.invoke()
+
+
 def test_errors_of_unknown_models_are_the_same():
     for kwargs in ({"model_content": b"not a model" * 10}, {"model_path": "/nonexistent/model.tflite"}):
         errors = []
