@@ -194,6 +194,10 @@ class WorkerProcess:
             (body, layout) = self.channel.recv()
         except P.PeerGone:
             raise self._died("call") from None
+        except (OSError, RuntimeError):
+            if self.closed:  # close() from another thread, just as the reply came
+                raise ClosedError("the isolated interpreter was closed while a call was running") from None
+            raise
         if body[0] == "ok":
             return Reply(value=body[1], layout=layout, segments=self.channel.shared)
         return Reply(error=P.unpack_exception(body[1]), layout=layout, segments=self.channel.shared)
@@ -333,6 +337,10 @@ class WorkerProcess:
             self.sock.close()
         except OSError:  # pragma: no cover
             pass
+        # Let go of the shared segments now: an exception that keeps this
+        # object alive (through its traceback) must not keep them too.
+        # tensor() views keep their own mapping.
+        self.channel.release()
 
 
 def _worker_env() -> dict:

@@ -341,6 +341,12 @@ class Channel:
         for seg in share:
             seg.close_fd()
 
+    def release(self) -> None:
+        """Drop every segment (the connection is over)."""
+        self.shared.clear()
+        self.outbox.segment = None
+        self.inbox.segment = None
+
     def recv(self):
         (packed, segs), fds = recv_message(self.sock)
         for (role, seg_id, size), fd in zip(segs, fds):

@@ -179,6 +179,12 @@ def run_model(model, *, worker: Worker | None = None, custom_ops=None, use_xnnpa
 
 def _finish(outcome: Outcome, t0: float) -> Outcome:
     outcome.seconds = time.perf_counter() - t0
+    if outcome.error is not None:
+        # The traceback's frames hold the model, its inputs and the worker's
+        # objects; an outcome kept by a long fuzz run must not.
+        outcome.error.__traceback__ = None
+        if outcome.error.__context__ is not None:
+            outcome.error.__context__.__traceback__ = None
     return outcome
 
 

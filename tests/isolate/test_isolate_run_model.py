@@ -37,3 +37,19 @@ def test_many_models_one_worker_restarted_after_each_crash(bad_ops):
 def test_signature_runner_mode(atan_model_bytes, guide_atan):
     out = run_model(atan_model_bytes, custom_ops=[guide_atan], runner=True, resize=[9])
     assert out.status == "ok", out.error
+
+
+def test_kept_findings_do_not_hold_the_workers_memory(bad_ops):
+    """A long fuzz run keeps its findings: they must not keep the crashed workers' shared
+    tensor buffers (nor the inputs and models in their tracebacks) alive."""
+    import gc
+
+    from isolate_helpers import resources
+
+    before = resources()["shared mappings"]
+    big = one_op("CrashNull", n=1 << 20)  # 4 MiB tensors in shared memory
+    summary = run_models([big, big, big], custom_ops=[bad_ops])
+    assert summary.counts == {"crash": 3} and len(summary.findings) == 3
+    gc.collect()
+    assert resources()["shared mappings"] <= before
+    assert all(o.error.__traceback__ is None for _, o in summary.findings)
