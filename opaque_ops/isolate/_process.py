@@ -133,7 +133,8 @@ class WorkerProcess:
         self._lifeline = [life_w]
         self.tail = _stderr.watch(err_r, self.proc.pid, forward_stderr, self.live.on_exit)
         self._finalizer = weakref.finalize(self, _reap, self.proc, self._lifeline)
-        self.channel = P.Channel(parent_sock, copy_in=True, ids=iter(range(1, 1 << 62)))
+        self.channel = P.Channel(parent_sock, copy_in=True, ids=iter(range(1, 1 << 62)),
+                                 budget=self._outbox_budget)
         self.closed = False
         self.cancels = 0
         self.info = {}
@@ -150,6 +151,12 @@ class WorkerProcess:
             self.kill()
             raise OpaqueOpsError(f"the isolated worker could not start: {reply.error}") from reply.error
         self.info = reply.value
+
+    def _outbox_budget(self, size: int, growth: int) -> None:
+        """Arrays sent to the worker land in its memory too: not more than its memory_limit."""
+        if self.memory_limit is not None and size > self.memory_limit:
+            raise MemoryError(f"{size} bytes of arrays cannot be sent to an isolated worker with "
+                              f"memory_limit={self.memory_limit} bytes")
 
     # -------------------------------------------------------------- state
     @property

@@ -180,8 +180,8 @@ class Outbox:
     ids : iterator of int
         Segment ids, unique per worker connection.
     budget : callable, optional
-        ``budget(nbytes)`` is called before a new segment is created; it may
-        raise (the worker's memory cap).
+        ``budget(size, growth)`` is called before a new segment of ``size``
+        bytes replaces one ``growth`` bytes smaller; it may raise (a memory cap).
     """
 
     BYTES_INLINE = 64 * 1024
@@ -206,7 +206,7 @@ class Outbox:
         if self.segment is None or self.segment.size < total:
             size = max(self.MIN_SIZE, 1 << max(total - 1, 1).bit_length())
             if self._budget is not None:
-                self._budget(size - (self.segment.size if self.segment else 0))
+                self._budget(size, size - (self.segment.size if self.segment else 0))
             self.segment = Segment(next(self._ids), size)
             fds.append(self.segment.fd)
         table = []

@@ -24,7 +24,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import ClosedError, OpaqueOpsError, RuntimeCrashError, RuntimeTimeoutError
+from ..errors import ClosedError, InvalidInputError, OpaqueOpsError, RuntimeCrashError, RuntimeTimeoutError
 from ..interpreter import Interpreter
 from ..signature_runner import SignatureRunner
 from ._workers import Worker, parse_size
@@ -187,6 +187,8 @@ class IsolatedInterpreter(Interpreter):
             if proc.closed:
                 raise
             raise TypeError(f"the arguments cannot be sent to the isolated worker: {exc}") from None
+        except MemoryError as exc:  # past the worker's memory_limit: nothing was sent
+            raise InvalidInputError(str(exc)) from None
         except (RuntimeCrashError, RuntimeTimeoutError, ClosedError) as exc:
             self._dead(exc)
             raise

@@ -257,7 +257,8 @@ class Server:
         self.rep = SharedSemaphore(control, P.REP_SEM)
         self.ids = itertools.count(1)
         self.budget = _Budget()
-        self.channel = P.Channel(sock, copy_in=False, ids=self.ids, budget=self.budget.charge)
+        self.channel = P.Channel(sock, copy_in=False, ids=self.ids,
+                                 budget=lambda size, growth: self.budget.charge(growth))
         self.it = None
         self.placement: _Placement | None = None
         self.runners: dict = {}
