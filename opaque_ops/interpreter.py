@@ -29,6 +29,7 @@ import numpy as np
 from . import _fork, _native, _pickling, _tensors, _xnnpack
 from ._calls import CallLock, get_ident
 from ._sigint import WATCH_AFTER_S, invoke_watched
+from .model import cache as model_cache
 from .model.cache import checked_model
 from .errors import (
     ClosedError,
@@ -111,6 +112,8 @@ def _collect_operators(libs) -> list:
 
 
 def _as_delegates(experimental_delegates) -> list:
+    if not experimental_delegates:
+        return []  # (no import of the delegate module on the common path)
     from .delegates import Delegate
 
     out = list(experimental_delegates or ())
@@ -310,6 +313,9 @@ class Interpreter:
                               messages=msgs)
         self._native = native
         self._delegates = delegates
+        # What the planned shapes depend on besides the model and the input
+        # shapes: part of the key of check_allocated's kept verdicts.
+        self._check_config = (model_cache.runtime_identity(native.rt), bool(self.xnnpack), len(delegates))
         self._calls = CallLock()
         self._lock = self._calls.lock  # the same lock, one attribute hop less on the hot paths
         self._views: weakref.WeakSet = weakref.WeakSet()
@@ -582,11 +588,11 @@ class Interpreter:
 
     def _check_allocated(self, native, graph: _Graph) -> None:
         if graph.subgraph == 0:
-            check_allocated(self._info, native.allocated_shape)
+            check_allocated(self._info, native.allocated_shape, self._check_config)
         else:
             # The C API reaches another subgraph's tensors only through its
             # signature: those shapes are known, the rest are "unknown".
-            check_allocated(self._rooted(graph.subgraph), graph.shape_of)
+            check_allocated(self._rooted(graph.subgraph), graph.shape_of, self._check_config)
 
     def _no_views(self, what: str) -> None:
         if len(self._views):

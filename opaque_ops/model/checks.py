@@ -631,7 +631,7 @@ def check_resize(info: ModelInfo, tensor_index: int, shape) -> None:
             f"cannot resize input {tensor_index} to {list(shape)}: more than {MAX_ELEMENTS} elements")
 
 
-def check_allocated(info: ModelInfo, shape_of) -> None:
+def check_allocated(info: ModelInfo, shape_of, config=()) -> None:
     """Reject what only the allocated shapes reveal, before anything is invoked.
 
     Parameters
@@ -644,6 +644,10 @@ def check_allocated(info: ModelInfo, shape_of) -> None:
         until invoke (a dynamic tensor) or the index does not exist.  It may
         be called after a *failed* allocation: shapes are then what the
         runtime had computed when it stopped.
+    config : tuple, optional
+        What else the planned shapes depend on (the runtime library, whether
+        XNNPACK is applied): part of the key under which the verdict is kept
+        for a model the Interpreter holds (:mod:`~opaque_ops.model.cache`).
 
     Raises
     ------
@@ -670,20 +674,41 @@ def check_allocated(info: ModelInfo, shape_of) -> None:
     - runtime-provided ops whose inputs do not have the shapes their kernels
       assume (see :mod:`~opaque_ops.model.runtime_ops`).
     """
-    sg = info.subgraphs[0]
-    # The verdict depends on the model, the input shapes and what custom
-    # kernels and delegates planned (the rest the runtime derives from those).
-    if not info.verdicts.get("cacheable"):
-        _check_allocated(info, sg, shape_of)
+    verdicts = info.verdicts
+    if not verdicts.get("cacheable"):
+        _check_allocated(info, info.subgraphs[0], shape_of)
         return
-    # (The outputs' shapes are part of the key: a delegate may plan them
-    # differently from the reference kernels for the same inputs.)
-    # (The interpreter checks other subgraphs on a copy of the model with that
-    # subgraph first, which shares this cache: the subgraph is in the key.)
-    key = ("allocated", id(sg), tuple(shape_of(t) for t in sg.inputs), tuple(shape_of(t) for t in sg.outputs),
-           tuple(shape_of(t) for t in _custom_outputs(info)))
-    if key in info.verdicts:
-        err = info.verdicts[key]
+    # The verdict depends on the model, the configuration, the input shapes
+    # and what custom kernels and delegates planned (the rest the runtime
+    # derives from those).  The outputs' shapes are part of the key: a
+    # delegate may plan them differently from the reference kernels.
+    store = verdicts.get("store")
+    if store is not None and store.owner() is info:
+        # The model itself: its verdicts live in model.cache's store (and on
+        # disk), keyed without reading the model again.
+        ins, outs, customs = store.io
+        key = (config, tuple(shape_of(t) for t in ins), tuple(shape_of(t) for t in outs),
+               tuple(shape_of(t) for t in customs))
+        known, err = store.allocated(key)
+        if known:
+            if err is not None:
+                raise type(err)(str(err))
+            return
+        try:
+            _check_allocated(info, info.subgraphs[0], shape_of)
+        except ModelError as exc:
+            store.remember(key, exc)
+            raise
+        store.remember(key, None)
+        return
+    # A copy with another subgraph first (the interpreter checks signature
+    # runners' subgraphs that way); it shares the verdicts dict, so the
+    # subgraph is part of the key.
+    sg = info.subgraphs[0]
+    key = ("allocated", id(sg), config, tuple(shape_of(t) for t in sg.inputs),
+           tuple(shape_of(t) for t in sg.outputs), tuple(shape_of(t) for t in _custom_outputs(info)))
+    if key in verdicts:
+        err = verdicts[key]
         if err is not None:
             raise type(err)(str(err))
         return
@@ -697,8 +722,9 @@ def check_allocated(info: ModelInfo, shape_of) -> None:
 
 def _remember(info, key, verdict) -> None:
     if len(info.verdicts) > 64:  # a long-running app resizing to many shapes
+        keep = {k: info.verdicts[k] for k in ("cacheable", "store") if k in info.verdicts}
         info.verdicts.clear()
-        info.verdicts["cacheable"] = True
+        info.verdicts.update(keep)
     info.verdicts[key] = verdict
 
 
