@@ -11,6 +11,8 @@ Three entry points:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import InvalidInputError, ModelError
@@ -74,62 +76,71 @@ def check_model(info: ModelInfo, registered=()) -> None:
                 raise ModelError(
                     f"subgraph {sg.index} input {t} ({tensors[t].name!r}) is a constant (it has data "
                     "in the model); a subgraph input must be a tensor without data")
+        handles = set()  # RESOURCE and VARIANT tensors
         for t in tensors:
-            if len(t.shape) > MAX_RANK or (t.shape_signature is not None and len(t.shape_signature) > MAX_RANK):
+            shape, sig, data = t.shape, t.shape_signature, t.data
+            if len(shape) > MAX_RANK or (sig is not None and len(sig) > MAX_RANK):
                 raise ModelError(
-                    f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has rank {len(t.shape)}; "
+                    f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has rank {len(shape)}; "
                     f"the runtime supports at most {MAX_RANK} dimensions")
-            if t.shape and min(t.shape) < 0:
-                # Unknown dimensions belong in shape_signature (-1); the shape
-                # itself is what TFLite allocates, and it trusts it.
-                raise ModelError(
-                    f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has shape {list(t.shape)}; "
-                    "dimensions must be >= 0 (-1 belongs in shape_signature)")
-            if t.shape and _elements(t.shape) > MAX_ELEMENTS:
-                raise ModelError(
-                    f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has shape {list(t.shape)}: "
-                    f"more than {MAX_ELEMENTS} elements")
-            if t.is_sparse and t.data is None:
-                # Only constants can be stored sparse (DENSIFY expands them
-                # once); the XNNPACK delegate trusts the flag on any tensor.
-                raise ModelError(
-                    f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has sparsity parameters but no "
-                    "data; only constant tensors can be sparse")
+            count = 1
+            if shape:
+                if min(shape) < 0:
+                    # Unknown dimensions belong in shape_signature (-1); the shape
+                    # itself is what TFLite allocates, and it trusts it.
+                    raise ModelError(
+                        f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has shape {list(shape)}; "
+                        "dimensions must be >= 0 (-1 belongs in shape_signature)")
+                count = _elements(shape)
+                if count > MAX_ELEMENTS:
+                    raise ModelError(
+                        f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has shape {list(shape)}: "
+                        f"more than {MAX_ELEMENTS} elements")
             if t.is_sparse:
+                if data is None:
+                    # Only constants can be stored sparse (DENSIFY expands them
+                    # once); the XNNPACK delegate trusts the flag on any tensor.
+                    raise ModelError(
+                        f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has sparsity parameters but no "
+                        "data; only constant tensors can be sparse")
                 _check_sparsity(sg, t)
-            elif t.data is not None and t.dtype is not None and t.dtype != object and all(d >= 0 for d in t.shape):
+            elif data is not None and t.dtype is not None:
                 # TFLite only checks that dense data is not shorter than the
                 # shape (sparse tensors are legitimately shorter, so that is
                 # left to it); a longer buffer with a zero dimension (a
                 # 1x0x1x32 filter holding 160 bytes) divides by zero in the
                 # kernels.
-                want = _elements(t.shape) * t.dtype.itemsize
-                if len(t.data) > want:
+                want = count * t.dtype.itemsize
+                if len(data) > want:
                     raise ModelError(
-                        f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has shape {list(t.shape)} "
-                        f"({want} bytes of {t.type_name}) but {len(t.data)} bytes of data")
-            scales = t.quantization["scales"]
+                        f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has shape {list(shape)} "
+                        f"({want} bytes of {t.type_name}) but {len(data)} bytes of data")
+            quant = t.quantization
+            scales = quant["scales"]
             # XNNPACK derives requantization multipliers from the scales when
             # the interpreter is created; a NaN or infinite one crashes it.
             # Subnormal scales overflow the same multipliers.
-            good = np.isfinite(scales) & (scales >= _F32_TINY) if len(scales) else None
-            if good is not None and not good.all():
-                raise ModelError(
-                    f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has quantization scale(s) "
-                    f"{scales[~good][:4].tolist()}: scales must be finite and positive (normal floats)")
-            zps = t.quantization["zero_points"]
-            lim = _ZERO_POINT_RANGE.get(t.type_name)
-            if lim is not None and len(zps) and ((zps < lim[0]) | (zps > lim[1])).any():
-                bad = zps[(zps < lim[0]) | (zps > lim[1])][:4].tolist()
-                raise ModelError(
-                    f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has zero point(s) {bad} outside "
-                    f"the {t.type_name} range [{lim[0]}, {lim[1]}]")
+            if len(scales):
+                good = np.isfinite(scales) & (scales >= _F32_TINY)
+                if not good.all():
+                    raise ModelError(
+                        f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has quantization scale(s) "
+                        f"{scales[~good][:4].tolist()}: scales must be finite and positive (normal floats)")
+            zps = quant["zero_points"]
+            if len(zps):
+                lim = _ZERO_POINT_RANGE.get(t.type_name)
+                if lim is not None and ((zps < lim[0]) | (zps > lim[1])).any():
+                    bad = zps[(zps < lim[0]) | (zps > lim[1])][:4].tolist()
+                    raise ModelError(
+                        f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has zero point(s) {bad} outside "
+                        f"the {t.type_name} range [{lim[0]}, {lim[1]}]")
+            if t.type_name in _HANDLE_TYPES:
+                handles.add(t.index)
         producer: dict[int, int] = {}
         for op in sg.operators:
-            ins = [t for t in op.inputs if t >= 0]
-            if not op.is_custom and op.op_name not in _HANDLE_CONSUMERS:
+            if handles and not op.is_custom and op.op_name not in _HANDLE_CONSUMERS:
                 for t in op.inputs:
-                    if t >= 0 and tensors[t].type_name in ("RESOURCE", "VARIANT"):
+                    if t in handles:
                         # A handle read as data (a RESOURCE constant as conv
                         # weights) has no shape or bytes the kernel expects.
                         raise ModelError(
@@ -147,7 +158,7 @@ def check_model(info: ModelInfo, registered=()) -> None:
                     raise ModelError(
                         f"subgraph {sg.index} operator {op.index} ({op.op_name}) writes tensor {t}, "
                         f"which operator {producer[t]} already writes: each tensor may have one producer")
-                if t in ins:
+                if t in op.inputs:
                     raise ModelError(
                         f"subgraph {sg.index} operator {op.index} ({op.op_name}) writes tensor {t}, "
                         "which is also one of its own inputs")
@@ -159,8 +170,7 @@ def check_model(info: ModelInfo, registered=()) -> None:
                     raise ModelError(
                         f"subgraph {sg.index} operator {op.index} ({op.op_name}) writes tensor {t}, "
                         "which is a constant (it has data in the model)")
-                if (tensors[t].type_name in ("RESOURCE", "VARIANT") and not op.is_custom
-                        and op.op_name not in _HANDLE_PRODUCERS):
+                if t in handles and not op.is_custom and op.op_name not in _HANDLE_PRODUCERS:
                     # Resource and variant tensors hold handles, not arena
                     # data: a kernel writing its values there corrupts them.
                     raise ModelError(
@@ -181,7 +191,8 @@ def check_model(info: ModelInfo, registered=()) -> None:
         for op in sg.operators:
             if op.is_custom and op.op_name in RUNTIME_CUSTOM_OPS and op.op_name not in registered:
                 check_runtime_op(sg.index, op)
-            _check_builtin(info, sg, op, producer)
+            if op.op_name in _BUILTIN_RULES and not op.is_custom:
+                _check_builtin(info, sg, op, producer)
             if -1 in op.inputs and not op.is_custom:
                 # Builtin kernels fetch their inputs without a null check
                 # unless the schema makes the input optional.
@@ -280,6 +291,9 @@ _HANDLE_CONSUMERS = frozenset({"READ_VARIABLE", "ASSIGN_VARIABLE", "HASHTABLE_FI
                                "HASHTABLE_SIZE", "WHILE", "IF", "CALL_ONCE", "STABLEHLO_WHILE",
                                "STABLEHLO_CASE", "STABLEHLO_COMPOSITE"})
 
+# Tensor types that hold handles, not data.
+_HANDLE_TYPES = frozenset({"RESOURCE", "VARIANT"})
+
 # Zero points a quantized tensor of each type can hold.
 _ZERO_POINT_RANGE = {"INT8": (-128, 127), "UINT8": (0, 255), "INT16": (-32768, 32767), "INT4": (-8, 7)}
 
@@ -355,10 +369,7 @@ _F32_TINY = float(np.finfo(np.float32).tiny)
 
 
 def _elements(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+    return math.prod(map(int, shape))
 
 
 def effective_options(op) -> dict:
@@ -384,6 +395,11 @@ _ZERO_DEFAULTS = {"pad": "UNKNOWN", "act": "NONE", "i32": 0, "bool": False, "f32
 _SUBGRAPH_FIELDS = {"WHILE": ("cond_subgraph_index", "body_subgraph_index"),
                     "IF": ("then_subgraph_index", "else_subgraph_index"),
                     "CALL_ONCE": ("init_subgraph_index",)}
+
+
+# The builtins _check_builtin has a rule for.
+_BUILTIN_RULES = frozenset({"SPLIT", "SPLIT_V", "CONCATENATION", "DEQUANTIZE", "DENSIFY", "STRIDED_SLICE",
+                            "READ_VARIABLE", "ASSIGN_VARIABLE", *_SUBGRAPH_FIELDS})
 
 
 def _check_builtin(info, sg, op, producer) -> None:

@@ -392,9 +392,7 @@ def infer_shapes(info, shape_of) -> dict:
     """
     sg = info.subgraphs[0]
     known: dict[int, tuple | None] = {}
-    produced = set()
-    for op in sg.operators:
-        produced.update(t for t in op.outputs if t >= 0)
+    produced = {t for op in sg.operators for t in op.outputs}
 
     def get(t):
         if t < 0:
@@ -422,7 +420,7 @@ def infer_shapes(info, shape_of) -> dict:
         # A custom op's output shape is its kernel's business (its Prepare
         # reports what is wrong better than a rule here could).
         outs = None if op.is_custom else _op_shapes(sg, op, ins, where)
-        if outs is not None and len(outs) != len([t for t in op.outputs]):
+        if outs is not None and len(outs) != len(op.outputs):
             outs = None
         if outs is None and (op.op_name in _VALUE_DEPENDENT or op.is_custom) and None not in ins:
             # The output shape depends on values only known at invoke: 2.17.1
@@ -439,7 +437,7 @@ def infer_shapes(info, shape_of) -> dict:
                 # A dynamic output: the runtime stops preparing here.
                 prepared = False
             if outs is not None and outs[k] is not None:
-                known[t] = tuple(int(d) for d in outs[k])
+                known[t] = tuple(map(int, outs[k]))
             elif prepared and None not in ins and rt is not None:
                 known[t] = tuple(rt)
             else:
