@@ -16,7 +16,9 @@ imports (and, for opaque_ops, after the kernel library is loaded):
   ``$OPAQUE_OPS_VERDICT_CACHE`` directory);
 - ``new process, verdict on disk``: every later start (the directory holds the
   record the first start wrote, see opaque_ops.model.cache);
-- ai-edge-litert's first creation in a new process, as the peer of both.
+- ai-edge-litert's first creation in a new process, as the peer of both;
+- for information, the floor under opaque_ops: the same first creation driven
+  through its C binding alone (the same kernels and XNNPACK, no model checks).
 
 Then, inside one process: ``model seen before`` (the verdict kept in memory:
 an app creating an interpreter per stream) against ai-edge-litert's repeated
@@ -66,6 +68,27 @@ def _child(which: str, path: str) -> dict:
 
         def make():
             return Interpreter(model_path=path)
+    elif which == "native":
+        # The TFLite C library alone, driven as the Interpreter drives it
+        # (same kernels, same aliases, XNNPACK), with no model checks: the
+        # floor opaque_ops' runtime sets.
+        import opaque_ops as oo
+        from opaque_ops import _native, _xnnpack
+
+        kernels = oo.kernels.mediapipe()
+
+        class make:
+            def __init__(self):
+                with open(path, "rb") as f:
+                    data = f.read()
+                names = {n.decode() for _, n in _xnnpack._custom_code_fields(data)} & _xnnpack.XNNPACK_CUSTOM_OPS
+                aliases = {n: n + _xnnpack.ALIAS_SUFFIX for n in names}
+                self.model = _native.NativeModel(_xnnpack.alias_model(data, aliases))
+                self.native = _native.NativeInterpreter(self.model, kernels.operators(), use_xnnpack=True,
+                                                        aliases=aliases)
+
+            def allocate_tensors(self):
+                assert self.native.allocate() == 0
     else:
         import opaque_ops as oo
         from opaque_ops import Interpreter
@@ -123,13 +146,14 @@ def bench(quick: bool = False) -> dict:
     kernels = oo.kernels.mediapipe()
     out = {}
     for name, path in model_paths().items():
-        r: dict[str, list] = {k: [] for k in ("cold", "disk", "litert_first")}
+        r: dict[str, list] = {k: [] for k in ("cold", "disk", "native_first", "litert_first")}
         with tempfile.TemporaryDirectory(prefix="oo_verdicts_") as warm:
             first_creation("ours", path, warm)  # the first start: writes the record
             for _ in range(rounds):
                 with tempfile.TemporaryDirectory(prefix="oo_verdicts_") as empty:
                     r["cold"].append(first_creation("ours", path, empty))
                 r["disk"].append(first_creation("ours", path, warm))
+                r["native_first"].append(first_creation("native", path))
                 r["litert_first"].append(first_creation("litert", path))
         res = {f"{k}_{unit}": statistics.median(x[f"{unit}_ms"] for x in v)
                for k, v in r.items() for unit in ("wall", "cpu")}

@@ -144,6 +144,9 @@ def sec_create(t: Table, raw: dict, quick: bool) -> None:
                     unit="ms")
         t.add(f"{name}: in process, checks every time (no verdicts kept)", f"{v['no_cache']:.2f} ms",
               f"ai-edge-litert {v['litert']:.2f} ms", v["no_cache"] / v["litert"], "info", None)
+        t.add(f"{name}: new process, the C runtime alone (no model checks)", f"{v['native_first_wall']:.2f} ms",
+              f"ai-edge-litert {v['litert_first_wall']:.2f} ms", v["native_first_wall"] / v["litert_first_wall"],
+              "info", None)
         t.add(f"{name}: new process, CPU time: cache empty / on disk",
               f"{v['cold_cpu']:.2f} / {v['disk_cpu']:.2f} ms", f"ai-edge-litert {v['litert_first_cpu']:.2f} ms",
               v["disk_cpu"] / v["litert_first_cpu"], "info", None)
