@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -130,7 +131,10 @@ class ModelInfo:
         For bytes that :func:`read_model` has read before (the verdicts kept
         on disk by :mod:`~opaque_ops.model.cache`): creating an interpreter
         for a model already known needs neither the tensors nor the
-        operators, only what the cache kept (``custom_ops``).
+        operators, only what the cache kept (``custom_ops``).  The first
+        access to a part reads the model's outline (subgraphs, operator
+        codes, signatures); each tensor, operator and buffer is read when it
+        is first asked for (``get_input_details()`` reads the inputs only).
         """
         self = cls.__new__(cls)
         self.__dict__.update(verdicts={}, has_identifier=has_identifier, _source=source,
@@ -142,7 +146,7 @@ class ModelInfo:
         # _read_later, read now (all at once, then never again).
         d = self.__dict__
         if name in _READ_LATER and "_source" in d:
-            full = read_model(d["_source"])
+            full = _read(d["_source"], later=True)
             for f in _READ_LATER:
                 d.setdefault(f, getattr(full, f))
             d.pop("_source", None)
@@ -423,41 +427,168 @@ def _check_indices(values: list, ntens: int, optional_ok: bool, si: int, what: s
     return values
 
 
-def _parse(buf: bytes) -> ModelInfo:
+def _buffer(f: _Flat, bp: int, i: int) -> tuple[int, int] | None:
+    """(start, size) of buffer ``i``'s data in the file, or None for a buffer without data."""
+    b = f.table(bp, _BUFFER, _IDS[_BUFFER], "Model.buffers", i)
+    if b[0]:
+        return f.vector(bp + b[0], 1, "Model.buffers", i, "data")
+    # Models over 2 GB keep data outside the flatbuffer, addressed from the
+    # start of the file; offsets 0 and 1 mean "none".
+    off = _U64(f.buf, bp + b[1])[0] if b[1] else 0
+    n = _U64(f.buf, bp + b[2])[0] if b[2] else 0
+    if off <= 1:
+        return None
+    if off + n > f.size:
+        raise ModelError(f"truncated: buffer {i} data at offset {off} (+{n} bytes) "
+                         f"points past the end of the {f.size}-byte buffer")
+    return off, n
+
+
+def _tensor(f: _Flat, tp: int, si: int, ti: int, base: str, buffers) -> TensorInfo:
+    """Tensor ``ti`` of subgraph ``si`` (its table at ``tp``); ``buffers`` is the model's buffer list."""
+    buf = f.buf
+    o0, o1, o2, o3, o4, o5, o6, o7 = f.table(tp, _TENSOR, _IDS[_TENSOR], base, ti)
+    shape = f.ints(tp + o0, base, ti, "shape") if o0 else ()
+    ttype = _I8(buf, tp + o1)[0] if o1 else 0
+    bidx = _U32(buf, tp + o2)[0] if o2 else 0
+    tname = f.string(tp + o3, base, ti, "name") if o3 else ""
+    sig = f.ints(tp + o7, base, ti, "shape_signature") if o7 else None
+    if bidx >= max(len(buffers), 1):
+        raise ModelError(f"subgraph {si} tensor {ti} ({tname!r}) refers to buffer "
+                         f"{bidx} but the model has {len(buffers)} buffers")
+    scales, zps, qdim = _NO_SCALES, _NO_ZERO_POINTS, 0
+    if o4:
+        qp = f.sub(tp + o4, base, ti, "quantization")
+        q = f.table(qp, _QUANT, _IDS[_QUANT], base, ti, "quantization")
+        if q[2]:
+            scales = f.array(qp + q[2], _F4, base, ti, "quantization.scale")
+            scales = scales.astype(np.float32, copy=False) if len(scales) else _NO_SCALES
+        if q[3]:
+            zps = f.array(qp + q[3], _I8_DT, base, ti, "quantization.zero_point")
+            zps = zps.astype(np.int64, copy=False) if len(zps) else _NO_ZERO_POINTS
+        qdim = _I32(buf, qp + q[6])[0] if q[6] else 0
+    return TensorInfo(
+        ti, tname, shape, sig, _DTYPE[ttype], _TYPE_NAME[ttype], bidx,
+        buffers[bidx] if buffers else None,
+        {"scales": scales, "zero_points": zps, "quantized_dimension": qdim},
+        bool(_U8(buf, tp + o5)[0]) if o5 else False,
+        o6 != 0,
+        _sparsity(f, f.sub(tp + o6, base, ti, "sparsity"), f"{base}[{ti}].sparsity") if o6 else None,
+    )
+
+
+def _operator(f: _Flat, op: int, si: int, oi: int, base: str, codes, ntens: int) -> OpInfo:
+    """Operator ``oi`` of subgraph ``si`` (its table at ``op``); ``codes`` = (operator codes, op names)."""
+    buf = f.buf
+    opcodes, op_names = codes
+    o = f.table(op, _OPERATOR, _IDS[_OPERATOR], base, oi)
+    opcode_index = _U32(buf, op + o[0])[0] if o[0] else 0
+    if opcode_index >= len(opcodes):
+        raise ModelError(f"subgraph {si} operator {oi} uses opcode index {opcode_index} "
+                         f"but the model has {len(opcodes)} operator codes")
+    code, _custom, ver = opcodes[opcode_index]
+    op_in = _check_indices(list(f.ints(op + o[1], base, oi, "inputs")) if o[1] else [],
+                           ntens, True, si, "inputs", oi)
+    op_out = _check_indices(list(f.ints(op + o[2], base, oi, "outputs")) if o[2] else [],
+                            ntens, True, si, "outputs", oi)
+    opt_type = _U8(buf, op + o[3])[0] if o[3] else 0
+    custom_options = None
+    if o[5]:
+        start, n = f.vector(op + o[5], 1, base, oi, "custom_options")
+        custom_options = bytes(buf[start:start + n])
+    else:
+        off = _U64(buf, op + o[9])[0] if o[9] else 0
+        n = _U64(buf, op + o[10])[0] if o[10] else 0
+        if off > 1:
+            if off + n > f.size:
+                raise ModelError(f"truncated: operator {oi} custom options at offset {off} "
+                                 f"(+{n} bytes) point past the end of the {f.size}-byte buffer")
+            f.charge(n, "custom options")
+            custom_options = bytes(buf[off:off + n])
+    options = None
+    if custom_options:
+        try:
+            options = decode_flex_options(custom_options)
+        except ModelError:
+            options = None
+    return OpInfo(
+        oi, opcode_index, code, op_names[opcode_index], code == _CUSTOM, ver, op_in, op_out,
+        custom_options, options, opt_type,
+        (_builtin_options(f, f.sub(op + o[4], base, oi, "builtin_options"), opt_type, base, oi)
+         if opt_type and o[4] else None),
+    )
+
+
+class _ReadOnDemand(Sequence):
+    """A list whose items are read from the model the first time they are asked for.
+
+    Used only for models that :func:`read_model` has read whole before (see
+    :meth:`ModelInfo._read_later`): every item read here passed the same
+    checks then.  Reads are still bounds-checked.
+    """
+
+    __slots__ = ("_items", "_read")
+    _MISSING = object()
+
+    def __init__(self, n: int, read):
+        self._items = [self._MISSING] * n
+        self._read = read  # read(index) -> item
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self._items)))]
+        item = self._items[i]
+        if item is self._MISSING:
+            try:
+                item = self._items[i] = self._read(i % len(self._items))
+            except ModelError:
+                raise
+            except _UNEXPECTED as exc:  # as in read_model
+                raise ModelError(f"malformed model: {type(exc).__name__}: {exc}") from None
+        return item
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, (list, _ReadOnDemand)) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+def _parse(buf: bytes, later: bool = False) -> ModelInfo:
+    """Read the model; with ``later``, tensors, operators and buffers are read on first use."""
     f = _Flat(buf)
-    size = f.size
     root = _U32(buf, 0)[0]
     m = f.table(root, _MODEL, 0, "Model")
     version = _U32(buf, root + m[0])[0] if m[0] else 0
     description = f.string(root + m[3], "Model", None, "description") if m[3] else ""
 
     # Buffers first: tensors refer to them by index.
-    buffers: list[bytes | None] = []
-    data_cache: dict[tuple[int, int], bytes] = {}
-    lid = _IDS[_BUFFER]
-    for i, bp in enumerate(f.tables(root + m[4], "Model", None, "buffers") if m[4] else ()):
-        b = f.table(bp, _BUFFER, lid, "Model.buffers", i)
-        if b[0]:
-            start, n = f.vector(bp + b[0], 1, "Model.buffers", i, "data")
-        else:
-            # Models over 2 GB keep data outside the flatbuffer, addressed
-            # from the start of the file; offsets 0 and 1 mean "none".
-            off = _U64(buf, bp + b[1])[0] if b[1] else 0
-            n = _U64(buf, bp + b[2])[0] if b[2] else 0
-            if off <= 1:
+    bpos = f.tables(root + m[4], "Model", None, "buffers") if m[4] else []
+    if later:
+        def read_buffer(i):
+            ext = _buffer(f, bpos[i], i)
+            if ext is None or not ext[1]:
+                return None
+            f.charge(ext[1], f"buffer {i}")
+            return bytes(buf[ext[0]:ext[0] + ext[1]])
+
+        buffers = _ReadOnDemand(len(bpos), read_buffer)
+    else:
+        buffers = []
+        data_cache: dict[tuple[int, int], bytes] = {}
+        for i, bp in enumerate(bpos):
+            ext = _buffer(f, bp, i)
+            if ext is None:
                 buffers.append(None)
                 continue
-            if off + n > size:
-                raise ModelError(f"truncated: buffer {i} data at offset {off} (+{n} bytes) "
-                                 f"points past the end of the {size}-byte buffer")
-            start = off
-        key = (start, n)
-        data = data_cache.get(key)
-        if data is None:
-            f.charge(n, f"buffer {i}")
-            data = data_cache[key] = bytes(buf[start:start + n])
-        buffers.append(data if n else None)
-    nbuf = max(len(buffers), 1)
+            data = data_cache.get(ext)
+            if data is None:
+                f.charge(ext[1], f"buffer {i}")
+                data = data_cache[ext] = bytes(buf[ext[0]:ext[0] + ext[1]])
+            buffers.append(data if ext[1] else None)
 
     opcodes = []
     lid = _IDS[_OPCODE]
@@ -470,92 +601,31 @@ def _parse(buf: bytes) -> ModelInfo:
         # Old converters only fill the int8 field; newer ones fill both, and
         # codes >= 127 only live in builtin_code.
         opcodes.append((max(code, dep), custom, ver))
-    ncodes = len(opcodes)
-    op_names = [(custom or "") if code == _CUSTOM else BUILTIN_OPERATOR_NAMES.get(code, f"BUILTIN_{code}")
-                for code, custom, _ in opcodes]
+    codes = (opcodes, [(custom or "") if code == _CUSTOM else BUILTIN_OPERATOR_NAMES.get(code, f"BUILTIN_{code}")
+                       for code, custom, _ in opcodes])
 
     subgraphs = []
     for si, sp in enumerate(f.tables(root + m[2], "Model", None, "subgraphs") if m[2] else ()):
         s = f.table(sp, _SUBGRAPH, _IDS[_SUBGRAPH], "Model.subgraphs", si)
         sname = f.string(sp + s[4], "Model.subgraphs", si, "name") if s[4] else ""
-        base = f"Model.subgraphs[{si}].tensors"
-        tensors = []
-        lid, qlid = _IDS[_TENSOR], _IDS[_QUANT]
-        for ti, tp in enumerate(f.tables(sp + s[0], "Model.subgraphs", si, "tensors") if s[0] else ()):
-            o0, o1, o2, o3, o4, o5, o6, o7 = f.table(tp, _TENSOR, lid, base, ti)
-            shape = f.ints(tp + o0, base, ti, "shape") if o0 else ()
-            ttype = _I8(buf, tp + o1)[0] if o1 else 0
-            bidx = _U32(buf, tp + o2)[0] if o2 else 0
-            tname = f.string(tp + o3, base, ti, "name") if o3 else ""
-            sig = f.ints(tp + o7, base, ti, "shape_signature") if o7 else None
-            if bidx >= nbuf:
-                raise ModelError(f"subgraph {si} tensor {ti} ({tname!r}) refers to buffer "
-                                 f"{bidx} but the model has {len(buffers)} buffers")
-            scales, zps, qdim = _NO_SCALES, _NO_ZERO_POINTS, 0
-            if o4:
-                qp = f.sub(tp + o4, base, ti, "quantization")
-                q = f.table(qp, _QUANT, qlid, base, ti, "quantization")
-                if q[2]:
-                    scales = f.array(qp + q[2], _F4, base, ti, "quantization.scale")
-                    scales = scales.astype(np.float32, copy=False) if len(scales) else _NO_SCALES
-                if q[3]:
-                    zps = f.array(qp + q[3], _I8_DT, base, ti, "quantization.zero_point")
-                    zps = zps.astype(np.int64, copy=False) if len(zps) else _NO_ZERO_POINTS
-                qdim = _I32(buf, qp + q[6])[0] if q[6] else 0
-            tensors.append(TensorInfo(
-                ti, tname, shape, sig, _DTYPE[ttype], _TYPE_NAME[ttype], bidx,
-                buffers[bidx] if buffers else None,
-                {"scales": scales, "zero_points": zps, "quantized_dimension": qdim},
-                bool(_U8(buf, tp + o5)[0]) if o5 else False,
-                o6 != 0,
-                _sparsity(f, f.sub(tp + o6, base, ti, "sparsity"), f"{base}[{ti}].sparsity") if o6 else None,
-            ))
-        ntens = len(tensors)
-
+        tbase, obase = f"Model.subgraphs[{si}].tensors", f"Model.subgraphs[{si}].operators"
+        tpos = f.tables(sp + s[0], "Model.subgraphs", si, "tensors") if s[0] else []
+        opos = f.tables(sp + s[3], "Model.subgraphs", si, "operators") if s[3] else []
+        ntens = len(tpos)
+        if later:
+            tensors = _ReadOnDemand(ntens, lambda ti, tpos=tpos, si=si, tbase=tbase:
+                                    _tensor(f, tpos[ti], si, ti, tbase, buffers))
+        else:
+            tensors = [_tensor(f, tp, si, ti, tbase, buffers) for ti, tp in enumerate(tpos)]
         inputs = _check_indices(list(f.ints(sp + s[1], "Model.subgraphs", si, "inputs")) if s[1] else [],
                                 ntens, False, si, "inputs")
         outputs = _check_indices(list(f.ints(sp + s[2], "Model.subgraphs", si, "outputs")) if s[2] else [],
                                  ntens, False, si, "outputs")
-        ops = []
-        base = f"Model.subgraphs[{si}].operators"
-        lid = _IDS[_OPERATOR]
-        for oi, op in enumerate(f.tables(sp + s[3], "Model.subgraphs", si, "operators") if s[3] else ()):
-            o = f.table(op, _OPERATOR, lid, base, oi)
-            opcode_index = _U32(buf, op + o[0])[0] if o[0] else 0
-            if opcode_index >= ncodes:
-                raise ModelError(f"subgraph {si} operator {oi} uses opcode index {opcode_index} "
-                                 f"but the model has {ncodes} operator codes")
-            code, _custom, ver = opcodes[opcode_index]
-            op_in = _check_indices(list(f.ints(op + o[1], base, oi, "inputs")) if o[1] else [],
-                                   ntens, True, si, "inputs", oi)
-            op_out = _check_indices(list(f.ints(op + o[2], base, oi, "outputs")) if o[2] else [],
-                                    ntens, True, si, "outputs", oi)
-            opt_type = _U8(buf, op + o[3])[0] if o[3] else 0
-            custom_options = None
-            if o[5]:
-                start, n = f.vector(op + o[5], 1, base, oi, "custom_options")
-                custom_options = bytes(buf[start:start + n])
-            else:
-                off = _U64(buf, op + o[9])[0] if o[9] else 0
-                n = _U64(buf, op + o[10])[0] if o[10] else 0
-                if off > 1:
-                    if off + n > size:
-                        raise ModelError(f"truncated: operator {oi} custom options at offset {off} "
-                                         f"(+{n} bytes) point past the end of the {size}-byte buffer")
-                    f.charge(n, "custom options")
-                    custom_options = bytes(buf[off:off + n])
-            options = None
-            if custom_options:
-                try:
-                    options = decode_flex_options(custom_options)
-                except ModelError:
-                    options = None
-            ops.append(OpInfo(
-                oi, opcode_index, code, op_names[opcode_index], code == _CUSTOM, ver, op_in, op_out,
-                custom_options, options, opt_type,
-                (_builtin_options(f, f.sub(op + o[4], base, oi, "builtin_options"), opt_type, base, oi)
-                 if opt_type and o[4] else None),
-            ))
+        if later:
+            ops = _ReadOnDemand(len(opos), lambda oi, opos=opos, si=si, obase=obase, ntens=ntens:
+                                _operator(f, opos[oi], si, oi, obase, codes, ntens))
+        else:
+            ops = [_operator(f, op, si, oi, obase, codes, ntens) for oi, op in enumerate(opos)]
         subgraphs.append(SubgraphInfo(si, sname, tensors, inputs, outputs, ops))
 
     signatures = []
@@ -620,11 +690,15 @@ def read_model(source: bytes | bytearray | memoryview | str | os.PathLike) -> Mo
         buf = bytes(source)
     else:
         raise TypeError(f"read_model needs bytes or a path, got {type(source).__name__}")
+    return _read(buf)
+
+
+def _read(buf: bytes, later: bool = False) -> ModelInfo:
     if len(buf) < 8:
         raise ModelError(f"truncated: {len(buf)} bytes is too short for a TFLite model")
     has_id = buf[4:8] == FILE_IDENTIFIER
     try:
-        model = _parse(buf)
+        model = _parse(buf, later)
     except ModelError as exc:
         if has_id:
             raise
@@ -632,9 +706,12 @@ def read_model(source: bytes | bytearray | memoryview | str | os.PathLike) -> Mo
                          f"and the root table does not parse: {exc}") from None
     except RecursionError:
         raise ModelError("model structure is nested too deeply") from None
-    except (struct.error, ValueError, IndexError, OverflowError, MemoryError) as exc:
+    except _UNEXPECTED as exc:
         # Defensive: every read is bounds-checked, so reaching this is a bug
         # in the checks, but callers still get the documented exception.
         raise ModelError(f"malformed model: {type(exc).__name__}: {exc}") from None
     model.has_identifier = has_id
     return model
+
+
+_UNEXPECTED = (struct.error, ValueError, IndexError, OverflowError, MemoryError)

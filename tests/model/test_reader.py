@@ -270,3 +270,32 @@ def test_every_field_read_matches_tflite_generated_schema(path):
     assert [(s.key, s.subgraph_index, s.inputs, s.outputs) for s in m.signatures] == [
         (sd.signatureKey.decode(), sd.subgraphIndex, {tm.name.decode(): tm.tensorIndex for tm in sd.inputs or []},
          {tm.name.decode(): tm.tensorIndex for tm in sd.outputs or []}) for sd in ref.signatureDefs or []]
+
+
+def _norm(x):
+    """A comparable form of a model part (numpy arrays by dtype, shape and bytes)."""
+    if isinstance(x, np.ndarray):
+        return ("array", str(x.dtype), x.shape, x.tobytes())
+    if isinstance(x, dict):
+        return {k: _norm(v) for k, v in x.items()}
+    if hasattr(x, "__dataclass_fields__"):
+        return {k: _norm(getattr(x, k)) for k in x.__dataclass_fields__ if k != "verdicts"}
+    if isinstance(x, (list, tuple)) or type(x).__name__ == "_ReadOnDemand":
+        return [_norm(v) for v in x]
+    return x
+
+
+@pytest.mark.parametrize("path", wheel_models() + _mediapipe_models(), ids=os.path.basename)
+def test_reading_on_demand_gives_the_same_model(path):
+    from opaque_ops.model import ModelInfo
+
+    data = open(path, "rb").read()
+    eager = read_model(data)
+    later = ModelInfo._read_later(data, eager.has_identifier, eager.custom_ops())
+    sg = later.subgraphs[0]
+    # Item by item, out of order, before the whole.
+    assert _norm(sg.tensors[len(sg.tensors) - 1]) == _norm(eager.subgraphs[0].tensors[-1])
+    assert _norm(sg.operators[-1]) == _norm(eager.subgraphs[0].operators[-1])
+    assert type(sg.tensors).__name__ == "_ReadOnDemand"
+    assert _norm(later) == _norm(eager)
+    assert later.custom_ops() == eager.custom_ops()
