@@ -160,7 +160,6 @@ class Verdicts:
         self.has_identifier = has_identifier
         self.model: dict = {}
         self._allocated: dict = {}
-        self._lock = threading.Lock()
 
     @classmethod
     def of(cls, key: bytes, info: ModelInfo) -> "Verdicts":
@@ -177,7 +176,7 @@ class Verdicts:
 
     def remember(self, key, verdict) -> None:
         """Keep check_allocated's verdict for ``key`` (and write the record)."""
-        with self._lock:
+        with _lock:
             if len(self._allocated) >= _MAX_ALLOCATED:
                 self._allocated.clear()
             self._allocated[key] = verdict
@@ -185,7 +184,7 @@ class Verdicts:
 
     def set_model(self, registered: frozenset, verdict) -> None:
         """Keep check_model's verdict for these registered runtime-op names (and write the record)."""
-        with self._lock:
+        with _lock:
             self.model[registered] = verdict
         self.save()
 
@@ -211,7 +210,7 @@ class Verdicts:
 
     def save(self) -> None:
         """Write the record, for a model that passed :func:`check_model` (refusals are not kept on disk)."""
-        with self._lock:
+        with _lock:
             if None not in self.model.values():
                 return
             doc = self.to_json()
@@ -262,6 +261,16 @@ def _load(key: bytes, data: bytes) -> ModelInfo | None:
 _code_digest: str | None = None
 _warned: set = set()
 _write_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # A lock another thread held at the fork stays held in the child forever.
+    global _lock, _write_lock
+    _lock, _write_lock = threading.Lock(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _code() -> str:
