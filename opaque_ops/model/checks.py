@@ -45,7 +45,8 @@ def check_model(info: ModelInfo, registered=()) -> None:
     - quantized CONV_2D / DEPTHWISE_CONV_2D have a bias; strides, dilations
       and pooling windows are at least 1, padding is SAME or VALID;
     - READ_VARIABLE's declared output shape matches what ASSIGN_VARIABLE
-      stores in the same variable.
+      stores in the same variable;
+    - each signature names exactly its subgraph's inputs and outputs.
 
     All are linear in the size of the model.
 
@@ -279,6 +280,7 @@ def check_model(info: ModelInfo, registered=()) -> None:
 
         _check_static_concatenations(sg)
     _check_call_graph(info)
+    _check_signatures(info)
 
 
 # Builtins whose outputs may be RESOURCE or VARIANT handles (the control-flow
@@ -611,6 +613,24 @@ def _check_call_graph(info) -> None:
 
     for n in calls:
         visit(n, [])
+
+
+def _check_signatures(info) -> None:
+    """A signature names each input and each output of its subgraph exactly once.
+
+    The runtime's signature runner counts its inputs from the subgraph and
+    looks their names up in the signature by position
+    (``tensorflow/lite/core/signature_runner.h``: ``input_size()`` is
+    ``subgraph_->inputs().size()``, ``input_names()`` the signature's), so a
+    signature with fewer names is read past its end.
+    """
+    for s in info.signatures:
+        sg = info.subgraphs[s.subgraph_index]
+        for what, named, real in (("inputs", s.inputs, sg.inputs), ("outputs", s.outputs, sg.outputs)):
+            if sorted(named.values()) != sorted(real):
+                raise ModelError(
+                    f"signature {s.key!r} names tensors {sorted(named.values())} as its {what}, but subgraph "
+                    f"{s.subgraph_index}'s {what} are {list(real)}; a signature must name each of them once")
 
 
 def check_resize(info: ModelInfo, tensor_index: int, shape) -> None:
