@@ -105,13 +105,14 @@ def check_model(info: ModelInfo, registered=()) -> None:
                         f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has sparsity parameters but no "
                         "data; only constant tensors can be sparse")
                 _check_sparsity(sg, t)
-            elif data is not None and t.dtype is not None:
+            elif data is not None and (t.dtype is not None or t.type_name in _WHOLE_BYTE_TYPES):
                 # TFLite only checks that dense data is not shorter than the
                 # shape (sparse tensors are legitimately shorter, so that is
                 # left to it); a longer buffer with a zero dimension (a
                 # 1x0x1x32 filter holding 160 bytes) divides by zero in the
-                # kernels.
-                want = count * t.dtype.itemsize
+                # kernels, and an int32 constant retyped BFLOAT16 (twice the
+                # bytes its shape says) crashed XNNPACK's TRANSPOSE.
+                want = count * (t.dtype.itemsize if t.dtype is not None else _WHOLE_BYTE_TYPES[t.type_name])
                 if len(data) > want:
                     raise ModelError(
                         f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has shape {list(shape)} "
@@ -292,6 +293,10 @@ _HANDLE_PRODUCERS = frozenset({"VAR_HANDLE", "HASHTABLE", "WHILE", "IF", "CALL_O
 _HANDLE_CONSUMERS = frozenset({"READ_VARIABLE", "ASSIGN_VARIABLE", "HASHTABLE_FIND", "HASHTABLE_IMPORT",
                                "HASHTABLE_SIZE", "WHILE", "IF", "CALL_ONCE", "STABLEHLO_WHILE",
                                "STABLEHLO_CASE", "STABLEHLO_COMPOSITE"})
+
+# Element sizes of the fixed-size types numpy has no dtype for (sub-byte
+# types are packed and left out).
+_WHOLE_BYTE_TYPES = {"BFLOAT16": 2, "FLOAT8_E4M3FN": 1, "FLOAT8_E5M2": 1}
 
 # Tensor types that hold handles, not data.
 _HANDLE_TYPES = frozenset({"RESOURCE", "VARIANT"})
