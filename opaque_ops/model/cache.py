@@ -274,21 +274,29 @@ if hasattr(os, "register_at_fork"):
 
 
 def _code() -> str:
-    """What decides the verdicts: opaque_ops' version and the model package's source files.
+    """What decides the verdicts: opaque_ops' version and the model package's source files (memoized)."""
+    global _code_digest
+    if _code_digest is None:
+        _code_digest = _source_digest(Path(__file__).resolve().parent)
+    return _code_digest
+
+
+# The modules whose code decides a verdict (and the record's format).
+_SOURCES = ("cache.py", "checks.py", "flex.py", "reader.py", "runtime_ops.py", "schema.py", "shapes.py")
+
+
+def _source_digest(folder: Path) -> str:
+    """A digest of opaque_ops' version and of ``_SOURCES`` in ``folder``.
 
     A file is known by its size and modification time, the rule CPython uses
     to tell whether a ``.pyc`` is still that of its source (reading and
     hashing the source instead would cost more than the checks save).
     """
-    global _code_digest
-    if _code_digest is None:
-        h = hashlib.sha256(f"opaque_ops {__version__}".encode())
-        here = Path(__file__).resolve().parent
-        for name in ("cache.py", "checks.py", "flex.py", "reader.py", "runtime_ops.py", "schema.py", "shapes.py"):
-            st = os.stat(here / name)
-            h.update(f"\0{name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
-        _code_digest = h.hexdigest()[:16]
-    return _code_digest
+    h = hashlib.sha256(f"opaque_ops {__version__}".encode())
+    for name in _SOURCES:
+        st = os.stat(folder / name)
+        h.update(f"\0{name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
 
 
 def _directory() -> _files.Cache | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -198,19 +199,21 @@ def test_records_of_other_checking_code_are_not_used(verdicts, monkeypatch):
     assert len(_records(verdicts)) == 2  # the other version's record is left alone
 
 
-def test_the_code_digest_follows_the_checks_source(monkeypatch, tmp_path):
+def test_the_code_digest_follows_the_checks_source(tmp_path):
     # A file's size and mtime stand for its content, as for CPython's .pyc.
-    before = cache._code()
-    checks_py = Path(checks.__file__)
+    src = Path(cache.__file__).parent
+    for name in cache._SOURCES:
+        shutil.copy2(src / name, tmp_path / name)
+    before = cache._source_digest(tmp_path)
+    assert before == cache._source_digest(src)  # copy2 keeps the times
+    checks_py = tmp_path / "checks.py"
     st = checks_py.stat()
-    monkeypatch.setattr(cache, "_code_digest", None)
-    try:
-        os.utime(checks_py, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
-        assert cache._code() != before
-    finally:
-        os.utime(checks_py, ns=(st.st_atime_ns, st.st_mtime_ns))
-    monkeypatch.setattr(cache, "_code_digest", None)
-    assert cache._code() == before
+    os.utime(checks_py, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert cache._source_digest(tmp_path) != before
+    os.utime(checks_py, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert cache._source_digest(tmp_path) == before
+    checks_py.write_text(checks_py.read_text() + "# one rule more\n")
+    assert cache._source_digest(tmp_path) != before
 
 
 def test_a_corrupted_record_is_deleted_and_the_checks_run(verdicts, monkeypatch):
