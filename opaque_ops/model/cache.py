@@ -48,6 +48,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 import warnings
 import weakref
 from collections import OrderedDict
@@ -218,7 +219,11 @@ class Verdicts:
 
 
 def _dump(verdict):
-    return None if verdict is None else [type(verdict).__name__, str(verdict)]
+    if verdict is None:
+        return None
+    # (A ModelError subclass not listed in _ERRORS is kept as a ModelError.)
+    name = type(verdict).__name__
+    return [name if name in _ERRORS else "ModelError", str(verdict)]
 
 
 def _load_verdict(v):
@@ -370,6 +375,12 @@ def _save(key: bytes, doc: dict) -> None:
                     p.unlink()
             elif name.endswith(d.suffix):
                 records.append(name)
+            elif name.startswith(".tmp-"):
+                # Left by a process that died while writing (an hour is
+                # far longer than any write takes).
+                with contextlib.suppress(OSError):
+                    if time.time() - os.stat(p).st_mtime > 3600:
+                        p.unlink()
         if len(records) > _MAX_RECORDS:
             _prune(d, records)
 

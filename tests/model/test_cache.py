@@ -352,3 +352,17 @@ def _two_signature_model() -> bytes:
     sd.outputs[0].name, sd.outputs[0].tensorIndex = "y", 2
     m.signatureDefs.append(sd)
     return pack(m)
+
+
+def test_clear_disk_forgets_the_records(verdicts, monkeypatch):
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    stale = verdicts / ".tmp-dead.part"
+    stale.write_bytes(b"{")
+    os.utime(stale, (1, 1))  # a write that died long ago
+    oo.Interpreter(model_path=str(SELFIE), custom_ops=[oo.kernels.mediapipe()]).allocate_tensors()
+    assert len(_records(verdicts)) == 2 and not stale.exists()
+    cache.clear(disk=True)
+    assert _records(verdicts) == []
+    calls = _counting(monkeypatch)
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    assert calls == {"check_model": 1, "check_allocated": 1}
