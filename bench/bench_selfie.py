@@ -29,7 +29,6 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -61,24 +60,7 @@ ENV_MEDIAPIPE = "OPAQUE_OPS_BENCH_MEDIAPIPE"
 
 # ------------------------------------------------------------------ machine
 
-def cpu_summary() -> str:
-    """The CPU model and the SIMD features that matter for these kernels."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, val = line.partition(":")
-                key = key.strip()
-                if key in ("model name", "CPU part") and model in ("", platform.machine(), platform.processor()):
-                    model = val.strip()
-                if key in ("flags", "Features"):
-                    flags = set(val.split())
-    except OSError:
-        pass
-    wanted = ["sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-              "avx512_bf16", "amx_tile", "asimd", "asimdhp", "asimddp", "sve", "sve2"]
-    have = [f for f in wanted if f in flags]
-    return f"{model} ({platform.machine()}, {os.cpu_count()} CPUs): {' '.join(have) or 'no SIMD flags found'}"
+from opaque_ops._cpu import cpu_summary  # noqa: E402,F401  (one definition; bench_kernels imports it from here)
 
 
 # ------------------------------------------------------------------ MediaPipe's own runtime

@@ -166,10 +166,20 @@ class Cache:
     ----------
     root : path-like
         The directory; created 0700 if missing.
+    suffix : str, optional
+        The entries' file name suffix (``.so``: kernel libraries; the model
+        verdicts of :mod:`opaque_ops.model.cache` are ``.json``).
+    mode : int, optional
+        The mode entries are published with.
+    what : str, optional
+        What the directory is, for error messages.
     """
 
-    def __init__(self, root: str | os.PathLike):
-        self.root = private_dir(root)
+    def __init__(self, root: str | os.PathLike, suffix: str = _SUFFIX, mode: int = 0o700,
+                 what: str = "cache directory"):
+        self.root = private_dir(root, what)
+        self.suffix = suffix
+        self.mode = mode
 
     def _check_entry(self, path: Path) -> os.stat_result:
         st = path.lstat()
@@ -205,7 +215,7 @@ class Cache:
         except OSError as exc:
             raise CacheError(f"cannot read cache directory {self.root}: {exc.strerror or exc}") from None
         for name in names:
-            if name.startswith(prefix) and name.endswith(_SUFFIX):
+            if name.startswith(prefix) and name.endswith(self.suffix):
                 path = self.root / name
                 try:
                     st = self._check_entry(path)
@@ -213,7 +223,7 @@ class Cache:
                     continue  # replaced or removed by a concurrent caller
                 candidates.append((st.st_mtime_ns, path))
         for _, path in sorted(candidates, reverse=True):
-            expected = path.name[: -len(_SUFFIX)].rsplit("-", 1)[-1]
+            expected = path.name[: -len(self.suffix)].rsplit("-", 1)[-1]
             try:
                 ok = file_digest(path) == expected
             except FileNotFoundError:
@@ -241,8 +251,8 @@ class Cache:
 
     def publish(self, built: Path, key: str, compiler_key: str) -> Path:
         """Move a freshly built library into the cache under its digest; return its path."""
-        os.chmod(built, 0o700)
-        final = self.root / f"{key}-{compiler_key}-{file_digest(built)}{_SUFFIX}"
+        os.chmod(built, self.mode)
+        final = self.root / f"{key}-{compiler_key}-{file_digest(built)}{self.suffix}"
         # One rename: a reader sees the old state or the complete new file.
         os.replace(built, final)
         return final

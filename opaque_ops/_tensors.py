@@ -54,7 +54,10 @@ def details(t, index: int, info_tensor, model: bytes | None, subgraph: int = 0) 
             # Blockwise quantization is not in the schema this runtime reads.
             "block_size": 0,
         },
-        "sparsity_parameters": sparsity_parameters(model, subgraph, index) if model is not None else {},
+        # (The reader already knows which tensors have sparsity parameters:
+        # the model's tables are walked only for those.)
+        "sparsity_parameters": (sparsity_parameters(model, subgraph, index)
+                                if model is not None and (info_tensor is None or info_tensor.is_sparse) else {}),
     }
 
 

@@ -4,7 +4,7 @@
 
     opaque-ops inspect model.tflite [--ops kernels:convolution2d_transpose_bias] [--check]
     opaque-ops run model.tflite --ops my_ops.c --input x=x.npy --output-dir out/ [--isolate]
-    opaque-ops bench model.tflite --ops libmy_ops.so --runs 100 --threads 2
+    opaque-ops bench model.tflite --ops libmy_ops.so --runs 100 --threads 2 [--xnnpack off]
     opaque-ops build ...            (see ``opaque-ops build --help``)
 
 ``--ops`` takes a prebuilt library (``.so``), a C source (``.c``, compiled and
@@ -202,7 +202,7 @@ def _parse_inputs(items) -> dict[str, str]:
     return found
 
 
-def _make_interpreter(args):
+def _make_interpreter(args, **options):
     from .interpreter import Interpreter
 
     path = Path(args.model)
@@ -212,7 +212,7 @@ def _make_interpreter(args):
     if getattr(args, "isolate", False):
         extra = {"isolate": True, "timeout": args.timeout, "memory_limit": args.memory_limit}
     return Interpreter(model_path=str(path), custom_ops=_load_libs(args.ops),
-                       num_threads=getattr(args, "threads", None), **extra)
+                       num_threads=getattr(args, "threads", None), **options, **extra)
 
 
 def _find_input(details, key: str) -> dict:
@@ -320,7 +320,7 @@ def cmd_bench(args) -> int:
         raise CliError("--runs must be at least 1")
     if args.warmup < 0:
         raise CliError("--warmup must be >= 0")
-    it = _make_interpreter(args)
+    it = _make_interpreter(args, use_xnnpack=_XNNPACK_CHOICES[args.xnnpack])
     it.allocate_tensors()
     rng = np.random.default_rng(args.seed)
     for d in it.get_input_details():
@@ -341,11 +341,33 @@ def cmd_bench(args) -> int:
         times[i] = time.perf_counter() - t0
         progress.update(i + 1)
     progress.close()
+    from ._cpu import cpu_summary
+
     threads = args.threads if args.threads is not None else "default"
     print(f"model: {args.model}  runs: {args.runs}  warmup: {args.warmup}  threads: {threads}")
+    print(f"xnnpack: {'used' if it.xnnpack else 'not used'} (--xnnpack {args.xnnpack}: "
+          f"{_XNNPACK_MEANING[args.xnnpack]})")
+    ops = sorted({f"{n} v{v}" for lib in it._libs for n, v in lib.ops})
+    if ops:
+        print(f"registered kernels (they run their ops' nodes): {', '.join(ops)}")
+    provided = {op for lib in it._libs for op in lib.ops}
+    others = sorted(f"{n} v{v}" for n, v in it._info.custom_ops() if (n, v) not in provided)
+    if others:
+        print(f"custom ops run by the runtime itself ({'XNNPACK or ' if it.xnnpack else ''}"
+              f"TFLite's builtin custom ops): {', '.join(others)}")
+    print(f"cpu: {cpu_summary()}")
     print(f"invoke: median {_fmt_time(np.median(times))}  p90 {_fmt_time(np.percentile(times, 90))}  "
           f"min {_fmt_time(times.min())}")
     return 0
+
+
+# bench --xnnpack: the value and what Interpreter(use_xnnpack=...) makes of it.
+_XNNPACK_CHOICES = {"auto": None, "on": True, "off": False}
+_XNNPACK_MEANING = {
+    "auto": "the default, use_xnnpack=None: XNNPACK runs the builtins unless the runtime lacks it",
+    "on": "use_xnnpack=True: XNNPACK also runs the MediaPipe ops it knows that no kernel was given for",
+    "off": "use_xnnpack=False: TFLite's reference kernels run every builtin",
+}
 
 
 def cmd_build(argv) -> int:
@@ -395,6 +417,8 @@ def _parser() -> argparse.ArgumentParser:
     pb.add_argument("--runs", type=int, default=50, help="timed runs (default 50)")
     pb.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     pb.add_argument("--threads", type=int, default=None, help="threads for builtin kernels")
+    pb.add_argument("--xnnpack", choices=list(_XNNPACK_CHOICES), default="auto",
+                    help="XNNPACK for the builtins: auto (default), on, off; the output says whether it was used")
     pb.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     pb.set_defaults(func=cmd_bench)
 

@@ -11,7 +11,7 @@ XNNPACK (if on) takes what it leaves, and the builtin kernels the rest.
 
 from __future__ import annotations
 
-from . import _native
+from . import _native, _pickling
 
 
 class Delegate:
@@ -34,12 +34,16 @@ class Delegate:
 
     def __init__(self, library, options=None):
         self._native = _native.NativeDelegate(library, options or {})
+        self._options = dict(options or {})  # for pickling: the worker loads the plugin again
         self.library = self._native.path
         self.options = dict(options or {})
         self.messages = self._native.messages
 
     def __repr__(self) -> str:
         return f"<Delegate from {self.library}>"
+
+    def __reduce__(self):
+        return _pickling.delegate_reduce(self)
 
 
 def load_delegate(library, options=None) -> Delegate:

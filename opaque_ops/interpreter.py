@@ -26,10 +26,11 @@ import weakref
 
 import numpy as np
 
-from . import _native, _tensors, _xnnpack
+from . import _fork, _native, _pickling, _tensors, _xnnpack
 from ._calls import CallLock, get_ident
 from ._sigint import WATCH_AFTER_S, invoke_watched
 from .isolate import wants_isolation
+from .model import cache as model_cache
 from .model.cache import checked_model
 from .errors import (
     ClosedError,
@@ -112,6 +113,8 @@ def _collect_operators(libs) -> list:
 
 
 def _as_delegates(experimental_delegates) -> list:
+    if not experimental_delegates:
+        return []  # (no import of the delegate module on the common path)
     from .delegates import Delegate
 
     out = list(experimental_delegates or ())
@@ -151,6 +154,9 @@ class Interpreter:
     The API follows ``tflite_runtime.interpreter.Interpreter`` (and
     ``ai_edge_litert.interpreter.Interpreter``), so swapping the import works.
     One interpreter may be shared by threads: its calls are serialized.
+    It pickles (for process pools, Dask, Ray): the copy is re-created from
+    the model bytes, the arguments and the op libraries, with the same input
+    shapes and allocation, but not the tensor contents (``opaque_ops._pickling``).
 
     Parameters
     ----------
@@ -267,6 +273,16 @@ class Interpreter:
                 "experimental_disable_delegate_clustering=True cannot be honoured with "
                 "experimental_delegates: the TFLite C API has no switch for delegate clustering"
             )
+        # What pickling sends to re-create this interpreter in another process
+        # (see _pickling; custom_ops and delegates are added from what was loaded).
+        self._init_args = {
+            "num_threads": num_threads,
+            "experimental_op_resolver_type": resolver,
+            "experimental_preserve_all_tensors": bool(experimental_preserve_all_tensors),
+            "experimental_disable_delegate_clustering": bool(experimental_disable_delegate_clustering),
+            "library": library,
+            "use_xnnpack": use_xnnpack,
+        }
         reasons = [k for k, v in no_xnnpack.items() if v]
         if reasons:
             if use_xnnpack:
@@ -314,6 +330,9 @@ class Interpreter:
                               messages=msgs)
         self._native = native
         self._delegates = delegates
+        # What the planned shapes depend on besides the model and the input
+        # shapes: part of the key of check_allocated's kept verdicts.
+        self._check_config = (model_cache.runtime_identity(native.rt), bool(self.xnnpack), len(delegates))
         self._calls = CallLock()
         self._lock = self._calls.lock  # the same lock, one attribute hop less on the hot paths
         self._views: weakref.WeakSet = weakref.WeakSet()
@@ -337,6 +356,7 @@ class Interpreter:
         # same-shape resize is then a dictionary lookup.
         self._input_shapes: dict[int, tuple] = {}
         self._strict_ok: set = set()
+        _fork.track(self)  # refused in a forked child where it would hang (see _fork)
 
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -358,11 +378,27 @@ class Interpreter:
     def __exit__(self, *exc):
         self.close()
 
+    def __reduce__(self):
+        # Pickled as what re-creates it: model bytes, arguments, input shapes
+        # and whether it was allocated (not tensor contents); see _pickling.
+        return _pickling.interpreter_reduce(self)
+
     def _live(self) -> "_native.NativeInterpreter":
         native = self._native
         if native is None:
-            raise ClosedError("this Interpreter is closed; create a new one")
+            raise ClosedError(self._closed_reason)
         return native
+
+    _closed_reason = "this Interpreter is closed; create a new one"
+
+    def _forked(self, native, reason: str) -> None:
+        """In a forked child (see _fork): refuse every call with ``reason``; never free the C objects."""
+        _fork._keep(native)
+        self._calls = CallLock()  # the parent's may be held by a thread that is not here
+        self._lock = self._calls.lock
+        self._native = None
+        self._slots = {}
+        self._closed_reason = reason
 
     # -------------------------------------------------------------- errors
     def _check(self, status: int, what: str, native) -> None:
@@ -569,11 +605,11 @@ class Interpreter:
 
     def _check_allocated(self, native, graph: _Graph) -> None:
         if graph.subgraph == 0:
-            check_allocated(self._info, native.allocated_shape)
+            check_allocated(self._info, native.allocated_shape, self._check_config)
         else:
             # The C API reaches another subgraph's tensors only through its
             # signature: those shapes are known, the rest are "unknown".
-            check_allocated(self._rooted(graph.subgraph), graph.shape_of)
+            check_allocated(self._rooted(graph.subgraph), graph.shape_of, self._check_config)
 
     def _no_views(self, what: str) -> None:
         if len(self._views):

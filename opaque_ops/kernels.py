@@ -145,8 +145,11 @@ def kernel(name: str):
         raise ValueError(f"no bundled kernel {name!r}; available: {', '.join(names())}")
     lib_path = _prebuilt(name)
     if lib_path is not None:
-        return OpLibrary(lib_path, prebuilt=True)
-    return compile_ops(_paths.kernels_dir() / f"{name}.c")
+        lib = OpLibrary(lib_path, prebuilt=True)
+    else:
+        lib = compile_ops(_paths.kernels_dir() / f"{name}.c")
+    lib._origin = ("kernel", name)  # pickled by name: the worker loads or builds its own
+    return lib
 
 
 def bundle(*names: str):

@@ -6,7 +6,7 @@ import os
 import threading
 from pathlib import Path
 
-from . import _cbuild, _native, _sanitizers
+from . import _cbuild, _native, _pickling, _sanitizers
 from .errors import CompileError, OpLibraryError
 
 
@@ -15,7 +15,9 @@ class OpLibrary:
 
     Create one with :func:`compile_ops` or :func:`load_ops` and pass it to
     ``Interpreter(custom_ops=[...])``.  One library can serve any number of
-    interpreters; it stays loaded as long as any of them exists.
+    interpreters; it stays loaded as long as any of them exists.  It pickles
+    as what made it (a bundled kernel's name, a ``compile_ops`` source, a
+    ``load_ops`` path) and is re-created in the receiving process.
 
     Attributes
     ----------
@@ -40,6 +42,12 @@ class OpLibrary:
         self._kernel = _native.kernel_library(str(self.path))
         self._operators = None
         self._lock = threading.Lock()
+        # How the library was made, so that pickling can re-create it in
+        # another process (see _pickling): compile_ops and kernels set it.
+        self._origin = ("load",)
+
+    def __reduce__(self):
+        return _pickling.library_reduce(self)
 
     def operators(self) -> list:
         """The library's operators, built once on first use (internal handles)."""
@@ -150,7 +158,12 @@ def compile_ops(
         label=f"compiling {display}",
     )
     lib_path, hit, log = _cbuild.compile_cached(spec, cache_dir)
-    return OpLibrary(lib_path, cache_hit=hit, build_log=log)
+    lib = OpLibrary(lib_path, cache_hit=hit, build_log=log)
+    lib._origin = ("compile", source, {"ops": ops, "include_dirs": list(include_dirs),
+                                       "define_macros": list(define_macros),
+                                       "extra_compile_args": list(extra_compile_args),
+                                       "cache_dir": cache_dir, "debug": debug})
+    return lib
 
 
 def load_ops(path: str | os.PathLike) -> OpLibrary:

@@ -24,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import _native
+from . import _native, _pickling
 
 TensorSpec = namedtuple("TensorSpec", ["shape", "dtype"])
 TensorSpec.__doc__ = "Shape (tuple of int) and numpy dtype of one of the op's input tensors."
@@ -89,6 +89,10 @@ class PythonOp:
 
     def __repr__(self) -> str:
         return f"<PythonOp {self.name} v{self.version}>"
+
+    def __reduce__(self):
+        # By reference to its functions, which must be importable in the worker.
+        return _pickling.python_op_reduce(self)
 
     # ------------------------------------------------------- TFLite callbacks
     # These run inside TFLite's C frames: they never let an exception escape.

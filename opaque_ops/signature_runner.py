@@ -97,6 +97,12 @@ class SignatureRunner:
             raise InvalidInputError(f"signature {self.key!r} has no input(s) {sorted(unknown)}; "
                              f"its inputs are {sorted(self._inputs)}")
 
+    def __reduce__(self):
+        # Its interpreter (re-created from its own pickle) and the key.
+        from . import _pickling
+
+        return _pickling.runner_reduce(self)
+
     def __call__(self, **inputs) -> dict:
         """Run the signature with the given named inputs and return its outputs (copies).
 

@@ -42,7 +42,8 @@ def test_inspect_selfie_without_ops(selfie):
     assert "input_1  [1, 256, 256, 3]  float32" in out
     assert "[1, 256, 256, 1]  float32" in out
     assert "Convolution2DTransposeBias v1  x1  MISSING" in out
-    # The raw-struct options, decoded as FACTS.md describes: SAME (1), stride 2x2.
+    # The raw-struct options, decoded as MediaPipe's kernel reads them (three int32: padding,
+    # stride_w, stride_h; mediapipe/util/tflite/operations/transpose_conv_bias.cc): SAME (1), stride 2x2.
     assert "raw 12 bytes (int32 [1, 2, 2])" in out
     assert "CONV_2D" in out and "DEQUANTIZE" in out
     assert "0 of 1 custom ops resolved" in out

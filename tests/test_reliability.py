@@ -9,12 +9,9 @@ runs in a child process.
 from __future__ import annotations
 
 import gc
-import os
 import re
 import shutil
-import subprocess
 import sys
-import textwrap
 import threading
 import weakref
 
@@ -58,62 +55,9 @@ def test_fuzz_long_run(tmp_path, xnnpack):
     assert totals["crashes"] == [] and totals["findings"] == [], (totals["crashes"], totals["findings"])
 
 
-# Inputs the fuzzer once crashed the process with (seed, index), with the
-# check that was added for each (some also break a later-added rule that
-# now trips first).  Replayed in a child: a regression crashes it.
-CRASHERS = [
-    (1, 3004, "which operator 25 already writes"),   # SPLIT_V output redirected: heap corruption
-    (2, 2771, "which operator 2 already writes"),    # READ_VARIABLE writes its own resource
-    (3, 1426, "has no bias input"),                  # int8 DEPTHWISE_CONV_2D without bias
-    (3, 1982, "READ_VARIABLE) declares output shape"),
-    (3, 7479, "has an omitted (-1) input"),          # STRIDED_SLICE begin = -1
-    (3, 11003, "is written by no operator"),         # graph output nobody writes
-    (5, 901, "stride_w=0"),                          # SIGFPE (division by the stride)
-    (11, 12723, "omitted (-1) output"),              # STRIDED_SLICE writing to tensor -1
-    (200, 9026, "has no subgraphs"),                 # XNNPACK: crash in TfLiteInterpreterCreate
-    (200, 5735, "scales must be finite and positive"),  # XNNPACK: NaN output scale, crash at create
-    (300, 24086, "outside the INT8 range"),          # XNNPACK: zero point -4294901761
-    (300, 2822, "normal floats"),                    # XNNPACK: subnormal scale
-    (400, 18943, "takes at least 4"),                # XNNPACK reads a STRIDED_SLICE's missing inputs
-    (500, 18920, "but 160 bytes of data"),           # SIGFPE: 1x0x1x32 depthwise filter with data
-    (500, 55125, "must be SAME or VALID"),           # XNNPACK SIGFPE: padding enum 14
-    (600, 12849, "takes at most 2"),                 # XNNPACK: STRIDED_SLICE turned into SPLIT
-    (600, 62752, "only input(s) [2] may be omitted"),  # XNNPACK: depthwise filter -1 + huge shape
-]
-
-
-def test_former_crashers_are_refused_cleanly():
-    code = f"""
-        import json, numpy as np, opaque_ops as oo
-        from tools.fuzz_models import input_for, seed_models
-        seeds = seed_models()
-        out = []
-        for seed, i, _ in {[(s, i, m) for s, i, m in CRASHERS]!r}:
-            data = input_for(seeds, seed, i)
-            for xnn in (False, True):
-                try:
-                    it = oo.Interpreter(model_content=data, use_xnnpack=xnn)
-                    it.allocate_tensors()
-                    for d in it.get_input_details():
-                        it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
-                    it.invoke()
-                    out.append("ran")
-                except oo.ModelError as e:
-                    out.append(str(e))
-        print(json.dumps(out))
-    """
-    p = run_child(code)
-    assert p.returncode == 0, p.stderr[-2000:]
-    import json
-
-    msgs = json.loads(p.stdout.strip().splitlines()[-1])
-    assert len(msgs) == 2 * len(CRASHERS)
-    for k, _crasher in enumerate(CRASHERS):
-        # Several inputs break more than one rule; the first check that
-        # trips gives the message.  What matters: a ModelError, no crash.
-        for m in msgs[2 * k:2 * k + 2]:
-            assert m != "ran" and "not a usable TFLite model" in m, (CRASHERS[k], m)
-    assert sum(e in m for (_, _, e), m in zip(CRASHERS, msgs[::2]) if isinstance(e, str)) >= 6
+# The inputs the byte fuzzer once crashed the process with are kept as files
+# in tests/corpus/bytefuzz/ with their exact messages, replayed by
+# tests/model/test_checks.py (they are never regenerated with today's mutator).
 
 
 def _add_model(extra=None):

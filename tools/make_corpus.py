@@ -32,17 +32,23 @@ CORPUS = ROOT / "tests" / "corpus"
 
 def field_offset(data: bytes, subgraph: int, operator: int, slot: int) -> int:
     """File offset of field ``slot`` of one operator's builtin options table."""
-    from opaque_ops.model.reader import _Reader
+    from opaque_ops.model import reader as R
 
-    r = _Reader(data)
-    root = r.table(r.unpack("<I", 0, "root"), "Model")
-    sg = root.tables(2, "subgraphs")[subgraph]
-    op = sg.tables(3, "operators")[operator]
-    opts = op.sub_table(4, "builtin_options")
-    pos = opts.field(slot, 4)
-    if pos is None:
+    f = R._Flat(data)
+    root = R._U32(data, 0)[0]
+    m = f.table(root, R._MODEL, R._IDS[R._MODEL], "Model")
+    sg = f.tables(root + m[2], "Model", None, "subgraphs")[subgraph]
+    s = f.table(sg, R._SUBGRAPH, R._IDS[R._SUBGRAPH], "subgraph")
+    op = f.tables(sg + s[3], "subgraph", None, "operators")[operator]
+    o = f.table(op, R._OPERATOR, R._IDS[R._OPERATOR], "operator")
+    if not o[4]:
+        raise ValueError("no options table: cannot patch in place")
+    opts = f.sub(op + o[4], "operator", None, "builtin_options")
+    # A layout that reads only this slot, as a 4-byte field (id 511: no real layout uses it).
+    offs = f.table(opts, (0,) * slot + (4,), 511, "options")
+    if not offs[slot]:
         raise ValueError("field not stored: cannot patch in place")
-    return pos
+    return opts + offs[slot]
 
 
 def write_patch(name: str, pkg: str, rel: str, patches: list) -> dict:

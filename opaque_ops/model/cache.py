@@ -1,36 +1,88 @@
-"""Read and check a model once per content: the verdict is cached by digest.
+"""Read and check a model once per content: verdicts kept by digest, in memory and on disk.
 
-Creating an interpreter for a model already seen in this process (an app that
-creates one per stream, a test suite, a server) skips parsing and checking:
-the parsed :class:`~opaque_ops.model.ModelInfo` and the verdict of
-:func:`~opaque_ops.model.check_model` are kept, keyed by the SHA-256 of the
-bytes.  No check is weakened: the key is the exact content, and a verdict is
-kept per set of registered op names (they change which rules apply).  The
-cached ``ModelInfo`` is shared by the interpreters built from the same bytes,
-which only read it; :func:`read_model` itself never returns a cached object.
+Creating an interpreter reads the model with :func:`~opaque_ops.model.read_model`,
+runs :func:`~opaque_ops.model.check_model` and, after the allocation,
+:func:`~opaque_ops.model.check_allocated`.  In pure Python that costs more than
+the TFLite runtime takes to build the interpreter, and real clients create
+their interpreters at start-up, in a fresh process.  So the outcome of each
+step (the *verdict*: passed, or the exact error) is kept:
+
+- **in memory**, for the life of the process: the parsed model and its
+  verdicts, keyed by the SHA-256 of the bytes (8 models of at most 64 MB);
+- **on disk**, for a model that passed :func:`check_model`, in a JSON record
+  per model content under the verdict cache directory:
+  ``$OPAQUE_OPS_VERDICT_CACHE`` if set, else ``verdicts/`` in the compile
+  cache directory (``$OPAQUE_OPS_CACHE_DIR`` or ``~/.cache/opaque_ops``).
+  ``OPAQUE_OPS_VERDICT_CACHE=off`` turns it off.  The record holds the
+  verdicts (check_model's per registered runtime-op names, check_allocated's
+  per configuration and planned shapes, refusals included), the custom ops
+  the model uses and the tensor indices that key check_allocated's verdicts;
+  nothing else of the model.  A refused model gets no record.
+
+No check is weakened.  A verdict is reused only for the exact same bytes (the
+SHA-256 is the key), the same checking code (the record's name carries a
+digest of opaque_ops' version and of the size and modification time of each
+source file of this package, as CPython keys its ``.pyc`` files), the
+same registered runtime-op names (they change which rules apply), and, for
+:func:`check_allocated`, the same runtime library, XNNPACK setting and
+planned shapes of the inputs, outputs and custom-op outputs (the key the
+in-memory verdicts already used).  A model whose record says it passed is
+read again only when something needs more than the record holds
+(:meth:`ModelInfo._read_later`).
+
+A record is trusted exactly as a compiled kernel library is
+(:mod:`opaque_ops._cache`): the directory must be the user's own and not
+writable by others, the record owned by the user and not writable by others,
+and its name carries the SHA-256 of its bytes, checked before it is read (a
+truncated or corrupted record is deleted).  A directory that breaks those
+rules is not used: the first refusal is reported once as a
+:class:`RuntimeWarning` and the checks simply run.  Nothing here ever makes
+creating an interpreter fail; a record that cannot be written is skipped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import os
+import tempfile
 import threading
+import time
+import warnings
+import weakref
 from collections import OrderedDict
+from pathlib import Path
 
-from ..errors import ModelError
+from .. import __version__
+from .. import _cache as _files
+from ..errors import CacheError, ModelError
 from .checks import check_model
 from .reader import ModelInfo, read_model
+from .runtime_ops import RUNTIME_CUSTOM_OPS
+from .shapes import ShapeError
 
-# Models kept, and the largest model kept: the parsed form holds a copy of
-# the constant data, so a few big models are not worth pinning in memory.
+ENV_VERDICTS = "OPAQUE_OPS_VERDICT_CACHE"
+
+# Models kept in memory, and the largest kept: the parsed form holds a copy of
+# the constant data, so a few big models are not worth pinning.
 _MAX_ENTRIES = 8
 _MAX_BYTES = 64 << 20
+# check_allocated verdicts kept per model (one per input shape set a
+# long-running app allocates, and configuration).
+_MAX_ALLOCATED = 64
+# Records kept on disk; the oldest go first.
+_MAX_RECORDS = 512
 
 _lock = threading.Lock()
-_cache: "OrderedDict[bytes, ModelInfo | ModelError]" = OrderedDict()
+_memory: OrderedDict[bytes, ModelInfo | ModelError] = OrderedDict()
+
+# The verdicts that can be kept, by exception class name.
+_ERRORS = {"ModelError": ModelError, "ShapeError": ShapeError}
 
 
 def checked_model(data: bytes, registered=()) -> ModelInfo:
-    """Parse ``data`` and run :func:`check_model`, or return the cached result.
+    """Parse ``data`` and run :func:`check_model`, or return the kept result.
 
     Parameters
     ----------
@@ -44,48 +96,309 @@ def checked_model(data: bytes, registered=()) -> ModelInfo:
     ModelError
         As :func:`read_model` or :func:`check_model` would.
     """
-    if len(data) > _MAX_BYTES:
-        info = read_model(data)
-        check_model(info, registered)
-        return info
+    # Only runtime-provided op names change check_model's rules.
+    reg = frozenset(registered) & RUNTIME_CUSTOM_OPS
     key = hashlib.sha256(data).digest()
     with _lock:
-        entry = _cache.get(key)
+        entry = _memory.get(key)
         if entry is not None:
-            _cache.move_to_end(key)
+            _memory.move_to_end(key)
+    if entry is None:
+        entry = _load(key, data)
+        if entry is None:
+            entry = _read(key, data)
+        if len(data) <= _MAX_BYTES:
+            with _lock:
+                _memory[key] = entry
+                while len(_memory) > _MAX_ENTRIES:
+                    _memory.popitem(last=False)
     if isinstance(entry, ModelError):
         raise ModelError(str(entry))
-    if entry is None:
-        try:
-            entry = read_model(data)
-        except ModelError as exc:
-            _store(key, exc)
-            raise
-        # Verdicts of check_allocated are kept on this object too (checks.py).
-        entry.verdicts["cacheable"] = True
-        _store(key, entry)
-    reg = ("model", frozenset(registered))
-    verdict = entry.verdicts.get(reg, False)
+    verdicts: Verdicts = entry.verdicts["store"]
+    verdict = verdicts.model.get(reg, False)
     if verdict is False:
         try:
-            check_model(entry, registered)
+            check_model(entry, reg)
             verdict = None
         except ModelError as exc:
             verdict = exc
-        entry.verdicts[reg] = verdict
+        verdicts.set_model(reg, verdict)
     if verdict is not None:
         raise ModelError(str(verdict))
     return entry
 
 
-def _store(key, entry) -> None:
+def clear(disk: bool = False) -> None:
+    """Forget every model kept in memory (and, with ``disk=True``, the records on disk)."""
     with _lock:
-        _cache[key] = entry
-        while len(_cache) > _MAX_ENTRIES:
-            _cache.popitem(last=False)
+        _memory.clear()
+    if disk:
+        d = _directory()
+        if d is not None:
+            for p in d.root.glob(f"*{d.suffix}"):
+                with contextlib.suppress(OSError):
+                    p.unlink()
 
 
-def clear() -> None:
-    """Forget every cached model (for tests and memory-tight apps)."""
-    with _lock:
-        _cache.clear()
+class Verdicts:
+    """What is known about one model content, kept in ``ModelInfo.verdicts["store"]``.
+
+    ``model`` maps the registered runtime-op names to :func:`check_model`'s
+    verdict; :meth:`allocated` and :meth:`remember` serve
+    :func:`check_allocated` (model.checks) for the model itself (``owner``),
+    never for the re-rooted copies the interpreter makes for other subgraphs
+    (they share the ``verdicts`` dict).  A verdict is None (passed) or the
+    exception raised.
+    """
+
+    def __init__(self, key: bytes, owner: ModelInfo, io, custom_ops, has_identifier: bool):
+        self.key = key
+        self.owner = weakref.ref(owner)
+        # Subgraph 0's inputs, outputs and custom-op outputs: the tensors
+        # whose planned shapes key check_allocated's verdicts.
+        self.io = io
+        self.custom_ops = custom_ops
+        self.has_identifier = has_identifier
+        self.model: dict = {}
+        self._allocated: dict = {}
+
+    @classmethod
+    def of(cls, key: bytes, info: ModelInfo) -> "Verdicts":
+        sg = info.subgraphs[0] if info.subgraphs else None
+        io = ((), (), ()) if sg is None else (
+            tuple(sg.inputs), tuple(sg.outputs),
+            tuple(t for op in sg.operators if op.is_custom for t in op.outputs if t >= 0))
+        return cls(key, info, io, info.custom_ops(), info.has_identifier)
+
+    def allocated(self, key):
+        """check_allocated's verdict for ``key``: (True, None or exception) or (False, None)."""
+        v = self._allocated.get(key, False)
+        return (False, None) if v is False else (True, v)
+
+    def remember(self, key, verdict) -> None:
+        """Keep check_allocated's verdict for ``key`` (and write the record)."""
+        with _lock:
+            if len(self._allocated) >= _MAX_ALLOCATED:
+                self._allocated.clear()
+            self._allocated[key] = verdict
+        self.save()
+
+    def set_model(self, registered: frozenset, verdict) -> None:
+        """Keep check_model's verdict for these registered runtime-op names (and write the record)."""
+        with _lock:
+            self.model[registered] = verdict
+        self.save()
+
+    # ---------------------------------------------------------------- disk
+    def to_json(self) -> dict:
+        return {"format": 1, "has_identifier": self.has_identifier, "custom_ops": self.custom_ops,
+                "io": self.io,
+                "model": [[sorted(reg), _dump(v)] for reg, v in self.model.items()],
+                "allocated": [[list(k), _dump(v)] for k, v in self._allocated.items()]}
+
+    @classmethod
+    def from_json(cls, key: bytes, owner: ModelInfo, doc: dict) -> "Verdicts":
+        io = tuple(tuple(int(t) for t in part) for part in doc["io"])
+        if len(io) != 3:
+            raise ValueError("io")
+        self = cls(key, owner, io, [(str(n), int(v)) for n, v in doc["custom_ops"]],
+                   bool(doc["has_identifier"]))
+        for reg, v in doc["model"]:
+            self.model[frozenset(map(str, reg))] = _load_verdict(v)
+        for k, v in doc["allocated"]:
+            self._allocated[_freeze(k)] = _load_verdict(v)
+        return self
+
+    def save(self) -> None:
+        """Write the record, for a model that passed :func:`check_model` (refusals are not kept on disk)."""
+        with _lock:
+            if None not in self.model.values():
+                return
+            doc = self.to_json()
+        _save(self.key, doc)
+
+
+def _dump(verdict):
+    if verdict is None:
+        return None
+    # (A ModelError subclass not listed in _ERRORS is kept as a ModelError.)
+    name = type(verdict).__name__
+    return [name if name in _ERRORS else "ModelError", str(verdict)]
+
+
+def _load_verdict(v):
+    if v is None:
+        return None
+    name, msg = v
+    return _ERRORS[name](str(msg))
+
+
+def _freeze(x):
+    """JSON lists back to the tuples the keys were made of."""
+    return tuple(_freeze(v) for v in x) if isinstance(x, list) else x
+
+
+def _read(key: bytes, data: bytes) -> ModelInfo | ModelError:
+    try:
+        info = read_model(data)
+    except ModelError as exc:
+        return exc
+    info.verdicts["cacheable"] = True
+    info.verdicts["store"] = Verdicts.of(key, info)
+    return info
+
+
+def _load(key: bytes, data: bytes) -> ModelInfo | None:
+    """The model as its record on disk describes it, or None (no usable record)."""
+    doc = _lookup(key)
+    if doc is None:
+        return None
+    try:
+        info = ModelInfo._read_later(data, bool(doc["has_identifier"]), doc["custom_ops"])
+        info.verdicts["cacheable"] = True
+        info.verdicts["store"] = Verdicts.from_json(key, info, doc)
+        return info
+    except (KeyError, TypeError, ValueError):
+        return None  # a record of another shape: rewritten after the checks run
+
+
+# ------------------------------------------------------------ the records on disk
+_code_digest: str | None = None
+_warned: set = set()
+_write_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # A lock another thread held at the fork stays held in the child forever.
+    global _lock, _write_lock
+    _lock, _write_lock = threading.Lock(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _code() -> str:
+    """What decides the verdicts: opaque_ops' version and the model package's source files (memoized)."""
+    global _code_digest
+    if _code_digest is None:
+        _code_digest = _source_digest(Path(__file__).resolve().parent)
+    return _code_digest
+
+
+# The modules whose code decides a verdict (and the record's format).
+_SOURCES = ("cache.py", "checks.py", "flex.py", "reader.py", "runtime_ops.py", "schema.py", "shapes.py")
+
+
+def _source_digest(folder: Path) -> str:
+    """A digest of opaque_ops' version and of ``_SOURCES`` in ``folder``.
+
+    A file is known by its size and modification time, the rule CPython uses
+    to tell whether a ``.pyc`` is still that of its source (reading and
+    hashing the source instead would cost more than the checks save).
+    """
+    h = hashlib.sha256(f"opaque_ops {__version__}".encode())
+    for name in _SOURCES:
+        st = os.stat(folder / name)
+        h.update(f"\0{name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def _directory() -> _files.Cache | None:
+    """The verdict cache directory, checked as the compile cache is (None: off or refused)."""
+    env = os.environ.get(ENV_VERDICTS)
+    if env is not None and env.strip().lower() in ("0", "off", "no", "false", "none"):
+        return None
+    root = Path(env) if env else _files.default_dir() / "verdicts"
+    try:
+        _code()
+        return _files.Cache(root, suffix=".json", mode=0o600, what="verdict cache directory")
+    except (CacheError, OSError) as exc:
+        _warn_once(root, exc)
+        return None
+
+
+def _warn_once(root, exc) -> None:
+    if str(root) not in _warned:
+        _warned.add(str(root))
+        warnings.warn(f"opaque_ops: model verdicts are not kept on disk: {exc} (set "
+                      f"{ENV_VERDICTS}=off to silence this)", RuntimeWarning, stacklevel=4)
+
+
+def _lookup(key: bytes) -> dict | None:
+    d = _directory()
+    if d is None:
+        return None
+    try:
+        path = d.lookup(key.hex(), _code())
+        if path is None:
+            return None
+        raw = path.read_bytes()
+    except CacheError as exc:
+        _warn_once(d.root, exc)
+        return None
+    except OSError:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) and doc.get("format") == 1 else None
+
+
+def _save(key: bytes, doc: dict) -> None:
+    """Publish ``doc`` as the record of ``key`` (atomically), then drop the older ones."""
+    d = _directory()
+    if d is None:
+        return
+    raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    prefix = f"{key.hex()}-{_code()}-"
+    with _write_lock:
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=d.root)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(raw)
+                final = d.publish(Path(tmp), key.hex(), _code())
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            names = os.listdir(d.root)
+        except OSError:
+            return
+        records = []
+        for name in names:
+            p = d.root / name
+            if name.startswith(prefix) and p != final:
+                with contextlib.suppress(OSError):
+                    p.unlink()
+            elif name.endswith(d.suffix):
+                records.append(name)
+            elif name.startswith(".tmp-"):
+                # Left by a process that died while writing (an hour is
+                # far longer than any write takes).
+                with contextlib.suppress(OSError):
+                    if time.time() - os.stat(p).st_mtime > 3600:
+                        p.unlink()
+        if len(records) > _MAX_RECORDS:
+            _prune(d, records)
+
+
+def _prune(d: _files.Cache, names: list) -> None:
+    aged = []
+    for name in names:
+        with contextlib.suppress(OSError):
+            aged.append((os.stat(d.root / name).st_mtime_ns, name))
+    for _, name in sorted(aged)[: len(aged) - _MAX_RECORDS // 2]:
+        with contextlib.suppress(OSError):
+            os.unlink(d.root / name)
+
+
+def runtime_identity(runtime) -> tuple:
+    """What check_allocated's kept verdicts depend on in the runtime: its version and its file."""
+    try:
+        st = os.stat(runtime.path)
+        return (runtime.version, str(runtime.path), st.st_size, st.st_mtime_ns)
+    except OSError:
+        return (runtime.version, str(runtime.path))

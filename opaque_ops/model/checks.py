@@ -11,6 +11,8 @@ Three entry points:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import InvalidInputError, ModelError
@@ -43,7 +45,8 @@ def check_model(info: ModelInfo, registered=()) -> None:
     - quantized CONV_2D / DEPTHWISE_CONV_2D have a bias; strides, dilations
       and pooling windows are at least 1, padding is SAME or VALID;
     - READ_VARIABLE's declared output shape matches what ASSIGN_VARIABLE
-      stores in the same variable.
+      stores in the same variable;
+    - each signature names exactly its subgraph's inputs and outputs.
 
     All are linear in the size of the model.
 
@@ -74,62 +77,72 @@ def check_model(info: ModelInfo, registered=()) -> None:
                 raise ModelError(
                     f"subgraph {sg.index} input {t} ({tensors[t].name!r}) is a constant (it has data "
                     "in the model); a subgraph input must be a tensor without data")
+        handles = set()  # RESOURCE and VARIANT tensors
         for t in tensors:
-            if len(t.shape) > MAX_RANK or (t.shape_signature is not None and len(t.shape_signature) > MAX_RANK):
+            shape, sig, data = t.shape, t.shape_signature, t.data
+            if len(shape) > MAX_RANK or (sig is not None and len(sig) > MAX_RANK):
                 raise ModelError(
-                    f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has rank {len(t.shape)}; "
+                    f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has rank {len(shape)}; "
                     f"the runtime supports at most {MAX_RANK} dimensions")
-            if t.shape and min(t.shape) < 0:
-                # Unknown dimensions belong in shape_signature (-1); the shape
-                # itself is what TFLite allocates, and it trusts it.
-                raise ModelError(
-                    f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has shape {list(t.shape)}; "
-                    "dimensions must be >= 0 (-1 belongs in shape_signature)")
-            if t.shape and _elements(t.shape) > MAX_ELEMENTS:
-                raise ModelError(
-                    f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has shape {list(t.shape)}: "
-                    f"more than {MAX_ELEMENTS} elements")
-            if t.is_sparse and t.data is None:
-                # Only constants can be stored sparse (DENSIFY expands them
-                # once); the XNNPACK delegate trusts the flag on any tensor.
-                raise ModelError(
-                    f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has sparsity parameters but no "
-                    "data; only constant tensors can be sparse")
+            count = 1
+            if shape:
+                if min(shape) < 0:
+                    # Unknown dimensions belong in shape_signature (-1); the shape
+                    # itself is what TFLite allocates, and it trusts it.
+                    raise ModelError(
+                        f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has shape {list(shape)}; "
+                        "dimensions must be >= 0 (-1 belongs in shape_signature)")
+                count = _elements(shape)
+                if count > MAX_ELEMENTS:
+                    raise ModelError(
+                        f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has shape {list(shape)}: "
+                        f"more than {MAX_ELEMENTS} elements")
             if t.is_sparse:
+                if data is None:
+                    # Only constants can be stored sparse (DENSIFY expands them
+                    # once); the XNNPACK delegate trusts the flag on any tensor.
+                    raise ModelError(
+                        f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has sparsity parameters but no "
+                        "data; only constant tensors can be sparse")
                 _check_sparsity(sg, t)
-            elif t.data is not None and t.dtype is not None and t.dtype != object and all(d >= 0 for d in t.shape):
+            elif data is not None and (t.dtype is not None or t.type_name in _WHOLE_BYTE_TYPES):
                 # TFLite only checks that dense data is not shorter than the
                 # shape (sparse tensors are legitimately shorter, so that is
                 # left to it); a longer buffer with a zero dimension (a
                 # 1x0x1x32 filter holding 160 bytes) divides by zero in the
-                # kernels.
-                want = _elements(t.shape) * t.dtype.itemsize
-                if len(t.data) > want:
+                # kernels, and an int32 constant retyped BFLOAT16 (twice the
+                # bytes its shape says) crashed XNNPACK's TRANSPOSE.
+                want = count * (t.dtype.itemsize if t.dtype is not None else _WHOLE_BYTE_TYPES[t.type_name])
+                if len(data) > want:
                     raise ModelError(
-                        f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has shape {list(t.shape)} "
-                        f"({want} bytes of {t.type_name}) but {len(t.data)} bytes of data")
-            scales = t.quantization["scales"]
+                        f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has shape {list(shape)} "
+                        f"({want} bytes of {t.type_name}) but {len(data)} bytes of data")
+            quant = t.quantization
+            scales = quant["scales"]
             # XNNPACK derives requantization multipliers from the scales when
             # the interpreter is created; a NaN or infinite one crashes it.
             # Subnormal scales overflow the same multipliers.
-            good = np.isfinite(scales) & (scales >= _F32_TINY) if len(scales) else None
-            if good is not None and not good.all():
-                raise ModelError(
-                    f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has quantization scale(s) "
-                    f"{scales[~good][:4].tolist()}: scales must be finite and positive (normal floats)")
-            zps = t.quantization["zero_points"]
-            lim = _ZERO_POINT_RANGE.get(t.type_name)
-            if lim is not None and len(zps) and ((zps < lim[0]) | (zps > lim[1])).any():
-                bad = zps[(zps < lim[0]) | (zps > lim[1])][:4].tolist()
-                raise ModelError(
-                    f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has zero point(s) {bad} outside "
-                    f"the {t.type_name} range [{lim[0]}, {lim[1]}]")
+            if len(scales):
+                good = np.isfinite(scales) & (scales >= _F32_TINY)
+                if not good.all():
+                    raise ModelError(
+                        f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has quantization scale(s) "
+                        f"{scales[~good][:4].tolist()}: scales must be finite and positive (normal floats)")
+            zps = quant["zero_points"]
+            if len(zps):
+                lim = _ZERO_POINT_RANGE.get(t.type_name)
+                if lim is not None and ((zps < lim[0]) | (zps > lim[1])).any():
+                    bad = zps[(zps < lim[0]) | (zps > lim[1])][:4].tolist()
+                    raise ModelError(
+                        f"subgraph {sg.index} tensor {t.index} ({t.name!r}) has zero point(s) {bad} outside "
+                        f"the {t.type_name} range [{lim[0]}, {lim[1]}]")
+            if t.type_name in _HANDLE_TYPES:
+                handles.add(t.index)
         producer: dict[int, int] = {}
         for op in sg.operators:
-            ins = [t for t in op.inputs if t >= 0]
-            if not op.is_custom and op.op_name not in _HANDLE_CONSUMERS:
+            if handles and not op.is_custom and op.op_name not in _HANDLE_CONSUMERS:
                 for t in op.inputs:
-                    if t >= 0 and tensors[t].type_name in ("RESOURCE", "VARIANT"):
+                    if t in handles:
                         # A handle read as data (a RESOURCE constant as conv
                         # weights) has no shape or bytes the kernel expects.
                         raise ModelError(
@@ -147,7 +160,7 @@ def check_model(info: ModelInfo, registered=()) -> None:
                     raise ModelError(
                         f"subgraph {sg.index} operator {op.index} ({op.op_name}) writes tensor {t}, "
                         f"which operator {producer[t]} already writes: each tensor may have one producer")
-                if t in ins:
+                if t in op.inputs:
                     raise ModelError(
                         f"subgraph {sg.index} operator {op.index} ({op.op_name}) writes tensor {t}, "
                         "which is also one of its own inputs")
@@ -159,8 +172,7 @@ def check_model(info: ModelInfo, registered=()) -> None:
                     raise ModelError(
                         f"subgraph {sg.index} operator {op.index} ({op.op_name}) writes tensor {t}, "
                         "which is a constant (it has data in the model)")
-                if (tensors[t].type_name in ("RESOURCE", "VARIANT") and not op.is_custom
-                        and op.op_name not in _HANDLE_PRODUCERS):
+                if t in handles and not op.is_custom and op.op_name not in _HANDLE_PRODUCERS:
                     # Resource and variant tensors hold handles, not arena
                     # data: a kernel writing its values there corrupts them.
                     raise ModelError(
@@ -181,7 +193,8 @@ def check_model(info: ModelInfo, registered=()) -> None:
         for op in sg.operators:
             if op.is_custom and op.op_name in RUNTIME_CUSTOM_OPS and op.op_name not in registered:
                 check_runtime_op(sg.index, op)
-            _check_builtin(info, sg, op, producer)
+            if op.op_name in _BUILTIN_RULES and not op.is_custom:
+                _check_builtin(info, sg, op, producer)
             if -1 in op.inputs and not op.is_custom:
                 # Builtin kernels fetch their inputs without a null check
                 # unless the schema makes the input optional.
@@ -268,6 +281,7 @@ def check_model(info: ModelInfo, registered=()) -> None:
 
         _check_static_concatenations(sg)
     _check_call_graph(info)
+    _check_signatures(info)
 
 
 # Builtins whose outputs may be RESOURCE or VARIANT handles (the control-flow
@@ -279,6 +293,13 @@ _HANDLE_PRODUCERS = frozenset({"VAR_HANDLE", "HASHTABLE", "WHILE", "IF", "CALL_O
 _HANDLE_CONSUMERS = frozenset({"READ_VARIABLE", "ASSIGN_VARIABLE", "HASHTABLE_FIND", "HASHTABLE_IMPORT",
                                "HASHTABLE_SIZE", "WHILE", "IF", "CALL_ONCE", "STABLEHLO_WHILE",
                                "STABLEHLO_CASE", "STABLEHLO_COMPOSITE"})
+
+# Element sizes of the fixed-size types numpy has no dtype for (sub-byte
+# types are packed and left out).
+_WHOLE_BYTE_TYPES = {"BFLOAT16": 2, "FLOAT8_E4M3FN": 1, "FLOAT8_E5M2": 1}
+
+# Tensor types that hold handles, not data.
+_HANDLE_TYPES = frozenset({"RESOURCE", "VARIANT"})
 
 # Zero points a quantized tensor of each type can hold.
 _ZERO_POINT_RANGE = {"INT8": (-128, 127), "UINT8": (0, 255), "INT16": (-32768, 32767), "INT4": (-8, 7)}
@@ -355,10 +376,7 @@ _F32_TINY = float(np.finfo(np.float32).tiny)
 
 
 def _elements(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+    return math.prod(map(int, shape))
 
 
 def effective_options(op) -> dict:
@@ -384,6 +402,11 @@ _ZERO_DEFAULTS = {"pad": "UNKNOWN", "act": "NONE", "i32": 0, "bool": False, "f32
 _SUBGRAPH_FIELDS = {"WHILE": ("cond_subgraph_index", "body_subgraph_index"),
                     "IF": ("then_subgraph_index", "else_subgraph_index"),
                     "CALL_ONCE": ("init_subgraph_index",)}
+
+
+# The builtins _check_builtin has a rule for.
+_BUILTIN_RULES = frozenset({"SPLIT", "SPLIT_V", "CONCATENATION", "DEQUANTIZE", "DENSIFY", "STRIDED_SLICE",
+                            "READ_VARIABLE", "ASSIGN_VARIABLE", *_SUBGRAPH_FIELDS})
 
 
 def _check_builtin(info, sg, op, producer) -> None:
@@ -597,6 +620,24 @@ def _check_call_graph(info) -> None:
         visit(n, [])
 
 
+def _check_signatures(info) -> None:
+    """A signature names each input and each output of its subgraph exactly once.
+
+    The runtime's signature runner counts its inputs from the subgraph and
+    looks their names up in the signature by position
+    (``tensorflow/lite/core/signature_runner.h``: ``input_size()`` is
+    ``subgraph_->inputs().size()``, ``input_names()`` the signature's), so a
+    signature with fewer names is read past its end.
+    """
+    for s in info.signatures:
+        sg = info.subgraphs[s.subgraph_index]
+        for what, named, real in (("inputs", s.inputs, sg.inputs), ("outputs", s.outputs, sg.outputs)):
+            if sorted(named.values()) != sorted(real):
+                raise ModelError(
+                    f"signature {s.key!r} names tensors {sorted(named.values())} as its {what}, but subgraph "
+                    f"{s.subgraph_index}'s {what} are {list(real)}; a signature must name each of them once")
+
+
 def check_resize(info: ModelInfo, tensor_index: int, shape) -> None:
     """Refuse a new input shape that the runtime would not survive.
 
@@ -631,7 +672,7 @@ def check_resize(info: ModelInfo, tensor_index: int, shape) -> None:
             f"cannot resize input {tensor_index} to {list(shape)}: more than {MAX_ELEMENTS} elements")
 
 
-def check_allocated(info: ModelInfo, shape_of) -> None:
+def check_allocated(info: ModelInfo, shape_of, config=()) -> None:
     """Reject what only the allocated shapes reveal, before anything is invoked.
 
     Parameters
@@ -644,6 +685,10 @@ def check_allocated(info: ModelInfo, shape_of) -> None:
         until invoke (a dynamic tensor) or the index does not exist.  It may
         be called after a *failed* allocation: shapes are then what the
         runtime had computed when it stopped.
+    config : tuple, optional
+        What else the planned shapes depend on (the runtime library, whether
+        XNNPACK is applied): part of the key under which the verdict is kept
+        for a model the Interpreter holds (:mod:`~opaque_ops.model.cache`).
 
     Raises
     ------
@@ -670,20 +715,41 @@ def check_allocated(info: ModelInfo, shape_of) -> None:
     - runtime-provided ops whose inputs do not have the shapes their kernels
       assume (see :mod:`~opaque_ops.model.runtime_ops`).
     """
-    sg = info.subgraphs[0]
-    # The verdict depends on the model, the input shapes and what custom
-    # kernels and delegates planned (the rest the runtime derives from those).
-    if not info.verdicts.get("cacheable"):
-        _check_allocated(info, sg, shape_of)
+    verdicts = info.verdicts
+    if not verdicts.get("cacheable"):
+        _check_allocated(info, info.subgraphs[0], shape_of)
         return
-    # (The outputs' shapes are part of the key: a delegate may plan them
-    # differently from the reference kernels for the same inputs.)
-    # (The interpreter checks other subgraphs on a copy of the model with that
-    # subgraph first, which shares this cache: the subgraph is in the key.)
-    key = ("allocated", id(sg), tuple(shape_of(t) for t in sg.inputs), tuple(shape_of(t) for t in sg.outputs),
-           tuple(shape_of(t) for t in _custom_outputs(info)))
-    if key in info.verdicts:
-        err = info.verdicts[key]
+    # The verdict depends on the model, the configuration, the input shapes
+    # and what custom kernels and delegates planned (the rest the runtime
+    # derives from those).  The outputs' shapes are part of the key: a
+    # delegate may plan them differently from the reference kernels.
+    store = verdicts.get("store")
+    if store is not None and store.owner() is info:
+        # The model itself: its verdicts live in model.cache's store (and on
+        # disk), keyed without reading the model again.
+        ins, outs, customs = store.io
+        key = (config, tuple(shape_of(t) for t in ins), tuple(shape_of(t) for t in outs),
+               tuple(shape_of(t) for t in customs))
+        known, err = store.allocated(key)
+        if known:
+            if err is not None:
+                raise type(err)(str(err))
+            return
+        try:
+            _check_allocated(info, info.subgraphs[0], shape_of)
+        except ModelError as exc:
+            store.remember(key, exc)
+            raise
+        store.remember(key, None)
+        return
+    # A copy with another subgraph first (the interpreter checks signature
+    # runners' subgraphs that way); it shares the verdicts dict, so the
+    # subgraph is part of the key.
+    sg = info.subgraphs[0]
+    key = ("allocated", id(sg), config, tuple(shape_of(t) for t in sg.inputs),
+           tuple(shape_of(t) for t in sg.outputs), tuple(shape_of(t) for t in _custom_outputs(info)))
+    if key in verdicts:
+        err = verdicts[key]
         if err is not None:
             raise type(err)(str(err))
         return
@@ -697,8 +763,9 @@ def check_allocated(info: ModelInfo, shape_of) -> None:
 
 def _remember(info, key, verdict) -> None:
     if len(info.verdicts) > 64:  # a long-running app resizing to many shapes
+        keep = {k: info.verdicts[k] for k in ("cacheable", "store") if k in info.verdicts}
         info.verdicts.clear()
-        info.verdicts["cacheable"] = True
+        info.verdicts.update(keep)
     info.verdicts[key] = verdict
 
 

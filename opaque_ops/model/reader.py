@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -113,6 +114,9 @@ class ModelInfo:
 
     def custom_ops(self) -> list[tuple[str, int]]:
         """Sorted ``(name, version)`` pairs of the custom ops the model uses."""
+        known = self.__dict__.get("_custom_ops")
+        if known is not None:
+            return list(known)
         used = set()
         for sg in self.subgraphs:
             for op in sg.operators:
@@ -120,9 +124,87 @@ class ModelInfo:
                     used.add((op.op_name, op.version))
         return sorted(used)
 
+    @classmethod
+    def _read_later(cls, source: bytes, has_identifier: bool, custom_ops) -> "ModelInfo":
+        """A ModelInfo whose parts are read from ``source`` on first use.
 
-class _Reader:
-    """Bounds-checked access to a flatbuffer in memory."""
+        For bytes that :func:`read_model` has read before (the verdicts kept
+        on disk by :mod:`~opaque_ops.model.cache`): creating an interpreter
+        for a model already known needs neither the tensors nor the
+        operators, only what the cache kept (``custom_ops``).  The first
+        access to a part reads the model's outline (subgraphs, operator
+        codes, signatures); each tensor, operator and buffer is read when it
+        is first asked for (``get_input_details()`` reads the inputs only).
+        """
+        self = cls.__new__(cls)
+        self.__dict__.update(verdicts={}, has_identifier=has_identifier, _source=source,
+                             _custom_ops=[tuple(x) for x in custom_ops])
+        return self
+
+    def __getattr__(self, name: str):
+        # Reached only for attributes not set: the parts of a model made by
+        # _read_later, read now (all at once, then never again).
+        d = self.__dict__
+        if name in _READ_LATER and "_source" in d:
+            full = _read(d["_source"], later=True)
+            for f in _READ_LATER:
+                d.setdefault(f, getattr(full, f))
+            d.pop("_source", None)
+            return d[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+_READ_LATER = ("version", "description", "operator_codes", "subgraphs", "signatures", "buffers")
+
+
+_U8 = struct.Struct("<B").unpack_from
+_I8 = struct.Struct("<b").unpack_from
+_U16X2 = struct.Struct("<HH").unpack_from
+_I32 = struct.Struct("<i").unpack_from
+_U32 = struct.Struct("<I").unpack_from
+_U64 = struct.Struct("<Q").unpack_from
+_F32 = struct.Struct("<f").unpack_from
+
+# Table layouts: the byte size of each field slot this reader reads (0: a
+# slot it never reads), per table type of schema.fbs.  Every field read is
+# checked once per (vtable, layout) to lie inside its table; flatbuffers
+# share one vtable among all tables of the same shape, so a model with 300
+# tensors has a handful of tensor vtables.
+_MODEL = (4, 4, 4, 4, 4, 0, 0, 4)       # version, operator_codes, subgraphs, description, buffers, .., signature_defs
+_OPCODE = (1, 4, 4, 4)                   # deprecated_builtin_code, custom_code, version, builtin_code
+_SUBGRAPH = (4, 4, 4, 4, 4)              # tensors, inputs, outputs, operators, name
+_TENSOR = (4, 1, 4, 4, 4, 1, 4, 4)       # shape, type, buffer, name, quantization, is_variable, sparsity, shape_signature
+_QUANT = (0, 0, 4, 4, 0, 0, 4)           # scale, zero_point, quantized_dimension
+_OPERATOR = (4, 4, 4, 1, 4, 4, 0, 0, 0, 8, 8)  # opcode_index, inputs, outputs, options type, options,
+#                                               custom_options, large_custom_options_offset / _size
+_BUFFER = (4, 8, 8)                      # data, offset, size
+_SIGDEF = (4, 4, 4, 0, 4)                # inputs, outputs, signature_key, subgraph_index
+_TENSORMAP = (4, 4)                      # name, tensor_index
+_SPARSITY = (4, 4, 4)                    # traversal_order, block_map, dim_metadata
+_DIMMETA = (1, 4, 1, 4, 1, 4)            # format, dense_size, segments type / table, indices type / table
+_INDEXVEC = (4,)                         # values
+# Layout ids (part of the layout cache key); option tables use 16 + their union type.
+_IDS = {_MODEL: 0, _OPCODE: 1, _SUBGRAPH: 2, _TENSOR: 3, _QUANT: 4, _OPERATOR: 5, _BUFFER: 6, _SIGDEF: 7,
+        _TENSORMAP: 8, _SPARSITY: 9, _DIMMETA: 10, _INDEXVEC: 11}
+
+
+def _w(base: str, index=None, name=None) -> str:
+    """The path of a table or field for messages ("Model.subgraphs[0].tensors[3].shape"); built only on error."""
+    s = base if index is None else f"{base}[{index}]"
+    return s if name is None else f"{s}.{name}"
+
+
+class _Flat:
+    """Bounds-checked access to a flatbuffer in memory.
+
+    Positions are absolute.  :meth:`table` validates a table and returns the
+    offsets of its fields (0: absent) per slot of a layout; the vector
+    readers take the position of the field holding the vector's offset.
+    Names for messages come as ``(base, index, field)`` and are only
+    formatted when something is wrong.
+    """
+
+    __slots__ = ("buf", "size", "budget", "layouts")
 
     def __init__(self, buf: bytes):
         self.buf = buf
@@ -131,351 +213,447 @@ class _Reader:
         # make thousands of entries point at one big vector; cap total work
         # in proportion to the file size.
         self.budget = 8 * self.size + (1 << 20)
+        self.layouts: dict[int, tuple] = {}
 
-    def charge(self, n: int, what: str) -> None:
+    def charge(self, n: int, what) -> None:
         self.budget -= n
         if self.budget < 0:
-            raise ModelError(f"{what}: the model references far more data than it contains "
-                             "(overlapping or self-referencing offsets)")
+            raise ModelError(f"{_w(*what) if isinstance(what, tuple) else what}: the model references far "
+                             "more data than it contains (overlapping or self-referencing offsets)")
 
-    def need(self, pos: int, n: int, what: str) -> None:
-        if pos < 0 or n < 0 or pos + n > self.size:
-            raise ModelError(f"truncated: {what} at offset {pos} (+{n} bytes) points past "
-                             f"the end of the {self.size}-byte buffer")
+    def _truncated(self, what: str, pos: int, n: int):
+        return ModelError(f"truncated: {what} at offset {pos} (+{n} bytes) points past "
+                          f"the end of the {self.size}-byte buffer")
 
-    def unpack(self, fmt: str, pos: int, what: str):
-        st = _STRUCTS.get(fmt) or _STRUCTS.setdefault(fmt, struct.Struct(fmt))
-        if pos < 0 or pos + st.size > self.size:
-            self.need(pos, st.size, what)
-        return st.unpack_from(self.buf, pos)[0]
+    def table(self, pos: int, layout: tuple, lid: int, base: str, index=None, name=None) -> tuple:
+        """Field offsets of the table at ``pos`` for each slot of ``layout`` (0 where absent)."""
+        self.budget -= 1
+        if self.budget < 0:
+            self.charge(0, (base, index, name))
+        if pos < 0 or pos + 4 > self.size:
+            raise self._truncated(_w(base, index, name), pos, 4)
+        vt = pos - _I32(self.buf, pos)[0]
+        lay = self.layouts.get(vt * 512 + lid)
+        if lay is None:
+            lay = self._layout(pos, vt, layout, lid, _w(base, index, name))
+        if pos + lay[0] > self.size:
+            raise self._truncated(_w(base, index, name), pos, lay[0])
+        return lay[1]
 
-    def table(self, pos: int, what: str) -> "_Table":
-        self.charge(1, what)
-        soff = self.unpack("<i", pos, what)
-        vt = pos - soff
-        self.need(vt, 4, f"vtable of {what}")
-        vt_size, tbl_size = struct.unpack_from("<HH", self.buf, vt)
+    def _layout(self, pos: int, vt: int, layout: tuple, lid: int, what: str) -> tuple:
+        buf = self.buf
+        if vt < 0 or vt + 4 > self.size:
+            raise self._truncated(f"vtable of {what}", vt, 4)
+        vt_size, tbl_size = _U16X2(buf, vt)
         if vt_size < 4 or vt_size % 2:
             raise ModelError(f"{what}: vtable at offset {vt} has invalid size {vt_size}")
-        self.need(vt, vt_size, f"vtable of {what}")
+        if vt + vt_size > self.size:
+            raise self._truncated(f"vtable of {what}", vt, vt_size)
         if tbl_size < 4:
             raise ModelError(f"{what}: table at offset {pos} has invalid size {tbl_size}")
-        self.need(pos, tbl_size, what)
-        return _Table(self, pos, vt, vt_size, tbl_size, what)
+        n = min((vt_size - 4) // 2, len(layout))
+        entries = struct.unpack_from(f"<{n}H", buf, vt + 4)
+        offs = []
+        for slot, size in enumerate(layout):
+            off = entries[slot] if slot < n and size else 0
+            if off and off + size > tbl_size:
+                raise ModelError(f"{what}: field {slot} at offset {pos + off} lies "
+                                 f"outside its {tbl_size}-byte table")
+            offs.append(off)
+        lay = (tbl_size, tuple(offs))
+        self.layouts[vt * 512 + lid] = lay
+        return lay
 
-    def deref(self, pos: int, what: str) -> int:
-        target = pos + self.unpack("<I", pos, what)
-        if target >= self.size:
-            raise ModelError(f"truncated: {what} at offset {pos} points to offset {target}, "
-                             f"past the end of the {self.size}-byte buffer")
-        return target
+    def vector(self, p: int, elem_size: int, base: str, index=None, name=None) -> tuple[int, int]:
+        """(start, count) of the vector whose offset is stored at ``p``, checked to fit the buffer."""
+        size = self.size
+        t = p + _U32(self.buf, p)[0]
+        if t >= size:
+            raise ModelError(f"truncated: {_w(base, index, name)} at offset {p} points to offset {t}, "
+                             f"past the end of the {size}-byte buffer")
+        if t + 4 > size:
+            raise self._truncated(f"length of {_w(base, index, name)}", t, 4)
+        n = _U32(self.buf, t)[0]
+        if n * elem_size > size - t - 4:
+            raise ModelError(f"truncated: {_w(base, index, name)} at offset {t} claims {n} elements of "
+                             f"{elem_size} bytes, past the end of the {size}-byte buffer")
+        self.budget -= n
+        if self.budget < 0:
+            self.charge(0, (base, index, name))
+        return t + 4, n
 
-    def vector(self, pos: int, elem_size: int, what: str) -> tuple[int, int]:
-        """(start, count) of the vector at `pos`, checked to fit the buffer."""
-        n = self.unpack("<I", pos, f"length of {what}")
-        start = pos + 4
-        if n * elem_size > self.size - start:
-            raise ModelError(f"truncated: {what} at offset {pos} claims {n} elements of "
-                             f"{elem_size} bytes, past the end of the {self.size}-byte buffer")
-        self.charge(n, what)
-        return start, n
-
-
-_STRUCTS: dict = {}
-
-
-class _Table:
-    __slots__ = ("r", "pos", "vt", "vt_size", "tbl_size", "what")
-
-    def __init__(self, r, pos, vt, vt_size, tbl_size, what):
-        self.r, self.pos, self.vt, self.vt_size, self.tbl_size, self.what = (
-            r, pos, vt, vt_size, tbl_size, what)
-
-    def field(self, slot: int, size: int) -> int | None:
-        entry = 4 + 2 * slot
-        if entry + 2 > self.vt_size:
-            return None
-        off = struct.unpack_from("<H", self.r.buf, self.vt + entry)[0]
-        if off == 0:
-            return None
-        if off + size > self.tbl_size:
-            raise ModelError(f"{self.what}: field {slot} at offset {self.pos + off} lies "
-                             f"outside its {self.tbl_size}-byte table")
-        return self.pos + off
-
-    def scalar(self, slot: int, fmt: str, default):
-        st = _STRUCTS.get(fmt) or _STRUCTS.setdefault(fmt, struct.Struct(fmt))
-        pos = self.field(slot, st.size)
-        if pos is None:
-            return default
-        return st.unpack_from(self.r.buf, pos)[0]
-
-    def ints(self, slot: int, what: str) -> tuple | None:
+    def ints(self, p: int, base: str, index=None, name=None) -> tuple:
         """An int32 vector as a tuple of ints (no numpy round trip: these are short)."""
-        v = self.raw_vector(slot, 4, what)
-        if v is None:
-            return None
-        start, n = v
-        return struct.unpack_from(f"<{n}i", self.r.buf, start)
+        start, n = self.vector(p, 4, base, index, name)
+        st = _INT_VECTORS.get(n)
+        if st is None:
+            if n > 64:
+                return struct.unpack_from(f"<{n}i", self.buf, start)
+            st = _INT_VECTORS[n] = struct.Struct(f"<{n}i")
+        return st.unpack_from(self.buf, start)
 
-    def offset(self, slot: int, what: str) -> int | None:
-        pos = self.field(slot, 4)
-        if pos is None:
-            return None
-        return self.r.deref(pos, f"{self.what}.{what}")
-
-    def sub_table(self, slot: int, what: str) -> "_Table | None":
-        pos = self.offset(slot, what)
-        return None if pos is None else self.r.table(pos, f"{self.what}.{what}")
-
-    def string(self, slot: int, what: str) -> str | None:
-        pos = self.offset(slot, what)
-        if pos is None:
-            return None
-        start, n = self.r.vector(pos, 1, f"{self.what}.{what}")
+    def string(self, p: int, base: str, index=None, name=None) -> str:
+        start, n = self.vector(p, 1, base, index, name)
         try:
-            return self.r.buf[start:start + n].decode("utf-8")
+            return self.buf[start:start + n].decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ModelError(f"{self.what}.{what} at offset {pos} is not valid UTF-8: {exc}") from None
+            raise ModelError(f"{_w(base, index, name)} at offset {start - 4} is not valid UTF-8: {exc}") from None
 
-    def raw_vector(self, slot: int, elem_size: int, what: str) -> tuple[int, int] | None:
-        pos = self.offset(slot, what)
-        if pos is None:
-            return None
-        return self.r.vector(pos, elem_size, f"{self.what}.{what}")
+    def array(self, p: int, dtype: np.dtype, base: str, index=None, name=None) -> np.ndarray:
+        start, n = self.vector(p, dtype.itemsize, base, index, name)
+        return np.frombuffer(self.buf, dtype=dtype, count=n, offset=start).copy()
 
-    def array(self, slot: int, dtype: str, what: str) -> np.ndarray | None:
-        dt = np.dtype(dtype)
-        v = self.raw_vector(slot, dt.itemsize, what)
-        if v is None:
-            return None
-        start, n = v
-        return np.frombuffer(self.r.buf, dtype=dt, count=n, offset=start).copy()
+    def tables(self, p: int, base: str, index=None, name=None) -> list[int]:
+        """Positions of the tables of the vector of offsets at ``p`` (each checked by :meth:`table`)."""
+        start, n = self.vector(p, 4, base, index, name)
+        offs = struct.unpack_from(f"<{n}I", self.buf, start)
+        out = [start + 4 * i + o for i, o in enumerate(offs)]
+        if n and max(out) >= self.size:
+            i = next(i for i, t in enumerate(out) if t >= self.size)
+            raise ModelError(f"truncated: {_w(base, index, name)}[{i}] at offset {start + 4 * i} points to "
+                             f"offset {out[i]}, past the end of the {self.size}-byte buffer")
+        return out
 
-    def bytes_(self, slot: int, what: str) -> bytes | None:
-        v = self.raw_vector(slot, 1, what)
-        if v is None:
-            return None
-        start, n = v
-        return bytes(self.r.buf[start:start + n])
-
-    def tables(self, slot: int, what: str) -> list["_Table"]:
-        v = self.raw_vector(slot, 4, what)
-        if v is None:
-            return []
-        start, n = v
-        return [self.r.table(self.r.deref(start + 4 * i, f"{self.what}.{what}[{i}]"),
-                             f"{self.what}.{what}[{i}]") for i in range(n)]
+    def sub(self, p: int, base: str, index=None, name=None) -> int:
+        """Position of the table whose offset is stored at ``p`` (its bounds are checked by :meth:`table`)."""
+        t = p + _U32(self.buf, p)[0]
+        if t >= self.size:
+            raise ModelError(f"truncated: {_w(base, index, name)} at offset {p} points to offset {t}, "
+                             f"past the end of the {self.size}-byte buffer")
+        return t
 
 
-_INDEX_VECTORS = {1: "<i4", 2: "<u2", 3: "<u1"}  # SparseIndexVector: Int32/Uint16/Uint8Vector
+_INT_VECTORS: dict[int, struct.Struct] = {}
+_INDEX_VECTORS = {1: np.dtype("<i4"), 2: np.dtype("<u2"), 3: np.dtype("<u1")}  # SparseIndexVector
+_F4, _I8_DT = np.dtype("<f4"), np.dtype("<i8")
+_TYPE_NAME = {c: TENSOR_TYPE_NAMES.get(c, f"UNKNOWN_{c}") for c in range(-128, 128)}
+_DTYPE = {c: _TYPE_TO_NUMPY.get(c) for c in range(-128, 128)}
+# Shared by every tensor without quantization; read-only so that no caller
+# can change them for all.
+_NO_SCALES = np.zeros(0, np.float32)
+_NO_ZERO_POINTS = np.zeros(0, np.int64)
+_NO_SCALES.flags.writeable = False
+_NO_ZERO_POINTS.flags.writeable = False
 
 
-def _sparsity(tbl: "_Table | None") -> dict | None:
-    if tbl is None:
-        return None
+def _sparsity(f: _Flat, pos: int, what: str) -> dict:
+    buf = f.buf
+    s = f.table(pos, _SPARSITY, _IDS[_SPARSITY], what)
     dims = []
-    for d in tbl.tables(2, "dim_metadata"):
-        vecs = []
-        for type_slot, slot in ((2, 3), (4, 5)):
-            kind = d.scalar(type_slot, "<B", 0)
-            sub = d.sub_table(slot, "indices") if kind in _INDEX_VECTORS else None
-            vecs.append(None if sub is None else sub.array(0, _INDEX_VECTORS[kind], "values"))
-        dims.append((d.scalar(0, "<b", 0), d.scalar(1, "<i", 0), vecs[0], vecs[1]))
-    return {"traversal_order": list(tbl.ints(0, "traversal_order") or ()),
-            "block_map": list(tbl.ints(1, "block_map") or ()), "dim_metadata": dims}
+    if s[2]:
+        for k, dp in enumerate(f.tables(pos + s[2], what, None, "dim_metadata")):
+            d = f.table(dp, _DIMMETA, _IDS[_DIMMETA], f"{what}.dim_metadata", k)
+            vecs = []
+            for type_slot, slot in ((2, 3), (4, 5)):
+                kind = _U8(buf, dp + d[type_slot])[0] if d[type_slot] else 0
+                arr = None
+                if kind in _INDEX_VECTORS and d[slot]:
+                    ip = f.sub(dp + d[slot], f"{what}.dim_metadata", k, "indices")
+                    iv = f.table(ip, _INDEXVEC, _IDS[_INDEXVEC], f"{what}.dim_metadata", k, "indices")
+                    if iv[0]:
+                        arr = f.array(ip + iv[0], _INDEX_VECTORS[kind], what, k, "values")
+                vecs.append(arr)
+            fmt = _I8(buf, dp + d[0])[0] if d[0] else 0
+            dense = _I32(buf, dp + d[1])[0] if d[1] else 0
+            dims.append((fmt, dense, vecs[0], vecs[1]))
+    return {"traversal_order": list(f.ints(pos + s[0], what, None, "traversal_order")) if s[0] else [],
+            "block_map": list(f.ints(pos + s[1], what, None, "block_map")) if s[1] else [],
+            "dim_metadata": dims}
 
 
-def _int_list(a: np.ndarray | None) -> list[int]:
-    return [] if a is None else [int(v) for v in a]
+# Builtin option tables, per union type: (layout, [(field, slot, kind code, default, names)]).
+_ACT_NAMES = {v: k for k, v in ACTIVATIONS.items()}
+_PAD_NAMES = {v: k for k, v in _PADDINGS.items()}
+_K_INTS, _K_I8, _K_U8, _K_I32, _K_F32, _K_BOOL = range(6)
+_KINDS = {"[i32]": (_K_INTS, 4, None), "act": (_K_I8, 1, _ACT_NAMES), "pad": (_K_I8, 1, _PAD_NAMES),
+          "dtype": (_K_I8, 1, TENSOR_TYPE_NAMES), "u8": (_K_U8, 1, None), "i32": (_K_I32, 4, None),
+          "f32": (_K_F32, 4, None), "bool": (_K_BOOL, 1, None)}
 
 
-def _decode_builtin_options(tbl: _Table | None, type_: int) -> dict | None:
-    name = _OPTIONS_TYPE_NAMES.get(type_)
-    if tbl is None or name not in _OPTION_FIELDS:
-        return None
-    out: dict[str, Any] = {}
-    act_names = {v: k for k, v in ACTIVATIONS.items()}
-    pad_names = {v: k for k, v in _PADDINGS.items()}
-    for fname, slot, kind, default in _OPTION_FIELDS[name]:
-        if kind == "[i32]":
-            arr = tbl.ints(slot, fname)
-            out[fname] = None if arr is None else list(arr)
-        elif kind == "act":
-            v = tbl.scalar(slot, "<b", default)
-            out[fname] = act_names.get(v, v)
-        elif kind == "pad":
-            v = tbl.scalar(slot, "<b", default)
-            out[fname] = pad_names.get(v, v)
-        elif kind == "dtype":
-            v = tbl.scalar(slot, "<b", default)
-            out[fname] = TENSOR_TYPE_NAMES.get(v, v)
-        elif kind == "u8":
-            out[fname] = tbl.scalar(slot, "<B", default)
-        elif kind == "i32":
-            out[fname] = tbl.scalar(slot, "<i", default)
-        elif kind == "f32":
-            out[fname] = tbl.scalar(slot, "<f", default)
-        elif kind == "bool":
-            out[fname] = bool(tbl.scalar(slot, "<B", int(default)))
+def _option_readers() -> dict[int, tuple]:
+    out = {}
+    for type_, name in _OPTIONS_TYPE_NAMES.items():
+        fields = _OPTION_FIELDS.get(name)
+        if fields is None:
+            out[type_] = ((), None)
+            continue
+        sizes = [0] * (max((slot for _, slot, _, _ in fields), default=-1) + 1)
+        readers = []
+        for fname, slot, kind, default in fields:
+            code, size, names = _KINDS[kind]
+            sizes[slot] = size
+            readers.append((fname, slot, code, default, names))
+        out[type_] = (tuple(sizes), readers)
     return out
 
 
-def _parse(buf: bytes) -> ModelInfo:
-    r = _Reader(buf)
-    root = r.table(r.unpack("<I", 0, "root offset"), "Model")
-    version = root.scalar(0, "<I", 0)
-    description = root.string(3, "description") or ""
+_OPTION_READERS = _option_readers()
+
+
+def _builtin_options(f: _Flat, pos: int, type_: int, base: str, index: int) -> dict | None:
+    """Decode the options table at ``pos`` (union type ``type_``); None for a type not decoded here."""
+    layout, readers = _OPTION_READERS.get(type_, ((), None))
+    offs = f.table(pos, layout, 16 + type_, base, index, "builtin_options")
+    if readers is None:
+        return None
+    buf = f.buf
+    out: dict[str, Any] = {}
+    for fname, slot, code, default, names in readers:
+        o = offs[slot]
+        if code == _K_INTS:
+            out[fname] = list(f.ints(pos + o, base, index, fname)) if o else None
+        elif code == _K_I8:
+            v = _I8(buf, pos + o)[0] if o else default
+            out[fname] = names.get(v, v)
+        elif code == _K_I32:
+            out[fname] = _I32(buf, pos + o)[0] if o else default
+        elif code == _K_BOOL:
+            out[fname] = bool(_U8(buf, pos + o)[0]) if o else bool(default)
+        elif code == _K_U8:
+            out[fname] = _U8(buf, pos + o)[0] if o else default
+        else:
+            out[fname] = _F32(buf, pos + o)[0] if o else default
+    return out
+
+
+def _check_indices(values: list, ntens: int, optional_ok: bool, si: int, what: str, oi=None) -> list:
+    """``values``, if each is a tensor of the subgraph (or -1 where an input or output may be omitted)."""
+    if values and (min(values) < (-1 if optional_ok else 0) or max(values) >= ntens):
+        for v in values:
+            if not ((v == -1 and optional_ok) or 0 <= v < ntens):
+                where = what if oi is None else f"operator {oi} {what}"
+                raise ModelError(f"subgraph {si} {where} refers to tensor {v}, "
+                                 f"but the subgraph has {ntens} tensors")
+    return values
+
+
+def _buffer(f: _Flat, bp: int, i: int) -> tuple[int, int] | None:
+    """(start, size) of buffer ``i``'s data in the file, or None for a buffer without data."""
+    b = f.table(bp, _BUFFER, _IDS[_BUFFER], "Model.buffers", i)
+    if b[0]:
+        return f.vector(bp + b[0], 1, "Model.buffers", i, "data")
+    # Models over 2 GB keep data outside the flatbuffer, addressed from the
+    # start of the file; offsets 0 and 1 mean "none".
+    off = _U64(f.buf, bp + b[1])[0] if b[1] else 0
+    n = _U64(f.buf, bp + b[2])[0] if b[2] else 0
+    if off <= 1:
+        return None
+    if off + n > f.size:
+        raise ModelError(f"truncated: buffer {i} data at offset {off} (+{n} bytes) "
+                         f"points past the end of the {f.size}-byte buffer")
+    return off, n
+
+
+def _tensor(f: _Flat, tp: int, si: int, ti: int, base: str, buffers) -> TensorInfo:
+    """Tensor ``ti`` of subgraph ``si`` (its table at ``tp``); ``buffers`` is the model's buffer list."""
+    buf = f.buf
+    o0, o1, o2, o3, o4, o5, o6, o7 = f.table(tp, _TENSOR, _IDS[_TENSOR], base, ti)
+    shape = f.ints(tp + o0, base, ti, "shape") if o0 else ()
+    ttype = _I8(buf, tp + o1)[0] if o1 else 0
+    bidx = _U32(buf, tp + o2)[0] if o2 else 0
+    tname = f.string(tp + o3, base, ti, "name") if o3 else ""
+    sig = f.ints(tp + o7, base, ti, "shape_signature") if o7 else None
+    if bidx >= max(len(buffers), 1):
+        raise ModelError(f"subgraph {si} tensor {ti} ({tname!r}) refers to buffer "
+                         f"{bidx} but the model has {len(buffers)} buffers")
+    scales, zps, qdim = _NO_SCALES, _NO_ZERO_POINTS, 0
+    if o4:
+        qp = f.sub(tp + o4, base, ti, "quantization")
+        q = f.table(qp, _QUANT, _IDS[_QUANT], base, ti, "quantization")
+        if q[2]:
+            scales = f.array(qp + q[2], _F4, base, ti, "quantization.scale")
+            scales = scales.astype(np.float32, copy=False) if len(scales) else _NO_SCALES
+        if q[3]:
+            zps = f.array(qp + q[3], _I8_DT, base, ti, "quantization.zero_point")
+            zps = zps.astype(np.int64, copy=False) if len(zps) else _NO_ZERO_POINTS
+        qdim = _I32(buf, qp + q[6])[0] if q[6] else 0
+    return TensorInfo(
+        ti, tname, shape, sig, _DTYPE[ttype], _TYPE_NAME[ttype], bidx,
+        buffers[bidx] if buffers else None,
+        {"scales": scales, "zero_points": zps, "quantized_dimension": qdim},
+        bool(_U8(buf, tp + o5)[0]) if o5 else False,
+        o6 != 0,
+        _sparsity(f, f.sub(tp + o6, base, ti, "sparsity"), f"{base}[{ti}].sparsity") if o6 else None,
+    )
+
+
+def _operator(f: _Flat, op: int, si: int, oi: int, base: str, codes, ntens: int) -> OpInfo:
+    """Operator ``oi`` of subgraph ``si`` (its table at ``op``); ``codes`` = (operator codes, op names)."""
+    buf = f.buf
+    opcodes, op_names = codes
+    o = f.table(op, _OPERATOR, _IDS[_OPERATOR], base, oi)
+    opcode_index = _U32(buf, op + o[0])[0] if o[0] else 0
+    if opcode_index >= len(opcodes):
+        raise ModelError(f"subgraph {si} operator {oi} uses opcode index {opcode_index} "
+                         f"but the model has {len(opcodes)} operator codes")
+    code, _custom, ver = opcodes[opcode_index]
+    op_in = _check_indices(list(f.ints(op + o[1], base, oi, "inputs")) if o[1] else [],
+                           ntens, True, si, "inputs", oi)
+    op_out = _check_indices(list(f.ints(op + o[2], base, oi, "outputs")) if o[2] else [],
+                            ntens, True, si, "outputs", oi)
+    opt_type = _U8(buf, op + o[3])[0] if o[3] else 0
+    custom_options = None
+    if o[5]:
+        start, n = f.vector(op + o[5], 1, base, oi, "custom_options")
+        custom_options = bytes(buf[start:start + n])
+    else:
+        off = _U64(buf, op + o[9])[0] if o[9] else 0
+        n = _U64(buf, op + o[10])[0] if o[10] else 0
+        if off > 1:
+            if off + n > f.size:
+                raise ModelError(f"truncated: operator {oi} custom options at offset {off} "
+                                 f"(+{n} bytes) point past the end of the {f.size}-byte buffer")
+            f.charge(n, "custom options")
+            custom_options = bytes(buf[off:off + n])
+    options = None
+    if custom_options:
+        try:
+            options = decode_flex_options(custom_options)
+        except ModelError:
+            options = None
+    return OpInfo(
+        oi, opcode_index, code, op_names[opcode_index], code == _CUSTOM, ver, op_in, op_out,
+        custom_options, options, opt_type,
+        (_builtin_options(f, f.sub(op + o[4], base, oi, "builtin_options"), opt_type, base, oi)
+         if opt_type and o[4] else None),
+    )
+
+
+class _ReadOnDemand(Sequence):
+    """A list whose items are read from the model the first time they are asked for.
+
+    Used only for models that :func:`read_model` has read whole before (see
+    :meth:`ModelInfo._read_later`): every item read here passed the same
+    checks then.  Reads are still bounds-checked.
+    """
+
+    __slots__ = ("_items", "_read")
+    _MISSING = object()
+
+    def __init__(self, n: int, read):
+        self._items = [self._MISSING] * n
+        self._read = read  # read(index) -> item
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self._items)))]
+        item = self._items[i]
+        if item is self._MISSING:
+            try:
+                item = self._items[i] = self._read(i % len(self._items))
+            except ModelError:
+                raise
+            except _UNEXPECTED as exc:  # as in read_model
+                raise ModelError(f"malformed model: {type(exc).__name__}: {exc}") from None
+        return item
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, (list, _ReadOnDemand)) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+def _parse(buf: bytes, later: bool = False) -> ModelInfo:
+    """Read the model; with ``later``, tensors, operators and buffers are read on first use."""
+    f = _Flat(buf)
+    root = _U32(buf, 0)[0]
+    m = f.table(root, _MODEL, 0, "Model")
+    version = _U32(buf, root + m[0])[0] if m[0] else 0
+    description = f.string(root + m[3], "Model", None, "description") if m[3] else ""
 
     # Buffers first: tensors refer to them by index.
-    buffers: list[bytes | None] = []
-    data_cache: dict[tuple[int, int], bytes] = {}
-    for i, bt in enumerate(root.tables(4, "buffers")):
-        v = bt.raw_vector(0, 1, "data")
-        if v is not None:
-            start, n = v
-        else:
-            # Models over 2 GB keep data outside the flatbuffer, addressed
-            # from the start of the file; offsets 0 and 1 mean "none".
-            off = bt.scalar(1, "<Q", 0)
-            n = bt.scalar(2, "<Q", 0)
-            if off <= 1:
+    bpos = f.tables(root + m[4], "Model", None, "buffers") if m[4] else []
+    if later:
+        def read_buffer(i):
+            ext = _buffer(f, bpos[i], i)
+            if ext is None or not ext[1]:
+                return None
+            f.charge(ext[1], f"buffer {i}")
+            return bytes(buf[ext[0]:ext[0] + ext[1]])
+
+        buffers = _ReadOnDemand(len(bpos), read_buffer)
+    else:
+        buffers = []
+        data_cache: dict[tuple[int, int], bytes] = {}
+        for i, bp in enumerate(bpos):
+            ext = _buffer(f, bp, i)
+            if ext is None:
                 buffers.append(None)
                 continue
-            if off + n > r.size:
-                raise ModelError(f"truncated: buffer {i} data at offset {off} (+{n} bytes) "
-                                 f"points past the end of the {r.size}-byte buffer")
-            start = off
-        key = (start, n)
-        if key not in data_cache:
-            r.charge(n, f"buffer {i}")
-            data_cache[key] = bytes(buf[start:start + n])
-        buffers.append(data_cache[key] if n else None)
+            data = data_cache.get(ext)
+            if data is None:
+                f.charge(ext[1], f"buffer {i}")
+                data = data_cache[ext] = bytes(buf[ext[0]:ext[0] + ext[1]])
+            buffers.append(data if ext[1] else None)
 
     opcodes = []
-    for i, ot in enumerate(root.tables(1, "operator_codes")):
-        dep = ot.scalar(0, "<b", 0)
-        custom = ot.string(1, "custom_code")
-        ver = ot.scalar(2, "<i", 1)
-        code = ot.scalar(3, "<i", 0)
+    lid = _IDS[_OPCODE]
+    for i, cp in enumerate(f.tables(root + m[1], "Model", None, "operator_codes") if m[1] else ()):
+        c = f.table(cp, _OPCODE, lid, "Model.operator_codes", i)
+        dep = _I8(buf, cp + c[0])[0] if c[0] else 0
+        custom = f.string(cp + c[1], "Model.operator_codes", i, "custom_code") if c[1] else None
+        ver = _I32(buf, cp + c[2])[0] if c[2] else 1
+        code = _I32(buf, cp + c[3])[0] if c[3] else 0
         # Old converters only fill the int8 field; newer ones fill both, and
         # codes >= 127 only live in builtin_code.
-        code = max(code, dep)
-        opcodes.append((int(code), custom, int(ver)))
+        opcodes.append((max(code, dep), custom, ver))
+    codes = (opcodes, [(custom or "") if code == _CUSTOM else BUILTIN_OPERATOR_NAMES.get(code, f"BUILTIN_{code}")
+                       for code, custom, _ in opcodes])
 
     subgraphs = []
-    for si, st in enumerate(root.tables(2, "subgraphs")):
-        sname = st.string(4, "name") or ""
-        tensors = []
-        for ti, tt in enumerate(st.tables(0, "tensors")):
-            shape = tt.ints(0, "shape")
-            ttype = tt.scalar(1, "<b", 0)
-            bidx = tt.scalar(2, "<I", 0)
-            tname = tt.string(3, "name") or ""
-            qt = tt.sub_table(4, "quantization")
-            sig = tt.ints(7, "shape_signature")
-            if bidx >= max(len(buffers), 1):
-                raise ModelError(f"subgraph {si} tensor {ti} ({tname!r}) refers to buffer "
-                                 f"{bidx} but the model has {len(buffers)} buffers")
-            if qt is not None:
-                scales = qt.array(2, "<f4", "scale")
-                zps = qt.array(3, "<i8", "zero_point")
-                qdim = qt.scalar(6, "<i", 0)
-            else:
-                scales = zps = None
-                qdim = 0
-            quant = {
-                "scales": (np.zeros(0, np.float32) if scales is None
-                           else scales.astype(np.float32)),
-                "zero_points": (np.zeros(0, np.int64) if zps is None
-                                else zps.astype(np.int64)),
-                "quantized_dimension": int(qdim),
-            }
-            tensors.append(TensorInfo(
-                index=ti, name=tname,
-                shape=shape or (),
-                shape_signature=sig,
-                dtype=_TYPE_TO_NUMPY.get(ttype),
-                type_name=TENSOR_TYPE_NAMES.get(ttype, f"UNKNOWN_{ttype}"),
-                buffer=int(bidx),
-                data=buffers[bidx] if buffers else None,
-                quantization=quant,
-                is_variable=bool(tt.scalar(5, "<B", 0)),
-                is_sparse=tt.field(6, 4) is not None,
-                sparsity=_sparsity(tt.sub_table(6, "sparsity")),
-            ))
-        ntens = len(tensors)
-
-        def check_idx(values, what, optional_ok):
-            for v in values:
-                if (v == -1 and optional_ok) or 0 <= v < ntens:
-                    continue
-                raise ModelError(f"subgraph {si} {what} refers to tensor {v}, "
-                                 f"but the subgraph has {ntens} tensors")
-            return values
-
-        inputs = check_idx(list(st.ints(1, "inputs") or ()), "inputs", False)
-        outputs = check_idx(list(st.ints(2, "outputs") or ()), "outputs", False)
-        ops = []
-        for oi, ot in enumerate(st.tables(3, "operators")):
-            opcode_index = ot.scalar(0, "<I", 0)
-            if opcode_index >= len(opcodes):
-                raise ModelError(f"subgraph {si} operator {oi} uses opcode index {opcode_index} "
-                                 f"but the model has {len(opcodes)} operator codes")
-            code, custom, ver = opcodes[opcode_index]
-            is_custom = code == _CUSTOM
-            op_name = (custom or "") if is_custom else BUILTIN_OPERATOR_NAMES.get(code, f"BUILTIN_{code}")
-            op_in = check_idx(list(ot.ints(1, "inputs") or ()), f"operator {oi} inputs", True)
-            op_out = check_idx(list(ot.ints(2, "outputs") or ()), f"operator {oi} outputs", True)
-            opt_type = ot.scalar(3, "<B", 0)
-            opt_tbl = ot.sub_table(4, "builtin_options") if opt_type else None
-            custom_options = ot.bytes_(5, "custom_options")
-            if custom_options is None:
-                off = ot.scalar(9, "<Q", 0)
-                n = ot.scalar(10, "<Q", 0)
-                if off > 1:
-                    if off + n > r.size:
-                        raise ModelError(f"truncated: operator {oi} custom options at offset {off} "
-                                         f"(+{n} bytes) point past the end of the {r.size}-byte buffer")
-                    r.charge(n, "custom options")
-                    custom_options = bytes(buf[off:off + n])
-            options = None
-            if custom_options:
-                try:
-                    options = decode_flex_options(custom_options)
-                except ModelError:
-                    options = None
-            ops.append(OpInfo(
-                index=oi, opcode_index=int(opcode_index), builtin_code=code, op_name=op_name,
-                is_custom=is_custom, version=ver, inputs=op_in, outputs=op_out,
-                custom_options=custom_options, options=options,
-                builtin_options_type=int(opt_type),
-                builtin_options=_decode_builtin_options(opt_tbl, opt_type),
-            ))
+    for si, sp in enumerate(f.tables(root + m[2], "Model", None, "subgraphs") if m[2] else ()):
+        s = f.table(sp, _SUBGRAPH, _IDS[_SUBGRAPH], "Model.subgraphs", si)
+        sname = f.string(sp + s[4], "Model.subgraphs", si, "name") if s[4] else ""
+        tbase, obase = f"Model.subgraphs[{si}].tensors", f"Model.subgraphs[{si}].operators"
+        tpos = f.tables(sp + s[0], "Model.subgraphs", si, "tensors") if s[0] else []
+        opos = f.tables(sp + s[3], "Model.subgraphs", si, "operators") if s[3] else []
+        ntens = len(tpos)
+        if later:
+            tensors = _ReadOnDemand(ntens, lambda ti, tpos=tpos, si=si, tbase=tbase:
+                                    _tensor(f, tpos[ti], si, ti, tbase, buffers))
+        else:
+            tensors = [_tensor(f, tp, si, ti, tbase, buffers) for ti, tp in enumerate(tpos)]
+        inputs = _check_indices(list(f.ints(sp + s[1], "Model.subgraphs", si, "inputs")) if s[1] else [],
+                                ntens, False, si, "inputs")
+        outputs = _check_indices(list(f.ints(sp + s[2], "Model.subgraphs", si, "outputs")) if s[2] else [],
+                                 ntens, False, si, "outputs")
+        if later:
+            ops = _ReadOnDemand(len(opos), lambda oi, opos=opos, si=si, obase=obase, ntens=ntens:
+                                _operator(f, opos[oi], si, oi, obase, codes, ntens))
+        else:
+            ops = [_operator(f, op, si, oi, obase, codes, ntens) for oi, op in enumerate(opos)]
         subgraphs.append(SubgraphInfo(si, sname, tensors, inputs, outputs, ops))
 
     signatures = []
-    for gi, gt in enumerate(root.tables(7, "signature_defs")):
-        key = gt.string(2, "signature_key") or ""
-        sub = gt.scalar(4, "<I", 0)
+    lid, mlid = _IDS[_SIGDEF], _IDS[_TENSORMAP]
+    for gi, gp in enumerate(f.tables(root + m[7], "Model", None, "signature_defs") if m[7] else ()):
+        g = f.table(gp, _SIGDEF, lid, "Model.signature_defs", gi)
+        key = f.string(gp + g[2], "Model.signature_defs", gi, "signature_key") if g[2] else ""
+        sub = _U32(buf, gp + g[4])[0] if g[4] else 0
         if sub >= len(subgraphs):
             raise ModelError(f"signature {key!r} refers to subgraph {sub} but the model has "
                              f"{len(subgraphs)} subgraphs")
         ntens = len(subgraphs[sub].tensors)
         maps = []
         for slot, what in ((0, "inputs"), (1, "outputs")):
-            m = {}
-            for mt in gt.tables(slot, what):
-                nm = mt.string(0, "name") or ""
-                idx = mt.scalar(1, "<I", 0)
+            mp = {}
+            mbase = f"Model.signature_defs[{gi}].{what}"
+            for k, tp in enumerate(f.tables(gp + g[slot], "Model.signature_defs", gi, what) if g[slot] else ()):
+                t = f.table(tp, _TENSORMAP, mlid, mbase, k)
+                nm = f.string(tp + t[0], mbase, k, "name") if t[0] else ""
+                idx = _U32(buf, tp + t[1])[0] if t[1] else 0
                 if idx >= ntens:
                     raise ModelError(f"signature {key!r} {what} {nm!r} refers to tensor {idx}, "
                                      f"but subgraph {sub} has {ntens} tensors")
-                m[nm] = int(idx)
-            maps.append(m)
-        signatures.append(SignatureInfo(key, int(sub), maps[0], maps[1]))
+                mp[nm] = idx
+            maps.append(mp)
+        signatures.append(SignatureInfo(key, sub, maps[0], maps[1]))
 
-    return ModelInfo(version=int(version), description=description, operator_codes=opcodes,
+    return ModelInfo(version=version, description=description, operator_codes=opcodes,
                      subgraphs=subgraphs, signatures=signatures, buffers=buffers)
 
 
@@ -512,11 +690,15 @@ def read_model(source: bytes | bytearray | memoryview | str | os.PathLike) -> Mo
         buf = bytes(source)
     else:
         raise TypeError(f"read_model needs bytes or a path, got {type(source).__name__}")
+    return _read(buf)
+
+
+def _read(buf: bytes, later: bool = False) -> ModelInfo:
     if len(buf) < 8:
         raise ModelError(f"truncated: {len(buf)} bytes is too short for a TFLite model")
     has_id = buf[4:8] == FILE_IDENTIFIER
     try:
-        model = _parse(buf)
+        model = _parse(buf, later)
     except ModelError as exc:
         if has_id:
             raise
@@ -524,9 +706,12 @@ def read_model(source: bytes | bytearray | memoryview | str | os.PathLike) -> Mo
                          f"and the root table does not parse: {exc}") from None
     except RecursionError:
         raise ModelError("model structure is nested too deeply") from None
-    except (struct.error, ValueError, IndexError, OverflowError, MemoryError) as exc:
+    except _UNEXPECTED as exc:
         # Defensive: every read is bounds-checked, so reaching this is a bug
         # in the checks, but callers still get the documented exception.
         raise ModelError(f"malformed model: {type(exc).__name__}: {exc}") from None
     model.has_identifier = has_id
     return model
+
+
+_UNEXPECTED = (struct.error, ValueError, IndexError, OverflowError, MemoryError)

@@ -25,6 +25,8 @@ reshapes its own graph without those checks, must never see them.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import ModelError
@@ -167,15 +169,15 @@ def _op_shapes(sg, op, ins, where):  # noqa: C901 - one branch per op, on purpos
             new = o.get("new_shape")
         if new is None:
             return None
-        count = int(np.prod(x, dtype=np.int64))
+        count = math.prod(x)
         if new.count(-1) > 1 or any(d < -1 for d in new):
             return None
         if -1 in new:
-            rest = int(np.prod([d for d in new if d != -1], dtype=np.int64))
+            rest = math.prod(d for d in new if d != -1)
             if rest == 0 or count % rest:
                 raise ShapeError(f"{where}: cannot reshape {list(x)} ({count} elements) to {new}")
             new = [count // rest if d == -1 else d for d in new]
-        if int(np.prod(new, dtype=np.int64)) != count:
+        if math.prod(new) != count:
             raise ShapeError(f"{where}: cannot reshape {list(x)} ({count} elements) to {new}")
         return [tuple(new)]
     if name == "CONCATENATION":
@@ -195,7 +197,7 @@ def _op_shapes(sg, op, ins, where):  # noqa: C901 - one branch per op, on purpos
         w = ins[1] if len(ins) > 1 else None
         if w is None or len(w) != 2 or w[1] <= 0:
             return None
-        count = int(np.prod(x, dtype=np.int64))
+        count = math.prod(x)
         if count % w[1]:
             raise ShapeError(f"{where}: input {list(x)} has {count} elements, not a multiple of the "
                              f"weights' {w[1]} inputs")
@@ -392,9 +394,7 @@ def infer_shapes(info, shape_of) -> dict:
     """
     sg = info.subgraphs[0]
     known: dict[int, tuple | None] = {}
-    produced = set()
-    for op in sg.operators:
-        produced.update(t for t in op.outputs if t >= 0)
+    produced = {t for op in sg.operators for t in op.outputs}
 
     def get(t):
         if t < 0:
@@ -422,7 +422,7 @@ def infer_shapes(info, shape_of) -> dict:
         # A custom op's output shape is its kernel's business (its Prepare
         # reports what is wrong better than a rule here could).
         outs = None if op.is_custom else _op_shapes(sg, op, ins, where)
-        if outs is not None and len(outs) != len([t for t in op.outputs]):
+        if outs is not None and len(outs) != len(op.outputs):
             outs = None
         if outs is None and (op.op_name in _VALUE_DEPENDENT or op.is_custom) and None not in ins:
             # The output shape depends on values only known at invoke: 2.17.1
@@ -434,12 +434,13 @@ def infer_shapes(info, shape_of) -> dict:
         for k, t in enumerate(op.outputs):
             if t < 0:
                 continue
-            rt = shape_of(t)
+            # (Once preparing has stopped, the runtime's shapes are not used.)
+            rt = shape_of(t) if prepared else None
             if rt is None:
                 # A dynamic output: the runtime stops preparing here.
                 prepared = False
             if outs is not None and outs[k] is not None:
-                known[t] = tuple(int(d) for d in outs[k])
+                known[t] = tuple(map(int, outs[k]))
             elif prepared and None not in ins and rt is not None:
                 known[t] = tuple(rt)
             else:

@@ -1,7 +1,7 @@
 """Tests for MediaPipe's MaxPoolingWithArgmax2D and MaxUnpooling2D (v1).
 
-References are numpy loops written from the definition (FACTS.md and the
-conventions of MediaPipe's kernels): SAME/VALID output sizes, padding
+References are numpy loops written from the definition (MediaPipe's
+mediapipe/util/tflite/operations/max_pool_argmax.cc and max_unpooling.cc): SAME/VALID output sizes, padding
 max(0, ((out-1)s + f - in) / 2) before the image, argmax = ky*fW + kx of the
 first maximum plus 0.1, unpooling output [N, H*fH, W*fW, C].
 

@@ -1,7 +1,7 @@
 """Convolution2DTransposeBias v1 (c/kernels/convolution2d_transpose_bias.c).
 
-The numpy reference is written from the op's definition (FACTS.md,
-"Convolution2DTransposeBias"): every output starts at its bias and products
+The numpy reference is written from the op's definition (MediaPipe's
+mediapipe/util/tflite/operations/transpose_conv_bias.cc): every output starts at its bias and products
 are added in MediaPipe's order.  For one output element that order is input y
 ascending, input x ascending, input channel ascending; since ky = oy + pad -
 iy*stride falls as iy rises, it is "ky descending, kx descending, channel

@@ -1,7 +1,7 @@
 """ExtractImagePatches v1 (c/kernels/extract_image_patches.c) against a numpy reference.
 
-The reference below is written from the op's definition (FACTS.md,
-"ExtractImagePatches"), one patch cell at a time, independently of the C code.
+The reference below is written from the op's definition (TensorFlow's
+``tf.image.extract_patches`` / tensorflow/core/kernels/extract_image_patches_op.cc), one patch cell at a time, independently of the C code.
 Every model is a one-op model built with ModelBuilder; the kernel library is
 compiled once and reused.
 """
@@ -113,7 +113,8 @@ def prepare_error(model, x_shape, dtype):
 # ------------------------------------------------------------------ tests
 
 def test_reference_matches_worked_example():
-    # Guards the reference itself with the hand-computed value from FACTS.md.
+    # Guards the reference itself with values computed by hand: on a 10x10 image of 1..100,
+    # the SAME-padded 3x3 patch at (0, 0) has one padding row and column above and left.
     x = np.arange(1, 101, dtype=np.float32).reshape(1, 10, 10, 1)
     ref = reference_patches(x, (3, 3), (1, 1), (1, 1), "SAME")
     assert ref[0, 0, 0].tolist() == [0, 0, 0, 0, 1, 2, 0, 11, 12]

@@ -2,8 +2,9 @@
 Landmarks2TransformMatrix and TransformLandmarks.
 
 Each kernel is compared with a numpy reference written from the op's
-definition (FACTS.md, "... v2" sections), computed in float64, on one-op
-models built with ModelBuilder whose options are flexbuffers forced to 8, 16,
+definition (MediaPipe's mediapipe/util/tflite/operations/:
+transform_tensor_bilinear.cc, landmarks_to_transform_matrix.cc and
+transform_landmarks.cc), computed in float64, on one-op models built with ModelBuilder whose options are flexbuffers forced to 8, 16,
 32 and 64-bit widths.  The real ``face_landmark_with_attention.tflite`` from
 the mediapipe 0.10.14 wheel runs end to end, and every custom node inside it
 is checked against the same references (see ``test_face_model_nodes``).

@@ -1,0 +1,204 @@
+"""Creating an interpreter: ``Interpreter(model_path=...)`` + ``allocate_tensors()``, against ai-edge-litert.
+
+    python bench/bench_create.py [--quick] [--json]
+
+On MediaPipe's face_detection_short_range and selfie_segmentation models (read
+from the mediapipe 0.10.14 wheel's files; mediapipe is never imported), with
+``custom_ops=[opaque_ops.kernels.mediapipe()]`` (the selfie model's
+Convolution2DTransposeBias) and XNNPACK on, as both runtimes do by default.
+
+Real clients create their interpreters once, at start-up, in a fresh process,
+so the main rows time the *first* creation in a new Python process, after the
+imports (and, for opaque_ops, after the kernel library is loaded):
+
+- ``new process, verdict cache empty``: opaque_ops reads and checks the whole
+  model (the first start ever on a machine; the process gets a new, empty
+  ``$OPAQUE_OPS_VERDICT_CACHE`` directory);
+- ``new process, verdict on disk``: every later start (the directory holds the
+  record the first start wrote, see opaque_ops.model.cache);
+- ai-edge-litert's first creation in a new process, as the peer of both;
+- for information, the floor under opaque_ops: the same first creation driven
+  through its C binding alone (the same kernels and XNNPACK, no model checks).
+
+Then, inside one process: ``model seen before`` (the verdict kept in memory:
+an app creating an interpreter per stream) against ai-edge-litert's repeated
+creation, and, for information, ``checks every time`` (memory and disk
+verdicts off: the cost of reading and checking alone).
+
+Each round runs every variant once, so machine load hits all alike; figures
+are medians over rounds (wall time, and CPU time of the process in the JSON).
+Numbers only, no assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MODELS = {
+    "face_detection_short_range": ("face_detection", "face_detection_short_range.tflite"),
+    "selfie_segmentation": ("selfie_segmentation", "selfie_segmentation.tflite"),
+}
+ENV_VERDICTS = "OPAQUE_OPS_VERDICT_CACHE"
+
+
+def model_paths() -> dict[str, Path]:
+    """The two models inside the installed mediapipe wheel ({} if it is not installed)."""
+    spec = importlib.util.find_spec("mediapipe")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    base = Path(list(spec.submodule_search_locations)[0]) / "modules"
+    return {name: base / d / f for name, (d, f) in MODELS.items() if (base / d / f).is_file()}
+
+
+# ------------------------------------------------------------------ child: one first creation
+def _child(which: str, path: str) -> dict:
+    if which == "litert":
+        from ai_edge_litert.interpreter import Interpreter
+
+        def make():
+            return Interpreter(model_path=path)
+    elif which == "native":
+        # The TFLite C library alone, driven as the Interpreter drives it
+        # (same kernels, same aliases, XNNPACK), with no model checks: the
+        # floor opaque_ops' runtime sets.
+        import opaque_ops as oo
+        from opaque_ops import _native, _xnnpack
+
+        kernels = oo.kernels.mediapipe()
+
+        class make:
+            def __init__(self):
+                with open(path, "rb") as f:
+                    data = f.read()
+                names = {n.decode() for _, n in _xnnpack._custom_code_fields(data)} & _xnnpack.XNNPACK_CUSTOM_OPS
+                aliases = {n: n + _xnnpack.ALIAS_SUFFIX for n in names}
+                self.model = _native.NativeModel(_xnnpack.alias_model(data, aliases))
+                self.native = _native.NativeInterpreter(self.model, kernels.operators(), use_xnnpack=True,
+                                                        aliases=aliases)
+
+            def allocate_tensors(self):
+                assert self.native.allocate() == 0
+    else:
+        import opaque_ops as oo
+        from opaque_ops import Interpreter
+
+        kernels = oo.kernels.mediapipe()
+
+        def make():
+            return Interpreter(model_path=path, custom_ops=[kernels])
+    c0, w0 = time.process_time(), time.perf_counter()
+    it = make()
+    it.allocate_tensors()
+    w1, c1 = time.perf_counter(), time.process_time()
+    del it
+    return {"wall_ms": (w1 - w0) * 1e3, "cpu_ms": (c1 - c0) * 1e3}
+
+
+def first_creation(which: str, path: Path, verdicts: str | None = None) -> dict:
+    """Run one child process; its first create+allocate time."""
+    env = dict(os.environ)
+    if verdicts is not None:
+        env[ENV_VERDICTS] = verdicts
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", which, str(path)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"create child ({which}) failed: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------ parent
+@contextlib.contextmanager
+def _verdicts_off():
+    """No verdicts kept on disk in this process for a while (with cache.clear(): none at all)."""
+    saved = os.environ.get(ENV_VERDICTS)
+    os.environ[ENV_VERDICTS] = "off"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[ENV_VERDICTS]
+        else:
+            os.environ[ENV_VERDICTS] = saved
+
+
+def bench(quick: bool = False) -> dict:
+    """Medians in ms per model: new-process rows (wall and CPU) and in-process rows."""
+    import opaque_ops as oo
+    from ai_edge_litert.interpreter import Interpreter as Ref
+    from opaque_ops.model import cache
+
+    sys.path.insert(0, str(HERE))
+    from _timing import median_time
+
+    rounds = 5 if quick else 15
+    runs = 7 if quick else 31
+    kernels = oo.kernels.mediapipe()
+    out = {}
+    for name, path in model_paths().items():
+        r: dict[str, list] = {k: [] for k in ("cold", "disk", "native_first", "litert_first")}
+        with tempfile.TemporaryDirectory(prefix="oo_verdicts_") as warm:
+            first_creation("ours", path, warm)  # the first start: writes the record
+            for _ in range(rounds):
+                with tempfile.TemporaryDirectory(prefix="oo_verdicts_") as empty:
+                    r["cold"].append(first_creation("ours", path, empty))
+                r["disk"].append(first_creation("ours", path, warm))
+                r["native_first"].append(first_creation("native", path))
+                r["litert_first"].append(first_creation("litert", path))
+        res = {f"{k}_{unit}": statistics.median(x[f"{unit}_ms"] for x in v)
+               for k, v in r.items() for unit in ("wall", "cpu")}
+
+        def ours():
+            oo.Interpreter(model_path=str(path), custom_ops=[kernels]).allocate_tensors()
+
+        def checks_every_time():
+            cache.clear()
+            ours()
+
+        def ref():
+            Ref(model_path=str(path)).allocate_tensors()
+
+        t = {"memory": [], "no_cache": [], "litert": []}
+        for _ in range(3):  # interleaved, so that load hits all three
+            t["memory"].append(median_time(ours, runs) * 1e3)
+            with _verdicts_off():
+                t["no_cache"].append(median_time(checks_every_time, runs) * 1e3)
+            t["litert"].append(median_time(ref, runs) * 1e3)
+        cache.clear()
+        res.update({k: min(v) for k, v in t.items()})
+        res["rounds"] = rounds
+        out[name] = res
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--child", nargs=2, metavar=("WHICH", "MODEL"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(_child(*args.child)))
+        return
+    r = bench(args.quick)
+    if args.json:
+        print(json.dumps(r, indent=1))
+        return
+    for name, v in r.items():
+        print(f"{name}:")
+        for k, val in v.items():
+            print(f"  {k:18s} {val:8.2f}" if isinstance(val, float) else f"  {k:18s} {val}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""The small examples run as their READMEs say, and print what the READMEs show."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from child import ROOT, crashed
+
+
+def _python(*args, timeout=300):
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          cwd=str(ROOT))
+
+
+def test_atan_demo_prints_what_the_readme_shows():
+    p = _python(ROOT / "examples" / "atan" / "run.py")
+    assert p.returncode == 0, crashed(p)
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"What the demo prints:\n\n```\n(.*?)```", readme, re.S).group(1)
+    printed = [line for line in p.stdout.splitlines() if line.startswith(("x ", "y ", "numpy ", "offset "))]
+    assert printed == block.strip().splitlines()
+
+
+def test_clamp_check_and_its_tests():
+    p = _python(ROOT / "examples" / "clamp" / "check.py")
+    assert p.returncode == 0, crashed(p)
+    assert p.stdout.strip().splitlines()[-1] == "ok"
+    assert "shape (1, 64, 64, 3): C and Python agree on 12288 values" in p.stdout
+    p = _python("-m", "pytest", "-q", "-p", "no:cacheprovider", ROOT / "examples" / "clamp")
+    assert p.returncode == 0, crashed(p)
+    assert "2 passed" in p.stdout
+
+
+def test_extract_image_patches_example_checks_the_worked_example():
+    p = _python(ROOT / "examples" / "extract_image_patches" / "run.py")
+    assert p.returncode == 0, crashed(p)
+    assert "first patch (3x3 around pixel (0,0), zero padded): [0, 0, 0, 0, 1, 2, 0, 11, 12]" in p.stdout
+    assert "OK: matches the worked example" in p.stdout

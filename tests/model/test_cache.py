@@ -1,0 +1,368 @@
+"""opaque_ops.model.cache: verdicts kept by model digest, in memory and on disk, never trusted blindly.
+
+A new process is simulated by ``cache.clear()`` (the memory goes, the disk
+records stay); where it matters, a real child process is used.  Each test
+that claims the checks did not run replaces them with a function that fails
+the test if called.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import opaque_ops as oo
+from opaque_ops.model import cache, checks, read_model
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS))
+from conftest import package_file  # noqa: E402
+
+FACE = package_file("mediapipe", "modules", "face_detection", "face_detection_short_range.tflite")
+SELFIE = package_file("mediapipe", "modules", "selfie_segmentation", "selfie_segmentation.tflite")
+MELSPEC = package_file("pyopen_wakeword", "models", "melspectrogram.tflite")
+
+
+@pytest.fixture
+def verdicts(tmp_path, monkeypatch):
+    """A private verdict directory for this test, and no model kept in memory before or after."""
+    d = tmp_path / "verdicts"
+    monkeypatch.setenv(cache.ENV_VERDICTS, str(d))
+    cache.clear()
+    yield d
+    cache.clear()
+
+
+def _records(d: Path) -> list[Path]:
+    return sorted(d.glob("*.json")) if d.is_dir() else []
+
+
+def _no_checks(monkeypatch):
+    """Make reading and checking fail the test if they run (verdicts must come from the record)."""
+    def boom(*_a, **_k):
+        raise AssertionError("the model was read or checked again")
+
+    monkeypatch.setattr(cache, "read_model", boom)
+    monkeypatch.setattr(cache, "check_model", boom)
+    monkeypatch.setattr(checks, "_check_allocated", boom)
+
+
+def _counting(monkeypatch) -> dict:
+    calls = {"check_model": 0, "check_allocated": 0}
+    real_model, real_alloc = cache.check_model, checks._check_allocated
+
+    def model(*a, **k):
+        calls["check_model"] += 1
+        return real_model(*a, **k)
+
+    def alloc(*a, **k):
+        calls["check_allocated"] += 1
+        return real_alloc(*a, **k)
+
+    monkeypatch.setattr(cache, "check_model", model)
+    monkeypatch.setattr(checks, "_check_allocated", alloc)
+    return calls
+
+
+def test_a_model_that_passed_is_not_read_or_checked_again_in_a_new_process(verdicts, monkeypatch):
+    kernels = oo.kernels.mediapipe()
+    x = np.random.default_rng(0).random((1, 256, 256, 3), np.float32)
+    first = oo.Interpreter(model_path=str(SELFIE), custom_ops=[kernels])
+    first.allocate_tensors()
+    first.set_tensor(first.get_input_details()[0]["index"], x)
+    first.invoke()
+    want = first.get_tensor(first.get_output_details()[0]["index"])
+    [record] = _records(verdicts)
+    data = SELFIE.read_bytes()
+    model_hex = hashlib.sha256(data).hexdigest()
+    assert record.name.startswith(model_hex + "-")
+    # The name carries the digest of the record's bytes (the compile cache's rule).
+    assert record.name[:-5].rsplit("-", 1)[1] == hashlib.sha256(record.read_bytes()).hexdigest()
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600
+
+    cache.clear()  # a new process
+    _no_checks(monkeypatch)
+    it = oo.Interpreter(model_path=str(SELFIE), custom_ops=[kernels])
+    it.allocate_tensors()
+    # Creating and allocating did not even read the model's tensors.
+    assert "_source" in it._info.__dict__ and "subgraphs" not in it._info.__dict__
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), want)
+
+
+def test_a_model_known_from_its_record_reads_the_rest_on_demand(verdicts):
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    cache.clear()
+    info = cache.checked_model(FACE.read_bytes())
+    assert "subgraphs" not in info.__dict__
+    ref = read_model(FACE)
+    assert [t.name for t in info.subgraphs[0].tensors] == [t.name for t in ref.subgraphs[0].tensors]
+    assert [op.op_name for op in info.subgraphs[0].operators] == [op.op_name for op in ref.subgraphs[0].operators]
+    assert info.custom_ops() == ref.custom_ops() and info.has_identifier == ref.has_identifier
+    assert info.signatures == ref.signatures and info.operator_codes == ref.operator_codes
+    it = oo.Interpreter(model_path=str(FACE))
+    assert [d["name"] for d in it.get_tensor_details()] == [t.name for t in ref.subgraphs[0].tensors]
+
+
+def test_the_record_is_the_same_in_a_real_new_process(verdicts):
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    [record] = _records(verdicts)
+    code = f"""
+        import opaque_ops as oo
+        from opaque_ops.model import cache, checks
+        def boom(*a, **k):
+            raise AssertionError("checked again")
+        cache.read_model = cache.check_model = checks._check_allocated = boom
+        oo.Interpreter(model_path={str(FACE)!r}).allocate_tensors()
+        print("OK")
+    """
+    env = dict(os.environ, **{cache.ENV_VERDICTS: str(verdicts)})
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert p.returncode == 0 and "OK" in p.stdout, p.stderr[-2000:]
+    assert _records(verdicts) == [record]  # nothing new to write
+
+
+def test_allocation_refusals_are_kept_with_their_class_and_message(verdicts, monkeypatch):
+    def refused():
+        it = oo.Interpreter(model_path=str(MELSPEC), use_xnnpack=True)
+        it.resize_tensor_input(0, [1, 400])
+        with pytest.raises(oo.ModelError) as e:
+            it.allocate_tensors()
+        return e.value
+
+    first = refused()
+    assert type(first).__name__ == "ShapeError" and "1x512 window" in str(first)
+    cache.clear()
+    _no_checks(monkeypatch)
+    again = refused()
+    assert (type(again), str(again)) == (type(first), str(first))
+
+
+def test_a_refused_model_gets_no_record(verdicts):
+    corpus = TESTS / "corpus" / "fuzz_conv_stride_65536.tflite"
+    for _ in range(2):
+        with pytest.raises(oo.ModelError, match="stride_h=65536"):
+            oo.Interpreter(model_path=str(corpus))
+        cache.clear()
+    assert _records(verdicts) == []
+
+
+def test_allocation_verdicts_are_per_configuration_and_shapes(verdicts, monkeypatch):
+    def allocate(xnnpack, samples):
+        it = oo.Interpreter(model_path=str(MELSPEC), use_xnnpack=xnnpack)
+        it.resize_tensor_input(0, [1, samples])
+        it.allocate_tensors()
+
+    allocate(True, 1760)
+    cache.clear()
+    calls = _counting(monkeypatch)
+    allocate(True, 1760)
+    assert calls == {"check_model": 0, "check_allocated": 0}
+    # Another configuration (XNNPACK off plans other shapes inside partitions)...
+    allocate(False, 1760)
+    assert calls["check_allocated"] == 1
+    # ... and other input shapes are checked.
+    allocate(True, 3200)
+    assert calls == {"check_model": 0, "check_allocated": 2}
+
+
+def test_registered_runtime_op_names_change_the_model_verdict(verdicts, monkeypatch):
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    cache.clear()
+    calls = _counting(monkeypatch)
+    assert cache.checked_model(FACE.read_bytes(), registered={"Atan", "Convolution2DTransposeBias"})
+    assert calls["check_model"] == 0  # names that are not runtime ops change nothing
+    assert cache.checked_model(FACE.read_bytes(), registered={"Mfcc"})
+    assert calls["check_model"] == 1
+
+
+def test_records_of_other_checking_code_are_not_used(verdicts, monkeypatch):
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    cache.clear()
+    monkeypatch.setattr(cache, "_code_digest", "0" * 16)  # the checks' source changed
+    calls = _counting(monkeypatch)
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    assert calls == {"check_model": 1, "check_allocated": 1}
+    assert len(_records(verdicts)) == 2  # the other version's record is left alone
+
+
+def test_the_code_digest_follows_the_checks_source(tmp_path):
+    # A file's size and mtime stand for its content, as for CPython's .pyc.
+    src = Path(cache.__file__).parent
+    for name in cache._SOURCES:
+        shutil.copy2(src / name, tmp_path / name)
+    before = cache._source_digest(tmp_path)
+    assert before == cache._source_digest(src)  # copy2 keeps the times
+    checks_py = tmp_path / "checks.py"
+    st = checks_py.stat()
+    os.utime(checks_py, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert cache._source_digest(tmp_path) != before
+    os.utime(checks_py, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert cache._source_digest(tmp_path) == before
+    checks_py.write_text(checks_py.read_text() + "# one rule more\n")
+    assert cache._source_digest(tmp_path) != before
+
+
+def test_a_corrupted_record_is_deleted_and_the_checks_run(verdicts, monkeypatch):
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    [record] = _records(verdicts)
+    doc = json.loads(record.read_bytes())
+    doc["model"] = []  # a record that no longer says the model passed ...
+    record.write_bytes(json.dumps(doc).encode())  # ... under the old digest
+    cache.clear()
+    calls = _counting(monkeypatch)
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    assert calls == {"check_model": 1, "check_allocated": 1}
+    [again] = _records(verdicts)  # deleted, then written anew
+    assert again.name[:-5].rsplit("-", 1)[1] == hashlib.sha256(again.read_bytes()).hexdigest()
+    assert json.loads(again.read_bytes())["model"] == [[[], None]]
+
+
+def test_a_truncated_record_is_not_trusted(verdicts, monkeypatch):
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    [record] = _records(verdicts)
+    record.write_bytes(record.read_bytes()[:40])
+    cache.clear()
+    calls = _counting(monkeypatch)
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    assert calls == {"check_model": 1, "check_allocated": 1}
+
+
+def test_a_record_others_may_write_is_refused_with_a_warning(verdicts, monkeypatch):
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    [record] = _records(verdicts)
+    record.chmod(0o666)
+    cache.clear()
+    monkeypatch.setattr(cache, "_warned", set())
+    calls = _counting(monkeypatch)
+    with pytest.warns(RuntimeWarning, match="writable by other users"):
+        oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    assert calls == {"check_model": 1, "check_allocated": 1}
+
+
+def test_a_directory_others_may_write_is_not_used(tmp_path, monkeypatch):
+    d = tmp_path / "shared"
+    d.mkdir()
+    d.chmod(0o777)
+    monkeypatch.setenv(cache.ENV_VERDICTS, str(d))
+    monkeypatch.setattr(cache, "_warned", set())
+    cache.clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="lets other users write it"):
+            oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+        assert _records(d) == []
+        # Warned once; the interpreter works all the same.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            cache.clear()
+            oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    finally:
+        cache.clear()
+
+
+def test_a_record_owned_by_another_user_is_refused(verdicts, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a file to another user")
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    [record] = _records(verdicts)
+    os.chown(record, 4321, 4321)
+    cache.clear()
+    monkeypatch.setattr(cache, "_warned", set())
+    calls = _counting(monkeypatch)
+    with pytest.warns(RuntimeWarning, match="owned by"):
+        oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    assert calls == {"check_model": 1, "check_allocated": 1}
+
+
+def test_off_keeps_nothing_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPAQUE_OPS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(cache.ENV_VERDICTS, "off")
+    cache.clear()
+    try:
+        oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        cache.clear()
+
+
+def test_default_directory_is_inside_the_compile_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPAQUE_OPS_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(cache.ENV_VERDICTS, raising=False)
+    cache.clear()
+    try:
+        oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+        assert len(_records(tmp_path / "verdicts")) == 1
+        assert stat.S_IMODE((tmp_path / "verdicts").stat().st_mode) == 0o700
+    finally:
+        cache.clear()
+
+
+def test_signature_runner_subgraphs_keep_their_own_verdicts(verdicts):
+    # The interpreter checks a runner's subgraph on a copy of the model with
+    # that subgraph first, which shares the verdicts dict; the copy's
+    # verdicts must not land among the model's own (keyed by subgraph 0).
+    it = oo.Interpreter(model_content=_two_signature_model())
+    it.allocate_tensors()
+    store = it._info.verdicts["store"]
+    assert len(store._allocated) == 1
+    out = it.get_signature_runner("second")(x=np.ones((1, 6), np.float32))
+    np.testing.assert_array_equal(out["y"], np.full((1, 6), 3, np.float32))
+    assert len(store._allocated) == 1
+    out = it.get_signature_runner("first")(x=np.ones((1, 4), np.float32))
+    np.testing.assert_array_equal(out["y"], np.full((1, 4), 2, np.float32))
+
+
+def _two_signature_model() -> bytes:
+    """y = x + 1 on [1, 4] in subgraph 0 ("first"), y = x + 2 on [1, 6] in subgraph 1 ("second")."""
+    sys.path.insert(0, str(TESTS.parent))
+    from tools.fuzz_structured import _join_subgraphs, _schema, pack
+
+    from opaque_ops.model import ModelBuilder
+
+    def add(k, n):
+        b = ModelBuilder()
+        x = b.add_tensor("x", [1, n], np.float32)
+        c = b.add_constant("c", np.full((1, n), k, np.float32))
+        y = b.add_tensor("y", [1, n], np.float32)
+        b.add_op("ADD", [x, c], [y])
+        b.set_inputs([x])
+        b.set_outputs([y])
+        b.add_signature("first", {"x": x}, {"y": y})
+        return b.build()
+
+    m = _join_subgraphs(add(1, 4), add(2, 6))
+    s = _schema()
+    sd = s.SignatureDefT()
+    sd.signatureKey, sd.subgraphIndex = "second", 1
+    sd.inputs, sd.outputs = [s.TensorMapT(), ], [s.TensorMapT()]
+    sd.inputs[0].name, sd.inputs[0].tensorIndex = "x", 0
+    sd.outputs[0].name, sd.outputs[0].tensorIndex = "y", 2
+    m.signatureDefs.append(sd)
+    return pack(m)
+
+
+def test_clear_disk_forgets_the_records(verdicts, monkeypatch):
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    stale = verdicts / ".tmp-dead.part"
+    stale.write_bytes(b"{")
+    os.utime(stale, (1, 1))  # a write that died long ago
+    oo.Interpreter(model_path=str(SELFIE), custom_ops=[oo.kernels.mediapipe()]).allocate_tensors()
+    assert len(_records(verdicts)) == 2 and not stale.exists()
+    cache.clear(disk=True)
+    assert _records(verdicts) == []
+    calls = _counting(monkeypatch)
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()
+    assert calls == {"check_model": 1, "check_allocated": 1}
