@@ -13,6 +13,7 @@ import functools
 import numpy as _np
 
 from .._xnnpack import real_names
+from ..errors import ModelError
 from .ffi import ffi
 from .runtime import Runtime, load_runtime
 
@@ -142,7 +143,16 @@ class TensorRef:
             shape = self.shape
             # A tensor with no elements has no buffer; it is still a valid (empty) array.
             return _np.empty(shape, dtype) if 0 in shape else None
-        arr = _np.frombuffer(ffi.buffer(data, self.nbytes), dtype=dtype).reshape(self.shape)
+        shape, nbytes = self.shape, self.nbytes
+        want = dtype.itemsize * int(_np.prod(shape, dtype=_np.int64))
+        if nbytes != want:
+            # A sparse constant listed as a graph output (its buffer is the
+            # compressed data), or a kernel that sized its output wrongly:
+            # the bytes are not an array of this shape.
+            raise ModelError(
+                f"tensor {self.name!r} has shape {list(shape)} of {dtype} ({want} bytes), but the runtime "
+                f"holds {nbytes} bytes for it; the model's tensor does not hold what its shape says")
+        arr = _np.frombuffer(ffi.buffer(data, nbytes), dtype=dtype).reshape(shape)
         if self.is_read_only():
             arr.flags.writeable = False
         return arr
@@ -157,6 +167,15 @@ class TensorRef:
         return int(
             self._lib.TfLiteTensorCopyFromBuffer(self._t, ffi.from_buffer(array), array.nbytes)
         )
+
+
+def _c_name(p, what: str, i: int) -> str:
+    """A name the C API returned; NULL when a signature does not name each of its
+    subgraph's inputs/outputs (check_model refuses those; this is the backstop)."""
+    if p == ffi.NULL:
+        raise ModelError(f"the signature has no name for its {what} {i}; a signature must name each "
+                         f"{what} of its subgraph")
+    return ffi.string(p).decode()
 
 
 class ErrorSink(list):
@@ -426,12 +445,12 @@ class NativeSignatureRunner:
     def input_names(self) -> list[str]:
         lib = self.rt.lib
         n = lib.TfLiteSignatureRunnerGetInputCount(self._ptr)
-        return [ffi.string(lib.TfLiteSignatureRunnerGetInputName(self._ptr, i)).decode() for i in range(n)]
+        return [_c_name(lib.TfLiteSignatureRunnerGetInputName(self._ptr, i), "input", i) for i in range(n)]
 
     def output_names(self) -> list[str]:
         lib = self.rt.lib
         n = lib.TfLiteSignatureRunnerGetOutputCount(self._ptr)
-        return [ffi.string(lib.TfLiteSignatureRunnerGetOutputName(self._ptr, i)).decode() for i in range(n)]
+        return [_c_name(lib.TfLiteSignatureRunnerGetOutputName(self._ptr, i), "output", i) for i in range(n)]
 
     def input_tensor(self, name: str) -> TensorRef:
         return TensorRef(self.rt.lib.TfLiteSignatureRunnerGetInputTensor(self._ptr, name.encode()), self)

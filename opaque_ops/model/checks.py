@@ -406,7 +406,11 @@ _SUBGRAPH_FIELDS = {"WHILE": ("cond_subgraph_index", "body_subgraph_index"),
 
 # The builtins _check_builtin has a rule for.
 _BUILTIN_RULES = frozenset({"SPLIT", "SPLIT_V", "CONCATENATION", "DEQUANTIZE", "DENSIFY", "STRIDED_SLICE",
-                            "READ_VARIABLE", "ASSIGN_VARIABLE", *_SUBGRAPH_FIELDS})
+                            "READ_VARIABLE", "ASSIGN_VARIABLE", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH",
+                            "TRANSPOSE", *_SUBGRAPH_FIELDS})
+
+# Where SPLIT and SPLIT_V read their axis.
+_SPLIT_AXIS = {"SPLIT": 0, "SPLIT_V": 2}
 
 
 def _check_builtin(info, sg, op, producer) -> None:
@@ -423,6 +427,23 @@ def _check_builtin(info, sg, op, producer) -> None:
         if opts.get("num_splits") != len(op.outputs):
             raise ModelError(f"{where} has {len(op.outputs)} outputs but num_splits="
                              f"{opts.get('num_splits')}; they must be equal")
+        k = _SPLIT_AXIS[name]
+        ax = op.inputs[k] if len(op.inputs) > k else -1
+        if ax >= 0 and (tensors[ax].type_name != "INT32" or _elements(tensors[ax].shape) != 1):
+            # The kernels read the axis as one int32 (GetTensorData<int>(axis)[0]),
+            # checking neither its type nor its size: an empty one is a null read.
+            raise ModelError(f"{where} reads its axis from tensor {ax}, a {tensors[ax].type_name} of shape "
+                             f"{list(tensors[ax].shape)}; the axis must be one INT32 value")
+    elif name == "TRANSPOSE" and len(op.inputs) > 1 and op.inputs[1] >= 0:
+        # The XNNPACK delegate copies the permutation into a fixed array of
+        # XNN_MAX_TENSOR_DIMS entries while the interpreter is created: a
+        # longer one overruns the stack.  The reference kernel takes a 1-D
+        # integer permutation of at most 6 entries (one per input dimension).
+        perm = tensors[op.inputs[1]]
+        if perm.type_name not in ("INT32", "INT64") or len(perm.shape) != 1 or perm.shape[0] > MAX_RANK:
+            raise ModelError(f"{where} takes its permutation from tensor {op.inputs[1]}, a {perm.type_name} "
+                             f"of shape {list(perm.shape)}; it must be a 1-D INT32 or INT64 tensor of at most "
+                             f"{MAX_RANK} entries")
     elif name == "CONCATENATION" and op.inputs and op.inputs[0] >= 0:
         rank = len(tensors[op.inputs[0]].shape)
         ax = opts.get("axis", 0)
@@ -444,6 +465,16 @@ def _check_builtin(info, sg, op, producer) -> None:
         # the one planned.  Refused until a runtime handles it everywhere.
         raise ModelError(f"{where} has offset=True (end relative to begin), which the runtime's "
                          "XNNPACK path does not honour; re-export the model without it")
+    elif name in ("DEPTH_TO_SPACE", "SPACE_TO_DEPTH"):
+        # The kernels divide by block_size and compute block_size**2 in an
+        # int: 65536 wraps to 0 and the XNNPACK delegate's channel check
+        # divides by it (SIGFPE while the interpreter is created).  Above
+        # sqrt(MAX_ELEMENTS) no tensor could hold block_size**2 channels, so
+        # such a model can never run.
+        bs = opts.get("block_size", 0)
+        if bs < 1 or bs * bs > MAX_ELEMENTS:
+            raise ModelError(f"{where} has block_size={bs}; it must be at least 1 and its square at most "
+                             f"{MAX_ELEMENTS}")
     elif name in ("READ_VARIABLE", "ASSIGN_VARIABLE") and op.inputs and op.inputs[0] >= 0:
         # The kernels look the variable up by the handle VAR_HANDLE wrote
         # into the resource tensor; a tensor nobody wrote holds garbage.

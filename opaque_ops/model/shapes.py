@@ -59,8 +59,15 @@ BROADCAST_TO RANGE TRANSPOSE EXPAND_DIMS SPLIT SPLIT_V MEAN SUM REDUCE_MAX REDUC
 REDUCE_ANY REDUCE_ALL ONE_HOT TOPK_V2 WHERE UNIQUE NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5
 RFFT2D SPARSE_TO_DENSE SCATTER_ND SEGMENT_SUM UNSORTED_SEGMENT_SUM UNSORTED_SEGMENT_PROD
 UNSORTED_SEGMENT_MAX UNSORTED_SEGMENT_MIN TRANSPOSE_CONV DYNAMIC_UPDATE_SLICE BROADCAST_ARGS
-MATRIX_DIAG GATHER_ND SHAPE ARG_MAX ARG_MIN DENSIFY WHILE IF CALL_ONCE READ_VARIABLE
+MATRIX_DIAG GATHER_ND SHAPE ARG_MAX ARG_MIN DENSIFY WHILE IF
 """.split())
+# Not listed: CALL_ONCE has no outputs, so it cannot leave anything unknown
+# (listing it made every tensor of a streaming model with state variables
+# unknown, and a VALID window larger than its input went unchecked).
+# READ_VARIABLE keeps its declared output shape: the kernel's Prepare marks
+# the output dynamic only when it is declared with rank 0 (upstream
+# tensorflow/lite/kernels/read_variable.cc), and then the runtime reports no
+# shape for it, which stops the runtime's shapes being used below.
 
 _REDUCE = {"MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY", "REDUCE_ALL"}
 
@@ -158,7 +165,15 @@ def _op_shapes(sg, op, ins, where):  # noqa: C901 - one branch per op, on purpos
         return None if hw is None else [(x[0], hw[0], hw[1], x[3])]
     if name in ("PAD", "PADV2", "MIRROR_PAD"):
         p = _const(sg, op.inputs[1]) if len(op.inputs) > 1 else None
-        if p is None or len(p) != 2 * len(x) or min(p) < 0:
+        if p is not None and len(p) != 2 * len(x):
+            # The reference kernels refuse this in Prepare (one row of paddings
+            # per input dimension); the XNNPACK delegate keeps the shapes it
+            # planned for the old rank and segfaults (embedding_model resized
+            # from [1, 76, 32, 1] to [1, 76, 32]).
+            raise ShapeError(
+                f"{where} has {len(p) // 2} rows of paddings, but its input {op.inputs[0]} has shape "
+                f"{list(x)} (rank {len(x)}); resize the input with the model's rank")
+        if p is None or min(p, default=0) < 0:
             return None
         return [tuple(d + p[2 * k] + p[2 * k + 1] for k, d in enumerate(x))]
     if name == "RESHAPE":
@@ -424,7 +439,8 @@ def infer_shapes(info, shape_of) -> dict:
         outs = None if op.is_custom else _op_shapes(sg, op, ins, where)
         if outs is not None and len(outs) != len(op.outputs):
             outs = None
-        if outs is None and (op.op_name in _VALUE_DEPENDENT or op.is_custom) and None not in ins:
+        if (outs is None and (op.op_name in _VALUE_DEPENDENT or op.is_custom) and None not in ins
+                and any(t >= 0 for t in op.outputs)):
             # The output shape depends on values only known at invoke: 2.17.1
             # marks it dynamic and stops preparing, 2.22+ plans a placeholder
             # in the arena and replans during invoke.  Either way, what the
