@@ -437,3 +437,32 @@ def test_empty_batch_never_returns_garbage_shapes(xnnpack):
         return
     it.invoke()
     assert it.get_tensor(it.get_output_details()[0]["index"]).shape == (0, 3, 3, 4)
+
+
+@pytest.mark.parametrize("xnnpack", [False, True], ids=["reference", "xnnpack"])
+def test_resize_to_another_rank_than_pads_paddings_is_refused(xnnpack):
+    """openWakeWord's embedding_model starts with a PAD of 4 rows of paddings; resized to
+    rank 3, the reference kernel refuses it (pad.cc checks one row per dimension), while
+    XNNPACK kept its rank-4 plan: garbage, and SIGSEGV in fuzz_structured 21:87512.
+    Both configurations must give the same refusal."""
+    from opaque_ops.isolate.run import run_model
+
+    path = package_file("pyopen_wakeword", "models", "embedding_model.tflite")
+    out = run_model(str(path), use_xnnpack=xnnpack, resize=[1, 76, 32])
+    assert out.status == "rejected", (out.status, out.reason)
+    assert isinstance(out.error, ShapeError)
+    assert str(out.error) == ("operator 0 (PAD) has 4 rows of paddings, but its input 0 has shape [1, 76, 32] "
+                              "(rank 3); resize the input with the model's rank")
+    # The rank it was built for still runs.
+    assert run_model(str(path), use_xnnpack=xnnpack, resize=[1, 76, 32, 1]).status == "ok"
+
+
+def test_tensor_whose_bytes_do_not_match_its_shape_is_a_model_error():
+    """A graph output that is a sparse constant holds its compressed bytes, not the dense
+    shape's (fuzz_structured 21:33100 and 21:55015 raised numpy's ValueError)."""
+    from opaque_ops.isolate.run import run_model
+    from tools.fuzz_structured import make_case
+
+    out = run_model(make_case(21, 55015).data, use_xnnpack=False)
+    assert out.status == "rejected" and out.stage == "read", (out.status, out.stage, out.reason)
+    assert "holds 2458 bytes for it" in str(out.error)
