@@ -445,7 +445,7 @@ class Interpreter:
         lower = {n.lower(): n for n in reg_names}
         for n, _ in missing:
             if n not in reg_names and n.lower() in lower:
-                hint += f" {lower[n.lower()]!r} differs from {n!r} only in case: register it under the model's name (compile_ops(ops={{{n!r}: ...}}))."
+                hint += f" {lower[n.lower()]!r} differs from {n!r} only in case: {self._rename_hint(lower[n.lower()], n)}"
         hint += _xnnpack.unresolved_hint(n for n, _ in missing)
         return UnresolvedOpsError(
             f"the model needs custom ops that no library provides: {miss}. Registered: {reg}.{hint} "
@@ -455,6 +455,28 @@ class Interpreter:
             messages=msgs,
         )
 
+
+    def _rename_hint(self, registered: str, wanted: str) -> str:
+        """How to register ``registered`` under the model's name ``wanted``.
+
+        The fix depends on where the name came from: a guide-style factory
+        named in ``compile_ops(ops=...)`` is renamed there, but an
+        ``OPAQUE_OP("NAME", ...)`` line (or a prebuilt library) fixes the name in
+        C, and ``ops=`` cannot rename it (it only exports factories).
+        """
+        for lib in self._libs:
+            origin = getattr(lib, "_origin", None) or ("load",)
+            if registered not in {n for n, _ in lib.ops}:
+                continue
+            if origin[0] == "compile" and registered in (origin[2].get("ops") or {}):
+                factory = origin[2]["ops"][registered]
+                return (f"name it as the model does in compile_ops(ops={{{wanted!r}: {factory!r}}}) "
+                        f"instead of {registered!r}.")
+            if origin[0] == "kernel":
+                break
+            return (f'the kernel declares {registered!r} itself: change its OPAQUE_OP("{registered}", ...) '
+                    f'line to OPAQUE_OP("{wanted}", ...) in the C source and build it again.')
+        return f"register the op under the model's name {wanted!r}."
 
     # ------------------------------------------------ the one path that moves memory
     def _reshape(self, what: str, graph: _Graph | None = None, resizes=(), allocate: bool = False,

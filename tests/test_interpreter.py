@@ -14,7 +14,7 @@ import opaque_ops as oo
 from opaque_ops import _native
 from opaque_ops.model import ModelBuilder
 
-from conftest import ATAN_INPUT
+from conftest import ATAN_INPUT, ROOT
 
 OFFSET = np.float32(0.99999905)
 
@@ -189,8 +189,26 @@ def test_case_mismatch_hint(atan_source):
     import make_model
 
     it = oo.Interpreter(model_content=make_model.build(), custom_ops=[lib])
-    with pytest.raises(oo.UnresolvedOpsError, match="only in case"):
+    with pytest.raises(oo.UnresolvedOpsError, match="only in case") as err:
         it.allocate_tensors()
+    # The fix for a guide-style factory is the ops= mapping, with the same factory.
+    assert "compile_ops(ops={'Atan': 'AtanOpRegistrationExternal'})" in str(err.value)
+
+
+def test_case_mismatch_hint_for_an_opaque_op_line(tmp_path):
+    # An OPAQUE_OP("ATAN", ...) kernel names itself in C: ops= cannot rename it
+    # (it only exports factories), so the hint must point at the OPAQUE_OP line.
+    source = (ROOT / "c" / "kernels" / "atan.c").read_text()
+    assert 'OPAQUE_OP("Atan", 1' in source
+    lib = oo.compile_ops(source.replace('OPAQUE_OP("Atan", 1', 'OPAQUE_OP("ATAN", 1'))
+    import make_model
+
+    it = oo.Interpreter(model_content=make_model.build(), custom_ops=[lib])
+    with pytest.raises(oo.UnresolvedOpsError, match="only in case") as err:
+        it.allocate_tensors()
+    msg = str(err.value)
+    assert 'change its OPAQUE_OP("ATAN", ...) line to OPAQUE_OP("Atan", ...)' in msg
+    assert "compile_ops(ops=" not in msg
 
 
 KERNEL_ERROR = r"""
