@@ -210,6 +210,15 @@ def group_reasons(reasons: dict) -> dict:
 def _run_range(seed: int, start: int, stop: int, xnnpack: bool, timeout: float) -> dict:
     """Run inputs [start, stop) in one child; on a crash or hang, report it and return."""
     code = CHILD.format(root=str(ROOT), seed=seed, start=start, stop=stop, xnnpack=xnnpack)
+    return run_child(code, start, stop, timeout)
+
+
+def run_child(code: str, start: int, stop: int, timeout: float) -> dict:
+    """Run a fuzzing child (``python -c code``) over cases [start, stop) and read its report.
+
+    The child prints ``I <index>`` before each case, ``FINDING ...`` lines and a
+    final ``STATS <json>``. Shared by this fuzzer and tools/fuzz_structured.py.
+    """
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     # Every case runs the checks, and no verdict records of throw-away models
     # pile up in the user's cache (OPAQUE_OPS_VERDICT_CACHE set here wins).

@@ -56,6 +56,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: tools.* must import like in the children
+    sys.path.insert(0, str(ROOT))
+from tools.fuzz_models import run_child  # noqa: E402 - the one child runner of both fuzzers
 
 
 # ----------------------------------------------------------------- the seeds
@@ -947,33 +950,7 @@ MEM_LIMIT = 8 << 30
 def _run_range(seed: int, start: int, stop: int, timeout: float, library=None) -> dict:
     code = CHILD.format(root=str(ROOT), seed=seed, start=start, stop=stop, library=library,
                         mem_limit=MEM_LIMIT)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    # Every case runs the checks, and no verdict records of throw-away models
-    # pile up in the user's cache (OPAQUE_OPS_VERDICT_CACHE set here wins).
-    env.setdefault("OPAQUE_OPS_VERDICT_CACHE", "off")
-    res = {"done": start, "stats": None, "crash": None, "findings": []}
-    try:
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                           timeout=timeout)
-        stdout, stderr, rc = p.stdout, p.stderr, p.returncode
-    except subprocess.TimeoutExpired as exc:
-        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        stderr, rc = "", "timeout"
-    last = start - 1
-    for line in stdout.splitlines():
-        if line.startswith("I "):
-            last = int(line[2:])
-        elif line.startswith("FINDING "):
-            res["findings"].append(line[8:])
-        elif line.startswith("STATS "):
-            res["stats"] = json.loads(line[6:])
-    if res["stats"] is not None and rc == 0:
-        res["done"] = stop
-        return res
-    res["crash"] = {"index": last, "returncode": rc, "stderr": stderr[-600:]}
-    res["done"] = last + 1
-    res["partial"] = last - start
-    return res
+    return run_child(code, start, stop, timeout)
 
 
 def run(n: int, seed: int, workdir: Path, chunk: int = 200, workers: int = 1, start: int = 0,

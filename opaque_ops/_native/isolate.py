@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from . import interp
@@ -20,6 +21,18 @@ from .runtime import load_runtime
 SEM_SIZE = 32
 _CLOCK_MONOTONIC = 1
 _EINTR, _ETIMEDOUT, _EAGAIN = 4, 110, 11
+
+# How long a waiter polls before it sleeps in sem_wait (seconds).  A sleeping
+# waiter is woken through the kernel's scheduler; on an idle virtual machine
+# that wake-up costs tens of microseconds (the vCPU halts and must be woken by
+# the hypervisor), while the other side of a tiny-model round trip answers in
+# a few.  Polling a little first turns most round trips into no sleep at all;
+# the cap bounds what it wastes when the answer is slow (a long invoke) or the
+# CPUs are oversubscribed.  One CPU: never poll, the other side cannot run.
+# OPAQUE_OPS_ISOLATE_SPIN_US=0 turns it off.
+_SPIN_S = float(os.environ.get("OPAQUE_OPS_ISOLATE_SPIN_US", "20")) * 1e-6
+if (os.cpu_count() or 1) < 2:
+    _SPIN_S = 0.0
 
 _libc = ffi.dlopen(None)
 try:
@@ -42,7 +55,7 @@ class SharedSemaphore:
         other one maps the memory.
     """
 
-    __slots__ = ("_buf", "_ptr", "post", "_ts", "_trywait", "_wait")
+    __slots__ = ("_buf", "_ptr", "post", "_ts", "_trywait", "_wait", "_spin")
 
     def __init__(self, buffer, offset: int, create: bool = False):
         if offset % 8:
@@ -56,14 +69,29 @@ class SharedSemaphore:
         self._trywait = _bind(_libc.sem_trywait, self._ptr)
         self._wait = _bind(_libc.sem_wait, self._ptr)
         self._ts = ffi.new("struct timespec*")
+        self._spin = _SPIN_S
+
+    def _poll(self) -> bool:
+        """Poll for up to ``_SPIN_S`` before a blocking wait; True if acquired."""
+        trywait = self._trywait
+        if trywait() == 0:
+            return True
+        if self._spin:
+            clock = time.perf_counter
+            end = clock() + self._spin
+            while clock() < end:
+                if trywait() == 0:
+                    return True
+        return False
 
     def wait(self) -> bool:
         """Wait until posted; False if a signal interrupted the wait.
 
-        The fast path: an untimed wait wakes up faster than a timed one
-        (no timer to arm and cancel); use :meth:`acquire` when a deadline matters.
+        The fast path: a short poll, then an untimed wait, which wakes up
+        faster than a timed one (no timer to arm and cancel); use
+        :meth:`acquire` when a deadline matters.
         """
-        return self._wait() == 0
+        return self._poll() or self._wait() == 0
 
     def try_acquire(self) -> bool:
         """Take the semaphore if it is posted; never blocks."""
@@ -75,7 +103,7 @@ class SharedSemaphore:
         False means the time ran out or a signal interrupted the wait (the
         caller's loop runs Python's signal handlers and decides).
         """
-        if self._trywait() == 0:
+        if self._poll():
             return True
         if _clockwait is not None:
             now = time.clock_gettime(time.CLOCK_MONOTONIC)
