@@ -142,6 +142,9 @@ def compile_ops(
     include directories, the flags and the compiler's identity and version.
     """
     text, display, path = _cbuild.read_source(source)
+    # A runtime without the opaque kernel API (pymicro-wakeword's armv7l build)
+    # could never load the result: say so now, not after looking for a compiler.
+    _native.load_runtime().require_custom_ops(f"compile_ops({display})")
     try:
         compiler = _cbuild.native_compiler()
     except CompileError:

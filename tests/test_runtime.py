@@ -476,6 +476,7 @@ it.set_tensor(it.get_input_details()[0]["index"], np.load(sys.argv[2]))
 it.invoke()
 np.save(sys.argv[3], it.get_tensor(it.get_output_details()[0]["index"]))
 for name, call in [("load_ops", lambda: oo.load_ops(sys.argv[4])),
+                   ("compile_ops", lambda: oo.compile_ops("int unused;")),
                    ("python_op", lambda: oo.Interpreter(model_path=sys.argv[1],
                                                         custom_ops=[oo.python_op("Atan", lambda x: x)]))]:
     try:
@@ -526,7 +527,8 @@ def test_armv7l_runs_builtin_models_and_refuses_custom_ops_with_the_reason(tmp_p
     assert out["info"] == {"version": "2.17.1", "found_by": "pymicro-wakeword wheel", "known_build": True,
                            "custom_ops": False, "xnnpack": False}, out
     assert out["xnnpack"] is False
-    for name in ("load_ops", "python_op"):
+    # compile_ops refuses before it looks for a compiler (there is none for armv7l here).
+    for name in ("load_ops", "compile_ops", "python_op"):
         assert "exports none of the opaque kernel API" in out[name] and "armv7l" in out[name], out[name]
     got = np.load(tmp_path / "y.npy")
     assert got.shape == want.shape
