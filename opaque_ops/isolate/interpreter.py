@@ -82,7 +82,13 @@ def op_specs(custom_ops) -> tuple[list, str | None]:
             specs.extend(sub)
             main_path = main_path or m
         elif hasattr(item, "operators") and hasattr(item, "path"):  # OpLibrary
-            specs.append(("path", str(item.path)))
+            origin = getattr(item, "_origin", None) or ("load",)
+            if origin[0] == "kernel":
+                # A bundled kernel goes by name: the worker loads its own (prebuilt
+                # or from the compile cache); the path is the fallback.
+                specs.append(("kernel", origin[1], str(item.path)))
+            else:
+                specs.append(("path", str(item.path)))
         else:
             raise TypeError(
                 "custom_ops must hold op libraries (from compile_ops, load_ops, python_op or "

@@ -546,6 +546,8 @@ def _ops_from_specs(specs) -> list:
     for spec in specs:
         if spec[0] == "path":
             ops.append(load_ops(spec[1]))
+        elif spec[0] == "kernel":
+            ops.append(_bundled_kernel(spec[1], spec[2]))
         else:
             _, name, version, blob = spec
             try:
@@ -560,6 +562,25 @@ def _ops_from_specs(specs) -> list:
                 ) from None
             ops.append(python_op(name, version=version, **fns))
     return ops
+
+
+def _bundled_kernel(name: str, path: str):
+    """``opaque_ops.kernels.kernel(name)`` as the parent had it; its library file if that fails.
+
+    The worker normally finds the same prebuilt library or compile-cache
+    entry; the parent's file still serves a worker that cannot (no compiler
+    in its environment, another cache directory).
+    """
+    from .. import kernels
+    from ..errors import OpaqueOpsError
+    from ..oplib import load_ops
+
+    try:
+        return kernels.kernel(name)
+    except (OpaqueOpsError, OSError):
+        lib = load_ops(path)
+        lib._origin = ("kernel", name)
+        return lib
 
 
 def _load_main(path: str) -> None:

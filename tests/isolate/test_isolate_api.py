@@ -347,3 +347,31 @@ def test_isolate_by_default(atan_model_bytes, guide_atan):
     assert not isinstance(in_process, oo.isolate.IsolatedInterpreter)
     assert not isinstance(oo.Interpreter(model_content=atan_model_bytes), oo.isolate.IsolatedInterpreter)
     it.close()
+
+
+def test_bundled_kernels_go_by_name_and_fall_back_to_their_file(tmp_path, monkeypatch, atan_model_bytes):
+    from opaque_ops.isolate.interpreter import op_specs
+
+    atan = oo.kernels.atan()
+    specs, _ = op_specs([oo.kernels.mediapipe(), atan])
+    assert {s[0] for s in specs} == {"kernel"}
+    assert ("kernel", "atan", str(atan.path)) in specs
+    # A worker that can neither find nor build its own copy (an empty compile
+    # cache, a compiler that does not exist; the dev tree has no prebuilt
+    # libraries) loads the parent's file instead of failing.
+    monkeypatch.setenv("OPAQUE_OPS_CACHE_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    x = np.linspace(-50, 50, 101, dtype=np.float32)
+    with oo.Interpreter(model_content=atan_model_bytes, custom_ops=[atan], isolate=True) as it:
+        d = it.get_input_details()[0]
+        it.resize_tensor_input(d["index"], x.shape)
+        it.allocate_tensors()
+        it.set_tensor(d["index"], x)
+        it.invoke()
+        got = it.get_tensor(it.get_output_details()[0]["index"])
+    # The guide's model: y = atan(x + offset) (examples/atan/make_model.py).
+    sys.path.insert(0, str(ROOT / "examples" / "atan"))
+    import make_model
+
+    want = np.arctan((x + np.float32(make_model.OFFSET)).astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
