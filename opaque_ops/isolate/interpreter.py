@@ -42,6 +42,11 @@ class _View:
         self._array = array  # keep-alive: its base is the mapping
 
 
+def _read(path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def op_specs(custom_ops) -> tuple[list, str | None]:
     """``custom_ops`` as the worker rebuilds them: libraries by path, Python ops by pickled functions.
 
@@ -144,6 +149,13 @@ class IsolatedInterpreter(Interpreter):
         self._proc = None
         bound = _INIT.bind(self, *args, **kwargs)
         params = {k: v for k, v in bound.arguments.items() if k not in ("self", "isolate")}
+        # What pickling re-creates (__reduce__): the caller's own arguments (op
+        # libraries, python_ops and delegates pickle themselves), and the inputs
+        # resized since.  A shared Worker cannot travel; its memory cap does.
+        self._pickled_args = dict(params)
+        self._pickled_limits = {"timeout": timeout, "memory_limit": (
+            isolate.memory_limit if isinstance(isolate, Worker) else memory_limit)}
+        self._resized: dict = {}
         if params.get("experimental_delegates"):
             params["experimental_delegates"] = delegate_specs(params["experimental_delegates"])
         specs, main_path = op_specs(params.pop("custom_ops", None))
@@ -277,6 +289,21 @@ class IsolatedInterpreter(Interpreter):
             if idle:
                 self._lock.release()
 
+    def __reduce__(self):
+        # Re-created as an isolated interpreter with its own worker, like
+        # Interpreter.__reduce__: model bytes, arguments, resized inputs and
+        # whether it was allocated; not tensor contents (see _pickling).
+        from .._pickling import restore_interpreter
+
+        with self._lock:
+            self._live()
+            kwargs = dict(self._pickled_args)
+            path, content = kwargs.pop("model_path", None), kwargs.pop("model_content", None)
+            data = bytes(memoryview(content)) if content is not None else _read(path)
+            kwargs.update(isolate=True, **self._pickled_limits)
+            state = {"allocated": bool(self._allocated), "resized": list(self._resized.items())}
+        return restore_interpreter, (data, kwargs, state)
+
     def __enter__(self):
         return self
 
@@ -408,6 +435,7 @@ class IsolatedInterpreter(Interpreter):
             self._request("call", {"name": "resize_tensor_input", "args": (input_index, tensor_size),
                                    "kwargs": {"strict": strict}, "stage": "resize"}, stage="resize")
             self._details = {}
+            self._resized[input_index] = tuple(int(n) for n in tensor_size)
 
     # ------------------------------------------------------------- details
     def _cached(self, name: str):

@@ -375,3 +375,30 @@ def test_bundled_kernels_go_by_name_and_fall_back_to_their_file(tmp_path, monkey
 
     want = np.arctan((x + np.float32(make_model.OFFSET)).astype(np.float64))
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_pickles_as_an_isolated_interpreter_with_its_own_worker(atan_model_bytes):
+    import pickle
+
+    from opaque_ops.isolate.interpreter import IsolatedInterpreter
+
+    x = np.linspace(-3, 3, 7, dtype=np.float32)
+    with oo.Interpreter(model_content=atan_model_bytes, custom_ops=[oo.kernels.atan()], isolate=True,
+                        timeout=30) as it:
+        d = it.get_input_details()[0]
+        it.resize_tensor_input(d["index"], x.shape)
+        it.allocate_tensors()
+        it.set_tensor(d["index"], x)
+        it.invoke()
+        want = it.get_tensor(it.get_output_details()[0]["index"])
+        with pickle.loads(pickle.dumps(it)) as copy:
+            assert isinstance(copy, IsolatedInterpreter)
+            assert copy.worker_pid not in (None, it.worker_pid)
+            assert copy._timeout == 30
+            # Resized and allocated as the original was; tensor contents do not travel.
+            assert list(copy.get_input_details()[0]["shape"]) == [7]
+            copy.set_tensor(d["index"], x)
+            copy.invoke()
+            assert copy.get_tensor(copy.get_output_details()[0]["index"]).tobytes() == want.tobytes()
+    with pytest.raises(oo.ClosedError):
+        pickle.dumps(it)
