@@ -253,20 +253,10 @@ def test_reentry_from_prepare_is_refused_too():
 
 SLOW = """
 import numpy as np
-from opaque_ops.model import ModelBuilder
+from slow_model import slow_model as _slow
 
-def slow_model(layers=40, hw=128, c=32):
-    b = ModelBuilder()
-    x = b.add_tensor("x", [1, hw, hw, c], np.float32)
-    w = b.add_constant("w", np.full((c, 3, 3, c), 0.01, np.float32))
-    bias = b.add_constant("b", np.zeros(c, np.float32))
-    cur = x
-    for i in range(layers):
-        y = b.add_tensor("y%d" % i, [1, hw, hw, c], np.float32)
-        b.add_op("CONV_2D", [cur, w, bias], [y], options={"padding": "SAME", "stride_w": 1, "stride_h": 1})
-        cur = y
-    b.set_inputs([x]); b.set_outputs([cur])
-    return b.build()
+def slow_model(layers=40, **kw):
+    return _slow(layers=layers, **kw)
 """
 
 

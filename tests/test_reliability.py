@@ -356,23 +356,7 @@ def test_python_ops_under_threads_do_not_deadlock(atan_model_bytes):
 
 SLOW_MODEL = """
 import numpy as np
-from opaque_ops.model import ModelBuilder
-
-def slow_model(layers=32, hw=128, c=32):
-    # A chain of 3x3 convolutions: ~25 ms per layer with the reference
-    # kernels on one thread, all in C with the GIL released.
-    b = ModelBuilder()
-    x = b.add_tensor("x", [1, hw, hw, c], np.float32)
-    rng = np.random.default_rng(0)
-    w = b.add_constant("w", (rng.standard_normal((c, 3, 3, c)) * 0.05).astype(np.float32))
-    bias = b.add_constant("b", np.zeros(c, np.float32))
-    cur = x
-    for i in range(layers):
-        y = b.add_tensor("y%d" % i, [1, hw, hw, c], np.float32)
-        b.add_op("CONV_2D", [cur, w, bias], [y], options={"padding": "SAME", "stride_w": 1, "stride_h": 1})
-        cur = y
-    b.set_inputs([x]); b.set_outputs([cur])
-    return b.build()
+from slow_model import slow_model
 """
 
 
