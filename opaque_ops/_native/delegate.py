@@ -19,7 +19,7 @@ import os
 import threading
 
 from ..errors import DelegateError
-from .ffi import ffi
+from .ffi import dlopen, ffi
 from .lifetime import Shared
 from .runtime import load_runtime
 
@@ -47,7 +47,7 @@ def _plugin(path: str):
         lib = _plugins.get(path)
         if lib is None:
             try:
-                lib = ffi.dlopen(path, ffi.RTLD_NOW | ffi.RTLD_LOCAL)
+                lib = dlopen(path, ffi.RTLD_NOW | ffi.RTLD_LOCAL)
             except OSError as exc:
                 raise DelegateError(f"Failed to load delegate from {path}\n{exc}") from None
             for name in ("tflite_plugin_create_delegate", "tflite_plugin_destroy_delegate"):

@@ -2,13 +2,71 @@
 
 Every module of :mod:`opaque_ops._native` imports ``ffi`` from here; nothing
 outside the ``_native`` package touches it.
+
+The declarations come pre-parsed from ``_ffi_abi.py`` (cffi's out-of-line ABI
+mode, written by ``tools/gen_ffi.py``): parsing the header with pycparser takes
+40-70 ms at every process start, loading the module about 2 ms.  Still ABI
+mode, with no compiler.  The module is used only while it was made from this
+very header (its SHA-256), so an edited header is never silently ignored: it
+is parsed here instead, until the module is written again.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
-from cffi import FFI
+HEADER = Path(__file__).with_name("tflite_c.h")
 
-ffi = FFI()
-ffi.cdef((Path(__file__).with_name("tflite_c.h")).read_text())
+
+def declared(header: Path = HEADER):
+    """An FFI holding ``header``'s declarations: the pre-parsed module's when it matches."""
+    data = header.read_bytes()
+    try:
+        from . import _ffi_abi
+
+        if _ffi_abi.HEADER_SHA256 == hashlib.sha256(data).hexdigest():
+            return _ffi_abi.ffi
+    except Exception:  # noqa: BLE001 - missing, or made for another cffi: parse instead
+        pass
+    from cffi import FFI
+
+    ffi = FFI()
+    ffi.cdef(data.decode())
+    return ffi
+
+
+ffi = declared()
+
+
+class Library:
+    """A loaded library (what :func:`dlopen` returns), as a live ``cdef`` would give it.
+
+    With pre-parsed declarations, a declared function the library does not
+    define raises ``ffi.error`` when reached; with a parsed header it raises
+    ``AttributeError``.  The binding probes optional functions with
+    ``getattr``/``hasattr`` (API generations, libc's ``sem_clockwait``, a
+    plugin's exports), so it always gets ``AttributeError``.  Each function is
+    kept on first use: later calls cost a plain attribute lookup.  (The header
+    declares functions and constants only: nothing here can change after
+    loading.)
+    """
+
+    def __init__(self, lib):
+        self.__dict__["_lib"] = lib  # keep-alive: the handle, never closed
+
+    def __getattr__(self, name):
+        try:
+            value = getattr(self._lib, name)
+        except ffi.error as exc:
+            raise AttributeError(str(exc)) from None
+        self.__dict__[name] = value
+        return value
+
+    def __dir__(self):
+        return dir(self._lib)
+
+
+def dlopen(path, flags: int = 0) -> Library:
+    """``ffi.dlopen(path, flags)``; see :class:`Library`."""
+    return Library(ffi.dlopen(path, flags))

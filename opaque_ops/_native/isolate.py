@@ -14,7 +14,7 @@ import os
 import time
 
 from . import interp
-from .ffi import ffi
+from .ffi import dlopen, ffi
 from .runtime import load_runtime
 
 # glibc's sem_t is 32 bytes on every LP64 target (x86-64, AArch64).
@@ -34,7 +34,7 @@ _SPIN_S = float(os.environ.get("OPAQUE_OPS_ISOLATE_SPIN_US", "20")) * 1e-6
 if (os.cpu_count() or 1) < 2:
     _SPIN_S = 0.0
 
-_libc = ffi.dlopen(None)
+_libc = dlopen(None)
 try:
     _clockwait = _libc.sem_clockwait  # glibc >= 2.30: immune to wall-clock jumps
 except AttributeError:  # pragma: no cover - older glibc
@@ -153,7 +153,7 @@ class Helper:
 
     def __init__(self, path: str):
         load_runtime()  # its runtime glue resolves TfLite* symbols against the loaded runtime
-        self._lib = ffi.dlopen(path)  # never closed: its handlers stay installed
+        self._lib = dlopen(path)  # never closed: its handlers stay installed
         self.path = path
 
     def install(self, buffer, record_offset: int, wake: SharedSemaphore) -> None:

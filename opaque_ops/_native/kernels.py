@@ -7,7 +7,7 @@ import threading
 from .._cbuild import host_arch
 from ..errors import OpLibraryError
 from . import elf
-from .ffi import ffi
+from .ffi import dlopen, ffi
 from .runtime import load_runtime
 
 # Bumped together with OPAQUE_OPS_ABI_VERSION in c/include/opaque_ops.h.
@@ -39,7 +39,7 @@ class KernelLibrary:
                 "(or compile the source here with opaque_ops.compile_ops)"
             )
         try:
-            self._lib = ffi.dlopen(path, ffi.RTLD_NOW | ffi.RTLD_LOCAL)
+            self._lib = dlopen(path, ffi.RTLD_NOW | ffi.RTLD_LOCAL)
         except OSError as exc:
             raise OpLibraryError(f"could not load kernel library {path}: {exc}") from None
         try:

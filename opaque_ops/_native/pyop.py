@@ -218,8 +218,7 @@ def _create(rt, rec: _Record, version: int):
     if rt.has("TfLiteOperatorCreateWithData"):  # TFLite 2.17
         ptr = lib.TfLiteOperatorCreateWithData(_BUILTIN_CUSTOM, rec.cname, int(version), ud)
     elif rt.create_takes_user_data:  # 2.18+: Create takes the user data as a 4th argument
-        create4 = ffi.cast("TfLiteOperator*(*)(int, const char*, int, void*)",
-                           ffi.addressof(lib, "TfLiteOperatorCreate"))
+        create4 = ffi.cast("TfLiteOperator*(*)(int, const char*, int, void*)", lib.TfLiteOperatorCreate)
         ptr = create4(_BUILTIN_CUSTOM, rec.cname, int(version), ud)
     else:
         # No user data to carry the key: per-operator closures hold it.

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ..errors import OpLibraryError, RuntimeNotFoundError, UnknownRuntimeWarning
 from . import builds, elf
-from .ffi import ffi
+from .ffi import dlopen, ffi
 from .pending import stash_exception
 
 ENV_LIBRARY = "OPAQUE_OPS_TFLITE_LIB"
@@ -102,7 +102,7 @@ class Runtime:
         try:
             # RTLD_GLOBAL: kernel libraries are linked to no runtime path; their
             # TfLiteOpaque* references resolve against this library.
-            self.lib = ffi.dlopen(path, ffi.RTLD_NOW | ffi.RTLD_GLOBAL)
+            self.lib = dlopen(path, ffi.RTLD_NOW | ffi.RTLD_GLOBAL)
         except OSError as exc:
             raise _Refused(f"dlopen failed: {exc}") from None
         missing = [name for name in REQUIRED if not self.has(name)]
@@ -113,7 +113,7 @@ class Runtime:
                 + ". The .so files of tflite-runtime, ai-edge-litert and tensorflow do not "
                 "export the C API; libtensorflowlite_c does"
             )
-        self.libc = ffi.dlopen(None)
+        self.libc = dlopen(None)
         if os.sep not in path:
             self.path = _loaded_from(self.lib, self.libc, path)
         self.version = ffi.string(self.lib.TfLiteVersion()).decode()
