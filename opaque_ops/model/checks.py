@@ -178,6 +178,13 @@ def check_model(info: ModelInfo, registered=()) -> None:
                     raise ModelError(
                         f"subgraph {sg.index} operator {op.index} ({op.op_name}) writes tensor {t} of "
                         f"type {tensors[t].type_name}; only {sorted(_HANDLE_PRODUCERS)} produce those")
+                if tensors[t].type_name == "STRING" and not op.is_custom and op.op_name not in _STRING_PRODUCERS:
+                    # A string tensor gets no arena memory: the kernels that
+                    # produce strings allocate it themselves.  Any other kernel
+                    # writes its numbers through a null pointer (SOFTMAX: SIGSEGV).
+                    raise ModelError(
+                        f"subgraph {sg.index} operator {op.index} ({op.op_name}) writes tensor {t} of type "
+                        f"STRING, which {op.op_name} cannot produce; only {sorted(_STRING_PRODUCERS)} write strings")
                 if tensors[t].is_variable:
                     # Variable tensors are state that stateful ops update in
                     # place through an *input*; planned as an output, the
@@ -297,6 +304,14 @@ _HANDLE_CONSUMERS = frozenset({"READ_VARIABLE", "ASSIGN_VARIABLE", "HASHTABLE_FI
 # Element sizes of the fixed-size types numpy has no dtype for (sub-byte
 # types are packed and left out).
 _WHOLE_BYTE_TYPES = {"BFLOAT16": 2, "FLOAT8_E4M3FN": 1, "FLOAT8_E5M2": 1}
+
+# Builtins whose kernels can write STRING outputs (they allocate them), as
+# TFLite's kernels do: gather.cc, gather_nd.cc, slice.cc, strided_slice.cc,
+# tile.cc, fill.cc, reshape-like ops that share the input's buffer, the
+# hash tables, and control flow that passes tensors through.
+_STRING_PRODUCERS = frozenset(
+    "GATHER GATHER_ND SLICE STRIDED_SLICE TILE FILL RESHAPE SQUEEZE EXPAND_DIMS HASHTABLE_FIND "
+    "HASHTABLE_LOOKUP WHILE IF CALL_ONCE".split())
 
 # Tensor types that hold handles, not data.
 _HANDLE_TYPES = frozenset({"RESOURCE", "VARIANT"})
