@@ -9,6 +9,8 @@
   pass before the TFLite runtime sees it, :func:`check_resize` and
   :func:`check_allocated` (on the shapes TFLite will really use, from
   :mod:`~opaque_ops.model.shapes`).
+- :mod:`~opaque_ops.model.metadata`: the metadata entry the runtime parses
+  itself (``CONVERSION_METADATA``), checked to lie inside its buffer.
 - :mod:`~opaque_ops.model.runtime_ops`: the custom ops the runtime provides
   itself (``Mfcc``, ``AudioSpectrogram``, ``TFLite_Detection_PostProcess``,
   ``NumericVerify``) and the options their kernels accept.

@@ -287,7 +287,8 @@ def _code() -> str:
 
 
 # The modules whose code decides a verdict (and the record's format).
-_SOURCES = ("cache.py", "checks.py", "flex.py", "reader.py", "runtime_ops.py", "schema.py", "shapes.py")
+_SOURCES = ("cache.py", "checks.py", "flex.py", "metadata.py", "reader.py", "runtime_ops.py", "schema.py",
+            "shapes.py")
 
 
 def _source_digest(folder: Path) -> str:

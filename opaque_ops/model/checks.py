@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from ..errors import InvalidInputError, ModelError
+from .metadata import check_metadata
 from .reader import ModelInfo
 from .runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op, check_runtime_op_shapes
 from .schema import _OP_OPTIONS, _OPTION_FIELDS, _OPTIONS_TYPE
@@ -46,7 +47,9 @@ def check_model(info: ModelInfo, registered=()) -> None:
       and pooling windows are at least 1, padding is SAME or VALID;
     - READ_VARIABLE's declared output shape matches what ASSIGN_VARIABLE
       stores in the same variable;
-    - each signature names exactly its subgraph's inputs and outputs.
+    - each signature names exactly its subgraph's inputs and outputs;
+    - the ``CONVERSION_METADATA`` entry, which the runtime parses unverified,
+      lies inside its buffer (:mod:`~opaque_ops.model.metadata`).
 
     All are linear in the size of the model.
 
@@ -67,6 +70,7 @@ def check_model(info: ModelInfo, registered=()) -> None:
     if not info.subgraphs:
         # The XNNPACK delegate indexes subgraph 0 unconditionally.
         raise ModelError("the model has no subgraphs")
+    check_metadata(info)
     for sg in info.subgraphs:
         tensors = sg.tensors
         sg_inputs = set(sg.inputs)

@@ -107,6 +107,11 @@ class ModelInfo:
     subgraphs: list
     signatures: list
     buffers: list = field(repr=False, default_factory=list)
+    # Metadata entries the way TFLite keeps them (FlatBufferModel::
+    # ReadAllMetadata): name -> buffer index, for entries with a name and a
+    # non-empty buffer stored inside the flatbuffer; a later entry of the
+    # same name replaces an earlier one.
+    metadata: dict = field(repr=False, default_factory=dict)
     has_identifier: bool = True
     # Verdicts of the checks, keyed by what they depend on (model.checks);
     # only ever filled on models the Interpreter holds (model.cache).
@@ -154,7 +159,7 @@ class ModelInfo:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
-_READ_LATER = ("version", "description", "operator_codes", "subgraphs", "signatures", "buffers")
+_READ_LATER = ("version", "description", "operator_codes", "subgraphs", "signatures", "buffers", "metadata")
 
 
 _U8 = struct.Struct("<B").unpack_from
@@ -170,7 +175,8 @@ _F32 = struct.Struct("<f").unpack_from
 # checked once per (vtable, layout) to lie inside its table; flatbuffers
 # share one vtable among all tables of the same shape, so a model with 300
 # tensors has a handful of tensor vtables.
-_MODEL = (4, 4, 4, 4, 4, 0, 0, 4)       # version, operator_codes, subgraphs, description, buffers, .., signature_defs
+_MODEL = (4, 4, 4, 4, 4, 0, 4, 4)       # version, operator_codes, subgraphs, description, buffers, ..,
+#                                          metadata, signature_defs
 _OPCODE = (1, 4, 4, 4)                   # deprecated_builtin_code, custom_code, version, builtin_code
 _SUBGRAPH = (4, 4, 4, 4, 4)              # tensors, inputs, outputs, operators, name
 _TENSOR = (4, 1, 4, 4, 4, 1, 4, 4)       # shape, type, buffer, name, quantization, is_variable, sparsity, shape_signature
@@ -183,9 +189,10 @@ _TENSORMAP = (4, 4)                      # name, tensor_index
 _SPARSITY = (4, 4, 4)                    # traversal_order, block_map, dim_metadata
 _DIMMETA = (1, 4, 1, 4, 1, 4)            # format, dense_size, segments type / table, indices type / table
 _INDEXVEC = (4,)                         # values
+_METADATA = (4, 4)                       # name, buffer
 # Layout ids (part of the layout cache key); option tables use 16 + their union type.
 _IDS = {_MODEL: 0, _OPCODE: 1, _SUBGRAPH: 2, _TENSOR: 3, _QUANT: 4, _OPERATOR: 5, _BUFFER: 6, _SIGDEF: 7,
-        _TENSORMAP: 8, _SPARSITY: 9, _DIMMETA: 10, _INDEXVEC: 11}
+        _TENSORMAP: 8, _SPARSITY: 9, _DIMMETA: 10, _INDEXVEC: 11, _METADATA: 12}
 
 
 def _w(base: str, index=None, name=None) -> str:
@@ -653,8 +660,22 @@ def _parse(buf: bytes, later: bool = False) -> ModelInfo:
             maps.append(mp)
         signatures.append(SignatureInfo(key, sub, maps[0], maps[1]))
 
+    metadata = {}
+    lid = _IDS[_METADATA]
+    for k, mp in enumerate(f.tables(root + m[6], "Model", None, "metadata") if m[6] else ()):
+        t = f.table(mp, _METADATA, lid, "Model.metadata", k)
+        bidx = _U32(buf, mp + t[1])[0] if t[1] else 0
+        if not t[0] or bidx >= len(bpos):
+            continue
+        # Names are compared as bytes by TFLite: no UTF-8 requirement here.
+        start, n = f.vector(mp + t[0], 1, "Model.metadata", k, "name")
+        name = buf[start:start + n].decode("utf-8", "backslashreplace")
+        b = f.table(bpos[bidx], _BUFFER, _IDS[_BUFFER], "Model.buffers", bidx)
+        if b[0] and f.vector(bpos[bidx] + b[0], 1, "Model.buffers", bidx, "data")[1]:
+            metadata[name] = bidx
+
     return ModelInfo(version=version, description=description, operator_codes=opcodes,
-                     subgraphs=subgraphs, signatures=signatures, buffers=buffers)
+                     subgraphs=subgraphs, signatures=signatures, buffers=buffers, metadata=metadata)
 
 
 def read_model(source: bytes | bytearray | memoryview | str | os.PathLike) -> ModelInfo:

@@ -101,6 +101,36 @@ def test_corpus_is_refused_with_its_exact_message_in_every_configuration():
                 assert (cls, msg) == (want["error"], want["message"]), (name, xnn)
 
 
+def test_conversion_metadata_is_refused_where_tflite_reads_it_and_valid_edits_run():
+    """TFLite 2.17 parses the CONVERSION_METADATA entry unverified when a telemetry profiler is
+    attached (InterpreterBuilder::ParseConversionMetadata), as in the isolated worker: the corpus
+    files crashed it there (SIGSEGV, SIGABRT).  Through isolate they now get their exact refusal;
+    an edit whose reads stay inside the entry (five optimization modes instead of one) still runs."""
+    from opaque_ops.isolate import Worker, run_model
+    from opaque_ops.model.metadata import CONVERSION_METADATA, conversion_metadata_fault
+
+    names = [n for n in ENTRIES if CONVERSION_METADATA in INDEX[n]["message"]]
+    assert len(names) >= 4
+    base = package_file("pymicro_wakeword", "models", "okay_nabu.tflite").read_bytes()
+    info = read_model(base)
+    md = info.buffers[info.metadata[CONVERSION_METADATA]]
+    assert conversion_metadata_fault(md) is None
+    # root -> options (table at 32, vtable at 26) -> model_optimization_modes: a 1-entry vector at 40
+    # (the bytes the converter wrote, in tensorflow/lite/schema/conversion_metadata.fbs's layout).
+    assert md[40:44] == (1).to_bytes(4, "little"), md.hex()
+    at = base.index(md)
+    edited = bytearray(base)
+    edited[at + 40] = 5  # 5 * 4 bytes from 44: still inside the 88 bytes
+    assert conversion_metadata_fault(bytes(edited[at:at + len(md)])) is None
+    with Worker() as w:
+        for name in names:
+            out = run_model(corpus_bytes(name), worker=w, use_xnnpack=False)
+            assert out.status == "rejected", (name, out.status, out.reason)
+            assert str(out.error).endswith(INDEX[name]["message"]), (name, out.reason)
+        out = run_model(bytes(edited), worker=w, use_xnnpack=False)
+        assert out.status == "ok", out.reason
+
+
 # ------------------------------------------------------ runtime-provided custom ops
 
 

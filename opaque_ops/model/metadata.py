@@ -1,0 +1,104 @@
+"""Rules for the model's metadata entries that the TFLite runtime parses itself.
+
+TFLite's flatbuffer verifier checks that a metadata buffer is a byte vector
+inside the file, not what its bytes mean.  One entry is parsed anyway:
+``CONVERSION_METADATA``, a nested flatbuffer (``ConversionMetadata`` of
+``tensorflow/lite/schema/conversion_metadata.fbs``), which the 2.17
+interpreter builder reads without verifying it when it creates an
+interpreter with a telemetry profiler attached (``InterpreterBuilder::
+ParseConversionMetadata``, called from ``operator()``; the isolated worker
+attaches one).  It follows ``root -> options -> model_optimization_modes`` and
+copies that int32 vector; an offset or a length pointing outside the
+metadata bytes reads past them (SIGSEGV), or asks for gigabytes (an uncaught
+``std::bad_alloc``: SIGABRT).  Found by tools/fuzz_models.py's byte
+mutations of microWakeWord's ``okay_nabu.tflite``.
+
+The rule walks exactly the reads the runtime makes, with the same field
+defaults, and requires each to lie inside the entry's bytes; a model whose
+conversion metadata the converter wrote always passes.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ..errors import ModelError
+from .reader import ModelInfo
+
+CONVERSION_METADATA = "CONVERSION_METADATA"
+
+_U16 = struct.Struct("<H").unpack_from
+_I32 = struct.Struct("<i").unpack_from
+_U32 = struct.Struct("<I").unpack_from
+
+
+class _OutOfBounds(Exception):
+    pass
+
+
+def check_metadata(info: ModelInfo) -> None:
+    """Refuse a ``CONVERSION_METADATA`` entry that the runtime would read out of bounds.
+
+    Raises
+    ------
+    ModelError
+        Naming the entry's buffer, the field whose read falls outside it,
+        and what to do.
+    """
+    bidx = info.metadata.get(CONVERSION_METADATA)
+    if bidx is None:
+        return
+    data = info.buffers[bidx] or b""
+    fault = conversion_metadata_fault(data)
+    if fault is not None:
+        raise ModelError(
+            f"metadata {CONVERSION_METADATA!r} (buffer {bidx}, {len(data)} bytes) is not a readable "
+            f"ConversionMetadata flatbuffer: {fault} lies outside it. TFLite reads this entry unverified "
+            "while it creates an interpreter with a telemetry profiler (as in opaque_ops.isolate); "
+            "remove the entry or convert the model again")
+
+
+def conversion_metadata_fault(data: bytes) -> str | None:
+    """The first read of TFLite's walk over ``ConversionMetadata`` bytes that falls outside them, or None."""
+    size = len(data)
+
+    def need(pos: int, n: int, what: str) -> None:
+        if pos < 0 or pos + n > size:
+            raise _OutOfBounds(f"{what} at offset {pos} (+{n} bytes)")
+
+    try:
+        # flatbuffers::GetRoot: a uoffset_t to the root table.
+        need(0, 4, "the root offset")
+        root = _U32(data, 0)[0]
+        # Each table starts with a signed offset back to its vtable, whose
+        # first uint16 is its size; a field whose slot lies past that size
+        # is absent (the runtime checks the size before reading the slot).
+        need(root, 4, "the root table")
+        vt = root - _I32(data, root)[0]
+        need(vt, 2, "the root table's vtable")
+        if _U16(data, vt)[0] <= 6:  # slot of field 1, ``options``
+            return None
+        need(vt + 6, 2, "the vtable slot of 'options'")
+        slot = _U16(data, vt + 6)[0]
+        if not slot:
+            return None
+        need(root + slot, 4, "the offset of 'options'")
+        opts = root + slot + _U32(data, root + slot)[0]
+        need(opts, 4, "the 'options' table")
+        vt = opts - _I32(data, opts)[0]
+        need(vt, 2, "the 'options' table's vtable")
+        if _U16(data, vt)[0] <= 4:  # slot of field 0, ``model_optimization_modes``
+            return None
+        need(vt + 4, 2, "the vtable slot of 'model_optimization_modes'")
+        slot = _U16(data, vt + 4)[0]
+        if not slot:
+            return None
+        need(opts + slot, 4, "the offset of 'model_optimization_modes'")
+        vec = opts + slot + _U32(data, opts + slot)[0]
+        need(vec, 4, "the length of 'model_optimization_modes'")
+        count = _U32(data, vec)[0]
+        # Copied whole into a std::vector<int32>: every element is read.
+        need(vec + 4, 4 * count, f"'model_optimization_modes' ({count} int32 values)")
+    except _OutOfBounds as exc:
+        return str(exc)
+    return None
