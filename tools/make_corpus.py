@@ -224,7 +224,30 @@ def main() -> None:
     m = unpack(_if_model())
     m.subgraphs[0].operators[0].inputs = np.array([0, -1], np.int32)
     (CORPUS / "fuzz_if_omitted_input.tflite").write_bytes(pack(m))
+    write_metadata_entries()
     print("wrote", sorted(p.name for p in CORPUS.iterdir()))
+
+
+def write_metadata_entries() -> None:
+    """9. Metadata the runtime parses itself: a one-op model with one ``model_control_dependencies``
+    entry claiming 2**32-1 subgraphs (varint ff ff ff ff 0f after version 1): std::bad_alloc."""
+    from opaque_ops.model import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 4], np.float32)
+    y = b.add_tensor("y", [1, 4], np.float32)
+    b.add_op("ABS", [x], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    s = _schema()
+    m = unpack(b.build())
+    buf = s.BufferT()
+    buf.data = np.frombuffer(bytes.fromhex("01ffffffff0f"), np.uint8)
+    m.buffers.append(buf)
+    md = s.MetadataT()
+    md.name, md.buffer = "model_control_dependencies", len(m.buffers) - 1
+    m.metadata = (m.metadata or []) + [md]
+    (CORPUS / "metadata_control_dependencies_4g_entries.tflite").write_bytes(pack(m))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,18 @@
 """Rules for the model's metadata entries that the TFLite runtime parses itself.
 
 TFLite's flatbuffer verifier checks that a metadata buffer is a byte vector
-inside the file, not what its bytes mean.  One entry is parsed anyway:
+inside the file, not what its bytes mean.  Two entries are parsed anyway.
+
+``model_control_dependencies`` (``tensorflow/lite/experimental/remat/
+metadata_util.cc``), read by ``Interpreter::SetMetadata`` whenever an
+interpreter is created: varint-encoded vectors whose element counts are
+trusted, so ``std::vector::assign`` is asked for up to 2**32 elements before
+the parser notices the bytes run out (an uncaught ``std::bad_alloc``:
+SIGABRT, in every configuration).  The rule replays that parser and refuses a
+count larger than the bytes left after it (every element takes at least one
+byte, so such an entry cannot be well formed); an entry the parser merely
+rejects (wrong version, truncated) is ignored by TFLite and passes.
+
 ``CONVERSION_METADATA``, a nested flatbuffer (``ConversionMetadata`` of
 ``tensorflow/lite/schema/conversion_metadata.fbs``), which the 2.17
 interpreter builder reads without verifying it when it creates an
@@ -26,6 +37,7 @@ from ..errors import ModelError
 from .reader import ModelInfo
 
 CONVERSION_METADATA = "CONVERSION_METADATA"
+CONTROL_DEPENDENCIES = "model_control_dependencies"
 
 _U16 = struct.Struct("<H").unpack_from
 _I32 = struct.Struct("<i").unpack_from
@@ -37,7 +49,11 @@ class _OutOfBounds(Exception):
 
 
 def check_metadata(info: ModelInfo) -> None:
-    """Refuse a ``CONVERSION_METADATA`` entry that the runtime would read out of bounds.
+    """Refuse metadata entries that the runtime would parse into a crash.
+
+    A ``model_control_dependencies`` entry with an element count larger
+    than the bytes that follow it; a ``CONVERSION_METADATA`` entry that the
+    runtime would read out of bounds.
 
     Raises
     ------
@@ -45,6 +61,15 @@ def check_metadata(info: ModelInfo) -> None:
         Naming the entry's buffer, the field whose read falls outside it,
         and what to do.
     """
+    bidx = info.metadata.get(CONTROL_DEPENDENCIES)
+    if bidx is not None:
+        data = info.buffers[bidx] or b""
+        fault = control_dependencies_fault(data)
+        if fault is not None:
+            raise ModelError(
+                f"metadata {CONTROL_DEPENDENCIES!r} (buffer {bidx}, {len(data)} bytes) {fault}; TFLite "
+                "allocates that many entries before it reads them, whenever it creates an interpreter. "
+                "Remove the entry or write it again (SerializeModelControlDependencies)")
     bidx = info.metadata.get(CONVERSION_METADATA)
     if bidx is None:
         return
@@ -102,3 +127,60 @@ def conversion_metadata_fault(data: bytes) -> str | None:
     except _OutOfBounds as exc:
         return str(exc)
     return None
+
+
+class _Truncated(Exception):
+    pass
+
+
+def control_dependencies_fault(data: bytes) -> str | None:
+    """Replay TFLite's ParseModelControlDependencies over ``data``: why it would crash, or None.
+
+    The format: varint ``version`` (1), then a vector (varint count) of
+    subgraphs, each a vector of (zigzag varint, zigzag varint) pairs.  The
+    runtime allocates each vector from its count before reading the
+    elements; a count above the bytes left is refused here.  Anything else
+    the runtime's parser rejects (another version, running out of bytes) it
+    ignores, and so does this rule.
+    """
+    pos = 0
+    size = len(data)
+
+    def varint() -> int:
+        # Unsigned varint as the runtime reads it: 7 bits per byte, the high
+        # bit continues, accumulated in a uint32 (wrapping).
+        nonlocal pos
+        value, mul = 0, 1
+        while True:
+            if pos >= size:
+                raise _Truncated
+            byte = data[pos]
+            pos += 1
+            value = (value + (byte & 0x7F) * mul) & 0xFFFFFFFF
+            mul = (mul * 128) & 0xFFFFFFFF
+            if not byte & 0x80:
+                return value
+
+    def count(what: str) -> int:
+        at = pos
+        n = varint()
+        if n > size - pos:
+            raise _Fault(f"claims {n} {what} at offset {at}, but only {size - pos} bytes follow")
+        return n
+
+    try:
+        if varint() != 1:
+            return None
+        for _ in range(count("subgraph entries")):
+            for _ in range(count("control edges")):
+                varint()
+                varint()
+    except _Truncated:
+        return None
+    except _Fault as exc:
+        return str(exc)
+    return None
+
+
+class _Fault(Exception):
+    pass

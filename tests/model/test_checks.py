@@ -131,6 +131,59 @@ def test_conversion_metadata_is_refused_where_tflite_reads_it_and_valid_edits_ru
         assert out.status == "ok", out.reason
 
 
+def _abs_with_metadata(name: str, payload: bytes) -> bytes:
+    from tools.fuzz_structured import _schema, pack, unpack
+
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 4], np.float32)
+    y = b.add_tensor("y", [1, 4], np.float32)
+    b.add_op("ABS", [x], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    s = _schema()
+    m = unpack(b.build())
+    buf = s.BufferT()
+    buf.data = np.frombuffer(payload, np.uint8)
+    m.buffers.append(buf)
+    md = s.MetadataT()
+    md.name, md.buffer = name, len(m.buffers) - 1
+    m.metadata = (m.metadata or []) + [md]
+    return pack(m)
+
+
+@pytest.mark.parametrize("payload, fault", [
+    ("0101010002", None),                      # version 1, one subgraph, one edge (0, 1)
+    ("01020100020102030405", None),            # trailing bytes: the runtime's parser rejects it, then ignores it
+    ("02ffffffff0f", None),                    # another version: never parsed further
+    ("01ffffffff", None),                      # the count runs out of bytes: rejected before any allocation
+    ("01ffffffff0f", "claims 4294967295 subgraph entries at offset 1, but only 0 bytes follow"),
+    ("0101ffffffff0f", "claims 4294967295 control edges at offset 2, but only 0 bytes follow"),
+    ("01808080801003", None),                  # a 5-byte count that wraps to 0 in uint32, as in the runtime
+])
+def test_control_dependencies_rule_replays_the_runtime_parser(payload, fault):
+    """tensorflow/lite/experimental/remat/metadata_util.cc assigns a vector of `count` entries
+    before reading them: a count above the bytes left is refused, whatever else its parser
+    rejects is ignored by TFLite and passes; a valid entry runs."""
+    from opaque_ops.model.metadata import CONTROL_DEPENDENCIES, control_dependencies_fault
+
+    got = control_dependencies_fault(bytes.fromhex(payload))
+    if fault is None:
+        assert got is None, got
+        it = oo.Interpreter(model_content=_abs_with_metadata(CONTROL_DEPENDENCIES, bytes.fromhex(payload)))
+        it.allocate_tensors()
+        x = np.array([[-1.5, 2.0, -0.0, 3.0]], np.float32)
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), np.abs(x))
+    else:
+        assert got == fault
+        # Isolated: should the rule ever stop working, the runtime's abort fails this test
+        # (RuntimeCrashError) instead of killing the test session.
+        with pytest.raises(oo.ModelError, match=re.escape(fault)):
+            oo.Interpreter(model_content=_abs_with_metadata(CONTROL_DEPENDENCIES, bytes.fromhex(payload)),
+                           isolate=True)
+
+
 # ------------------------------------------------------ runtime-provided custom ops
 
 
