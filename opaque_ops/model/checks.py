@@ -865,5 +865,12 @@ def _check_allocated(info, sg, shape_of) -> None:
                     f"operator {op.index} ({op.op_name}) takes {want} input channels, but its input "
                     f"{op.inputs[0]} has shape {list(x)}. Resize the model's input with the channel "
                     "count it was built for")
+            if op.op_name == "CONV_2D" and w[3] > 0 and (x[3] <= 0 or x[3] % w[3]):
+                # The kernels divide by the group count x[3] / w[3]: zero input
+                # channels is a division by zero (SIGFPE, fuzz_structured 31:41157).
+                raise ModelError(
+                    f"operator {op.index} (CONV_2D) has a filter of {w[3]} input channels, but its input "
+                    f"{op.inputs[0]} has shape {list(x)}: the input channels must be a positive multiple "
+                    "of the filter's. Resize the model's input with the channel count it was built for")
         elif op.is_custom and op.op_name in RUNTIME_CUSTOM_OPS and op.custom_options:
             check_runtime_op_shapes(op, {}, known)

@@ -549,3 +549,30 @@ def test_tensor_whose_bytes_do_not_match_its_shape_is_a_model_error():
     out = run_model(make_case(21, 55015).data, use_xnnpack=False)
     assert out.status == "rejected" and out.stage == "read", (out.status, out.stage, out.reason)
     assert "holds 2458 bytes for it" in str(out.error)
+
+
+@pytest.mark.parametrize("xnnpack", [False, True])
+def test_convolution_input_resized_to_zero_channels_is_refused(xnnpack):
+    """A CONV_2D's kernels divide by the group count, input channels / filter channels:
+    resized to 0 channels that is a division by zero (SIGFPE in fuzz_structured 31:41157).
+    The input is declared with 2 channels (as the fuzzer left it), so the rule for a model
+    resized away from its own channel count does not apply."""
+    from opaque_ops.isolate.run import run_model
+
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 8, 8, 2], np.float32, shape_signature=[-1, 8, 8, -1])
+    w = b.add_constant("w", np.full((4, 3, 3, 3), 0.1, np.float32))
+    bias = b.add_constant("b", np.zeros(4, np.float32))
+    y = b.add_tensor("y", [1, 3, 3, 4], np.float32)
+    b.add_op("CONV_2D", [x, w, bias], [y], {"padding": "VALID", "stride_w": 2, "stride_h": 2})
+    b.set_inputs([x])
+    b.set_outputs([y])
+    data = b.build()
+    out = run_model(data, use_xnnpack=xnnpack, resize=[1, 8, 8, 0])
+    assert out.status == "rejected", (out.status, out.reason)
+    assert isinstance(out.error, oo.ModelError)
+    assert str(out.error) == (
+        "operator 0 (CONV_2D) has a filter of 3 input channels, but its input 0 has shape [1, 8, 8, 0]: "
+        "the input channels must be a positive multiple of the filter's. Resize the model's input with the "
+        "channel count it was built for")
+    assert run_model(data, use_xnnpack=xnnpack, resize=[2, 8, 8, 3]).status == "ok"
