@@ -217,7 +217,8 @@ def run_child(code: str, start: int, stop: int, timeout: float) -> dict:
     """Run a fuzzing child (``python -c code``) over cases [start, stop) and read its report.
 
     The child prints ``I <index>`` before each case, ``FINDING ...`` lines and a
-    final ``STATS <json>``. Shared by this fuzzer and tools/fuzz_structured.py.
+    final ``STATS <json>``; ``HANG <index>`` if it ended itself on a case that ran
+    too long.  Shared by this fuzzer and tools/fuzz_structured.py.
     """
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     # Every case runs the checks, and no verdict records of throw-away models
@@ -239,6 +240,8 @@ def run_child(code: str, start: int, stop: int, timeout: float) -> dict:
             res["findings"].append(line[8:])
         elif line.startswith("STATS "):
             res["stats"] = json.loads(line[6:])
+        elif line.startswith("HANG "):  # the child's own per-case watchdog
+            last, rc = int(line[5:]), "timeout"
     if res["stats"] is not None and rc == 0:
         res["done"] = stop
         return res

@@ -919,11 +919,25 @@ import resource
 # machine's memory: cap the child's address space.
 resource.setrlimit(resource.RLIMIT_AS, ({mem_limit}, {mem_limit}))
 from tools.fuzz_structured import make_case, run_case, reason_key
+import threading, time
 stats = {{"ok": 0, "refused": 0, "reasons": {{}}, "configs": {{}}, "seeds": {{}}}}
 out = sys.stdout
+# A case that runs past its time (a WHILE looping for billions of turns) is
+# a hang: say which, and end this child so a fresh one carries on.
+deadline = [None, None]
+def watch():
+    while True:
+        time.sleep(0.25)
+        index, until = deadline
+        if until is not None and time.monotonic() > until:
+            out.write("HANG %d\n" % index)
+            out.flush()
+            os._exit(3)
+threading.Thread(target=watch, daemon=True).start()
 for i in range({start}, {stop}):
     out.write("I %d\n" % i)
     out.flush()
+    deadline[:] = [i, time.monotonic() + {case_timeout}]
     case = make_case({seed}, i)
     stats["configs"][case.config()] = stats["configs"].get(case.config(), 0) + 1
     stats["seeds"][case.seed_model] = stats["seeds"].get(case.seed_model, 0) + 1
@@ -947,9 +961,10 @@ out.write("STATS " + json.dumps(stats) + "\n")
 MEM_LIMIT = 8 << 30
 
 
-def _run_range(seed: int, start: int, stop: int, timeout: float, library=None) -> dict:
+def _run_range(seed: int, start: int, stop: int, timeout: float, library=None,
+               case_timeout: float = 20.0) -> dict:
     code = CHILD.format(root=str(ROOT), seed=seed, start=start, stop=stop, library=library,
-                        mem_limit=MEM_LIMIT)
+                        mem_limit=MEM_LIMIT, case_timeout=case_timeout)
     return run_child(code, start, stop, timeout)
 
 
@@ -977,7 +992,8 @@ def run(n: int, seed: int, workdir: Path, chunk: int = 200, workers: int = 1, st
     def work(rng_range):
         a, b = rng_range
         while a < b:
-            res = _run_range(seed, a, b, timeout=60 + per_case_timeout * (b - a), library=library)
+            res = _run_range(seed, a, b, timeout=60 + per_case_timeout * (b - a), library=library,
+                             case_timeout=per_case_timeout)
             with lock:
                 st = res["stats"]
                 if st is not None:
