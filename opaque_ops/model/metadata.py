@@ -91,35 +91,34 @@ def conversion_metadata_fault(data: bytes) -> str | None:
         if pos < 0 or pos + n > size:
             raise _OutOfBounds(f"{what} at offset {pos} (+{n} bytes)")
 
+    def field(table: int, table_name: str, slot_at: int, name: str) -> int | None:
+        """Where a table's offset field points, or None when the field is absent."""
+        # Each table starts with a signed offset back to its vtable, whose
+        # first uint16 is its size; a field whose slot lies past that size
+        # is absent (the runtime checks the size before reading the slot).
+        vt = table - _I32(data, table)[0]
+        need(vt, 2, f"{table_name}'s vtable")
+        if _U16(data, vt)[0] <= slot_at:
+            return None
+        need(vt + slot_at, 2, f"the vtable slot of '{name}'")
+        slot = _U16(data, vt + slot_at)[0]
+        if not slot:
+            return None
+        need(table + slot, 4, f"the offset of '{name}'")
+        return table + slot + _U32(data, table + slot)[0]
+
     try:
         # flatbuffers::GetRoot: a uoffset_t to the root table.
         need(0, 4, "the root offset")
         root = _U32(data, 0)[0]
-        # Each table starts with a signed offset back to its vtable, whose
-        # first uint16 is its size; a field whose slot lies past that size
-        # is absent (the runtime checks the size before reading the slot).
         need(root, 4, "the root table")
-        vt = root - _I32(data, root)[0]
-        need(vt, 2, "the root table's vtable")
-        if _U16(data, vt)[0] <= 6:  # slot of field 1, ``options``
+        opts = field(root, "the root table", 6, "options")  # field 1
+        if opts is None:
             return None
-        need(vt + 6, 2, "the vtable slot of 'options'")
-        slot = _U16(data, vt + 6)[0]
-        if not slot:
-            return None
-        need(root + slot, 4, "the offset of 'options'")
-        opts = root + slot + _U32(data, root + slot)[0]
         need(opts, 4, "the 'options' table")
-        vt = opts - _I32(data, opts)[0]
-        need(vt, 2, "the 'options' table's vtable")
-        if _U16(data, vt)[0] <= 4:  # slot of field 0, ``model_optimization_modes``
+        vec = field(opts, "the 'options' table", 4, "model_optimization_modes")  # field 0
+        if vec is None:
             return None
-        need(vt + 4, 2, "the vtable slot of 'model_optimization_modes'")
-        slot = _U16(data, vt + 4)[0]
-        if not slot:
-            return None
-        need(opts + slot, 4, "the offset of 'model_optimization_modes'")
-        vec = opts + slot + _U32(data, opts + slot)[0]
         need(vec, 4, "the length of 'model_optimization_modes'")
         count = _U32(data, vec)[0]
         # Copied whole into a std::vector<int32>: every element is read.
