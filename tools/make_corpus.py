@@ -62,8 +62,6 @@ def write_patch(name: str, pkg: str, rel: str, patches: list) -> dict:
 
 def main() -> None:
     CORPUS.mkdir(exist_ok=True)
-    s = _schema()
-    codes = {}
 
     # 1. okay_nabu: STRIDED_SLICE offset=True.
     nabu = _package_file("pymicro_wakeword", "models", "okay_nabu.tflite").read_bytes()
@@ -228,9 +226,8 @@ def main() -> None:
     print("wrote", sorted(p.name for p in CORPUS.iterdir()))
 
 
-def write_metadata_entries() -> None:
-    """9. Metadata the runtime parses itself: a one-op model with one ``model_control_dependencies``
-    entry claiming 2**32-1 subgraphs (varint ff ff ff ff 0f after version 1): std::bad_alloc."""
+def abs_model_with_metadata(name: str, payload: bytes) -> bytes:
+    """A one-op ABS model carrying one metadata entry ``name`` whose buffer holds ``payload``."""
     from opaque_ops.model import ModelBuilder
 
     b = ModelBuilder()
@@ -242,12 +239,19 @@ def write_metadata_entries() -> None:
     s = _schema()
     m = unpack(b.build())
     buf = s.BufferT()
-    buf.data = np.frombuffer(bytes.fromhex("01ffffffff0f"), np.uint8)
+    buf.data = np.frombuffer(payload, np.uint8)
     m.buffers.append(buf)
     md = s.MetadataT()
-    md.name, md.buffer = "model_control_dependencies", len(m.buffers) - 1
+    md.name, md.buffer = name, len(m.buffers) - 1
     m.metadata = (m.metadata or []) + [md]
-    (CORPUS / "metadata_control_dependencies_4g_entries.tflite").write_bytes(pack(m))
+    return pack(m)
+
+
+def write_metadata_entries() -> None:
+    """9. Metadata the runtime parses itself: a one-op model with one ``model_control_dependencies``
+    entry claiming 2**32-1 subgraphs (varint ff ff ff ff 0f after version 1): std::bad_alloc."""
+    data = abs_model_with_metadata("model_control_dependencies", bytes.fromhex("01ffffffff0f"))
+    (CORPUS / "metadata_control_dependencies_4g_entries.tflite").write_bytes(data)
 
 
 if __name__ == "__main__":

@@ -132,23 +132,9 @@ def test_conversion_metadata_is_refused_where_tflite_reads_it_and_valid_edits_ru
 
 
 def _abs_with_metadata(name: str, payload: bytes) -> bytes:
-    from tools.fuzz_structured import _schema, pack, unpack
+    from tools.make_corpus import abs_model_with_metadata
 
-    b = ModelBuilder()
-    x = b.add_tensor("x", [1, 4], np.float32)
-    y = b.add_tensor("y", [1, 4], np.float32)
-    b.add_op("ABS", [x], [y])
-    b.set_inputs([x])
-    b.set_outputs([y])
-    s = _schema()
-    m = unpack(b.build())
-    buf = s.BufferT()
-    buf.data = np.frombuffer(payload, np.uint8)
-    m.buffers.append(buf)
-    md = s.MetadataT()
-    md.name, md.buffer = name, len(m.buffers) - 1
-    m.metadata = (m.metadata or []) + [md]
-    return pack(m)
+    return abs_model_with_metadata(name, payload)
 
 
 @pytest.mark.parametrize("payload, fault", [
