@@ -45,7 +45,7 @@ from .errors import (
     UnresolvedOpsError,
     UnsupportedError,
 )
-from .model import check_allocated, check_model, check_resize, read_model
+from .model import check_allocated, check_resize
 
 # Custom ops that TFLite's own builtin resolver provides (and their option rules).
 from .model.runtime_ops import RUNTIME_CUSTOM_OPS as _RUNTIME_CUSTOM_OPS  # noqa: E402

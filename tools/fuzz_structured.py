@@ -46,7 +46,6 @@ import json
 import os
 import random
 import re
-import subprocess
 import sys
 import tempfile
 import threading
@@ -74,7 +73,7 @@ def _package_file(package: str, *parts: str) -> Path | None:
 
 def _one_op_models() -> dict[str, bytes]:
     """Small models built here: one interesting op each, valid as built."""
-    from opaque_ops.model import ModelBuilder, flex_options
+    from opaque_ops.model import ModelBuilder
 
     out = {}
     f32 = np.float32

@@ -17,10 +17,7 @@ from . import interp
 from .ffi import dlopen, ffi
 from .runtime import load_runtime
 
-# glibc's sem_t is 32 bytes on every LP64 target (x86-64, AArch64).
-SEM_SIZE = 32
 _CLOCK_MONOTONIC = 1
-_EINTR, _ETIMEDOUT, _EAGAIN = 4, 110, 11
 
 # How long a waiter polls before it sleeps in sem_wait (seconds).  A sleeping
 # waiter is woken through the kernel's scheduler; on an idle virtual machine
@@ -55,7 +52,7 @@ class SharedSemaphore:
         other one maps the memory.
     """
 
-    __slots__ = ("_buf", "_ptr", "post", "_ts", "_trywait", "_wait", "_spin")
+    __slots__ = ("_buf", "_ptr", "post", "_ts", "_trywait", "_wait")
 
     def __init__(self, buffer, offset: int, create: bool = False):
         if offset % 8:
@@ -69,16 +66,15 @@ class SharedSemaphore:
         self._trywait = _bind(_libc.sem_trywait, self._ptr)
         self._wait = _bind(_libc.sem_wait, self._ptr)
         self._ts = ffi.new("struct timespec*")
-        self._spin = _SPIN_S
 
     def _poll(self) -> bool:
         """Poll for up to ``_SPIN_S`` before a blocking wait; True if acquired."""
         trywait = self._trywait
         if trywait() == 0:
             return True
-        if self._spin:
+        if _SPIN_S:
             clock = time.perf_counter
-            end = clock() + self._spin
+            end = clock() + _SPIN_S
             while clock() < end:
                 if trywait() == 0:
                     return True

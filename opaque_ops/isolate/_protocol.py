@@ -33,6 +33,7 @@ import numpy as np
 
 # ----------------------------------------------------------- the control page
 PAGE = 4096
+# The semaphores, 64 bytes apart (glibc's sem_t is 32 bytes on every LP64 target).
 REQ_SEM = 0  # parent -> worker
 REP_SEM = 64  # worker -> parent
 OP = 128  # u32: the request code

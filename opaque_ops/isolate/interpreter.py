@@ -21,6 +21,7 @@ import pickle
 import sys
 import threading
 import weakref
+from pathlib import Path
 
 import numpy as np
 
@@ -40,11 +41,6 @@ class _View:
     def __init__(self, array):
         self.__array_interface__ = array.__array_interface__
         self._array = array  # keep-alive: its base is the mapping
-
-
-def _read(path) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def op_specs(custom_ops) -> tuple[list, str | None]:
@@ -299,7 +295,7 @@ class IsolatedInterpreter(Interpreter):
             self._live()
             kwargs = dict(self._pickled_args)
             path, content = kwargs.pop("model_path", None), kwargs.pop("model_content", None)
-            data = bytes(memoryview(content)) if content is not None else _read(path)
+            data = bytes(memoryview(content)) if content is not None else Path(path).read_bytes()
             kwargs.update(isolate=True, **self._pickled_limits)
             state = {"allocated": bool(self._allocated), "resized": list(self._resized.items())}
         return restore_interpreter, (data, kwargs, state)

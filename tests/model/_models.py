@@ -5,25 +5,11 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
-import random
-import struct
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from flatbuffers import flexbuffers
 
-from opaque_ops.errors import ModelError
-from opaque_ops.model import (
-    BUILTIN_OPERATOR_NAMES,
-    BUILTIN_OPERATORS,
-    TENSOR_TYPES,
-    ModelBuilder,
-    decode_flex_options,
-    flex_options,
-    read_model,
-)
+from opaque_ops.model import ModelBuilder
 
 
 Interpreter = pytest.importorskip("ai_edge_litert.interpreter").Interpreter

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import glob
-import importlib.util
-import os
 import random
-import struct
 import sys
 from pathlib import Path
 
@@ -15,20 +11,10 @@ import pytest
 from flatbuffers import flexbuffers
 
 from opaque_ops.errors import ModelError
-from opaque_ops.model import (
-    BUILTIN_OPERATOR_NAMES,
-    BUILTIN_OPERATORS,
-    TENSOR_TYPES,
-    ModelBuilder,
-    decode_flex_options,
-    flex_options,
-    read_model,
-)
+from opaque_ops.model import decode_flex_options, flex_options
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _models import (  # noqa: E402
-    ALL_DTYPES, CUSTOM_OPTS, Interpreter, add_mul_model, conv_ref, round_trip_model, run, wheel_models,
-)
+from _models import CUSTOM_OPTS  # noqa: E402
 
 
 def test_flex_options_encoding():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import glob
-import importlib.util
 import os
 import random
 import re
@@ -16,21 +14,10 @@ import pytest
 from flatbuffers import flexbuffers
 
 from opaque_ops.errors import ModelError
-from opaque_ops.model import (
-    ACTIVATIONS,
-    BUILTIN_OPERATOR_NAMES,
-    BUILTIN_OPERATORS,
-    TENSOR_TYPES,
-    ModelBuilder,
-    decode_flex_options,
-    flex_options,
-    read_model,
-)
+from opaque_ops.model import ACTIVATIONS, BUILTIN_OPERATORS, TENSOR_TYPES, read_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _models import (  # noqa: E402
-    ALL_DTYPES, CUSTOM_OPTS, Interpreter, add_mul_model, conv_ref, round_trip_model, run, wheel_models,
-)
+from _models import CUSTOM_OPTS, Interpreter, add_mul_model, round_trip_model, wheel_models  # noqa: E402
 
 
 def test_round_trip_tensors():

@@ -2,33 +2,16 @@
 
 from __future__ import annotations
 
-import glob
-import importlib.util
-import os
-import random
-import struct
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from flatbuffers import flexbuffers
 
-from opaque_ops.errors import ModelError
-from opaque_ops.model import (
-    BUILTIN_OPERATOR_NAMES,
-    BUILTIN_OPERATORS,
-    TENSOR_TYPES,
-    ModelBuilder,
-    decode_flex_options,
-    flex_options,
-    read_model,
-)
+from opaque_ops.model import BUILTIN_OPERATOR_NAMES, BUILTIN_OPERATORS, TENSOR_TYPES, ModelBuilder, read_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _models import (  # noqa: E402
-    ALL_DTYPES, CUSTOM_OPTS, Interpreter, add_mul_model, conv_ref, round_trip_model, run, wheel_models,
-)
+from _models import Interpreter, add_mul_model, conv_ref, round_trip_model, run  # noqa: E402
 
 
 def test_enums_match_litert_schema():
