@@ -5,7 +5,7 @@ A thin wrapper around :func:`opaque_ops.build.main` (also ``opaque-ops build``).
 """
 import sys
 
-from opaque_ops.build import main
+from opaque_ops.build.standalone import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

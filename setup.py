@@ -53,7 +53,7 @@ class BuildPyWithKernels(build_py):
         arch = wheel_arch()
         if arch:
             sys.path.insert(0, HERE)
-            from opaque_ops.build import build_prebuilt
+            from opaque_ops.build.standalone import build_prebuilt
 
             manifest = build_prebuilt(arch, os.path.join(target, arch))
             print(f"prebuilt {len(manifest['kernels'])} kernels for {arch}")

@@ -59,7 +59,7 @@ class _NoLock:
 
     owner = None
 
-    class lock:  # noqa: N801 - mimics opaque_ops._calls.CallLock.lock
+    class lock:  # noqa: N801 - mimics opaque_ops.interpreter.call_lock.CallLock.lock
         acquire = staticmethod(lambda blocking=True: True)
         release = staticmethod(lambda: None)
 

@@ -73,7 +73,8 @@ def _child(which: str, path: str) -> dict:
         # (same kernels, same aliases, XNNPACK), with no model checks: the
         # floor opaque_ops' runtime sets.
         import opaque_ops as oo
-        from opaque_ops import _native, _xnnpack
+        from opaque_ops import _native
+        from opaque_ops.interpreter import xnnpack as _xnnpack
 
         kernels = oo.kernels.mediapipe()
 

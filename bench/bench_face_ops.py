@@ -33,7 +33,7 @@ import numpy as np
 
 import opaque_ops as oo
 import opaque_ops.kernels as K
-from opaque_ops import _paths
+from opaque_ops.build import paths as _paths
 from opaque_ops.model import ModelBuilder
 
 from _timing import median_time

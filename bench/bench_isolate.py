@@ -41,7 +41,7 @@ from bench_selfie import cpu_summary  # noqa: E402
 _PONG = r"""
 import mmap, sys
 sys.path.insert(0, {root!r})
-from opaque_ops._native.isolate import SharedSemaphore
+from opaque_ops._native.isolation_helper import SharedSemaphore
 m = mmap.mmap({fd}, 4096)
 req, rep = SharedSemaphore(m, 0), SharedSemaphore(m, 64)
 while True:
@@ -56,7 +56,7 @@ def semaphore_round_trip():
     """A ping function through two shared semaphores to a child process, and its cleanup."""
     import mmap
 
-    from opaque_ops._native.isolate import SharedSemaphore
+    from opaque_ops._native.isolation_helper import SharedSemaphore
 
     fd = os.memfd_create("bench-round-trip")
     os.ftruncate(fd, 4096)

@@ -30,7 +30,7 @@ import textwrap
 
 OURS = """
 import time, json, sys
-from opaque_ops._native import ffi, runtime
+from opaque_ops._native import ffi, runtime_loader as runtime
 t = time.perf_counter(); rt = runtime.load_runtime(LIBRARY); dt = time.perf_counter() - t
 print(json.dumps({"s": dt, "path": rt.path}))
 """
@@ -42,7 +42,7 @@ print(json.dumps({"s": dt}))
 """
 PARTS = """
 import time, json, ctypes.util
-from opaque_ops._native import elf, runtime
+from opaque_ops._native import elf, runtime_loader as runtime
 out = {}
 t = time.perf_counter(); runtime.file_sha256(PATH); out["sha256 of the file"] = time.perf_counter() - t
 t = time.perf_counter(); ctypes.util.find_library("tensorflowlite_c"); out["ctypes.util.find_library"] = time.perf_counter() - t

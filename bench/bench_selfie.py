@@ -60,7 +60,7 @@ ENV_MEDIAPIPE = "OPAQUE_OPS_BENCH_MEDIAPIPE"
 
 # ------------------------------------------------------------------ machine
 
-from opaque_ops._cpu import cpu_summary  # noqa: E402,F401  (one definition; bench_kernels imports it from here)
+from opaque_ops.build.cpu import cpu_summary  # noqa: E402,F401  (one definition; bench_kernels imports it from here)
 
 
 # ------------------------------------------------------------------ MediaPipe's own runtime

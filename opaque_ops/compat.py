@@ -72,7 +72,7 @@ def _interpreter_class():
 
     Built on first use so that ``install()`` costs no numpy or cffi import.
     """
-    from .interpreter import Interpreter as _Base
+    from .interpreter.core import Interpreter as _Base
 
     class Interpreter(_Base):
         """:class:`opaque_ops.Interpreter` with the defaults given to :func:`opaque_ops.compat.install`.
@@ -126,7 +126,8 @@ def _with_custom_ops_class(base):
 
 # ---------------------------------------------------------- the modules
 def _fill_interpreter_module(mod: types.ModuleType) -> None:
-    from . import delegates, interpreter, signature_runner
+    from .ops import delegates
+    from .interpreter import core as interpreter, signature_runner
 
     cls = _interpreter_class()
     mod.Interpreter = cls
@@ -173,7 +174,8 @@ class _TensorflowStub(types.ModuleType):
 
 
 def _fill_tf_lite(mod: types.ModuleType) -> None:
-    from . import delegates, interpreter
+    from .ops import delegates
+    from .interpreter import core as interpreter
 
     mod.Interpreter = _interpreter_class()
     mod.OpResolverType = interpreter.OpResolverType
@@ -271,7 +273,7 @@ def install(*, custom_ops=None, use_xnnpack=None, library=None, tensorflow: bool
                 "program with `python -m opaque_ops.compat program.py`"
             )
         if custom_ops is not None:
-            from .interpreter import _as_op_libraries
+            from .interpreter.core import _as_op_libraries
 
             custom_ops = _as_op_libraries(custom_ops)  # validated (and loaded) now, not per interpreter
         settings = {k: v for k, v in (("custom_ops", custom_ops), ("use_xnnpack", use_xnnpack),
@@ -364,7 +366,7 @@ def main(argv=None) -> int:
     try:
         custom_ops = None
         if ops:
-            from .cli import _load_libs
+            from .cli.commands import _load_libs
 
             custom_ops = _load_libs(ops)
         install(custom_ops=custom_ops, use_xnnpack=use_xnnpack, library=library, tensorflow=tensorflow)

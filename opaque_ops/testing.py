@@ -212,7 +212,7 @@ def run_op(
     within the guard distance are detected; wilder writes may corrupt other
     memory before anything can notice.
     """
-    from .interpreter import Interpreter
+    from .interpreter.core import Interpreter
     from .isolate import wants_isolation
 
     if wants_isolation(isolate):

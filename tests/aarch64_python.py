@@ -15,7 +15,7 @@ packages only:
 
 The sysroot and the wheels are kept under ``~/.cache/opaque_ops/aarch64-python``
 (``$XDG_CACHE_HOME`` respected), a directory that follows the compile cache's
-ownership rules (``opaque_ops._cache.private_dir``): its Python is executed.
+ownership rules (``opaque_ops.build.store.private_dir``): its Python is executed.
 A stamp file names what was built; a changed recipe rebuilds.  Building it
 the first time takes well under a minute (about 15 MB of packages).
 """
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from opaque_ops import _cache
+from opaque_ops.build import store as _cache
 
 ROOT = Path(__file__).resolve().parent.parent
 

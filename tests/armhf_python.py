@@ -32,7 +32,7 @@ MULTIARCH = "arm-linux-gnueabihf"
 
 def _cache() -> Path:
     # Its Python is executed: the compile cache's ownership rules apply (0700, ours only).
-    from opaque_ops._cache import private_dir
+    from opaque_ops.build.store import private_dir
 
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return private_dir(base / "opaque_ops" / "armhf", "armhf test sysroot")

@@ -34,7 +34,8 @@ import pytest
 import aarch64_python as arm
 import opaque_ops as oo
 from conftest import ROOT, package_file
-from opaque_ops import build as oob, kernels
+from opaque_ops.build import standalone as oob
+from opaque_ops import kernels
 from opaque_ops._native import elf
 from test_interpreter import reference
 

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from opaque_ops import _paths
-from opaque_ops import build as oob
+from opaque_ops.build import paths as _paths
+from opaque_ops.build import standalone as oob
 from opaque_ops.errors import OpLibraryError
 from opaque_ops.model import ModelBuilder
 

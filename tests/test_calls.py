@@ -1,4 +1,4 @@
-"""The call contract (opaque_ops/_calls.py): every public call of one interpreter is serialized,
+"""The call contract (opaque_ops/interpreter/call_lock.py): every public call of one interpreter is serialized,
 and a call from inside one of its own calls raises instead of hanging.
 
 The detector: a Python op that, in the middle of ``invoke()``, lets another

@@ -310,7 +310,7 @@ def test_four_threads_compile_at_once_and_the_process_keeps_its_fds_and_cwd(tmp_
 
 def test_compile_ops_and_build_py_share_one_build(tmp_path, atan_source):
     """Same flags, same glue, same checks: the two libraries are the same kind of file."""
-    from opaque_ops import build
+    from opaque_ops.build import standalone as build
     from opaque_ops._native import elf
 
     cached = oo.compile_ops(atan_source, ops={"Atan": "AtanOpRegistrationExternal"}, cache_dir=tmp_path / "c")
@@ -445,7 +445,7 @@ except oo.OpLibraryError as exc:
 def test_sanitizer_build_without_its_runtime_is_refused_with_the_preload_line(tmp_path, cc):
     if shutil.which(cc) is None:
         pytest.skip(f"{cc} is not installed (apt-get install {cc})")
-    from opaque_ops import build
+    from opaque_ops.build import standalone as build
 
     out = build.build_library([], tmp_path / f"atan_asan_{cc}.so", kernels=["atan"], sanitize=["address"], cc=cc)
     # In a child: loading it without the runtime ends the process with no Python error.
@@ -462,7 +462,7 @@ def test_sanitizer_build_without_its_runtime_is_refused_with_the_preload_line(tm
 
 
 def test_undefined_sanitizer_alone_needs_no_preload(tmp_path):
-    from opaque_ops import build
+    from opaque_ops.build import standalone as build
 
     out = build.build_library([], tmp_path / "ubsan.so", kernels=["atan"], sanitize=["undefined"], cc="gcc")
     assert oo.load_ops(out).ops == [("Atan", 1)]

@@ -261,7 +261,7 @@ def _scale_model() -> bytes:
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is needed (.ci/run installs it)")
 def test_kernel_lifecycle_is_valgrind_clean_and_a_leak_is_caught(tmp_path):
-    from opaque_ops.build import build_library
+    from opaque_ops.build.standalone import build_library
     from tools.valgrind_kernel import valgrind_run
 
     src = tmp_path / "scale.c"

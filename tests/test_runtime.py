@@ -1,4 +1,4 @@
-"""Finding, checking and loading the TFLite C library (opaque_ops._native.runtime, opaque_ops.runtime).
+"""Finding, checking and loading the TFLite C library (opaque_ops._native.runtime_loader, opaque_ops.runtime).
 
 Most tests run a child Python: a process holds one runtime for its life, and
 the lookup is what is under test.  The children drop $OPAQUE_OPS_TFLITE_LIB
@@ -29,9 +29,9 @@ from runtime_files import (
 )
 
 import opaque_ops as oo
-from opaque_ops import _cbuild
+from opaque_ops.build import compiler as _cbuild
 from opaque_ops._native import builds, elf
-from opaque_ops._native import runtime as native_runtime
+from opaque_ops._native import runtime_loader as native_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = _cbuild.host_arch()
@@ -349,7 +349,7 @@ def test_without_the_kernel_api_builtin_models_run_and_custom_ops_say_why(atan_m
     r = _py(
         f"""
         import numpy as np, opaque_ops as oo
-        from opaque_ops._native import runtime as nr
+        from opaque_ops._native import runtime_loader as nr
         rt = nr.load_runtime()
         rt.custom_ops_problem = "exports none of the opaque kernel API (test)"
         it = oo.Interpreter(model_content=bytes.fromhex({_add_model().hex()!r}))
@@ -441,7 +441,7 @@ def test_operator_user_data_reaches_the_runtime_through_either_create():
 
 def test_python_op_operators_carry_their_key_as_user_data():
     from opaque_ops._native.ffi import ffi
-    from opaque_ops._native.pyop import make_python_operator
+    from opaque_ops._native.python_operator import make_python_operator
 
     class Target:  # what make_python_operator calls back (a PythonOp, normally)
         def _on_init(self, options):
@@ -466,7 +466,7 @@ import json, platform, sys, warnings
 warnings.simplefilter("error")  # the armv7l wheel file is a known build: no warning
 import numpy as np
 import opaque_ops as oo
-from opaque_ops._cbuild import host_arch
+from opaque_ops.build.compiler import host_arch
 out = {"machine": platform.machine(), "host_arch": host_arch()}
 info = oo.runtime_info()
 out["info"] = {k: getattr(info, k) for k in ("version", "found_by", "known_build", "custom_ops", "xnnpack")}

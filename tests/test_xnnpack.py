@@ -4,7 +4,7 @@ XNNPACK's delegate implements three MediaPipe ops itself and takes any node
 whose registration carries one of their names (``strcmp`` on
 ``registration->custom_name`` in upstream
 tensorflow/lite/delegates/xnnpack/xnnpack_delegate.cc).  opaque_ops hides
-those nodes from it (opaque_ops/_xnnpack.py).  What is proven here, on the
+those nodes from it (opaque_ops/interpreter/xnnpack.py).  What is proven here, on the
 real runtime with real compiled kernels:
 
 - which implementation ran a custom node: a counting kernel (C) whose invoke
@@ -35,7 +35,7 @@ import pytest
 
 import opaque_ops as oo
 import opaque_ops.kernels as K
-from opaque_ops import _xnnpack
+from opaque_ops.interpreter import xnnpack as _xnnpack
 from opaque_ops.model import ModelBuilder, read_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from opaque_ops._cpu import cpu_summary
+from opaque_ops.build.cpu import cpu_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVERS = Path(__file__).resolve().parent / "clients"

@@ -94,7 +94,7 @@ def build_runner(workdir: Path) -> Path:
 
 def eip_case(workdir: Path):
     """ExtractImagePatches (it has init and free: its options struct is malloc'd)."""
-    from opaque_ops.build import build_library
+    from opaque_ops.build.standalone import build_library
     from opaque_ops.model import ModelBuilder
 
     b = ModelBuilder()
@@ -115,7 +115,7 @@ def eip_case(workdir: Path):
 
 
 def atan_case(workdir: Path):
-    from opaque_ops.build import build_library
+    from opaque_ops.build.standalone import build_library
 
     sys.path.insert(0, str(ROOT / "examples" / "atan"))
     import make_model

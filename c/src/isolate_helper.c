@@ -1,4 +1,4 @@
-/* isolate_helper.c -- loaded only by the isolated worker (python -m opaque_ops.isolate.worker).
+/* isolate_helper.c -- loaded only by the isolated worker (python -m opaque_ops.isolate.server).
  *
  * Two jobs, both of which must run in C:
  *   1. a fatal-signal handler that prints a C backtrace (glibc's backtrace()
@@ -26,14 +26,14 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-/* Built through the kernels' build path (opaque_ops._cbuild: cached, one
+/* Built through the kernels' build path (opaque_ops.build.compiler: cached, one
  * compiler setup), which links in the runtime glue; its entry points are
  * declared here.  The helper declares no ops. */
 #include "opaque_ops.h"
 
 #define OO_EXPORT __attribute__((visibility("default")))
 
-/* The layout the parent reads with struct.unpack (opaque_ops/isolate/_protocol.py,
+/* The layout the parent reads with struct.unpack (opaque_ops/isolate/protocol.py,
  * CRASH_RECORD).  `stage` is written by the worker's Python code, the rest here. */
 typedef struct {
   int32_t magic; /* OO_CRASH_MAGIC once a fatal signal was recorded */

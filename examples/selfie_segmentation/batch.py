@@ -10,7 +10,7 @@ throughput.  A progress bar shows on long runs (tqdm, if installed).
 How the work reaches the workers: the interpreter is created once, here, and
 pickled to each worker, which re-creates it from the model bytes and its op
 libraries (bundled kernels by name, prebuilt libraries by path; see
-opaque_ops/_pickling.py).  No worker reads the model file or needs this
+opaque_ops/ops/pickling.py).  No worker reads the model file or needs this
 process's objects.
 
 - ``--engine dask`` (needs ``pip install distributed``): a Dask

@@ -154,7 +154,7 @@ void TfLiteXNNPackDelegateDelete(TfLiteOpaqueDelegate* delegate);
 
 /* A kernel registered under a second name (c_api_experimental.h), so that
  * XNNPACK, which claims three MediaPipe ops by their registration's name,
- * leaves the node to the kernel (opaque_ops/_xnnpack.py).  The struct is
+ * leaves the node to the kernel (opaque_ops/interpreter/xnnpack.py).  The struct is
  * TfLiteRegistration from common.h; its layout has been the same since the
  * TfLiteOperator API exists.  Only registration_external is filled: TFLite
  * sets builtin_code, custom_name and version itself, and routes every call

@@ -57,9 +57,9 @@ def isolate_by_default(value: bool = True):
 
 
 _LAZY = {
-    "IsolatedInterpreter": ("interpreter", "IsolatedInterpreter"),
-    "IsolatedSignatureRunner": ("interpreter", "IsolatedSignatureRunner"),
-    "Worker": ("_workers", "Worker"),
+    "IsolatedInterpreter": ("proxy", "IsolatedInterpreter"),
+    "IsolatedSignatureRunner": ("proxy", "IsolatedSignatureRunner"),
+    "Worker": ("workers", "Worker"),
     "run_model": ("run", "run_model"),
     "run_models": ("run", "run_models"),
     "Outcome": ("run", "Outcome"),

@@ -59,7 +59,7 @@ def pytest_runtest_protocol(item, nextitem):
 @pytest.fixture
 def oo_worker():
     """A worker process for this test's isolated interpreters (``isolate=oo_worker``)."""
-    from ._workers import Worker
+    from .workers import Worker
 
     worker = Worker()
     yield worker

@@ -9,8 +9,8 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import OpaqueOpsError, RuntimeCrashError, RuntimeTimeoutError
-from ._workers import Worker
-from .interpreter import op_specs
+from .workers import Worker
+from .proxy import op_specs
 
 
 class _Token:
@@ -142,7 +142,7 @@ def run_model(model, *, worker: Worker | None = None, custom_ops=None, use_xnnpa
     if own:
         worker = Worker(memory_limit=kwargs.pop("memory_limit", None))
     try:
-        from ..interpreter import Interpreter
+        from ..interpreter.core import Interpreter
 
         it = Interpreter(**src, custom_ops=custom_ops, use_xnnpack=use_xnnpack, num_threads=num_threads,
                          isolate=worker, timeout=timeout, **kwargs)

@@ -31,7 +31,7 @@ read again only when something needs more than the record holds
 (:meth:`ModelInfo._read_later`).
 
 A record is trusted exactly as a compiled kernel library is
-(:mod:`opaque_ops._cache`): the directory must be the user's own and not
+(:mod:`opaque_ops.build.store`): the directory must be the user's own and not
 writable by others, the record owned by the user and not writable by others,
 and its name carries the SHA-256 of its bytes, checked before it is read (a
 truncated or corrupted record is deleted).  A directory that breaks those
@@ -55,7 +55,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from .. import __version__
-from .. import _cache as _files
+from ..build import store as _files
 from ..errors import CacheError, ModelError
 from .checks import check_model
 from .reader import ModelInfo, read_model

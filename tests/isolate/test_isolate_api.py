@@ -350,7 +350,7 @@ def test_isolate_by_default(atan_model_bytes, guide_atan):
 
 
 def test_bundled_kernels_go_by_name_and_fall_back_to_their_file(tmp_path, monkeypatch, atan_model_bytes):
-    from opaque_ops.isolate.interpreter import op_specs
+    from opaque_ops.isolate.proxy import op_specs
 
     atan = oo.kernels.atan()
     specs, _ = op_specs([oo.kernels.mediapipe(), atan])
@@ -380,7 +380,7 @@ def test_bundled_kernels_go_by_name_and_fall_back_to_their_file(tmp_path, monkey
 def test_pickles_as_an_isolated_interpreter_with_its_own_worker(atan_model_bytes):
     import pickle
 
-    from opaque_ops.isolate.interpreter import IsolatedInterpreter
+    from opaque_ops.isolate.proxy import IsolatedInterpreter
 
     x = np.linspace(-3, 3, 7, dtype=np.float32)
     with oo.Interpreter(model_content=atan_model_bytes, custom_ops=[oo.kernels.atan()], isolate=True,

@@ -148,7 +148,7 @@ def test_memory_cap_leaves_ordinary_work_alone():
 
 
 def test_memory_limit_parsing():
-    from opaque_ops.isolate._workers import parse_size
+    from opaque_ops.isolate.workers import parse_size
 
     assert parse_size("512M") == 512 << 20 and parse_size("2G") == 2 << 30 and parse_size("1.5k") == 1536
     assert parse_size(1000) == 1000 and parse_size(None) is None

@@ -9,7 +9,7 @@ import pytest
 
 import opaque_ops as oo
 from isolate_helpers import bad_ops, no_leaks, one_op, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
-from opaque_ops.isolate import _protocol as P
+from opaque_ops.isolate import protocol as P
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -85,7 +85,7 @@ def test_set_invoke_get_send_no_message(bad_ops, monkeypatch):
 
 def test_crash_record_layout_matches_the_c_helper():
     """c/src/isolate_helper.c writes the record the parent unpacks with CRASH_RECORD."""
-    from opaque_ops import _paths
+    from opaque_ops.build import paths as _paths
 
     src = (_paths.c_dir() / "src" / "isolate_helper.c").read_text()
     body = src[src.index("typedef struct {"):src.index("} oo_crash_record;")]

@@ -63,7 +63,7 @@ def test_one_isolated_interpreter_from_two_threads_serializes_calls(bad_ops):
     """Every public call holds the interpreter's lock: a set_tensor from another thread,
     issued while the worker is inside invoke, waits for it, so the invoke's result belongs
     to its own input (the kernel reads its input only 200 ms into the node)."""
-    from opaque_ops.isolate import _protocol as P
+    from opaque_ops.isolate import protocol as P
 
     it = oo.Interpreter(model_content=one_op("LateRead"), custom_ops=[bad_ops], isolate=True)
     it.allocate_tensors()

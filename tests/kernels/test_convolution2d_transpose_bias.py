@@ -27,7 +27,7 @@ import pytest
 
 import opaque_ops as oo
 import opaque_ops.kernels as K
-from opaque_ops import _paths
+from opaque_ops.build import paths as _paths
 from opaque_ops.model import ModelBuilder
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -243,7 +243,7 @@ def test_detection_postprocess_runs_and_matches_ai_edge_litert(regular):
 
 
 def test_runtime_ops_are_listed_as_provided_by_the_runtime(tmp_path):
-    from opaque_ops.cli import main
+    from opaque_ops.cli.commands import main
 
     path = tmp_path / "m.tflite"
     path.write_bytes(_detection())

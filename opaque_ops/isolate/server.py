@@ -1,7 +1,7 @@
-"""The isolated worker: ``python -m opaque_ops.isolate.worker`` (started by the parent, never by hand).
+"""The isolated worker: ``python -m opaque_ops.isolate.server`` (started by the parent, never by hand).
 
 It hosts one in-process :class:`opaque_ops.Interpreter` at a time and serves
-the parent's requests (see :mod:`opaque_ops.isolate._protocol`).  Everything
+the parent's requests (see :mod:`opaque_ops.isolate.protocol`).  Everything
 that can crash -- the TFLite runtime, the model, the kernels -- runs here.
 
 What it sets up before anything else:
@@ -31,7 +31,7 @@ import threading
 
 import numpy as np
 
-from . import _protocol as P
+from . import protocol as P
 
 
 def _vm_data() -> int:
@@ -192,7 +192,7 @@ class _Placement:
 
     def layout(self) -> dict:
         """``{tensor index: (segment id, offset, dtype, shape)}`` of the tensors that live in a shared buffer now."""
-        from .._native.isolate import moved_probe
+        from .._native.isolation_helper import moved_probe
 
         out, placed = {}, []
         for i, (seg, off, cap) in self.slots.items():
@@ -248,7 +248,7 @@ class Server:
     """The worker's side: serves one parent over a control page, a socket and a lifeline."""
 
     def __init__(self, sock: socket.socket, control: mmap.mmap, lifeline: int):
-        from .._native.isolate import SharedSemaphore
+        from .._native.isolation_helper import SharedSemaphore
 
         self.sock = sock
         self.control = control
@@ -397,7 +397,7 @@ class Server:
                 "helper_path": self.helper.path if self.helper is not None else None}
 
     def do_create(self, kwargs, ops, main_path):
-        from ..interpreter import Interpreter
+        from ..interpreter.core import Interpreter
 
         self.close_interpreter()
         self._main(main_path)
@@ -405,7 +405,7 @@ class Server:
             self.helper.reset_profiler()
         custom_ops = _ops_from_specs(ops)
         if kwargs.get("experimental_delegates"):
-            from ..delegates import load_delegate
+            from ..ops.delegates import load_delegate
 
             # The parent's delegates are objects of its process: the same plugin,
             # with the same options, makes this process's own.
@@ -447,7 +447,7 @@ class Server:
                 and not kwargs.get("subgraph_index", 0))
 
     def _unplanned(self, name, args):
-        from .. import _tensors
+        from ..interpreter import tensors as _tensors
 
         t = self.placement.native.tensor(args[0])
         what = f"tensor {args[0]} ({t.name!r})"  # as the Interpreter names it
@@ -539,8 +539,8 @@ def _public_values(obj) -> dict:
 
 def _ops_from_specs(specs) -> list:
     """Rebuild ``custom_ops`` from what the parent sent (see ``_spec.op_specs``)."""
-    from ..oplib import load_ops
-    from ..pyop import python_op
+    from ..ops.library import load_ops
+    from ..ops.python_op import python_op
 
     ops = []
     for spec in specs:
@@ -573,7 +573,7 @@ def _bundled_kernel(name: str, path: str):
     """
     from .. import kernels
     from ..errors import OpaqueOpsError
-    from ..oplib import load_ops
+    from ..ops.library import load_ops
 
     try:
         return kernels.kernel(name)
@@ -597,9 +597,9 @@ def _load_helper():
     It goes through ``compile_ops``, the kernels' one build path (cached,
     verified, the compiler in a child process); it declares no ops.
     """
-    from .. import _paths
-    from .._native.isolate import load_helper
-    from ..oplib import compile_ops
+    from ..build import paths as _paths
+    from .._native.isolation_helper import load_helper
+    from ..ops.library import compile_ops
 
     src = _paths.c_dir() / "src" / "isolate_helper.c"
     try:
@@ -626,7 +626,7 @@ def _instrument(worker: Server) -> None:
       Interpreter holds the wrapped functions from the start, whichever of
       its paths allocates.
     """
-    from .._native import interp
+    from .._native import native_interpreter as interp
 
     ni, nr = interp.NativeInterpreter, interp.NativeSignatureRunner
     init, runner_init, runner_alloc, runner_invoke = ni.__init__, nr.__init__, nr.allocate, nr.invoke
@@ -683,7 +683,7 @@ def _instrument(worker: Server) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m opaque_ops.isolate.worker",
+    ap = argparse.ArgumentParser(prog="python -m opaque_ops.isolate.server",
                                  description="opaque_ops' isolated worker (started by opaque_ops itself)")
     ap.add_argument("--socket", type=int, required=True)
     ap.add_argument("--control", type=int, required=True)

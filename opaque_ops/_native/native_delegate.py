@@ -21,7 +21,7 @@ import threading
 from ..errors import DelegateError
 from .ffi import dlopen, ffi
 from .lifetime import Shared
-from .runtime import load_runtime
+from .runtime_loader import load_runtime
 
 _plugins: dict[str, object] = {}
 _plugins_lock = threading.Lock()

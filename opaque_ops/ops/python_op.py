@@ -24,7 +24,8 @@ from typing import Callable
 
 import numpy as np
 
-from . import _native, _pickling
+from .. import _native
+from . import pickling as _pickling
 
 TensorSpec = namedtuple("TensorSpec", ["shape", "dtype"])
 TensorSpec.__doc__ = "Shape (tuple of int) and numpy dtype of one of the op's input tensors."

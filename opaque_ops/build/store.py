@@ -33,7 +33,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from .errors import CacheError
+from ..errors import CacheError
 
 ENV_CACHE = "OPAQUE_OPS_CACHE_DIR"
 _SUFFIX = ".so"

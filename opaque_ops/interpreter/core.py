@@ -26,29 +26,19 @@ import weakref
 
 import numpy as np
 
-from . import _fork, _native, _pickling, _tensors, _xnnpack
-from ._calls import CallLock, get_ident
-from ._sigint import WATCH_AFTER_S, invoke_watched
-from .isolate import wants_isolation
-from .model import cache as model_cache
-from .model.cache import checked_model
-from .errors import (
-    ClosedError,
-    InvalidInputError,
-    KernelError,
-    LiveViewsError,
-    ModelError,
-    NotAllocatedError,
-    OpaqueOpsError,
-    ResizeError,
-    TFLiteError,
-    UnresolvedOpsError,
-    UnsupportedError,
-)
-from .model import check_allocated, check_resize
+from . import fork_guard as _fork, tensors as _tensors, xnnpack as _xnnpack
+from .. import _native
+from ..ops import pickling as _pickling
+from .call_lock import CallLock, get_ident
+from .sigint import WATCH_AFTER_S, invoke_watched
+from ..isolate import wants_isolation
+from ..model import cache as model_cache
+from ..model.cache import checked_model
+from ..errors import ClosedError, InvalidInputError, KernelError, LiveViewsError, ModelError, NotAllocatedError, OpaqueOpsError, ResizeError, TFLiteError, UnresolvedOpsError, UnsupportedError
+from ..model import check_allocated, check_resize
 
 # Custom ops that TFLite's own builtin resolver provides (and their option rules).
-from .model.runtime_ops import RUNTIME_CUSTOM_OPS as _RUNTIME_CUSTOM_OPS  # noqa: E402
+from ..model.runtime_ops import RUNTIME_CUSTOM_OPS as _RUNTIME_CUSTOM_OPS  # noqa: E402
 
 _UNRESOLVED = re.compile(r"unresolved custom op: ([^\s.]+(?:\.[^\s.]+)*?)\.?(?:\s|$)", re.I)
 
@@ -80,7 +70,7 @@ def _resolver_type(value) -> OpResolverType:
 
 def _as_op_libraries(custom_ops) -> list:
     """Accept OpLibrary objects, python ops, and paths to prebuilt libraries."""
-    from .oplib import load_ops
+    from ..ops.library import load_ops
 
     libs = []
     for item in custom_ops or ():
@@ -115,7 +105,7 @@ def _collect_operators(libs) -> list:
 def _as_delegates(experimental_delegates) -> list:
     if not experimental_delegates:
         return []  # (no import of the delegate module on the common path)
-    from .delegates import Delegate
+    from ..ops.delegates import Delegate
 
     out = list(experimental_delegates or ())
     for d in out:
@@ -156,7 +146,7 @@ class Interpreter:
     One interpreter may be shared by threads: its calls are serialized.
     It pickles (for process pools, Dask, Ray): the copy is re-created from
     the model bytes, the arguments and the op libraries, with the same input
-    shapes and allocation, but not the tensor contents (``opaque_ops._pickling``).
+    shapes and allocation, but not the tensor contents (``opaque_ops.ops.pickling``).
 
     Parameters
     ----------
@@ -225,7 +215,7 @@ class Interpreter:
     def __new__(cls, *args, isolate=None, **kwargs):
         # isolate=True: the same API, backed by a worker process (opaque_ops.isolate).
         if cls is Interpreter and wants_isolation(isolate):
-            from .isolate.interpreter import IsolatedInterpreter
+            from ..isolate.proxy import IsolatedInterpreter
 
             return super().__new__(IsolatedInterpreter)
         return super().__new__(cls)

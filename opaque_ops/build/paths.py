@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-_PKG = Path(__file__).resolve().parent
+_PKG = Path(__file__).resolve().parent.parent  # opaque_ops/, whose c/ (or ../c/) this finds
 
 
 @lru_cache(maxsize=None)

@@ -27,12 +27,12 @@ import numpy as _np
 
 from ..errors import OpLibraryError
 from .ffi import ffi
-from .interp import TFLITE_TO_NUMPY
-from .kernels import Operator
+from .native_interpreter import TFLITE_TO_NUMPY
+from .kernel_library import Operator
 from .lifetime import Shared
 from .pending import stash_exception
-from .runtime import load_runtime
-from . import runtime as _rtmod
+from .runtime_loader import load_runtime
+from . import runtime_loader as _rtmod
 
 # kTfLiteBuiltinCustom: the builtin code of every custom operator.
 _BUILTIN_CUSTOM = 32

@@ -6,8 +6,10 @@ import os
 import threading
 from pathlib import Path
 
-from . import _cbuild, _native, _pickling, _sanitizers
-from .errors import CompileError, OpLibraryError
+from ..build import compiler as _cbuild
+from .. import _native
+from . import pickling as _pickling, sanitizers as _sanitizers
+from ..errors import CompileError, OpLibraryError
 
 
 class OpLibrary:

@@ -11,7 +11,8 @@ XNNPACK (if on) takes what it leaves, and the builtin kernels the rest.
 
 from __future__ import annotations
 
-from . import _native, _pickling
+from .. import _native
+from . import pickling as _pickling
 
 
 class Delegate:

@@ -1,4 +1,4 @@
-"""The compile step of :func:`opaque_ops._cbuild.build`, run in a child process.
+"""The compile step of :func:`opaque_ops.build.compiler.build`, run in a child process.
 
 Never imported by the package: ``_cbuild`` runs this file with the same
 Python, in a private working directory, with its stdout and stderr on a pipe.

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 
-from .._cbuild import host_arch
+from ..build.compiler import host_arch
 from ..errors import OpLibraryError
 from . import elf
 from .ffi import dlopen, ffi
-from .runtime import load_runtime
+from .runtime_loader import load_runtime
 
 # Bumped together with OPAQUE_OPS_ABI_VERSION in c/include/opaque_ops.h.
 ABI_VERSION = 1

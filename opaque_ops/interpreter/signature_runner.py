@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _tensors
-from ._sigint import WATCH_AFTER_S, invoke_watched
-from .errors import InvalidInputError, OpaqueOpsError
+from . import tensors as _tensors
+from .sigint import WATCH_AFTER_S, invoke_watched
+from ..errors import InvalidInputError, OpaqueOpsError
 
 
 class SignatureRunner:
@@ -23,7 +23,7 @@ class SignatureRunner:
     """
 
     def __init__(self, interpreter, native_runner, key: str, sig):
-        from .interpreter import _Graph
+        from .core import _Graph
 
         self._interpreter = interpreter  # keep-alive: the runner lives inside it
         self._r = native_runner
@@ -84,7 +84,7 @@ class SignatureRunner:
 
         The same rules as :meth:`Interpreter.resize_tensor_input`.
         """
-        from .interpreter import _as_shape
+        from .core import _as_shape
 
         self._require_names([input_name], what="resize_tensor_input")
         shape = _as_shape(tensor_size, f"signature {self.key!r}: resize {input_name!r}")
@@ -99,7 +99,7 @@ class SignatureRunner:
 
     def __reduce__(self):
         # Its interpreter (re-created from its own pickle) and the key.
-        from . import _pickling
+        from ..ops import pickling as _pickling
 
         return _pickling.runner_reduce(self)
 
@@ -118,7 +118,7 @@ class SignatureRunner:
                 f"signature {self.key!r} takes inputs {sorted(self._inputs)}; "
                 f"unknown: {sorted(unknown)}, missing: {sorted(missing)}"
             )
-        from .interpreter import _as_shape
+        from .core import _as_shape
 
         arrays = {n: v if isinstance(v, np.ndarray) else np.asarray(v) for n, v in inputs.items()}
         resizes = [(self._index_of[n], _as_shape(a.shape, f"signature {self.key!r} input {n!r}"), False)

@@ -7,7 +7,7 @@ import threading
 import weakref
 
 from ..errors import OpaqueOpsError
-from ._process import WorkerProcess
+from .process import WorkerProcess
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.I)
 

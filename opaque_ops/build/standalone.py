@@ -44,9 +44,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from . import _cbuild, _paths
-from ._cbuild import host_arch
-from .errors import CompileError, OpaqueOpsError
+from . import compiler as _cbuild, paths as _paths
+from .compiler import host_arch
+from ..errors import CompileError, OpaqueOpsError
 
 __all__ = ["BuildError", "build_library", "build_prebuilt", "main", "TARGETS", "CROSS_COMPILERS"]
 
@@ -125,7 +125,7 @@ def kernel_sources(names, kernels_dir: str | os.PathLike | None = None) -> list[
     BuildError
         A name is neither a ``<name>.c`` in the kernels directory nor a bundle.
     """
-    from .kernels import BUNDLES
+    from .bundles import BUNDLES
 
     kdir = Path(kernels_dir) if kernels_dir is not None else _paths.kernels_dir()
     available = sorted(p.stem for p in kdir.glob("*.c"))
@@ -298,7 +298,7 @@ def build_prebuilt(target: str, out_dir: str | os.PathLike, *, cc: str | None = 
     import hashlib
     import json
 
-    from .kernels import PREBUILT_MANIFEST
+    from .bundles import PREBUILT_MANIFEST
 
     arch = _resolve_target(target)
     out = Path(out_dir)

@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 
-from ._native import elf
+from .._native import elf
 
 # Sanitizer runtimes that must be in the process before the library is
 # loaded: (sanitizer, runtime library prefix, clang's runtime, the prefix of

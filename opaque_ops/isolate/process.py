@@ -20,8 +20,8 @@ import weakref
 from pathlib import Path
 
 from ..errors import ClosedError, OpaqueOpsError, RuntimeTimeoutError
-from . import _crash, _stderr
-from . import _protocol as P
+from . import crash as _crash, stderr_drain as _stderr
+from . import protocol as P
 
 # How long a worker may take to start (import numpy, load the runtime, maybe
 # compile its helper once).
@@ -95,7 +95,7 @@ class WorkerProcess:
     """
 
     def __init__(self, *, memory_limit=None, library=None, forward_stderr=True):
-        from .._native.isolate import SharedSemaphore
+        from .._native.isolation_helper import SharedSemaphore
 
         self.memory_limit = memory_limit
         self.lock = threading.RLock()
@@ -109,7 +109,7 @@ class WorkerProcess:
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         life_r, life_w = os.pipe()
         err_r, err_w = os.pipe()
-        cmd = [sys.executable, "-m", "opaque_ops.isolate.worker", "--socket", str(child_sock.fileno()),
+        cmd = [sys.executable, "-m", "opaque_ops.isolate.server", "--socket", str(child_sock.fileno()),
                "--control", str(ctrl_fd), "--lifeline", str(life_r)]
         try:
             self.proc = subprocess.Popen(
@@ -356,7 +356,7 @@ def _worker_env() -> dict:
     import site
 
     env = dict(os.environ)
-    pkg_parent = str(Path(__file__).resolve().parent.parent.parent)
+    pkg_parent = str(Path(__file__).resolve().parents[2])
     sites = {str(Path(p).resolve()) for p in site.getsitepackages() + [site.getusersitepackages()]}
     if pkg_parent not in sites:
         env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

@@ -12,10 +12,10 @@ import functools
 
 import numpy as _np
 
-from .._xnnpack import real_names
+from ..interpreter.xnnpack import real_names
 from ..errors import ModelError
 from .ffi import ffi
-from .runtime import Runtime, load_runtime
+from .runtime_loader import Runtime, load_runtime
 
 
 # kTfLiteCustomAllocationFlagsSkipAlignCheck is never passed: the buffers
@@ -182,7 +182,7 @@ class ErrorSink(list):
     """Messages the runtime reported through one interpreter's error reporter.
 
     ``aliases`` maps a model op name to the name it was registered under
-    (see :mod:`opaque_ops._xnnpack`); :meth:`take` reports the model's name.
+    (see :mod:`opaque_ops.interpreter.xnnpack`); :meth:`take` reports the model's name.
     """
 
     aliases: dict = {}
@@ -262,7 +262,7 @@ class NativeInterpreter:
         ``delegates`` are user delegates (applied before XNNPACK).
         ``aliases`` maps op names to a second name each matching operator is
         also registered under (the model op codes were renamed to it, see
-        :mod:`opaque_ops._xnnpack`); TFLite's messages name the model's op.
+        :mod:`opaque_ops.interpreter.xnnpack`); TFLite's messages name the model's op.
         """
         rt = load_runtime()
         self.rt = rt

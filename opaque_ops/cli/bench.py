@@ -14,7 +14,7 @@ from pathlib import Path
 
 def suite_path() -> Path | None:
     """Return ``bench/suite.py`` of the checkout this package runs from, or None."""
-    p = Path(__file__).resolve().parent.parent / "bench" / "suite.py"
+    p = Path(__file__).resolve().parents[2] / "bench" / "suite.py"
     return p if p.is_file() else None
 
 

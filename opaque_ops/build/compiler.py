@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from . import _cache, _paths
-from .errors import CompileError
+from . import store as _cache, paths as _paths
+from ..errors import CompileError
 
 # Part of every cache key: bump it when what a build produces changes.
 BUILD_PATH_VERSION = "2"
@@ -62,7 +62,7 @@ BASE_LDFLAGS = ["-Wl,-Bsymbolic"]
 CHECK_LDFLAGS = ["-Wl,-z,defs", "-Wl,--warn-unresolved-symbols"]
 LIBRARIES = ["m", "dl"]
 
-_CHILD = Path(__file__).with_name("_buildchild.py")
+_CHILD = Path(__file__).with_name("child.py")
 
 
 def cache_dir(override: str | os.PathLike | None = None) -> Path:
@@ -368,7 +368,7 @@ def compile_cached(spec: BuildSpec, cache_root: str | os.PathLike | None = None)
     ------
     CacheError
         The cache directory or an entry fails the ownership and mode rules
-        (``opaque_ops._cache``), or the directory cannot be created or written.
+        (``opaque_ops.build.store``), or the directory cannot be created or written.
     CompileError
         No compiler and no entry, or the compiler failed.
     """

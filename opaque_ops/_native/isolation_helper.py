@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import time
 
-from . import interp
+from . import native_interpreter as interp
 from .ffi import dlopen, ffi
-from .runtime import load_runtime
+from .runtime_loader import load_runtime
 
 _CLOCK_MONOTONIC = 1
 

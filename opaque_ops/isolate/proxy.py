@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ClosedError, InvalidInputError, OpaqueOpsError, RuntimeCrashError, RuntimeTimeoutError
-from ..interpreter import Interpreter
-from ..signature_runner import SignatureRunner
-from ._workers import Worker, parse_size
+from ..interpreter.core import Interpreter
+from ..interpreter.signature_runner import SignatureRunner
+from .workers import Worker, parse_size
 
 _INIT = inspect.signature(Interpreter.__init__)
 
@@ -49,7 +49,7 @@ def op_specs(custom_ops) -> tuple[list, str | None]:
     Returns ``(specs, main_path)``; ``main_path`` is the ``__main__`` script
     to import in the worker when a Python op's functions live there.
     """
-    from ..pyop import PythonOp
+    from ..ops.python_op import PythonOp
 
     specs: list = []
     main_path = None
@@ -100,7 +100,7 @@ def op_specs(custom_ops) -> tuple[list, str | None]:
 
 def delegate_specs(delegates) -> list:
     """Delegates as the worker recreates them: the plugin's path and the options."""
-    from ..delegates import Delegate
+    from ..ops.delegates import Delegate
 
     out = []
     for d in delegates:
@@ -289,7 +289,7 @@ class IsolatedInterpreter(Interpreter):
         # Re-created as an isolated interpreter with its own worker, like
         # Interpreter.__reduce__: model bytes, arguments, resized inputs and
         # whether it was allocated; not tensor contents (see _pickling).
-        from .._pickling import restore_interpreter
+        from ..ops.pickling import restore_interpreter
 
         with self._lock:
             self._live()

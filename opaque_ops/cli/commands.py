@@ -32,8 +32,8 @@ class CliError(Exception):
 
 def _load_libs(specs) -> list:
     """Turn ``--ops`` values into op libraries."""
-    from . import kernels
-    from .oplib import compile_ops, load_ops
+    from .. import kernels
+    from ..ops.library import compile_ops, load_ops
 
     libs = []
     for spec in specs or ():
@@ -50,7 +50,7 @@ def _load_libs(specs) -> list:
 
 
 def _runtime_custom_ops():
-    from .model.runtime_ops import RUNTIME_CUSTOM_OPS
+    from ..model.runtime_ops import RUNTIME_CUSTOM_OPS
 
     return RUNTIME_CUSTOM_OPS
 
@@ -59,7 +59,7 @@ def _describe_options(raw: bytes | None) -> str:
     """Custom options as text: a flexbuffer map decoded, otherwise raw bytes (and int32s)."""
     if not raw:
         return "no options"
-    from .model import decode_flex_options
+    from ..model import decode_flex_options
 
     try:
         decoded = decode_flex_options(raw)
@@ -98,7 +98,7 @@ def _shape(t) -> str:
 
 
 def cmd_inspect(args) -> int:
-    from .model import read_model
+    from ..model import read_model
 
     path = Path(args.model)
     if not path.is_file():
@@ -168,7 +168,7 @@ CHECK_OK, CHECK_REFUSED, CHECK_UNSAFE = 0, 1, 3
 
 def _check_isolated(path, libs, args) -> int:
     """Run the model once in an isolated worker and say whether loading it in-process is safe."""
-    from .isolate.run import run_model
+    from ..isolate.run import run_model
 
     sys.stdout.flush()
     outcome = run_model(path, custom_ops=libs, timeout=args.timeout, memory_limit=args.memory_limit,
@@ -203,7 +203,7 @@ def _parse_inputs(items) -> dict[str, str]:
 
 
 def _make_interpreter(args, **options):
-    from .interpreter import Interpreter
+    from ..interpreter.core import Interpreter
 
     path = Path(args.model)
     if not path.is_file():
@@ -341,7 +341,7 @@ def cmd_bench(args) -> int:
         times[i] = time.perf_counter() - t0
         progress.update(i + 1)
     progress.close()
-    from ._cpu import cpu_summary
+    from ..build.cpu import cpu_summary
 
     threads = args.threads if args.threads is not None else "default"
     print(f"model: {args.model}  runs: {args.runs}  warmup: {args.warmup}  threads: {threads}")
@@ -372,7 +372,7 @@ _XNNPACK_MEANING = {
 
 def cmd_build(argv) -> int:
     try:
-        from . import build
+        from ..build import standalone as build
     except ImportError as exc:
         raise CliError(f"the build command is not available in this installation ({exc})") from None
     result = build.main(list(argv))
@@ -433,7 +433,7 @@ _PYTHON_ADVICE = "Pass a library that provides them in custom_ops=[...]."
 
 def _unresolved_message(exc) -> str:
     """An UnresolvedOpsError's message in command-line terms, naming bundled kernels that help."""
-    from .kernels import MEDIAPIPE, provided_ops
+    from ..kernels import MEDIAPIPE, provided_ops
 
     text = str(exc).replace(_PYTHON_ADVICE, "").rstrip()
     bundled = provided_ops()
@@ -477,14 +477,14 @@ def main(argv=None) -> int:
         3 when an isolated run crashed or hung (and ``inspect --check`` found
         the model unsafe).
     """
-    from .errors import OpaqueOpsError, RuntimeCrashError, RuntimeTimeoutError, UnresolvedOpsError
+    from ..errors import OpaqueOpsError, RuntimeCrashError, RuntimeTimeoutError, UnresolvedOpsError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] == "build":
             return cmd_build(argv[1:])
         if argv[:2] == ["bench", "--suite"]:
-            from ._bench_cli import run_suite
+            from .bench import run_suite
 
             return run_suite(argv[2:])
         args = _parser().parse_args(argv)

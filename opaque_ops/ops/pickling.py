@@ -33,7 +33,7 @@ import os
 import pickle
 from pathlib import Path
 
-from .errors import OpLibraryError
+from ..errors import OpLibraryError
 
 # ----------------------------------------------------------- op libraries
 # OpLibrary._origin values (set where the library is made):
@@ -61,8 +61,8 @@ def _is_file(source) -> bool:
 
 def restore_library(origin, path):
     """Re-create an op library in this process (the other half of ``OpLibrary.__reduce__``)."""
-    from . import kernels
-    from .oplib import OpLibrary, compile_ops, load_ops
+    from .. import kernels
+    from .library import OpLibrary, compile_ops, load_ops
 
     kind = origin[0]
     if kind == "kernel":
@@ -88,7 +88,7 @@ def restore_library(origin, path):
 
 # ------------------------------------------------------------ python ops
 def python_op_reduce(op):
-    from .pyop import python_op
+    from .python_op import python_op
 
     fns = {"invoke": op._invoke, "prepare": op._prepare, "init": op._init}
     for what, fn in fns.items():
@@ -115,7 +115,7 @@ def delegate_reduce(delegate):
 
 # ------------------------------------------------------------ interpreters
 def interpreter_reduce(it):
-    from .errors import ClosedError
+    from ..errors import ClosedError
 
     args = getattr(it, "_init_args", None)
     if args is None:
@@ -136,7 +136,7 @@ def interpreter_reduce(it):
 
 def restore_interpreter(model_content, kwargs, state):
     """Re-create an interpreter in this process (the other half of ``Interpreter.__reduce__``)."""
-    from .interpreter import Interpreter
+    from ..interpreter.core import Interpreter
 
     it = Interpreter(model_content=model_content, **kwargs)
     for index, shape in state.get("resized", ()):

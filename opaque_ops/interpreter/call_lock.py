@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
-from .errors import ReentrantCallError
+from ..errors import ReentrantCallError
 
 get_ident = threading.get_ident
 
