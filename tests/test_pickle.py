@@ -1,6 +1,6 @@
 """Pickling interpreters and op libraries: multiprocessing and ProcessPoolExecutor workers.
 
-What crosses (opaque_ops/ops/pickling.py): the model bytes, the constructor's
+What crosses (each class's own __reduce__: Interpreter, OpLibrary, python_op, Delegate): the model bytes, the constructor's
 arguments, the input shapes and whether it was allocated; bundled kernels by
 name, compile_ops libraries by path (or their source where the file is
 gone), load_ops libraries by path, python_ops by reference to importable

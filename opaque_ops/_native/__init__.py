@@ -15,7 +15,7 @@ sees a raw pointer.  It is cffi's ABI mode: nothing is compiled to use it.
 
 from __future__ import annotations
 
-from .native_interpreter import STATUS_NAMES, TENSOR_ALIGNMENT, TFLITE_TO_NUMPY, ErrorSink, NativeInterpreter, NativeModel, NativeSignatureRunner, TensorRef
+from .native_interpreter import STATUS_NAMES, TENSOR_ALIGNMENT, TFLITE_TO_NUMPY, ErrorSink, NativeHooks, NativeInterpreter, NativeModel, NativeSignatureRunner, TensorRef
 from .native_delegate import NativeDelegate
 from .kernel_library import ABI_VERSION, KernelLibrary, Operator, kernel_library, parse_stamp
 from .pending import pop_pending_exception, stash_exception
@@ -27,6 +27,7 @@ __all__ = [
     "ENV_LIBRARY",
     "ErrorSink",
     "KernelLibrary",
+    "NativeHooks",
     "NativeInterpreter",
     "NativeDelegate",
     "NativeModel",
