@@ -3,7 +3,7 @@
 Safety contract (what every public call of an Interpreter, its signature
 runners and its ``tensor()`` accessors guarantees):
 
-- **Serialized.**  All calls of one interpreter hold its lock (:mod:`._calls`);
+- **Serialized.**  All calls of one interpreter hold its lock (:mod:`.call_lock`);
   a call from inside one of its own calls raises ``ReentrantCallError``.
 - **One path moves memory.**  Everything that can move or resize tensor
   memory (``allocate_tensors``, ``resize_tensor_input``, signature runners'
@@ -701,7 +701,7 @@ class Interpreter:
         KeyboardInterrupt
             Ctrl-C, or ``cancel()`` from another thread, stopped it between nodes.
         """
-        # The lock spelled out (see _calls.CallLock) and the prebound C
+        # The lock spelled out (see call_lock.CallLock) and the prebound C
         # call: a tiny model's whole invoke is ~1 µs, so each 0.1 µs shows.
         calls = self._calls
         lock = self._lock

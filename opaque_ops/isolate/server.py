@@ -14,6 +14,12 @@ What it sets up before anything else:
   parent is gone (closed, killed, crashed), and the worker exits at once,
   even in the middle of an invoke, so no worker outlives its parent;
 - the memory cap (``RLIMIT_DATA``), once its own baseline is loaded.
+
+This module is the request loop; the rest of the worker has one module per concern:
+:mod:`.budget` (the memory cap), :mod:`.placement` (the hosted interpreter's
+tensors in shared memory), :mod:`.instrumentation` (the hooks on the native
+interpreters it creates: stages, placement) and :mod:`.shipping` (ops and
+delegates re-created by their own ``__reduce__``).
 """
 
 from __future__ import annotations
