@@ -9,7 +9,7 @@ and numpy and the runtime load on first use.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: F401  (the lowest layer: model.cache reads it too)
 
 from .errors import (  # noqa: F401  (light: no numpy, no cffi)
     CacheError,
@@ -34,6 +34,10 @@ from .errors import (  # noqa: F401  (light: no numpy, no cffi)
     UnresolvedOpsError,
     UnsupportedError,
 )
+
+# Light (no numpy, no cffi): it registers the isolated Interpreter with the
+# interpreter layer, which never imports the isolate layer above it.
+from . import isolate as _isolate  # noqa: E402,F401
 
 _LAZY = {
     "Interpreter": ("interpreter.core", "Interpreter"),

@@ -21,9 +21,6 @@ mediapipe`` (see :data:`BUNDLES`).
 
 from __future__ import annotations
 
-from functools import lru_cache
-
-from .build import paths as _paths
 from .build.bundles import (  # noqa: F401  (public names of this module)
     BUNDLES,
     MEDIAPIPE,
@@ -37,7 +34,6 @@ from .build.bundles import (  # noqa: F401  (public names of this module)
 )
 
 
-@lru_cache(maxsize=None)
 def kernel(name: str):
     """One bundled kernel file as an op library: prebuilt if the package has it, else compiled.
 
@@ -49,19 +45,12 @@ def kernel(name: str):
     Returns
     -------
     OpLibrary
-        ``lib.prebuilt`` tells which it is.
+        ``lib.prebuilt`` tells which it is.  The same object for the same
+        name (built once per process); it pickles by name.
     """
-    from .ops.library import OpLibrary, compile_ops
+    from .ops.library import bundled_kernel
 
-    if name not in available():
-        raise ValueError(f"no bundled kernel {name!r}; available: {', '.join(names())}")
-    lib_path = prebuilt_library(name)
-    if lib_path is not None:
-        lib = OpLibrary(lib_path, prebuilt=True)
-    else:
-        lib = compile_ops(_paths.kernels_dir() / f"{name}.c")
-    lib._origin = ("kernel", name)  # pickled by name: the worker loads or builds its own
-    return lib
+    return bundled_kernel(name)
 
 
 def bundle(*names: str):

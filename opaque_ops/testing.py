@@ -17,123 +17,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import _native
-from .errors import OpaqueOpsError
-
-# Bytes of known pattern on each side of every guarded output.
-GUARD_BYTES = 64
-# Not a repeating single byte, so a kernel writing a constant (0, 0xFF, a
-# float 1.0) over the guard is seen, and odd offsets are caught too.
-_PATTERN = np.frombuffer(bytes([0xDE, 0xAD, 0xBE, 0xEF, 0x5A, 0xC3, 0x3C, 0xA5]), np.uint8)
-
-
-class GuardError(OpaqueOpsError):
-    """A kernel wrote outside its output buffer (into the guard bytes around it)."""
+# The in-process core lives in the interpreter layer (the isolated worker runs it too).
+from .interpreter.one_op import GUARD_BYTES, GuardError, build_op_model, run_one_op  # noqa: F401
 
 
 def _as_op_list(ops) -> list:
     if isinstance(ops, (list, tuple)):
         return list(ops)
     return [ops]
-
-
-def _norm_spec(spec, default_shape, default_dtype) -> tuple[list[int], np.dtype]:
-    if isinstance(spec, dict):
-        unknown = set(spec) - {"shape", "dtype"}
-        if unknown:
-            raise ValueError(f"output spec keys are 'shape' and 'dtype'; unknown: {sorted(unknown)}")
-        shape = spec.get("shape", default_shape)
-        dtype = spec.get("dtype", default_dtype)
-    else:
-        try:
-            shape, dtype = spec
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"output spec {spec!r} is not (shape, dtype) or a dict with 'shape'/'dtype'"
-            ) from None
-    return [int(d) for d in shape], np.dtype(dtype)
-
-
-def _fill_pattern(buf: np.ndarray) -> None:
-    reps = -(-buf.size // _PATTERN.size)
-    buf[:] = np.tile(_PATTERN, reps)[: buf.size]
-
-
-def _aligned_guarded(nbytes: int) -> tuple[np.ndarray, int]:
-    """A pattern-filled uint8 buffer and the offset of a 64-byte aligned data region in it."""
-    align = _native.TENSOR_ALIGNMENT
-    raw = np.empty(nbytes + 2 * GUARD_BYTES + align, np.uint8)
-    addr = raw.ctypes.data
-    start = (-(addr + GUARD_BYTES)) % align + GUARD_BYTES
-    _fill_pattern(raw)
-    return raw, start
-
-
-def _check_guards(op_name: str, pos: int, raw: np.ndarray, start: int, nbytes: int, expected: np.ndarray) -> None:
-    before = np.nonzero(raw[:start] != expected[:start])[0]
-    after = np.nonzero(raw[start + nbytes:] != expected[start + nbytes:])[0]
-    if after.size:
-        raise GuardError(
-            f"kernel {op_name!r} wrote past the end of output {pos} (bytes {int(after[0])}..{int(after[-1])} "
-            f"after the {nbytes}-byte buffer changed)"
-        )
-    if before.size:
-        raise GuardError(
-            f"kernel {op_name!r} wrote before the start of output {pos} (bytes "
-            f"{start - int(before[-1])}..{start - int(before[0])} before the {nbytes}-byte buffer changed)"
-        )
-
-
-def build_op_model(
-    op_name: str,
-    inputs: Sequence[np.ndarray],
-    outputs: Sequence[tuple[Sequence[int], Any]],
-    options=None,
-    version: int = 1,
-    constant_inputs: Sequence[int] = (),
-) -> bytes:
-    """Serialise a model made of one custom op.
-
-    Parameters
-    ----------
-    op_name : str
-        The custom op.
-    inputs : sequence of numpy.ndarray
-        One per op input; their shapes and dtypes become the model's.
-    outputs : sequence of (shape, dtype)
-        The declared output tensors (a kernel's Prepare may resize them).
-    options : dict or bytes or None
-        Custom options (a dict is flexbuffer-encoded).
-    version : int
-        The op version recorded in the model.
-    constant_inputs : sequence of int
-        Positions in ``inputs`` stored as constants in the model instead of
-        being model inputs.
-
-    Returns
-    -------
-    bytes
-    """
-    from .model import ModelBuilder
-
-    b = ModelBuilder(description=f"opaque_ops.testing: one {op_name} op")
-    const = {int(i) for i in constant_inputs}
-    bad = [i for i in const if not 0 <= i < len(inputs)]
-    if bad:
-        raise ValueError(f"constant_inputs {bad} out of range for {len(inputs)} inputs")
-    in_idx, model_inputs = [], []
-    for i, arr in enumerate(inputs):
-        if i in const:
-            in_idx.append(b.add_constant(f"const{i}", arr))
-        else:
-            t = b.add_tensor(f"input{i}", list(arr.shape), arr.dtype)
-            in_idx.append(t)
-            model_inputs.append(t)
-    out_idx = [b.add_tensor(f"output{i}", shape, dtype) for i, (shape, dtype) in enumerate(outputs)]
-    b.add_custom_op(op_name, in_idx, out_idx, options=options, version=version)
-    b.set_inputs(model_inputs)
-    b.set_outputs(out_idx)
-    return b.build()
 
 
 def run_op(
@@ -212,7 +103,6 @@ def run_op(
     within the guard distance are detected; wilder writes may corrupt other
     memory before anything can notice.
     """
-    from .interpreter.core import Interpreter
     from .isolate import wants_isolation
 
     if wants_isolation(isolate):
@@ -222,68 +112,8 @@ def run_op(
             op_name=op_name, inputs=[np.asarray(a) for a in inputs], options=options, num_outputs=num_outputs,
             version=version, guard=guard, constant_inputs=constant_inputs, num_threads=num_threads,
         ), isolate=isolate, timeout=timeout)
-    arrays = [np.asarray(a) for a in inputs]
-    if isinstance(num_outputs, (bool, np.bool_)):
-        raise TypeError("num_outputs must be an int or a list of output specs")
-    default_shape = list(arrays[0].shape) if arrays else [1]
-    default_dtype = arrays[0].dtype if arrays else np.dtype(np.float32)
-    if isinstance(num_outputs, (int, np.integer)):
-        if num_outputs < 1:
-            raise ValueError("num_outputs must be at least 1")
-        specs = [(default_shape, default_dtype)] * int(num_outputs)
-    else:
-        specs = [_norm_spec(s, default_shape, default_dtype) for s in num_outputs]
-        if not specs:
-            raise ValueError("num_outputs must name at least one output")
-    data = build_op_model(op_name, arrays, specs, options=options, version=version,
-                          constant_inputs=constant_inputs)
-    it = Interpreter(model_content=data, custom_ops=_as_op_list(ops), num_threads=num_threads)
-    it.allocate_tensors()
-    native = it._live()
-    out_indices = native.output_indices()
-    guards = []
-    if guard:
-        for pos, idx in enumerate(out_indices):
-            t = native.tensor(idx)
-            nbytes = t.nbytes
-            raw, start = _aligned_guarded(nbytes)
-            status = native.set_custom_allocation(idx, raw[start:start + max(nbytes, 1)])
-            if status != 0:
-                msgs = native.sink.take()
-                raise OpaqueOpsError(
-                    f"could not attach a guarded buffer to output {pos} of {op_name!r}: "
-                    + ("; ".join(msgs) or f"status {status}")
-                    + " (pass guard=False to run without guard bytes)"
-                )
-            guards.append((pos, idx, raw, start, nbytes, raw.copy()))
-        # Prepare runs again; the tensors now point into our buffers.
-        it.allocate_tensors()
-    for det, arr in zip(it.get_input_details(), [a for i, a in enumerate(arrays)
-                                                 if i not in {int(c) for c in constant_inputs}]):
-        it.set_tensor(det["index"], arr)
-    it.invoke()
-    results = []
-    for pos, idx in enumerate(out_indices):
-        t = native.tensor(idx)
-        if guard:
-            _, _, raw, start, nbytes, expected = guards[pos]
-            if t.nbytes != nbytes:
-                raise GuardError(
-                    f"output {pos} of {op_name!r} changed size from {nbytes} to {t.nbytes} bytes "
-                    "during invoke (resize outputs in Prepare, not Invoke)"
-                )
-            view = t.view()
-            if nbytes and (view is None or view.ctypes.data != raw.ctypes.data + start):
-                raise OpaqueOpsError(
-                    f"output {pos} of {op_name!r} no longer lives in its guarded buffer "
-                    "(the runtime reallocated it); pass guard=False"
-                )
-            _check_guards(op_name, pos, raw, start, nbytes, expected)
-        results.append(it.get_tensor(idx))
-    # Drop the interpreter before the buffers it points into.
-    it.close()
-    del native, it
-    return results
+    return run_one_op(_as_op_list(ops), op_name, inputs, options=options, num_outputs=num_outputs,
+                      version=version, guard=guard, constant_inputs=constant_inputs, num_threads=num_threads)
 
 
 __all__ = ["run_op", "build_op_model", "GuardError", "GUARD_BYTES"]

@@ -472,3 +472,27 @@ def test_duplicate_op_from_two_libraries_is_rejected(tmp_path, atan_model_bytes,
     other = oo.compile_ops(MACRO_ATAN, cache_dir=tmp_path)
     with pytest.raises(oo.OpaqueOpsError, match="provided by both"):
         oo.Interpreter(model_content=atan_model_bytes, custom_ops=[guide_atan, other])
+
+
+def test_custom_ops_items_have_a_declared_type_and_anything_else_is_refused_alike(guide_atan):
+    from opaque_ops.ops.library import OpBundle
+    from opaque_ops.ops.provider import OpProvider
+
+    op = oo.python_op("Atan", invoke=lambda i, o: None)
+    for item in (guide_atan, op, OpBundle([guide_atan])):
+        assert isinstance(item, OpProvider)
+
+    class LooksLikeALibrary:  # the old duck-typed check took anything with these
+        path = guide_atan.path
+
+        def operators(self):
+            return guide_atan.operators()
+
+    want = ("custom_ops must hold op libraries (from compile_ops, load_ops, python_op or "
+            "opaque_ops.kernels) or paths to prebuilt libraries, not LooksLikeALibrary")
+    model = oo.testing.build_op_model("Atan", [np.zeros(2, np.float32)], [([2], np.float32)])
+    with pytest.raises(TypeError) as in_process:
+        oo.Interpreter(model_content=model, custom_ops=[LooksLikeALibrary()])
+    with pytest.raises(TypeError) as isolated:
+        oo.Interpreter(model_content=model, custom_ops=[LooksLikeALibrary()], isolate=True)
+    assert str(in_process.value) == str(isolated.value) == want

@@ -1,6 +1,6 @@
 """Pickling interpreters and op libraries: multiprocessing and ProcessPoolExecutor workers.
 
-What crosses (opaque_ops/ops/pickling.py): the model bytes, the constructor's
+What crosses (each class's own __reduce__: Interpreter, OpLibrary, python_op, Delegate): the model bytes, the constructor's
 arguments, the input shapes and whether it was allocated; bundled kernels by
 name, compile_ops libraries by path (or their source where the file is
 gone), load_ops libraries by path, python_ops by reference to importable
@@ -104,6 +104,35 @@ def test_compile_ops_library_rebuilds_from_its_source_where_the_file_is_gone(tmp
     assert other.names == ["Atan"] and other.path.is_file()
     (y,) = oo.testing.run_op(other, "Atan", inputs=[ATAN_INPUT])
     np.testing.assert_array_equal(y, np.arctan(ATAN_INPUT.astype(np.float64)).astype(np.float32))
+
+
+def test_a_compile_ops_library_is_restored_only_through_the_verified_cache(tmp_path, atan_source):
+    # The library is built and pickled in one process, its cache entry damaged
+    # after that (never loaded here: changing a loaded library's file could
+    # crash this process), and the pickle restored in another process.
+    cache = tmp_path / "cache"
+    made = run_child(f"""
+        import pickle, opaque_ops as oo
+        lib = oo.compile_ops({str(atan_source)!r}, ops={{"Atan": "AtanOpRegistrationExternal"}},
+                             cache_dir={str(cache)!r})
+        print(str(lib.path))
+        print(pickle.dumps(lib).hex())
+    """)
+    assert made.returncode == 0, crashed(made)
+    path, blob = made.stdout.split()
+    with open(path, "ab") as f:
+        f.write(b"not what was built")
+    restored = run_child(f"""
+        import pickle
+        from opaque_ops.build.store import file_digest
+        lib = pickle.loads(bytes.fromhex({blob!r}))
+        print(lib.names, str(lib.path).startswith({str(cache)!r}),
+              file_digest(lib.path) == lib.path.name[:-3].rsplit("-", 1)[-1])
+    """)
+    assert restored.returncode == 0, crashed(restored)
+    # The damaged entry failed the digest check: the library was built again, not loaded as it was.
+    assert restored.stdout.split() == ["['Atan']", "True", "True"]
+    assert not open(path, "rb").read().endswith(b"not what was built")
 
 
 def test_load_ops_library_travels_by_path_with_a_clear_error_where_it_is_missing(tmp_path):

@@ -202,3 +202,32 @@ def test_python_op_is_guarded_too():
     op = oo.python_op("PyNeg", invoke=lambda i, o: -i[0])
     (y,) = run_op(op, "PyNeg", inputs=[np.arange(5, dtype=np.float64)])
     np.testing.assert_array_equal(y, -np.arange(5.0))
+
+
+def test_guarded_buffers_go_through_the_one_path_that_moves_memory():
+    # run_op attaches its guarded outputs with Interpreter._reshape(redirect=...):
+    # the same lock, views check and model checks as allocate_tensors.
+    from opaque_ops.interpreter.core import Interpreter
+    from opaque_ops.testing import build_op_model
+
+    op = oo.python_op("Half", invoke=lambda i, o: np.multiply(i[0], 0.5, out=o[0]))
+    x = np.arange(4, dtype=np.float32)
+    it = Interpreter(model_content=build_op_model("Half", [x], [([4], np.float32)]), custom_ops=[op])
+    it.allocate_tensors()
+    out = it.get_output_details()[0]["index"]
+    view = it.tensor(out)()
+    attached = []
+    with pytest.raises(oo.LiveViewsError, match="cannot run_op"):
+        it._reshape("run_op: guarded outputs", allocate=True, redirect=attached.append)
+    assert attached == []  # refused before any buffer moved
+    del view
+    buf = np.zeros(64 + 16, np.uint8)
+    start = (-buf.ctypes.data) % 64
+    it._reshape("run_op: guarded outputs", allocate=True,
+                redirect=lambda native: attached.append(native.set_custom_allocation(out, buf[start:start + 16])))
+    assert attached == [0]
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    np.testing.assert_array_equal(buf[start:start + 16].view(np.float32), x * 0.5)
+    it.close()
+

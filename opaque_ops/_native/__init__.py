@@ -4,18 +4,23 @@ Every C declaration is in ``tflite_c.h`` (read by :mod:`.ffi`); everything
 outside this package works with the small wrappers defined here and never
 sees a raw pointer.  It is cffi's ABI mode: nothing is compiled to use it.
 
-- :mod:`.runtime`: finding and loading ``libtensorflowlite_c``, the error reporter;
-- :mod:`.interp`: models, interpreters, signature runners, tensors;
-- :mod:`.kernels`: kernel libraries and their operators;
-- :mod:`.pyop`: operators whose callbacks are Python functions;
-- :mod:`.delegate`: delegate plugins (``tflite_plugin_create_delegate``);
+- :mod:`.runtime_loader`: finding and loading ``libtensorflowlite_c``, the error reporter;
+- :mod:`.native_interpreter`: models, interpreters, signature runners, tensors, and
+  :class:`NativeHooks` (what a caller may wrap around one interpreter's calls);
+- :mod:`.kernel_library`: kernel libraries and their operators;
+- :mod:`.python_operator`: operators whose callbacks are Python functions;
+- :mod:`.native_delegate`: delegate plugins (``tflite_plugin_create_delegate``);
 - :mod:`.lifetime`: freeing C objects that interpreters point to, in a safe order;
 - :mod:`.pending`: exceptions raised inside callbacks, re-raised after C returns.
+
+It imports nothing of opaque_ops but :mod:`opaque_ops.errors`: policy (XNNPACK's
+op aliases, the host architecture for a message) comes in as arguments
+(``tools/import_layers.py`` checks).
 """
 
 from __future__ import annotations
 
-from .native_interpreter import STATUS_NAMES, TENSOR_ALIGNMENT, TFLITE_TO_NUMPY, ErrorSink, NativeInterpreter, NativeModel, NativeSignatureRunner, TensorRef
+from .native_interpreter import STATUS_NAMES, TENSOR_ALIGNMENT, TFLITE_TO_NUMPY, ErrorSink, NativeHooks, NativeInterpreter, NativeModel, NativeSignatureRunner, TensorRef
 from .native_delegate import NativeDelegate
 from .kernel_library import ABI_VERSION, KernelLibrary, Operator, kernel_library, parse_stamp
 from .pending import pop_pending_exception, stash_exception
@@ -27,6 +32,7 @@ __all__ = [
     "ENV_LIBRARY",
     "ErrorSink",
     "KernelLibrary",
+    "NativeHooks",
     "NativeInterpreter",
     "NativeDelegate",
     "NativeModel",

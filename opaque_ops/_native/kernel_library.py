@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 
-from ..build.compiler import host_arch
 from ..errors import OpLibraryError
 from . import elf
 from .ffi import dlopen, ffi
@@ -26,7 +25,7 @@ class KernelLibrary:
     Python cannot prove when that ends.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, host_arch: str = "<this machine's architecture>"):
         runtime = load_runtime()
         runtime.require_custom_ops(f"kernel library {path}")
         # Compared with the running executable's own ELF header, not by
@@ -35,7 +34,7 @@ class KernelLibrary:
         if problem:
             raise OpLibraryError(
                 f"cannot load kernel library {path}: it {problem}; rebuild it for this machine "
-                f"with `opaque-ops build SOURCE.c --target {host_arch()}` "
+                f"with `opaque-ops build SOURCE.c --target {host_arch}` "
                 "(or compile the source here with opaque_ops.compile_ops)"
             )
         try:
@@ -99,12 +98,16 @@ _kernel_libraries: dict[str, KernelLibrary] = {}
 _kernel_libraries_lock = threading.Lock()
 
 
-def kernel_library(path: str) -> KernelLibrary:
-    """Load (once) the kernel library at ``path`` (absolute)."""
+def kernel_library(path: str, host_arch: str = "<this machine's architecture>") -> KernelLibrary:
+    """Load (once) the kernel library at ``path`` (absolute).
+
+    ``host_arch`` names this machine's architecture in the message that
+    refuses a library built for another (the build layer knows it).
+    """
     with _kernel_libraries_lock:
         lib = _kernel_libraries.get(path)
         if lib is None:
-            lib = _kernel_libraries[path] = KernelLibrary(path)
+            lib = _kernel_libraries[path] = KernelLibrary(path, host_arch)
         return lib
 
 
@@ -128,4 +131,13 @@ class Operator:
         rt = load_runtime()
         self.name = ffi.string(rt.operator_name(ptr)).decode()
         self.version = int(rt.operator_version(ptr))
+
+    # Every interpreter the operator is added to calls hold(), and release()
+    # once it is deleted.  A C kernel's operator needs no count (its library
+    # is never unloaded); a Python op's does (see python_operator.PyOperator).
+    def hold(self) -> None:
+        """An interpreter now points at this operator."""
+
+    def release(self) -> None:
+        """An interpreter that pointed at this operator has been deleted."""
 

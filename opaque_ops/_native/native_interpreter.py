@@ -12,7 +12,6 @@ import functools
 
 import numpy as _np
 
-from ..interpreter.xnnpack import real_names
 from ..errors import ModelError
 from .ffi import ffi
 from .runtime_loader import Runtime, load_runtime
@@ -181,17 +180,19 @@ def _c_name(p, what: str, i: int) -> str:
 class ErrorSink(list):
     """Messages the runtime reported through one interpreter's error reporter.
 
-    ``aliases`` maps a model op name to the name it was registered under
-    (see :mod:`opaque_ops.interpreter.xnnpack`); :meth:`take` reports the model's name.
+    ``rename``, when set, rewrites each message (the interpreter layer passes
+    one that puts the model's op names back where XNNPACK's aliases stood,
+    see :mod:`opaque_ops.interpreter.xnnpack`): policy comes in as an
+    argument, this package imports none.
     """
 
-    aliases: dict = {}
+    rename = None
 
     def take(self) -> list[str]:
         out = [m.strip() for m in self if m.strip()]
         self.clear()
-        if self.aliases:
-            out = [real_names(m, self.aliases) for m in out]
+        if self.rename is not None:
+            out = [self.rename(m) for m in out]
         return out
 
 
@@ -248,6 +249,25 @@ def _closed_call(*_args):
     raise RuntimeError("the native interpreter is closed")
 
 
+class NativeHooks:
+    """What a caller may do around one native interpreter's calls (the isolated worker's instrumentation).
+
+    Passed to :class:`NativeInterpreter` at construction, it sees that
+    interpreter and its signature runners only: it may replace their
+    ``allocate`` / ``resize_input`` / ``invoke`` attributes with wrappers
+    (every caller reads them from the instance).  The default does nothing.
+    """
+
+    def creating(self) -> None:
+        """Before ``TfLiteInterpreterCreate`` runs."""
+
+    def created(self, native: "NativeInterpreter") -> None:
+        """After it ran (``native.ok`` tells whether it succeeded)."""
+
+    def runner_created(self, runner: "NativeSignatureRunner") -> None:
+        """A signature runner of the interpreter was created."""
+
+
 class NativeInterpreter:
     """``TfLiteInterpreter`` with its options, model and operators, freed in order.
 
@@ -256,14 +276,20 @@ class NativeInterpreter:
     """
 
     def __init__(self, model: NativeModel, operators, num_threads=None, cancellable=True,
-                 use_xnnpack=False, delegates=(), aliases=None):
+                 use_xnnpack=False, delegates=(), aliases=None, rename_messages=None,
+                 hooks: NativeHooks | None = None):
         """Create the interpreter; ``ok`` tells whether TFLite did.
 
         ``delegates`` are user delegates (applied before XNNPACK).
         ``aliases`` maps op names to a second name each matching operator is
         also registered under (the model op codes were renamed to it, see
-        :mod:`opaque_ops.interpreter.xnnpack`); TFLite's messages name the model's op.
+        :mod:`opaque_ops.interpreter.xnnpack`); ``rename_messages(message)``
+        turns TFLite's messages back to the model's op names.  ``hooks``
+        (a :class:`NativeHooks`) sees this interpreter and its runners.
         """
+        self.hooks = hooks
+        if hooks is not None:
+            hooks.creating()
         rt = load_runtime()
         self.rt = rt
         self._xnnpack = None
@@ -291,8 +317,7 @@ class NativeInterpreter:
             rt.add_operator(self._options, op._ptr)
             # A Python op's operator counts the interpreters that may call it
             # (see _native.pyop); released in close().
-            if hasattr(op, "hold"):
-                op.hold()
+            op.hold()
         # User delegates first, XNNPACK last: it takes what they leave, as
         # tflite_runtime's default delegate does.
         for d in self._delegates:
@@ -302,7 +327,7 @@ class NativeInterpreter:
         # custom_name (the registration struct itself is copied).
         self._aliased = []
         if aliases:
-            self.sink.aliases = dict(aliases)
+            self.sink.rename = rename_messages
             for op in self._operators:
                 if op.name in aliases:
                     name = ffi.new("char[]", aliases[op.name].encode())
@@ -325,6 +350,8 @@ class NativeInterpreter:
         # freeing the interpreter it points to.
         self.invoke = (functools.partial(rt.lib.TfLiteInterpreterInvoke, self._interp)
                        if self.ok else _closed_call)
+        if hooks is not None:
+            hooks.created(self)
 
     # -- lifetime
     def close(self):
@@ -344,8 +371,7 @@ class NativeInterpreter:
         self._xnnpack = None
         # Nothing calls the operators or delegates any more.
         for op in getattr(self, "_operators", ()):
-            if hasattr(op, "release"):
-                op.release()
+            op.release()
         self._operators = []
         for d in getattr(self, "_delegates", ()):
             d.release()
@@ -424,7 +450,12 @@ class NativeInterpreter:
 
     def signature_runner(self, key: str) -> "NativeSignatureRunner | None":
         ptr = self.rt.lib.TfLiteInterpreterGetSignatureRunner(self._interp, key.encode())
-        return None if ptr == ffi.NULL else NativeSignatureRunner(ptr, self)
+        if ptr == ffi.NULL:
+            return None
+        runner = NativeSignatureRunner(ptr, self)
+        if self.hooks is not None:
+            self.hooks.runner_created(runner)
+        return runner
 
 
 class NativeSignatureRunner:

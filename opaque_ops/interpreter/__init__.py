@@ -2,6 +2,9 @@
 
 - :mod:`.core` -- :class:`Interpreter`, the one path that moves tensor memory;
 - :mod:`.signature_runner` -- :class:`SignatureRunner`;
+- :mod:`.reshape_target` -- what the one memory-moving path works on (a subgraph, a shape);
+- :mod:`.one_op` -- one custom op in a model of its own (``testing.run_op``'s in-process core);
+- :mod:`.isolation_default` -- what ``isolate=`` means, and the isolated class ``opaque_ops.isolate`` registers;
 - :mod:`.tensors` -- tensor details, numpy views and the checks on values set;
 - :mod:`.sparsity` -- sparse tensors' parameters for ``get_tensor_details()``;
 - :mod:`.xnnpack` -- when XNNPACK is applied and which nodes it takes;

@@ -3,7 +3,7 @@
 Safety contract (what every public call of an Interpreter, its signature
 runners and its ``tensor()`` accessors guarantees):
 
-- **Serialized.**  All calls of one interpreter hold its lock (:mod:`._calls`);
+- **Serialized.**  All calls of one interpreter hold its lock (:mod:`.call_lock`);
   a call from inside one of its own calls raises ``ReentrantCallError``.
 - **One path moves memory.**  Everything that can move or resize tensor
   memory (``allocate_tensors``, ``resize_tensor_input``, signature runners'
@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import os
+import pickle
 import re
 import weakref
 
@@ -28,10 +30,11 @@ import numpy as np
 
 from . import fork_guard as _fork, tensors as _tensors, xnnpack as _xnnpack
 from .. import _native
-from ..ops import pickling as _pickling
+from ..ops.provider import OpProvider, not_an_op_provider
 from .call_lock import CallLock, get_ident
+from .reshape_target import Graph as _Graph, as_shape as _as_shape
+from .isolation_default import isolated_class, wants_isolation
 from .sigint import WATCH_AFTER_S, invoke_watched
-from ..isolate import wants_isolation
 from ..model import cache as model_cache
 from ..model.cache import checked_model
 from ..errors import ClosedError, InvalidInputError, KernelError, LiveViewsError, ModelError, NotAllocatedError, OpaqueOpsError, ResizeError, TFLiteError, UnresolvedOpsError, UnsupportedError
@@ -76,11 +79,8 @@ def _as_op_libraries(custom_ops) -> list:
     for item in custom_ops or ():
         if isinstance(item, (str, os.PathLike)):
             item = load_ops(item)
-        if not hasattr(item, "operators"):
-            raise TypeError(
-                "custom_ops must hold op libraries (from compile_ops, load_ops, python_op or "
-                f"opaque_ops.kernels) or paths to prebuilt libraries, not {type(item).__name__}"
-            )
+        if not isinstance(item, OpProvider):
+            raise not_an_op_provider(item)
         libs.append(item)
     return libs
 
@@ -118,22 +118,6 @@ def _as_delegates(experimental_delegates) -> list:
     return out
 
 
-class _Graph:
-    """How :meth:`Interpreter._reshape` reaches the tensors of one subgraph.
-
-    The interpreter's own inputs (subgraph 0, by position) and each signature
-    runner (its subgraph, by input name) provide the same four operations.
-    """
-
-    def __init__(self, subgraph: int, names: dict[int, object], resize, allocate, tensor, shape_of=None):
-        self.subgraph = subgraph
-        self.names = names          # tensor index -> what the resize call takes (position or name)
-        self.resize = resize        # (handle, shape) -> status
-        self.allocate = allocate    # () -> status
-        self.tensor = tensor        # handle -> TensorRef
-        self.shape_of = shape_of    # tensor index -> planned shape or None (subgraphs other than 0)
-
-
 # Tensors for which preserved buffers are made (kTfLiteArenaRw): what the
 # arena planner would otherwise let later tensors overwrite.
 _ARENA_RW = 2
@@ -146,7 +130,7 @@ class Interpreter:
     One interpreter may be shared by threads: its calls are serialized.
     It pickles (for process pools, Dask, Ray): the copy is re-created from
     the model bytes, the arguments and the op libraries, with the same input
-    shapes and allocation, but not the tensor contents (``opaque_ops.ops.pickling``).
+    shapes and allocation, but not the tensor contents (``Interpreter.__reduce__``).
 
     Parameters
     ----------
@@ -213,12 +197,28 @@ class Interpreter:
     """
 
     def __new__(cls, *args, isolate=None, **kwargs):
-        # isolate=True: the same API, backed by a worker process (opaque_ops.isolate).
+        # isolate=True: the same API, backed by a worker process (the class
+        # opaque_ops.isolate registered; this layer does not import that one).
         if cls is Interpreter and wants_isolation(isolate):
-            from ..isolate.proxy import IsolatedInterpreter
-
-            return super().__new__(IsolatedInterpreter)
+            return super().__new__(isolated_class())
         return super().__new__(cls)
+
+    # The isolated worker's instrumentation (a _native.NativeHooks), set per
+    # instance by _with_hooks; None for every other interpreter.
+    _hooks = None
+
+    @classmethod
+    def _with_hooks(cls, hooks, **kwargs) -> "Interpreter":
+        """An in-process interpreter whose native objects are created with ``hooks``.
+
+        The isolated worker composes its instrumentation in this way, for
+        that one interpreter; the public constructor keeps tflite_runtime's
+        signature.
+        """
+        it = object.__new__(cls)
+        it._hooks = hooks
+        it.__init__(**kwargs, isolate=False)
+        return it
 
     def __init__(
         self,
@@ -263,8 +263,8 @@ class Interpreter:
                 "experimental_disable_delegate_clustering=True cannot be honoured with "
                 "experimental_delegates: the TFLite C API has no switch for delegate clustering"
             )
-        # What pickling sends to re-create this interpreter in another process
-        # (see _pickling; custom_ops and delegates are added from what was loaded).
+        # What __reduce__ sends to re-create this interpreter in another process
+        # (custom_ops and delegates are added from what was loaded).
         self._init_args = {
             "num_threads": num_threads,
             "experimental_op_resolver_type": resolver,
@@ -312,6 +312,10 @@ class Interpreter:
             )
         native = _native.NativeInterpreter(model, operators, num_threads=num_threads,
                                            use_xnnpack=self.xnnpack, aliases=aliases,
+                                           rename_messages=(functools.partial(_xnnpack.real_names,
+                                                                              aliases=dict(aliases))
+                                                            if aliases else None),
+                                           hooks=self._hooks,
                                            delegates=[d._native for d in delegates])
         self.xnnpack = native.xnnpack
         if not native.ok:
@@ -369,9 +373,26 @@ class Interpreter:
         self.close()
 
     def __reduce__(self):
-        # Pickled as what re-creates it: model bytes, arguments, input shapes
-        # and whether it was allocated (not tensor contents); see _pickling.
-        return _pickling.interpreter_reduce(self)
+        # Pickled as what re-creates it (for process pools, Dask, Ray): the
+        # model bytes, the constructor's arguments (op libraries and delegates
+        # pickled by their own __reduce__), the input shapes it was resized to
+        # and whether it was allocated.  Tensor contents and variable state
+        # stay behind: the copy starts fresh.
+        args = getattr(self, "_init_args", None)
+        if args is None:
+            raise pickle.PicklingError(f"{type(self).__name__} objects cannot be pickled")
+        if self._native is None:
+            raise ClosedError("a closed Interpreter cannot be pickled; pickle it before close()")
+        sg = self._info.subgraphs[0]
+        declared = {idx: tuple(sg.tensors[idx].shape) for idx in sg.inputs}
+        resized = []
+        for d in self.get_input_details():
+            shape = tuple(int(n) for n in d["shape"])
+            if declared.get(d["index"]) != shape:
+                resized.append((d["index"], shape))
+        state = {"allocated": bool(self._allocated), "resized": resized}
+        return restore_interpreter, (self._model_bytes, dict(args, custom_ops=list(self._libs),
+                                                             experimental_delegates=list(self._delegates)), state)
 
     def _live(self) -> "_native.NativeInterpreter":
         native = self._native
@@ -470,7 +491,7 @@ class Interpreter:
 
     # ------------------------------------------------ the one path that moves memory
     def _reshape(self, what: str, graph: _Graph | None = None, resizes=(), allocate: bool = False,
-                 then=None):
+                 then=None, redirect=None):
         """Resize inputs and/or allocate, for every public entry point that may move memory.
 
         Takes the lock, and while holding it: checks every new shape
@@ -483,6 +504,10 @@ class Interpreter:
         Parameters
         ----------
         resizes : iterable of (tensor index, shape, strict)
+        redirect : callable, optional
+            ``redirect(native)`` gives tensors buffers of the caller's
+            (``set_custom_allocation``: ``testing.run_op``'s guarded outputs);
+            it runs after the views check, and an allocation follows.
         """
         calls = self._calls
         calls.acquire(what)
@@ -502,9 +527,12 @@ class Interpreter:
                 elif graph.subgraph == 0:
                     self._input_shapes[index] = shape
             planned = self._is_planned(graph.subgraph, native)
-            if todo or (allocate and not planned):
+            if todo or redirect is not None or (allocate and not planned):
                 self._no_views(what)
                 self._slots.clear()
+                if redirect is not None:
+                    self._set_planned(graph.subgraph, False)
+                    redirect(native)
                 if todo:
                     self._set_planned(graph.subgraph, False)
                     for index, handle, shape in todo:
@@ -521,7 +549,7 @@ class Interpreter:
 
     def _is_planned(self, subgraph: int, native) -> bool:
         if native.layout_version != self._layout_version:
-            return False  # custom allocations changed outside this path (testing.run_op)
+            return False  # custom allocations changed in the worker's placement (isolate)
         return self._allocated if subgraph == 0 else subgraph in self._planned
 
     def _set_planned(self, subgraph: int, value: bool) -> None:
@@ -673,7 +701,7 @@ class Interpreter:
         KeyboardInterrupt
             Ctrl-C, or ``cancel()`` from another thread, stopped it between nodes.
         """
-        # The lock spelled out (see _calls.CallLock) and the prebound C
+        # The lock spelled out (see call_lock.CallLock) and the prebound C
         # call: a tiny model's whole invoke is ~1 µs, so each 0.1 µs shows.
         calls = self._calls
         lock = self._lock
@@ -975,12 +1003,14 @@ class Interpreter:
             return SignatureRunner(self, runner, signature_key, sig)
 
 
-def _as_shape(tensor_size, what: str) -> tuple[int, ...]:
-    """A shape from a sequence of ints: non-negative, each fitting a C int."""
-    arr = np.asarray(tensor_size)
-    if arr.ndim > 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise ResizeError(f"{what}: the shape must be a sequence of ints, got {tensor_size!r}")
-    shape = tuple(int(d) for d in arr.reshape(-1))
-    if any(d < 0 or d > 2**31 - 1 for d in shape):
-        raise ResizeError(f"{what}: shape {list(shape)} has a dimension outside 0..2**31-1")
-    return shape
+def restore_interpreter(model_content, kwargs, state):
+    """Re-create an interpreter in this process (the other half of ``Interpreter.__reduce__``).
+
+    ``kwargs`` may hold ``isolate=True`` (an isolated interpreter re-created with its own worker).
+    """
+    it = Interpreter(model_content=model_content, **kwargs)
+    for index, shape in state.get("resized", ()):
+        it.resize_tensor_input(index, shape)
+    if state.get("allocated"):
+        it.allocate_tensors()
+    return it

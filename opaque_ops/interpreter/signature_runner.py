@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import tensors as _tensors
+from .reshape_target import Graph, as_shape
 from .sigint import WATCH_AFTER_S, invoke_watched
 from ..errors import InvalidInputError, OpaqueOpsError
 
@@ -23,8 +24,6 @@ class SignatureRunner:
     """
 
     def __init__(self, interpreter, native_runner, key: str, sig):
-        from .core import _Graph
-
         self._interpreter = interpreter  # keep-alive: the runner lives inside it
         self._r = native_runner
         self.key = key
@@ -43,7 +42,7 @@ class SignatureRunner:
             t = got[0](got[1])
             return None if t.is_dynamic() else t.shape
 
-        self._graph = _Graph(sig.subgraph_index, {idx: name for name, idx in self._inputs.items()},
+        self._graph = Graph(sig.subgraph_index, {idx: name for name, idx in self._inputs.items()},
                              native_runner.resize_input, native_runner.allocate, native_runner.input_tensor,
                              shape_of)
         self._watch = True
@@ -84,10 +83,8 @@ class SignatureRunner:
 
         The same rules as :meth:`Interpreter.resize_tensor_input`.
         """
-        from .core import _as_shape
-
         self._require_names([input_name], what="resize_tensor_input")
-        shape = _as_shape(tensor_size, f"signature {self.key!r}: resize {input_name!r}")
+        shape = as_shape(tensor_size, f"signature {self.key!r}: resize {input_name!r}")
         self._interpreter._reshape(f"signature {self.key!r}: resize_tensor_input", self._graph,
                                    resizes=[(self._index_of[input_name], shape, bool(strict))])
 
@@ -99,9 +96,7 @@ class SignatureRunner:
 
     def __reduce__(self):
         # Its interpreter (re-created from its own pickle) and the key.
-        from ..ops import pickling as _pickling
-
-        return _pickling.runner_reduce(self)
+        return _restore_runner, (self._interpreter, self.key)
 
     def __call__(self, **inputs) -> dict:
         """Run the signature with the given named inputs and return its outputs (copies).
@@ -118,10 +113,8 @@ class SignatureRunner:
                 f"signature {self.key!r} takes inputs {sorted(self._inputs)}; "
                 f"unknown: {sorted(unknown)}, missing: {sorted(missing)}"
             )
-        from .core import _as_shape
-
         arrays = {n: v if isinstance(v, np.ndarray) else np.asarray(v) for n, v in inputs.items()}
-        resizes = [(self._index_of[n], _as_shape(a.shape, f"signature {self.key!r} input {n!r}"), False)
+        resizes = [(self._index_of[n], as_shape(a.shape, f"signature {self.key!r} input {n!r}"), False)
                    for n, a in arrays.items()]
         it = self._interpreter
         what = f"signature {self.key!r}"
@@ -139,3 +132,8 @@ class SignatureRunner:
             return {n: _tensors.read(r.output_tensor(n), f"{what} output {n!r}") for n in r.output_names()}
 
         return it._reshape(what, self._graph, resizes=resizes, allocate=True, then=run)
+
+
+def _restore_runner(interpreter, key):
+    """The other half of ``SignatureRunner.__reduce__``."""
+    return interpreter.get_signature_runner(key)

@@ -17,44 +17,30 @@ process boundary.
 - :func:`isolate_by_default` -- make ``isolate=None`` mean True (the pytest
   plugin's ``isolate`` marker uses it).
 
-This module is imported by :mod:`opaque_ops.interpreter` for
-:func:`wants_isolation`, so it stays light: the rest loads on first use.
+The switch for ``isolate=None`` lives in the interpreter layer
+(:mod:`opaque_ops.interpreter.isolation_default`), which ``Interpreter``
+reads; this package re-exports it and registers :class:`IsolatedInterpreter`
+there, so this module stays light: the rest loads on first use.
 """
 
 from __future__ import annotations
 
-import contextlib
-
-_default = False
-
-
-def wants_isolation(isolate) -> bool:
-    """What ``Interpreter(..., isolate=isolate)`` means: True, a Worker, or None under
-    :func:`isolate_by_default`."""
-    if isolate is None:
-        return _default
-    return bool(isolate)
+from ..interpreter.isolation_default import (  # noqa: F401  (public names of this package)
+    isolate_by_default,
+    register_isolated,
+    set_isolated_default,
+    wants_isolation,
+)
 
 
-def set_isolated_default(value: bool) -> bool:
-    """Set what ``isolate=None`` means for ``Interpreter`` and ``testing.run_op``; return the old value."""
-    global _default
-    old, _default = _default, bool(value)
-    return old
+def _isolated_interpreter() -> type:
+    from .proxy import IsolatedInterpreter
+
+    return IsolatedInterpreter
 
 
-@contextlib.contextmanager
-def isolate_by_default(value: bool = True):
-    """Within the block, ``Interpreter(...)`` and ``run_op(...)`` without ``isolate=`` run isolated.
-
-    The setting is process-wide (threads started inside see it too).
-    """
-    old = set_isolated_default(value)
-    try:
-        yield
-    finally:
-        set_isolated_default(old)
-
+# Interpreter(..., isolate=True) creates an IsolatedInterpreter (loaded on first use).
+register_isolated(_isolated_interpreter)
 
 _LAZY = {
     "IsolatedInterpreter": ("proxy", "IsolatedInterpreter"),

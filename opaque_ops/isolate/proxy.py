@@ -18,16 +18,16 @@ from __future__ import annotations
 import inspect
 import os
 import pickle
-import sys
 import threading
 import weakref
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import ClosedError, InvalidInputError, OpaqueOpsError, RuntimeCrashError, RuntimeTimeoutError
-from ..interpreter.core import Interpreter
+from ..errors import ClosedError, InvalidInputError, RuntimeCrashError, RuntimeTimeoutError
+from ..interpreter.core import Interpreter, restore_interpreter
 from ..interpreter.signature_runner import SignatureRunner
+from .shipping import pack_delegates, pack_ops
 from .workers import Worker, parse_size
 
 _INIT = inspect.signature(Interpreter.__init__)
@@ -41,74 +41,6 @@ class _View:
     def __init__(self, array):
         self.__array_interface__ = array.__array_interface__
         self._array = array  # keep-alive: its base is the mapping
-
-
-def op_specs(custom_ops) -> tuple[list, str | None]:
-    """``custom_ops`` as the worker rebuilds them: libraries by path, Python ops by pickled functions.
-
-    Returns ``(specs, main_path)``; ``main_path`` is the ``__main__`` script
-    to import in the worker when a Python op's functions live there.
-    """
-    from ..ops.python_op import PythonOp
-
-    specs: list = []
-    main_path = None
-    for item in custom_ops or ():
-        if isinstance(item, (str, os.PathLike)):
-            specs.append(("path", os.path.abspath(os.fspath(item))))
-        elif isinstance(item, PythonOp):
-            fns = {"invoke": item._invoke, "prepare": item._prepare, "init": item._init}
-            for what, fn in fns.items():
-                if fn is None:
-                    continue
-                if getattr(fn, "__module__", None) == "__main__":
-                    main_path = getattr(sys.modules["__main__"], "__file__", None)
-                    if main_path is None:
-                        raise OpaqueOpsError(
-                            f"python_op {item.name!r}: its {what} function is defined in an interactive "
-                            "session, which the isolated worker cannot import; define it in a module")
-                    main_path = os.path.abspath(main_path)
-            try:
-                blob = pickle.dumps(fns)
-            except Exception as exc:  # noqa: BLE001 - lambdas, closures, bound methods of local objects
-                raise OpaqueOpsError(
-                    f"python_op {item.name!r} cannot run in an isolated worker: its functions must be "
-                    f"importable there, and pickle could not send them ({type(exc).__name__}: {exc}). "
-                    "Define invoke/prepare/init at module level (not as lambdas or nested functions), "
-                    "or run it in-process (isolate=False)."
-                ) from None
-            specs.append(("python", item.name, item.version, blob))
-        elif hasattr(item, "libraries"):  # OpBundle
-            sub, m = op_specs(item.libraries)
-            specs.extend(sub)
-            main_path = main_path or m
-        elif hasattr(item, "operators") and hasattr(item, "path"):  # OpLibrary
-            origin = getattr(item, "_origin", None) or ("load",)
-            if origin[0] == "kernel":
-                # A bundled kernel goes by name: the worker loads its own (prebuilt
-                # or from the compile cache); the path is the fallback.
-                specs.append(("kernel", origin[1], str(item.path)))
-            else:
-                specs.append(("path", str(item.path)))
-        else:
-            raise TypeError(
-                "custom_ops must hold op libraries (from compile_ops, load_ops, python_op or "
-                f"opaque_ops.kernels) or paths to prebuilt libraries, not {type(item).__name__}"
-            )
-    return specs, main_path
-
-
-def delegate_specs(delegates) -> list:
-    """Delegates as the worker recreates them: the plugin's path and the options."""
-    from ..ops.delegates import Delegate
-
-    out = []
-    for d in delegates:
-        if not isinstance(d, Delegate):
-            raise TypeError("experimental_delegates must hold delegates from opaque_ops.load_delegate(), "
-                            f"not {type(d).__name__}")
-        out.append(("delegate", d.library, dict(d.options)))
-    return out
 
 
 class IsolatedInterpreter(Interpreter):
@@ -152,9 +84,10 @@ class IsolatedInterpreter(Interpreter):
         self._pickled_limits = {"timeout": timeout, "memory_limit": (
             isolate.memory_limit if isinstance(isolate, Worker) else memory_limit)}
         self._resized: dict = {}
+        # Ops and delegates cross by their own __reduce__, as in any pickle (see .shipping).
         if params.get("experimental_delegates"):
-            params["experimental_delegates"] = delegate_specs(params["experimental_delegates"])
-        specs, main_path = op_specs(params.pop("custom_ops", None))
+            params["experimental_delegates"] = pack_delegates(params["experimental_delegates"])
+        specs, main_path = pack_ops(params.pop("custom_ops", None))
         if params.get("model_path") is not None:
             params["model_path"] = os.path.abspath(os.fspath(params["model_path"]))
         if params.get("model_content") is not None and not isinstance(params["model_content"], bytes):
@@ -287,10 +220,9 @@ class IsolatedInterpreter(Interpreter):
 
     def __reduce__(self):
         # Re-created as an isolated interpreter with its own worker, like
-        # Interpreter.__reduce__: model bytes, arguments, resized inputs and
-        # whether it was allocated; not tensor contents (see _pickling).
-        from ..ops.pickling import restore_interpreter
-
+        # Interpreter.__reduce__: model bytes, arguments (ops and delegates by
+        # their own __reduce__), resized inputs and whether it was allocated;
+        # not tensor contents.
         with self._lock:
             self._live()
             kwargs = dict(self._pickled_args)

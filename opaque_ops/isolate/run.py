@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import OpaqueOpsError, RuntimeCrashError, RuntimeTimeoutError
 from .workers import Worker
-from .proxy import op_specs
+from .shipping import pack_ops
 
 
 class _Token:
@@ -19,7 +19,7 @@ class _Token:
 
 def run_op(ops: list, kwargs: dict, *, isolate=True, timeout=None) -> list:
     """Run :func:`opaque_ops.testing.run_op` in a worker (``isolate`` is True or a :class:`Worker`)."""
-    specs, main_path = op_specs(ops)
+    specs, main_path = pack_ops(ops)
     worker = isolate if isinstance(isolate, Worker) else Worker()
     token = _Token()
     clean = False

@@ -14,6 +14,12 @@ What it sets up before anything else:
   parent is gone (closed, killed, crashed), and the worker exits at once,
   even in the middle of an invoke, so no worker outlives its parent;
 - the memory cap (``RLIMIT_DATA``), once its own baseline is loaded.
+
+This module is the request loop; the rest of the worker has one module per concern:
+:mod:`.budget` (the memory cap), :mod:`.placement` (the hosted interpreter's
+tensors in shared memory), :mod:`.instrumentation` (the hooks on the native
+interpreters it creates: stages, placement) and :mod:`.shipping` (ops and
+delegates re-created by their own ``__reduce__``).
 """
 
 from __future__ import annotations
@@ -29,219 +35,11 @@ import socket
 import sys
 import threading
 
-import numpy as np
-
 from . import protocol as P
-
-
-def _vm_data() -> int:
-    """This process's private writable memory (VmData), in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmData:"):
-                return int(line.split()[1]) * 1024
-    return 0  # pragma: no cover
-
-
-class _Budget:
-    """The memory cap: ``RLIMIT_DATA`` above the worker's baseline, minus the shared segments.
-
-    Shared (memfd) mappings are not counted by ``RLIMIT_DATA``, so every
-    segment the worker creates is charged here and the limit is lowered by
-    as much: the model's heap plus its shared tensors stay under the cap.
-    """
-
-    def __init__(self):
-        self.limit = None
-        self.base = 0
-        self.shared = 0
-
-    def set(self, limit: int | None) -> None:
-        import resource
-
-        self.limit = limit
-        if limit is None:
-            return
-        self.base = _vm_data()
-        self._apply(resource)
-
-    def _apply(self, resource) -> None:
-        value = max(self.base + self.limit - self.shared, 0)
-        resource.setrlimit(resource.RLIMIT_DATA, (value, value))
-
-    def charge(self, nbytes: int) -> None:
-        if self.limit is None:
-            return
-        if self.shared + nbytes > self.limit:
-            raise MemoryError(
-                f"shared tensor memory of {self.shared + nbytes} bytes would exceed the isolated "
-                f"worker's memory_limit of {self.limit} bytes"
-            )
-        import resource
-
-        self.shared += nbytes
-        self._apply(resource)
-
-
-class _Placement:
-    """Puts the hosted interpreter's input and output tensors in shared segments.
-
-    Each one gets a ``TfLiteInterpreterSetCustomAllocationForTensor`` buffer
-    in a segment the parent maps too, so ``set_tensor`` / ``get_tensor`` /
-    ``tensor()`` in the parent read and write the very memory TFLite uses:
-    no copy and no message per call.
-
-    TFLite checks a custom buffer's size only when it allocates, after every
-    kernel's Prepare has computed the shapes.  So :meth:`wrap` goes around
-    each native ``allocate`` of the hosted interpreter (its own, and its
-    signature runners'): if it failed because a shared buffer is now too
-    small (an input was resized), the tensor gets a larger one and allocation
-    runs again; after a success, inputs and outputs not yet shared get a
-    buffer (and allocation runs again, as TFLite requires after setting one).
-    The wrappers are put in place as the native objects are created, so
-    every path of the Interpreter that allocates goes through them.
-    Tensors TFLite will not place in a custom buffer (dynamic ones, strings)
-    stay in its arena and are reached through messages instead.
-    """
-
-    def __init__(self, worker, native):
-        self.w = worker
-        self.native = native
-        self.slots: dict[int, tuple] = {}  # index -> (segment, offset, capacity)
-        # Inputs and outputs left in TFLite's arena (dynamic ones): their
-        # shapes may change in invoke, which the parent's details must follow.
-        self.watch: list = []  # (TensorRef, shape when last reported)
-        self.moved = _never  # did a shared output leave its buffer during invoke? (see layout)
-        self.resized: set = set()  # inputs resized since the last allocation (see Server._stale)
-        self.new_segments: list = []
-        self.changed = True
-
-    def wrap(self, orig):
-        """``orig`` (a native allocate) with the shared buffers kept in place around it."""
-        sink = self.native.sink
-
-        def allocate() -> int:
-            self.resized.clear()
-            status = orig()
-            if status != 0 and self._grow():
-                sink.take()  # "Custom allocation is too small": handled here
-                status = orig()
-            if status == 0 and self._place():
-                status = orig()
-            self.changed = True
-            return status
-
-        return allocate
-
-    def wrap_resize(self, orig):
-        """``orig`` (the native resize_input) noting which input it resized."""
-        def resize_input(position, shape) -> int:
-            status = orig(position, shape)
-            if status == 0:
-                self.resized.add(self.native.input_indices()[position])
-            return status
-
-        return resize_input
-
-    def _io(self) -> list[int]:
-        seen = []
-        for i in self.native.input_indices() + self.native.output_indices():
-            if i >= 0 and i not in seen:
-                seen.append(i)
-        return seen
-
-    def _grow(self) -> bool:
-        small = [i for i, (_s, _o, cap) in self.slots.items() if self.native.tensor(i).nbytes > cap]
-        return bool(small) and self._assign(small)
-
-    def _place(self) -> bool:
-        fresh = []
-        for i in self._io():
-            if i in self.slots:
-                continue
-            t = self.native.tensor(i)
-            if t is None or t.nbytes == 0 or t.dtype is None or t.dtype.hasobject or t.is_dynamic():
-                continue
-            # Only tensors whose byte size is their shape's: a model may declare otherwise.
-            if t.nbytes != t.dtype.itemsize * int(np.prod(t.shape, dtype=np.int64)):
-                continue
-            fresh.append(i)
-        return bool(fresh) and self._assign(fresh)
-
-    def _assign(self, indices) -> bool:
-        sizes = {i: P.align(self.native.tensor(i).nbytes) for i in indices}
-        total = sum(sizes.values())
-        try:
-            self.w.budget.charge(total)
-        except MemoryError:
-            return False  # they stay in TFLite's arena, under RLIMIT_DATA
-        seg = P.Segment(next(self.w.ids), max(total, 1))
-        self.new_segments.append(seg)
-        off = 0
-        done = False
-        for i in indices:
-            buf = np.frombuffer(seg.map, np.uint8, sizes[i], off)
-            if self.native.set_custom_allocation(i, buf) == 0:
-                self.slots[i] = (seg, off, sizes[i])
-                done = True
-            else:
-                self.native.sink.take()
-                self.slots.pop(i, None)
-            off += sizes[i]
-        return done
-
-    def layout(self) -> dict:
-        """``{tensor index: (segment id, offset, dtype, shape)}`` of the tensors that live in a shared buffer now."""
-        from .._native.isolation_helper import moved_probe
-
-        out, placed = {}, []
-        for i, (seg, off, cap) in self.slots.items():
-            t = self.native.tensor(i)
-            try:
-                v = t.view() if t is not None else None
-            except Exception:  # noqa: BLE001 - a tensor whose bytes do not match its shape: not shared
-                v = None
-            if v is None or v.nbytes > cap or v.ctypes.data != _address(seg, off):
-                continue
-            out[i] = (seg.id, off, v.dtype.str, v.shape)
-            placed.append((t, v.ctypes.data, v.nbytes))
-        self.watch = [(t, t.shape) for t in (self.native.tensor(i) for i in self._io() if i not in out)
-                      if t is not None]
-        outputs = set(self.native.output_indices())
-        self.moved = moved_probe([p for p, i in zip(placed, out) if i in outputs]) if outputs & set(out) else _never
-        return out
-
-    def reshaped(self) -> bool:
-        """True if an input or output outside the shared buffers changed shape (after an invoke)."""
-        return any(t.shape != shape for t, shape in self.watch)
-
-    def take_new_segments(self) -> list:
-        segs, self.new_segments = self.new_segments, []
-        return segs
-
-
-class _NoMemory:
-    """A tensor presented as having no memory (see Server._stale); everything else is the tensor's."""
-
-    def __init__(self, t):
-        self._t = t
-
-    def __getattr__(self, name):
-        return getattr(self._t, name)
-
-    def has_data(self) -> bool:
-        return False
-
-    def read(self):
-        return None
-
-
-def _never() -> bool:
-    return False
-
-
-def _address(seg, off) -> int:
-    return np.frombuffer(seg.map, np.uint8, 1, off).ctypes.data
+from .budget import Budget
+from .instrumentation import HostedHooks, StageHooks
+from .placement import NoMemory, Placement
+from .shipping import unpack_delegates, unpack_ops
 
 
 class Server:
@@ -256,16 +54,15 @@ class Server:
         self.req = SharedSemaphore(control, P.REQ_SEM)
         self.rep = SharedSemaphore(control, P.REP_SEM)
         self.ids = itertools.count(1)
-        self.budget = _Budget()
+        self.budget = Budget()
         self.channel = P.Channel(sock, copy_in=False, ids=self.ids,
                                  budget=lambda size, growth: self.budget.charge(growth))
         self.it = None
-        self.placement: _Placement | None = None
+        self.placement: Placement | None = None
         self.runners: dict = {}
         self.helper = None
         self.layout_sent = None
         self.main_loaded = None
-        self.hosting = False
         self._lifeline = lifeline
         self._cancel_lock = threading.Lock()
         threading.Thread(target=self._watch_lifeline, name="opaque_ops-lifeline", daemon=True).start()
@@ -386,11 +183,8 @@ class Server:
         self.helper, why = _load_helper()
         if self.helper is not None:
             self.helper.install(self.control, P.CRASH, self.rep)
-            _instrument(self)
             if _profiler_supported(_native.load_runtime().version):
                 self.helper.attach_profiler()
-        else:
-            _instrument(self)
         self.budget.set(memory_limit)
         return {"pid": os.getpid(), "runtime": _native.load_runtime().version, "where": True,
                 "helper": self.helper is not None, "helper_missing": why,
@@ -403,23 +197,16 @@ class Server:
         self._main(main_path)
         if self.helper is not None:
             self.helper.reset_profiler()
-        custom_ops = _ops_from_specs(ops)
+        # Re-created by their classes' own restore, as any pickle would (see .shipping).
+        custom_ops = unpack_ops(ops)
         if kwargs.get("experimental_delegates"):
-            from ..ops.delegates import load_delegate
-
-            # The parent's delegates are objects of its process: the same plugin,
-            # with the same options, makes this process's own.
-            kwargs["experimental_delegates"] = [load_delegate(lib, opts)
-                                                for _, lib, opts in kwargs["experimental_delegates"]]
+            kwargs["experimental_delegates"] = unpack_delegates(kwargs["experimental_delegates"])
         self.stage("create")
-        self.hosting = True  # the native interpreter created now is the hosted one (see _instrument)
-        try:
-            it = Interpreter(**kwargs, custom_ops=custom_ops or None, isolate=False)
-        except BaseException:
-            self.placement = None
-            raise
-        finally:
-            self.hosting = False
+        # The hosted interpreter's native objects get the shared buffers and
+        # the crash record's stages; no other interpreter is touched.
+        hooks = HostedHooks(self)
+        it = Interpreter._with_hooks(hooks, **kwargs, custom_ops=custom_ops or None)
+        self.placement = hooks.placement
         with self._cancel_lock:
             self.it = it
         self.layout_sent = None
@@ -452,8 +239,8 @@ class Server:
         t = self.placement.native.tensor(args[0])
         what = f"tensor {args[0]} ({t.name!r})"  # as the Interpreter names it
         if name == "set_tensor":
-            return _tensors.write(_NoMemory(t), args[1], what)
-        return _tensors.read(_NoMemory(t), what)
+            return _tensors.write(NoMemory(t), args[1], what)
+        return _tensors.read(NoMemory(t), what)
 
     def _recheck(self) -> None:
         """After a call that may have resized or re-planned tensors: send the layout if it changed
@@ -472,7 +259,7 @@ class Server:
         runner = self.it.get_signature_runner(key)
         rid = len(self.runners) + 1
         self.runners[rid] = runner
-        return {"id": rid, "key": runner.key if hasattr(runner, "key") else key, "api": _public_api(runner)}
+        return {"id": rid, "key": runner.key, "api": _public_api(runner)}
 
     def do_runner_call(self, rid, name, args, kwargs):
         self.stage("invoke" if name in ("__call__", "invoke") else "call")
@@ -496,11 +283,11 @@ class Server:
             it.close()
 
     def do_run_op(self, ops, kwargs, main_path):
-        from ..testing import run_op
+        from ..interpreter.one_op import run_one_op
 
         self._main(main_path)
         self.stage("run_op")
-        return run_op(_ops_from_specs(ops), **kwargs, isolate=False)
+        return run_one_op(unpack_ops(ops), **kwargs, hooks=StageHooks(self))
 
     def _main(self, main_path) -> None:
         if main_path and main_path != self.main_loaded:
@@ -537,52 +324,6 @@ def _public_values(obj) -> dict:
     return out
 
 
-def _ops_from_specs(specs) -> list:
-    """Rebuild ``custom_ops`` from what the parent sent (see ``_spec.op_specs``)."""
-    from ..ops.library import load_ops
-    from ..ops.python_op import python_op
-
-    ops = []
-    for spec in specs:
-        if spec[0] == "path":
-            ops.append(load_ops(spec[1]))
-        elif spec[0] == "kernel":
-            ops.append(_bundled_kernel(spec[1], spec[2]))
-        else:
-            _, name, version, blob = spec
-            try:
-                fns = pickle.loads(blob)
-            except Exception as exc:  # noqa: BLE001 - reported with the fix
-                from ..errors import OpaqueOpsError
-
-                raise OpaqueOpsError(
-                    f"python_op {name!r}: its functions could not be loaded in the isolated worker "
-                    f"({type(exc).__name__}: {exc}). Define them at module level in a module the "
-                    "worker can import (it gets the parent's sys.path)."
-                ) from None
-            ops.append(python_op(name, version=version, **fns))
-    return ops
-
-
-def _bundled_kernel(name: str, path: str):
-    """``opaque_ops.kernels.kernel(name)`` as the parent had it; its library file if that fails.
-
-    The worker normally finds the same prebuilt library or compile-cache
-    entry; the parent's file still serves a worker that cannot (no compiler
-    in its environment, another cache directory).
-    """
-    from .. import kernels
-    from ..errors import OpaqueOpsError
-    from ..ops.library import load_ops
-
-    try:
-        return kernels.kernel(name)
-    except (OpaqueOpsError, OSError):
-        lib = load_ops(path)
-        lib._origin = ("kernel", name)
-        return lib
-
-
 def _load_main(path: str) -> None:
     """Import the parent's ``__main__`` script as ``__mp_main__`` (as multiprocessing's spawn does),
     so python_op functions defined in it can be unpickled here."""
@@ -612,74 +353,6 @@ def _profiler_supported(version: str) -> bool:
     # TFLite marks its telemetry profiler struct as not ABI-stable; attach the
     # helper's only to runtimes whose layout was checked (2.17).
     return version.startswith(("2.17.", "2.23."))
-
-
-def _instrument(worker: Server) -> None:
-    """Hook the native objects of this process as they are created.
-
-    - Every native interpreter and signature runner records its stage
-      (create / allocate / invoke) in the crash record, including the ones
-      ``run_op`` builds.
-    - The interpreter created while ``worker.hosting`` is the hosted one: it
-      gets the shared-buffer :class:`_Placement` around its ``allocate``, and
-      so do its signature runners.  Hooking at creation means the
-      Interpreter holds the wrapped functions from the start, whichever of
-      its paths allocates.
-    """
-    from .._native import native_interpreter as interp
-
-    ni, nr = interp.NativeInterpreter, interp.NativeSignatureRunner
-    init, runner_init, runner_alloc, runner_invoke = ni.__init__, nr.__init__, nr.allocate, nr.invoke
-    stage = worker.stage
-    words = worker.words
-
-    def staged_allocate(alloc):
-        def allocate():
-            # invoke() may allocate first: put its stage back afterwards.
-            before = words[P.STAGE // 4]
-            stage("allocate")
-            status = alloc()
-            words[P.STAGE // 4] = before
-            return status
-
-        return allocate
-
-    def __init__(self, *args, **kwargs):
-        stage("create")
-        init(self, *args, **kwargs)
-        if worker.hosting and self.ok:
-            # The hosted interpreter's invoke is marked by fast_invoke itself.
-            worker.placement = _Placement(worker, self)
-            self.allocate = worker.placement.wrap(self.allocate)
-            self.resize_input = worker.placement.wrap_resize(self.resize_input)
-        else:
-            inner = self.invoke
-
-            def invoke():
-                stage("invoke")
-                return inner()
-
-            self.invoke = invoke
-        self.allocate = staged_allocate(self.allocate)
-
-    def runner_init_hook(self, *args, **kwargs):
-        runner_init(self, *args, **kwargs)
-        p = worker.placement
-        if p is not None and getattr(self, "_interp", None) is p.native:
-            self.allocate = staged_allocate(p.wrap(lambda: runner_alloc(self)))
-
-    def allocate(self):
-        stage("allocate")
-        return runner_alloc(self)
-
-    def invoke(self):
-        stage("invoke")
-        return runner_invoke(self)
-
-    ni.__init__ = __init__
-    nr.__init__ = runner_init_hook
-    nr.allocate = allocate
-    nr.invoke = invoke
 
 
 def main(argv=None) -> int:

@@ -54,7 +54,7 @@ import weakref
 from collections import OrderedDict
 from pathlib import Path
 
-from .. import __version__
+from .._version import __version__
 from ..build import store as _files
 from ..errors import CacheError, ModelError
 from .checks import check_model

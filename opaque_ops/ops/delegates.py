@@ -12,7 +12,6 @@ XNNPACK (if on) takes what it leaves, and the builtin kernels the rest.
 from __future__ import annotations
 
 from .. import _native
-from . import pickling as _pickling
 
 
 class Delegate:
@@ -35,7 +34,7 @@ class Delegate:
 
     def __init__(self, library, options=None):
         self._native = _native.NativeDelegate(library, options or {})
-        self._options = dict(options or {})  # for pickling: the worker loads the plugin again
+        self._options = dict(options or {})  # for __reduce__: the other process loads the plugin again
         self.library = self._native.path
         self.options = dict(options or {})
         self.messages = self._native.messages
@@ -44,7 +43,9 @@ class Delegate:
         return f"<Delegate from {self.library}>"
 
     def __reduce__(self):
-        return _pickling.delegate_reduce(self)
+        # The plugin's path and options: the receiving process (a pickle, a
+        # pool, the isolated worker) loads the plugin and creates its own delegate.
+        return load_delegate, (self.library, dict(self._options))
 
 
 def load_delegate(library, options=None) -> Delegate:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import threading
+from functools import lru_cache
 from pathlib import Path
 
-from ..build import compiler as _cbuild
+from ..build import bundles as _bundles, compiler as _cbuild, paths as _paths, store as _store
 from .. import _native
-from . import pickling as _pickling, sanitizers as _sanitizers
-from ..errors import CompileError, OpLibraryError
+from . import sanitizers as _sanitizers
+from .provider import OpProvider
+from ..errors import CacheError, CompileError, OpaqueOpsError, OpLibraryError
 
 
-class OpLibrary:
+class OpLibrary(OpProvider):
     """A set of custom ops backed by one kernel library.
 
     Create one with :func:`compile_ops` or :func:`load_ops` and pass it to
@@ -41,15 +43,26 @@ class OpLibrary:
         self.build_log = build_log
         self.prebuilt = prebuilt
         _check_loadable(self.path)
-        self._kernel = _native.kernel_library(str(self.path))
+        self._kernel = _native.kernel_library(str(self.path), _cbuild.host_arch())
         self._operators = None
         self._lock = threading.Lock()
-        # How the library was made, so that pickling can re-create it in
-        # another process (see _pickling): compile_ops and kernels set it.
+        # How the library was made, so that __reduce__ can re-create it in
+        # another process: compile_ops and bundled_kernel set it.
+        #   ("load",)                    load_ops(path)
+        #   ("compile", source, kwargs)  compile_ops(source, **kwargs)
+        #   ("kernel", name)             a bundled kernel file (opaque_ops.kernels.kernel(name))
         self._origin = ("load",)
 
     def __reduce__(self):
-        return _pickling.library_reduce(self)
+        # What made it, and its file: a pickle, a pool and the isolated
+        # worker all re-create it with restore_library.
+        origin = self._origin or ("load",)
+        if origin[0] == "compile":
+            source = origin[1]
+            # A source file travels as its text too: the other process may not have the file.
+            if isinstance(source, (str, os.PathLike)) and _is_file(source):
+                origin = ("compile", os.fspath(Path(source).resolve()), origin[2], Path(source).read_text())
+        return restore_library, (origin, str(self.path))
 
     def operators(self) -> list:
         """The library's operators, built once on first use (internal handles)."""
@@ -195,6 +208,99 @@ def load_ops(path: str | os.PathLike) -> OpLibrary:
     return OpLibrary(p)
 
 
+@lru_cache(maxsize=None)
+def bundled_kernel(name: str) -> OpLibrary:
+    """One bundled kernel file as an op library: prebuilt if the package has it, else compiled.
+
+    What :func:`opaque_ops.kernels.kernel` returns (see there); here, below
+    the kernels module, so that a library pickled by name is re-created
+    without this layer importing the one above it.
+
+    Parameters
+    ----------
+    name : str
+        A bundled kernel file name, e.g. ``"extract_image_patches"``.
+
+    Returns
+    -------
+    OpLibrary
+        ``lib.prebuilt`` tells which it is.
+    """
+    if name not in _bundles.available():
+        raise ValueError(f"no bundled kernel {name!r}; available: {', '.join(_bundles.names())}")
+    lib_path = _bundles.prebuilt_library(name)
+    if lib_path is not None:
+        lib = OpLibrary(lib_path, prebuilt=True)
+    else:
+        lib = compile_ops(_paths.kernels_dir() / f"{name}.c")
+    lib._origin = ("kernel", name)  # pickled by name: the other process loads or builds its own
+    return lib
+
+
+def restore_library(origin, path) -> OpLibrary:
+    """Re-create an op library in this process (the other half of ``OpLibrary.__reduce__``).
+
+    - a bundled kernel by name (prebuilt or compiled here, for this machine);
+      where that fails (no compiler, another cache), the sender's file if it exists here;
+    - a ``compile_ops`` library: its cache entry if it exists here and passes the
+      cache's checks (owner, mode, digest), else compiled again from its source;
+    - a ``load_ops`` library: the same path, which must exist here.
+    """
+    kind = origin[0]
+    if kind == "kernel":
+        try:
+            return bundled_kernel(origin[1])
+        except (OpaqueOpsError, OSError):
+            if not Path(path).is_file():
+                raise
+            lib = load_ops(path)
+            lib._origin = ("kernel", origin[1])
+            return lib
+    if kind == "compile":
+        entry = _verified_cache_entry(path)
+        if entry is not None:  # the same machine, or a shared cache: no compiler needed
+            lib = OpLibrary(entry)
+            lib._origin = origin[:3]
+            return lib
+        source, kwargs = origin[1], origin[2]
+        text = origin[3] if len(origin) > 3 else None
+        if text is not None and not Path(source).is_file():
+            source = text
+        return compile_ops(source, **kwargs)
+    if not Path(path).is_file():
+        raise OpLibraryError(
+            f"kernel library {path} (loaded with load_ops in the sending process) does not exist in this "
+            "process's file system; put the library at the same path on every worker, or send a bundled "
+            "kernel (opaque_ops.kernels) or a compile_ops library, which are re-created from source"
+        )
+    return load_ops(path)
+
+
+def _verified_cache_entry(path) -> Path | None:
+    """``path`` as the compile cache serves it: only through the cache's own checks.
+
+    A compile cache entry is named ``KEY-COMPILER-DIGEST.so``; the cache's
+    lookup checks its owner, its mode and its digest (and deletes a damaged
+    one).  None if the file is not here or fails those checks: the caller
+    compiles instead.
+    """
+    p = Path(path)
+    parts = p.name[: -len(".so")].split("-") if p.name.endswith(".so") else []
+    if len(parts) != 3 or not p.is_file():
+        return None
+    try:
+        return _store.Cache(p.parent).lookup(parts[0], parts[1])
+    except (CacheError, OSError):
+        return None
+
+
+def _is_file(source) -> bool:
+    try:
+        return len(os.fspath(source)) < 4096 and "\n" not in os.fspath(source) and Path(source).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def _check_loadable(path: Path) -> None:
     """Refuse, before dlopen, a library that would take the process down when loaded."""
     problem = _sanitizers.missing_runtime(str(path), _cbuild.host_arch())
@@ -202,7 +308,7 @@ def _check_loadable(path: Path) -> None:
         raise OpLibraryError(problem)
 
 
-class OpBundle:
+class OpBundle(OpProvider):
     """Several op libraries used as one (e.g. all of MediaPipe's kernels).
 
     Attributes
@@ -213,6 +319,10 @@ class OpBundle:
     def __init__(self, libraries, name: str = "bundle"):
         self.libraries = list(libraries)
         self.name = name
+
+    def __reduce__(self):
+        # Its libraries travel by their own rules (bundled kernels by name).
+        return OpBundle, (self.libraries, self.name)
 
     def operators(self) -> list:
         """Every library's operators (internal handles)."""

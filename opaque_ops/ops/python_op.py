@@ -17,6 +17,7 @@ Python callback cost (microseconds).  Port the op to C once it is right.
 from __future__ import annotations
 
 import itertools
+import pickle
 import threading
 import weakref
 from collections import namedtuple
@@ -25,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from .. import _native
-from . import pickling as _pickling
+from .provider import OpProvider
 
 TensorSpec = namedtuple("TensorSpec", ["shape", "dtype"])
 TensorSpec.__doc__ = "Shape (tuple of int) and numpy dtype of one of the op's input tensors."
@@ -34,7 +35,7 @@ _K_OK = 0
 _K_ERROR = 1
 
 
-class PythonOp:
+class PythonOp(OpProvider):
     """One custom op implemented in Python; pass it in ``custom_ops=[...]``.
 
     Created by :func:`python_op`.  It behaves like an ``OpLibrary`` with a
@@ -91,9 +92,27 @@ class PythonOp:
     def __repr__(self) -> str:
         return f"<PythonOp {self.name} v{self.version}>"
 
+    def functions(self) -> dict:
+        """``{"invoke": ..., "prepare": ..., "init": ...}``: the op's callables (None where not given)."""
+        return {"invoke": self._invoke, "prepare": self._prepare, "init": self._init}
+
     def __reduce__(self):
-        # By reference to its functions, which must be importable in the worker.
-        return _pickling.python_op_reduce(self)
+        # By reference to its functions, which must be importable by module
+        # and name in the receiving process (a pickle, a pool, the isolated worker).
+        fns = self.functions()
+        for what, fn in fns.items():
+            if fn is None:
+                continue
+            try:
+                pickle.dumps(fn)
+            except Exception as exc:  # noqa: BLE001 - lambdas, closures, local classes
+                raise pickle.PicklingError(
+                    f"python_op {self.name!r} cannot be sent to another process: its {what} function "
+                    f"{getattr(fn, '__qualname__', fn)!r} is not importable by module and name "
+                    f"({type(exc).__name__}: {exc}). Define it at module level in a module the worker "
+                    "can import, or create the op inside the worker"
+                ) from None
+        return python_op, (self.name, fns["invoke"], fns["prepare"], fns["init"], self.version)
 
     # ------------------------------------------------------- TFLite callbacks
     # These run inside TFLite's C frames: they never let an exception escape.

@@ -350,12 +350,16 @@ def test_isolate_by_default(atan_model_bytes, guide_atan):
 
 
 def test_bundled_kernels_go_by_name_and_fall_back_to_their_file(tmp_path, monkeypatch, atan_model_bytes):
-    from opaque_ops.isolate.proxy import op_specs
+    import pickle
+
+    from opaque_ops.isolate.shipping import pack_ops
 
     atan = oo.kernels.atan()
-    specs, _ = op_specs([oo.kernels.mediapipe(), atan])
-    assert {s[0] for s in specs} == {"kernel"}
-    assert ("kernel", "atan", str(atan.path)) in specs
+    packed, _ = pack_ops([oo.kernels.mediapipe(), atan])
+    # The same pickles as any process pool's: by name, with the parent's file as the fallback.
+    assert packed[1] == (None, pickle.dumps(atan))
+    assert b"atan" in packed[1][1] and str(atan.path).encode() in packed[1][1]
+    assert pickle.loads(packed[0][1]).names == oo.kernels.mediapipe().names
     # A worker that can neither find nor build its own copy (an empty compile
     # cache, a compiler that does not exist; the dev tree has no prebuilt
     # libraries) loads the parent's file instead of failing.

@@ -1,0 +1,91 @@
+"""The isolated worker's hooks into the native interpreters it creates, by composition.
+
+The worker passes one of these to each :class:`~opaque_ops.interpreter.core.Interpreter`
+it creates (``Interpreter._with_hooks``), which hands it to its
+:class:`~opaque_ops._native.NativeInterpreter`; the hooks wrap that
+interpreter's (and its signature runners') calls, and no other object's:
+
+- :class:`StageHooks`: every call records its stage (create / allocate /
+  invoke) in the crash record, so a crash report says where it happened
+  (``run_op``'s interpreters get these);
+- :class:`HostedHooks`: the hosted interpreter's stages, plus its inputs and
+  outputs in shared buffers (:class:`~.placement.Placement` around every
+  ``allocate`` and ``resize_input``).  Wrapping at creation means the
+  Interpreter holds the wrapped functions from the start, whichever of its
+  paths allocates.
+"""
+
+from __future__ import annotations
+
+from .._native import NativeHooks
+from . import protocol as P
+from .placement import Placement
+
+
+class StageHooks(NativeHooks):
+    """Record each call's stage in the crash record (see :mod:`opaque_ops.isolate.crash`)."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def creating(self) -> None:
+        self.server.stage("create")
+
+    def created(self, native) -> None:
+        native.invoke = self.staged_invoke(native.invoke)
+        native.allocate = self.staged_allocate(native.allocate)
+
+    def runner_created(self, runner) -> None:
+        runner.allocate = self.staged_allocate(runner.allocate)
+        runner.invoke = self.staged_invoke(runner.invoke)
+
+    def staged_allocate(self, alloc):
+        """``alloc`` marked as the allocate stage; the stage before it is put back afterwards
+        (invoke() may allocate first)."""
+        words = self.server.words
+        stage = self.server.stage
+
+        def allocate() -> int:
+            before = words[P.STAGE // 4]
+            stage("allocate")
+            status = alloc()
+            words[P.STAGE // 4] = before
+            return status
+
+        return allocate
+
+    def staged_invoke(self, inner):
+        stage = self.server.stage
+
+        def invoke() -> int:
+            stage("invoke")
+            return inner()
+
+        return invoke
+
+
+class HostedHooks(StageHooks):
+    """The hosted interpreter: stages, and its inputs and outputs in shared buffers.
+
+    Attributes
+    ----------
+    placement : Placement or None
+        Set once the native interpreter exists.
+    """
+
+    def __init__(self, server):
+        super().__init__(server)
+        self.placement: Placement | None = None
+
+    def created(self, native) -> None:
+        if not native.ok:
+            return  # the Interpreter raises; nothing to place
+        # The hosted interpreter's invoke is marked by Server.fast_invoke itself
+        # (no wrapper on the hot path).
+        self.placement = Placement(self.server, native)
+        native.allocate = self.staged_allocate(self.placement.wrap(native.allocate))
+        native.resize_input = self.placement.wrap_resize(native.resize_input)
+
+    def runner_created(self, runner) -> None:
+        runner.allocate = self.staged_allocate(self.placement.wrap(runner.allocate))
+        runner.invoke = self.staged_invoke(runner.invoke)

@@ -1,0 +1,170 @@
+"""The hosted interpreter's inputs and outputs in shared memory, where the parent reads and writes them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import protocol as P
+
+
+class Placement:
+    """Puts the hosted interpreter's input and output tensors in shared segments.
+
+    Each one gets a ``TfLiteInterpreterSetCustomAllocationForTensor`` buffer
+    in a segment the parent maps too, so ``set_tensor`` / ``get_tensor`` /
+    ``tensor()`` in the parent read and write the very memory TFLite uses:
+    no copy and no message per call.
+
+    TFLite checks a custom buffer's size only when it allocates, after every
+    kernel's Prepare has computed the shapes.  So :meth:`wrap` goes around
+    each native ``allocate`` of the hosted interpreter (its own, and its
+    signature runners'): if it failed because a shared buffer is now too
+    small (an input was resized), the tensor gets a larger one and allocation
+    runs again; after a success, inputs and outputs not yet shared get a
+    buffer (and allocation runs again, as TFLite requires after setting one).
+    The wrappers are put in place as the native objects are created (by
+    :class:`~opaque_ops.isolate.instrumentation.HostedHooks`, for the hosted
+    interpreter only), so every path of the Interpreter that allocates goes
+    through them.
+    Tensors TFLite will not place in a custom buffer (dynamic ones, strings)
+    stay in its arena and are reached through messages instead.
+    """
+
+    def __init__(self, worker, native):
+        self.w = worker
+        self.native = native
+        self.slots: dict[int, tuple] = {}  # index -> (segment, offset, capacity)
+        # Inputs and outputs left in TFLite's arena (dynamic ones): their
+        # shapes may change in invoke, which the parent's details must follow.
+        self.watch: list = []  # (TensorRef, shape when last reported)
+        self.moved = _never  # did a shared output leave its buffer during invoke? (see layout)
+        self.resized: set = set()  # inputs resized since the last allocation (see Server._stale)
+        self.new_segments: list = []
+        self.changed = True
+
+    def wrap(self, orig):
+        """``orig`` (a native allocate) with the shared buffers kept in place around it."""
+        sink = self.native.sink
+
+        def allocate() -> int:
+            self.resized.clear()
+            status = orig()
+            if status != 0 and self._grow():
+                sink.take()  # "Custom allocation is too small": handled here
+                status = orig()
+            if status == 0 and self._place():
+                status = orig()
+            self.changed = True
+            return status
+
+        return allocate
+
+    def wrap_resize(self, orig):
+        """``orig`` (the native resize_input) noting which input it resized."""
+        def resize_input(position, shape) -> int:
+            status = orig(position, shape)
+            if status == 0:
+                self.resized.add(self.native.input_indices()[position])
+            return status
+
+        return resize_input
+
+    def _io(self) -> list[int]:
+        seen = []
+        for i in self.native.input_indices() + self.native.output_indices():
+            if i >= 0 and i not in seen:
+                seen.append(i)
+        return seen
+
+    def _grow(self) -> bool:
+        small = [i for i, (_s, _o, cap) in self.slots.items() if self.native.tensor(i).nbytes > cap]
+        return bool(small) and self._assign(small)
+
+    def _place(self) -> bool:
+        fresh = []
+        for i in self._io():
+            if i in self.slots:
+                continue
+            t = self.native.tensor(i)
+            if t is None or t.nbytes == 0 or t.dtype is None or t.dtype.hasobject or t.is_dynamic():
+                continue
+            # Only tensors whose byte size is their shape's: a model may declare otherwise.
+            if t.nbytes != t.dtype.itemsize * int(np.prod(t.shape, dtype=np.int64)):
+                continue
+            fresh.append(i)
+        return bool(fresh) and self._assign(fresh)
+
+    def _assign(self, indices) -> bool:
+        sizes = {i: P.align(self.native.tensor(i).nbytes) for i in indices}
+        total = sum(sizes.values())
+        try:
+            self.w.budget.charge(total)
+        except MemoryError:
+            return False  # they stay in TFLite's arena, under RLIMIT_DATA
+        seg = P.Segment(next(self.w.ids), max(total, 1))
+        self.new_segments.append(seg)
+        off = 0
+        done = False
+        for i in indices:
+            buf = np.frombuffer(seg.map, np.uint8, sizes[i], off)
+            if self.native.set_custom_allocation(i, buf) == 0:
+                self.slots[i] = (seg, off, sizes[i])
+                done = True
+            else:
+                self.native.sink.take()
+                self.slots.pop(i, None)
+            off += sizes[i]
+        return done
+
+    def layout(self) -> dict:
+        """``{tensor index: (segment id, offset, dtype, shape)}`` of the tensors that live in a shared buffer now."""
+        from .._native.isolation_helper import moved_probe
+
+        out, placed = {}, []
+        for i, (seg, off, cap) in self.slots.items():
+            t = self.native.tensor(i)
+            try:
+                v = t.view() if t is not None else None
+            except Exception:  # noqa: BLE001 - a tensor whose bytes do not match its shape: not shared
+                v = None
+            if v is None or v.nbytes > cap or v.ctypes.data != _address(seg, off):
+                continue
+            out[i] = (seg.id, off, v.dtype.str, v.shape)
+            placed.append((t, v.ctypes.data, v.nbytes))
+        self.watch = [(t, t.shape) for t in (self.native.tensor(i) for i in self._io() if i not in out)
+                      if t is not None]
+        outputs = set(self.native.output_indices())
+        self.moved = moved_probe([p for p, i in zip(placed, out) if i in outputs]) if outputs & set(out) else _never
+        return out
+
+    def reshaped(self) -> bool:
+        """True if an input or output outside the shared buffers changed shape (after an invoke)."""
+        return any(t.shape != shape for t, shape in self.watch)
+
+    def take_new_segments(self) -> list:
+        segs, self.new_segments = self.new_segments, []
+        return segs
+
+
+class NoMemory:
+    """A tensor presented as having no memory (see Server._stale); everything else is the tensor's."""
+
+    def __init__(self, t):
+        self._t = t
+
+    def __getattr__(self, name):
+        return getattr(self._t, name)
+
+    def has_data(self) -> bool:
+        return False
+
+    def read(self):
+        return None
+
+
+def _never() -> bool:
+    return False
+
+
+def _address(seg, off) -> int:
+    return np.frombuffer(seg.map, np.uint8, 1, off).ctypes.data
