@@ -9,7 +9,7 @@ and numpy and the runtime load on first use.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: F401  (kept low: model.cache keys its records with it)
 
 from .errors import (  # noqa: F401  (light: no numpy, no cffi)
     CacheError,

@@ -2,8 +2,8 @@
 
 - :mod:`.core` -- :class:`Interpreter`, the one path that moves tensor memory;
 - :mod:`.signature_runner` -- :class:`SignatureRunner`;
-- :mod:`.tensors` -- tensor details, numpy views and the checks on values set;
-- :mod:`.sparsity` -- sparse tensors' parameters for ``get_tensor_details()``;
+- :mod:`.tensors` -- tensor details (sparse tensors' parameters from the model reader's parse),
+  numpy views and the checks on values set;
 - :mod:`.xnnpack` -- when XNNPACK is applied and which nodes it takes;
 - :mod:`.call_lock` -- the per-interpreter call lock and its owner;
 - :mod:`.fork_guard` -- what an interpreter is after ``fork()``;
