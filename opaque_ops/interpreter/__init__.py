@@ -5,8 +5,8 @@
 - :mod:`.reshape_target` -- what the one memory-moving path works on (a subgraph, a shape);
 - :mod:`.one_op` -- one custom op in a model of its own (``testing.run_op``'s in-process core);
 - :mod:`.isolation_default` -- what ``isolate=`` means, and the isolated class ``opaque_ops.isolate`` registers;
-- :mod:`.tensors` -- tensor details, numpy views and the checks on values set;
-- :mod:`.sparsity` -- sparse tensors' parameters for ``get_tensor_details()``;
+- :mod:`.tensors` -- tensor details (sparse tensors' parameters from the model reader's parse),
+  numpy views and the checks on values set;
 - :mod:`.xnnpack` -- when XNNPACK is applied and which nodes it takes;
 - :mod:`.call_lock` -- the per-interpreter call lock and its owner;
 - :mod:`.fork_guard` -- what an interpreter is after ``fork()``;

@@ -770,7 +770,7 @@ class Interpreter:
                 raise InvalidInputError(f"tensor index {index} is out of range (the model has {len(tensors)} tensors)")
         else:
             t = None
-        return _tensors.details(t, index, info, self._model_bytes, subgraph)
+        return _tensors.details(t, index, info)
 
     def get_input_details(self) -> list[dict]:
         """Details of the model's inputs (same keys as tflite_runtime)."""

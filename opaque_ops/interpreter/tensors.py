@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sparsity import sparsity_parameters
 from ..errors import InvalidInputError, NotAllocatedError, ReadOnlyTensorError
 
 # TfLiteType values without a numpy equivalent, named for messages.
@@ -19,7 +18,7 @@ def type_name(t) -> str:
     return _TYPE_NAMES.get(t.type, f"TfLiteType {t.type}")
 
 
-def details(t, index: int, info_tensor, model: bytes | None, subgraph: int = 0) -> dict:
+def details(t, index: int, info_tensor) -> dict:
     """tflite_runtime's details dict for one tensor.
 
     ``t`` is the live tensor (None for subgraphs the C API cannot reach: then
@@ -54,11 +53,39 @@ def details(t, index: int, info_tensor, model: bytes | None, subgraph: int = 0) 
             # Blockwise quantization is not in the schema this runtime reads.
             "block_size": 0,
         },
-        # (The reader already knows which tensors have sparsity parameters:
-        # the model's tables are walked only for those.)
-        "sparsity_parameters": (sparsity_parameters(model, subgraph, index)
-                                if model is not None and (info_tensor is None or info_tensor.is_sparse) else {}),
+        "sparsity_parameters": sparsity_parameters(info_tensor),
     }
+
+
+def sparsity_parameters(info_tensor) -> dict:
+    """ai-edge-litert's ``sparsity_parameters`` of a tensor, from the reader's parse: ``{}`` if dense.
+
+    The TFLite C API exposes no tensor's sparsity, so the values come from
+    the model file as :func:`~opaque_ops.model.read_model` read it
+    (``TensorInfo.sparsity``), in the reference's form: ``traversal_order``,
+    ``block_map`` when the model stores one, and per dimension either
+    ``{"format": 0, "dense_size": n}`` or ``{"format": 1, "array_segments":
+    ..., "array_indices": ...}``, all integers as int32.
+    """
+    sp = info_tensor.sparsity if info_tensor is not None else None
+    if sp is None:
+        return {}
+    out = {"traversal_order": np.array(sp["traversal_order"], dtype=np.int32)}
+    if sp["block_map"] is not None:
+        out["block_map"] = np.array(sp["block_map"], dtype=np.int32)
+    dims = []
+    for fmt, dense, segments, indices in sp["dim_metadata"]:
+        if fmt == 0:
+            dims.append({"format": 0, "dense_size": int(dense)})
+        else:
+            # (check_model refuses a sparse dimension without both vectors.)
+            dims.append({"format": 1, "array_segments": _int32(segments), "array_indices": _int32(indices)})
+    out["dim_metadata"] = dims
+    return out
+
+
+def _int32(values) -> np.ndarray:
+    return np.zeros(0, np.int32) if values is None else values.astype(np.int32)
 
 
 def _model_dtype(info_tensor):

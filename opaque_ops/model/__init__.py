@@ -6,21 +6,23 @@
 - :mod:`~opaque_ops.model.flex`: flexbuffer custom options
   (:func:`flex_options`, :func:`decode_flex_options`).
 - :mod:`~opaque_ops.model.checks`: :func:`check_model`, the rules a model must
-  pass before the TFLite runtime sees it, :func:`check_resize` and
-  :func:`check_allocated` (on the shapes TFLite will really use, from
-  :mod:`~opaque_ops.model.shapes`).
+  pass before the TFLite runtime sees it, :func:`check_resize` and the rules
+  of :func:`check_allocated` (on the shapes TFLite will really use, from
+  :mod:`~opaque_ops.model.shapes`), in groups: tensors, graph, builtins.
 - :mod:`~opaque_ops.model.metadata`: the metadata entry the runtime parses
   itself (``CONVERSION_METADATA``), checked to lie inside its buffer.
 - :mod:`~opaque_ops.model.runtime_ops`: the custom ops the runtime provides
   itself (``Mfcc``, ``AudioSpectrogram``, ``TFLite_Detection_PostProcess``,
   ``NumericVerify``) and the options their kernels accept.
-- :mod:`~opaque_ops.model.cache`: parse and check once per model content.
+- :mod:`~opaque_ops.model.cache`: parse and check once per model content; the
+  verdicts kept (:func:`check_allocated` is the rules' memoizing front door).
 - :mod:`~opaque_ops.model.schema`: the enums of TFLite's ``schema.fbs``.
 """
 
 from __future__ import annotations
 
-from .checks import check_allocated, check_model, check_resize
+from .cache import check_allocated
+from .checks import check_model, check_resize
 from .flex import decode_flex_options, flex_options
 from .reader import ModelInfo, OpInfo, SignatureInfo, SubgraphInfo, TensorInfo, read_model
 from .schema import (

@@ -2,7 +2,9 @@
 
 Creating an interpreter reads the model with :func:`~opaque_ops.model.read_model`,
 runs :func:`~opaque_ops.model.check_model` and, after the allocation,
-:func:`~opaque_ops.model.check_allocated`.  In pure Python that costs more than
+:func:`~opaque_ops.model.check_allocated`.  The rules themselves
+(:mod:`~opaque_ops.model.checks`) keep nothing; this module is where their
+verdicts are kept (:func:`checked_model`, :func:`check_allocated`).  In pure Python that costs more than
 the TFLite runtime takes to build the interpreter, and real clients create
 their interpreters at start-up, in a fresh process.  So the outcome of each
 step (the *verdict*: passed, or the exact error) is kept:
@@ -22,7 +24,8 @@ step (the *verdict*: passed, or the exact error) is kept:
 No check is weakened.  A verdict is reused only for the exact same bytes (the
 SHA-256 is the key), the same checking code (the record's name carries a
 digest of opaque_ops' version and of the size and modification time of each
-source file of this package, as CPython keys its ``.pyc`` files), the
+source file of this package, ``checks/`` included, as CPython keys its
+``.pyc`` files), the
 same registered runtime-op names (they change which rules apply), and, for
 :func:`check_allocated`, the same runtime library, XNNPACK setting and
 planned shapes of the inputs, outputs and custom-op outputs (the key the
@@ -57,7 +60,7 @@ from pathlib import Path
 from .._version import __version__
 from ..build import store as _files
 from ..errors import CacheError, ModelError
-from .checks import check_model
+from .checks import check_allocated_shapes, check_model
 from .reader import ModelInfo, read_model
 from .runtime_ops import RUNTIME_CUSTOM_OPS
 from .shapes import ShapeError
@@ -128,6 +131,119 @@ def checked_model(data: bytes, registered=()) -> ModelInfo:
     return entry
 
 
+def check_allocated(info: ModelInfo, shape_of, config=()) -> None:
+    """Reject what only the allocated shapes reveal, before anything is invoked.
+
+    Parameters
+    ----------
+    info : ModelInfo
+        The model, from :func:`~opaque_ops.model.read_model`.
+    shape_of : callable
+        ``shape_of(tensor_index) -> tuple of int or None``: the shape TFLite
+        planned for a tensor of subgraph 0, or None when it is not known
+        until invoke (a dynamic tensor) or the index does not exist.  It may
+        be called after a *failed* allocation: shapes are then what the
+        runtime had computed when it stopped.
+    config : tuple, optional
+        What else the planned shapes depend on (the runtime library, whether
+        XNNPACK is applied): part of the key under which the verdict is kept
+        for a model the Interpreter holds (one from :func:`checked_model`).
+
+    Raises
+    ------
+    ModelError
+        The message names the operator and tensor at fault and the fix.
+
+    Notes
+    -----
+    The rules are :func:`~opaque_ops.model.checks.check_allocated_shapes`'s;
+    they reason on :func:`~opaque_ops.model.shapes.infer_shapes`'s shapes:
+    the runtime's own where it computed them, and the op's shape rule where
+    the runtime's report is stale (inside an XNNPACK partition, after a
+    dynamic tensor).  Refused:
+
+    - input shapes an operator cannot combine (VALID windows larger than
+      their input -- the XNNPACK delegate computes that output size with
+      unsigned arithmetic and reads far outside the input; mismatched
+      concatenations, reshapes that change the element count, ...): the
+      reference kernels refuse these in Prepare, XNNPACK crashes or returns
+      garbage;
+    - a convolution whose input channels no longer match its filter after a
+      resize (XNNPACK keeps the filter's count and reads past the input);
+    - tensors of more than :data:`~opaque_ops.model.checks.MAX_RANK`
+      dimensions or :data:`~opaque_ops.model.checks.MAX_ELEMENTS` elements;
+    - runtime-provided ops whose inputs do not have the shapes their kernels
+      assume (see :mod:`~opaque_ops.model.runtime_ops`).
+
+    A model read by :func:`read_model` is checked every time; for one from
+    :func:`checked_model` the verdict (passed, or the exact error) is kept.
+    """
+    if not info.verdicts.get("cacheable"):
+        check_allocated_shapes(info, shape_of)
+        return
+    key, known, err, remember = _allocated_slot(info, shape_of, config)
+    if known:
+        if err is not None:
+            raise type(err)(str(err))
+        return
+    try:
+        check_allocated_shapes(info, shape_of)
+    except ModelError as exc:
+        remember(key, exc)
+        raise
+    remember(key, None)
+
+
+def _allocated_slot(info: ModelInfo, shape_of, config):
+    """Where check_allocated's verdict is kept: (key, known, verdict, remember(key, verdict)).
+
+    The verdict depends on the model, the configuration, the input shapes
+    and what custom kernels and delegates planned (the rest the runtime
+    derives from those).  The outputs' shapes are part of the key: a
+    delegate may plan them differently from the reference kernels.
+    """
+    verdicts = info.verdicts
+    store = verdicts.get("store")
+    if store is not None and store.owner() is info:
+        # The model itself: its verdicts live in its Verdicts (and on disk),
+        # keyed without reading the model again.
+        ins, outs, customs = store.io
+        key = (config, tuple(shape_of(t) for t in ins), tuple(shape_of(t) for t in outs),
+               tuple(shape_of(t) for t in customs))
+        known, err = store.allocated(key)
+        return key, known, err, store.remember
+    # A copy with another subgraph first (the interpreter checks signature
+    # runners' subgraphs that way); it shares the verdicts dict, so the
+    # subgraph is part of the key.
+    sg = info.subgraphs[0]
+    key = ("allocated", id(sg), config, tuple(shape_of(t) for t in sg.inputs),
+           tuple(shape_of(t) for t in sg.outputs), tuple(shape_of(t) for t in _custom_outputs(info)))
+
+    def remember(key, verdict):
+        _remember(info, key, verdict)
+
+    return key, key in verdicts, verdicts.get(key), remember
+
+
+def _remember(info, key, verdict) -> None:
+    """Keep a re-rooted copy's verdict in the dict it shares with the model."""
+    if len(info.verdicts) > _MAX_ALLOCATED:  # a long-running app resizing to many shapes
+        keep = {k: info.verdicts[k] for k in ("cacheable", "store") if k in info.verdicts}
+        info.verdicts.clear()
+        info.verdicts.update(keep)
+    info.verdicts[key] = verdict
+
+
+def _custom_outputs(info) -> list:
+    """The outputs of subgraph 0's custom ops (part of a verdict's key), found once per subgraph."""
+    key = ("custom_outputs", id(info.subgraphs[0]))
+    out = info.verdicts.get(key)
+    if out is None:
+        out = [t for op in info.subgraphs[0].operators if op.is_custom for t in op.outputs if t >= 0]
+        info.verdicts[key] = out
+    return out
+
+
 def clear(disk: bool = False) -> None:
     """Forget every model kept in memory (and, with ``disk=True``, the records on disk)."""
     with _lock:
@@ -145,7 +261,7 @@ class Verdicts:
 
     ``model`` maps the registered runtime-op names to :func:`check_model`'s
     verdict; :meth:`allocated` and :meth:`remember` serve
-    :func:`check_allocated` (model.checks) for the model itself (``owner``),
+    :func:`check_allocated` for the model itself (``owner``),
     never for the re-rooted copies the interpreter makes for other subgraphs
     (they share the ``verdicts`` dict).  A verdict is None (passed) or the
     exception raised.
@@ -286,22 +402,21 @@ def _code() -> str:
     return _code_digest
 
 
-# The modules whose code decides a verdict (and the record's format).
-_SOURCES = ("cache.py", "checks.py", "flex.py", "metadata.py", "reader.py", "runtime_ops.py", "schema.py",
-            "shapes.py")
-
-
 def _source_digest(folder: Path) -> str:
-    """A digest of opaque_ops' version and of ``_SOURCES`` in ``folder``.
+    """A digest of opaque_ops' version and of every ``.py`` file under ``folder`` (subpackages too).
 
-    A file is known by its size and modification time, the rule CPython uses
-    to tell whether a ``.pyc`` is still that of its source (reading and
-    hashing the source instead would cost more than the checks save).
+    The whole model package decides a verdict (the reader, the rules in
+    ``checks/``, the shape rules, the record's format here), so every source
+    file in it counts, found recursively: a rule added in a new file of
+    ``checks/`` changes the digest as an edit does.  A file is known by its
+    size and modification time, the rule CPython uses to tell whether a
+    ``.pyc`` is still that of its source (reading and hashing the source
+    instead would cost more than the checks save).
     """
     h = hashlib.sha256(f"opaque_ops {__version__}".encode())
-    for name in _SOURCES:
-        st = os.stat(folder / name)
-        h.update(f"\0{name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    for path in sorted(folder.rglob("*.py")):
+        st = os.stat(path)
+        h.update(f"\0{path.relative_to(folder).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}".encode())
     return h.hexdigest()[:16]
 
 

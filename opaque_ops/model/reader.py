@@ -43,8 +43,10 @@ class TensorInfo:
     quantization: dict
     is_variable: bool
     is_sparse: bool = False
-    # traversal_order, block_map, dim_metadata [(format, dense_size,
-    # segments, indices)], as stored; None for a dense tensor.
+    # traversal_order, block_map (None if not stored), dim_metadata
+    # [(format, dense_size, segments, indices)], as stored; None for a dense
+    # tensor.  The one parse of the sparsity table: the checks and
+    # get_tensor_details() both read it from here.
     sparsity: dict | None = None
 
     def array(self) -> np.ndarray | None:
@@ -364,7 +366,8 @@ def _sparsity(f: _Flat, pos: int, what: str) -> dict:
             dense = _I32(buf, dp + d[1])[0] if d[1] else 0
             dims.append((fmt, dense, vecs[0], vecs[1]))
     return {"traversal_order": list(f.ints(pos + s[0], what, None, "traversal_order")) if s[0] else [],
-            "block_map": list(f.ints(pos + s[1], what, None, "block_map")) if s[1] else [],
+            # None when absent: ai-edge-litert lists a stored block_map even if empty.
+            "block_map": list(f.ints(pos + s[1], what, None, "block_map")) if s[1] else None,
             "dim_metadata": dims}
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from opaque_ops.model import cache, checks, read_model
+from opaque_ops.model import cache, read_model
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
@@ -55,12 +55,12 @@ def _no_checks(monkeypatch):
 
     monkeypatch.setattr(cache, "read_model", boom)
     monkeypatch.setattr(cache, "check_model", boom)
-    monkeypatch.setattr(checks, "_check_allocated", boom)
+    monkeypatch.setattr(cache, "check_allocated_shapes", boom)
 
 
 def _counting(monkeypatch) -> dict:
     calls = {"check_model": 0, "check_allocated": 0}
-    real_model, real_alloc = cache.check_model, checks._check_allocated
+    real_model, real_alloc = cache.check_model, cache.check_allocated_shapes
 
     def model(*a, **k):
         calls["check_model"] += 1
@@ -71,7 +71,7 @@ def _counting(monkeypatch) -> dict:
         return real_alloc(*a, **k)
 
     monkeypatch.setattr(cache, "check_model", model)
-    monkeypatch.setattr(checks, "_check_allocated", alloc)
+    monkeypatch.setattr(cache, "check_allocated_shapes", alloc)
     return calls
 
 
@@ -121,10 +121,10 @@ def test_the_record_is_the_same_in_a_real_new_process(verdicts):
     [record] = _records(verdicts)
     code = f"""
         import opaque_ops as oo
-        from opaque_ops.model import cache, checks
+        from opaque_ops.model import cache
         def boom(*a, **k):
             raise AssertionError("checked again")
-        cache.read_model = cache.check_model = checks._check_allocated = boom
+        cache.read_model = cache.check_model = cache.check_allocated_shapes = boom
         oo.Interpreter(model_path={str(FACE)!r}).allocate_tensors()
         print("OK")
     """
@@ -200,20 +200,28 @@ def test_records_of_other_checking_code_are_not_used(verdicts, monkeypatch):
 
 
 def test_the_code_digest_follows_the_checks_source(tmp_path):
-    # A file's size and mtime stand for its content, as for CPython's .pyc.
+    # A file's size and mtime stand for its content, as for CPython's .pyc;
+    # the rules live in the checks/ subpackage, which the digest must cover.
     src = Path(cache.__file__).parent
-    for name in cache._SOURCES:
-        shutil.copy2(src / name, tmp_path / name)
-    before = cache._source_digest(tmp_path)
-    assert before == cache._source_digest(src)  # copy2 keeps the times
-    checks_py = tmp_path / "checks.py"
-    st = checks_py.stat()
-    os.utime(checks_py, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
-    assert cache._source_digest(tmp_path) != before
-    os.utime(checks_py, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert cache._source_digest(tmp_path) == before
-    checks_py.write_text(checks_py.read_text() + "# one rule more\n")
-    assert cache._source_digest(tmp_path) != before
+    copy = tmp_path / "model"
+    shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__"))  # copy2: keeps the times
+    before = cache._source_digest(copy)
+    assert before == cache._source_digest(src)
+    rules = copy / "checks" / "graph.py"
+    assert rules.is_file()
+    st = rules.stat()
+    os.utime(rules, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert cache._source_digest(copy) != before
+    os.utime(rules, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert cache._source_digest(copy) == before
+    rules.write_text(rules.read_text() + "# one rule more\n")
+    assert cache._source_digest(copy) != before
+    rules.write_text(rules.read_text()[:-len("# one rule more\n")])
+    os.utime(rules, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert cache._source_digest(copy) == before
+    # A new rule module counts as well as an edited one.
+    (copy / "checks" / "newrules.py").write_text("# a new group of rules\n")
+    assert cache._source_digest(copy) != before
 
 
 def test_a_corrupted_record_is_deleted_and_the_checks_run(verdicts, monkeypatch):

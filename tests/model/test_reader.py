@@ -207,6 +207,35 @@ def _mediapipe_models() -> list[str]:
     return sorted(str(p) for p in base.rglob("*.tflite") if p.stat().st_size < 4_000_000)
 
 
+def _assert_same_sparsity(ours, ref) -> None:
+    """The reader's sparsity parse (the one get_tensor_details() shows) against the generated schema's."""
+    if ref is None:
+        assert ours is None
+        return
+    assert ours["traversal_order"] == list(ref.traversalOrder if ref.traversalOrder is not None else [])
+    # Absent and empty differ: ai-edge-litert lists a stored block_map even when it is empty.
+    assert ours["block_map"] == (None if ref.blockMap is None else list(ref.blockMap))
+    assert len(ours["dim_metadata"]) == len(ref.dimMetadata or [])
+    for (fmt, dense, segments, indices), rd in zip(ours["dim_metadata"], ref.dimMetadata or []):
+        assert (fmt, dense) == (rd.format, rd.denseSize)
+        for mine, theirs in ((segments, rd.arraySegments), (indices, rd.arrayIndices)):
+            assert (mine is None) == (theirs is None or theirs.values is None)
+            if mine is not None:
+                np.testing.assert_array_equal(mine, theirs.values)
+
+
+@pytest.mark.parametrize("indices_kind", [1, 3], ids=["int32", "uint8"])
+def test_sparsity_is_read_as_the_generated_schema_reads_it(indices_kind):
+    schema = pytest.importorskip("ai_edge_litert.schema_py_generated")
+    import sparse_model
+
+    data = sparse_model.build(indices_kind)
+    ref = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    sp = read_model(data).subgraphs[0].tensors[0].sparsity
+    _assert_same_sparsity(sp, ref.subgraphs[0].tensors[0].sparsity)
+    assert sp["block_map"] is None and sp["dim_metadata"][1][3].tolist() == sparse_model.INDICES
+
+
 @pytest.mark.parametrize("path", wheel_models() + _mediapipe_models(), ids=os.path.basename)
 def test_every_field_read_matches_tflite_generated_schema(path):
     """The reader against TFLite's own generated schema (an independent reader), field by field."""
@@ -239,6 +268,7 @@ def test_every_field_read_matches_tflite_generated_schema(path):
                                           q.zeroPoint if q and q.zeroPoint is not None else [])
             assert t.quantization["quantized_dimension"] == (q.quantizedDimension if q else 0)
             assert t.is_sparse == (rt.sparsity is not None)
+            _assert_same_sparsity(t.sparsity, rt.sparsity)
         assert len(sg.operators) == len(rsg.operators)
         for op, rop in zip(sg.operators, rsg.operators):
             assert op.opcode_index == rop.opcodeIndex

@@ -1,0 +1,118 @@
+"""Rules on the shapes the runtime will really use: a requested resize, and what an allocation planned."""
+
+from __future__ import annotations
+
+from ...errors import InvalidInputError, ModelError
+from ..runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op_shapes
+from ..shapes import infer_shapes
+from . import messages
+from .limits import MAX_ELEMENTS, MAX_RANK, elements
+
+
+def check_resize(info, tensor_index: int, shape) -> None:
+    """Refuse a new input shape that the runtime would not survive.
+
+    Parameters
+    ----------
+    info : ModelInfo
+        The model.
+    tensor_index : int
+        The input tensor (an index into subgraph 0's tensors).
+    shape : sequence of int
+        The requested shape.
+
+    Raises
+    ------
+    InvalidInputError
+        The message names the input, the shape and the limit.
+
+    Notes
+    -----
+    Only what is wrong whatever the model does is refused here: more than
+    :data:`MAX_RANK` dimensions, more than :data:`MAX_ELEMENTS` elements.
+    Whether the model's operators accept the shape is decided after the
+    allocation, on the shapes TFLite plans (:func:`check_allocated_shapes`).
+    """
+    if len(shape) > MAX_RANK:
+        raise InvalidInputError(
+            f"cannot resize input {tensor_index} to rank {len(shape)} (shape {list(shape)[:8]}...): "
+            f"the runtime supports at most {MAX_RANK} dimensions"
+        )
+    if elements(shape) > MAX_ELEMENTS:
+        raise InvalidInputError(
+            f"cannot resize input {tensor_index} to {list(shape)}: more than {MAX_ELEMENTS} elements")
+
+
+def check_allocated_shapes(info, shape_of) -> None:
+    """The rules of :func:`~opaque_ops.model.check_allocated`, run every time (nothing is kept).
+
+    Parameters
+    ----------
+    info : ModelInfo
+        The model; its subgraph 0 is the one checked.
+    shape_of : callable
+        ``shape_of(tensor_index) -> tuple of int or None``, as for
+        :func:`~opaque_ops.model.check_allocated`.
+
+    Raises
+    ------
+    ModelError
+        The message names the operator and tensor at fault and the fix.
+    """
+    sg = info.subgraphs[0]
+    shapes = infer_shapes(info, shape_of)
+    _check_sizes(sg, shapes)
+    # What the caller will read: the runtime's output shapes must be the ones
+    # the operators give (with an empty batch, XNNPACK 2.17.1 leaves garbage
+    # dimensions in its outputs, e.g. [0, 549846668, 1491629428, 4]).
+    for t in sg.outputs:
+        want, got = shapes.get(t), shape_of(t)
+        if want is not None and got is not None and tuple(got) != tuple(want):
+            raise ModelError(
+                f"{messages.planned_tensor(sg, t, 'output tensor')} was planned as {list(got)}, but the "
+                f"model's operators give {list(want)}; the runtime would return wrong data. Resize the "
+                "input to a shape without empty dimensions")
+
+    def known(t):
+        return shapes.get(t) if t >= 0 else None
+
+    for op in sg.operators:
+        if op.op_name in ("CONV_2D", "DEPTHWISE_CONV_2D") and len(op.inputs) >= 2 and min(op.inputs[:2]) >= 0:
+            _check_convolution(sg, op, known)
+        elif op.is_custom and op.op_name in RUNTIME_CUSTOM_OPS and op.custom_options:
+            check_runtime_op_shapes(op, {}, known)
+
+
+def _check_sizes(sg, shapes) -> None:
+    """No planned tensor beyond the rank and element count the runtime can handle."""
+    for t, shape in shapes.items():
+        if shape is None:
+            continue
+        if len(shape) > MAX_RANK:
+            raise ModelError(f"{messages.planned_tensor(sg, t)} would have rank {len(shape)}; the "
+                             f"runtime supports at most {MAX_RANK} dimensions")
+        if min(shape, default=0) >= 0 and elements(shape) > MAX_ELEMENTS:
+            raise ModelError(f"{messages.planned_tensor(sg, t)} would have shape {list(shape)}: more "
+                             f"than {MAX_ELEMENTS} elements. Resize the input to a smaller shape")
+
+
+def _check_convolution(sg, op, known) -> None:
+    """A convolution's input channels still match its filter after a resize."""
+    x, w = known(op.inputs[0]), known(op.inputs[1])
+    declared = sg.tensors[op.inputs[0]].shape
+    if x is None or w is None or len(x) != 4 or len(w) != 4 or len(declared) != 4:
+        return
+    where = messages.planned_operator(op)
+    want = w[3] if op.op_name == "CONV_2D" else declared[3]
+    if x[3] != want and declared[3] == want:
+        # XNNPACK keeps the filter's channel count and reads past the input.
+        raise ModelError(
+            f"{where} takes {want} input channels, but its input {op.inputs[0]} has shape {list(x)}. "
+            "Resize the model's input with the channel count it was built for")
+    if op.op_name == "CONV_2D" and w[3] > 0 and (x[3] <= 0 or x[3] % w[3]):
+        # The kernels divide by the group count x[3] / w[3]: zero input
+        # channels is a division by zero (SIGFPE, fuzz_structured 31:41157).
+        raise ModelError(
+            f"{where} has a filter of {w[3]} input channels, but its input "
+            f"{op.inputs[0]} has shape {list(x)}: the input channels must be a positive multiple "
+            "of the filter's. Resize the model's input with the channel count it was built for")

@@ -1,0 +1,207 @@
+"""Rules on the data flow: who writes which tensor, in what order, and how subgraphs and signatures connect."""
+
+from __future__ import annotations
+
+from ...errors import ModelError
+from . import messages
+from .options import SUBGRAPH_FIELDS, effective_options
+
+# Builtins whose outputs may be RESOURCE or VARIANT handles (the control-flow
+# ops pass their subgraphs' handles through).
+_HANDLE_PRODUCERS = frozenset({"VAR_HANDLE", "HASHTABLE", "WHILE", "IF", "CALL_ONCE", "STABLEHLO_WHILE",
+                               "STABLEHLO_CASE", "STABLEHLO_COMPOSITE"})
+
+# Builtins that may read RESOURCE or VARIANT handles.
+_HANDLE_CONSUMERS = frozenset({"READ_VARIABLE", "ASSIGN_VARIABLE", "HASHTABLE_FIND", "HASHTABLE_IMPORT",
+                               "HASHTABLE_SIZE", "WHILE", "IF", "CALL_ONCE", "STABLEHLO_WHILE",
+                               "STABLEHLO_CASE", "STABLEHLO_COMPOSITE"})
+
+# Builtins whose kernels can write STRING outputs (they allocate them), as
+# TFLite's kernels do: gather.cc, gather_nd.cc, slice.cc, strided_slice.cc,
+# tile.cc, fill.cc, reshape-like ops that share the input's buffer, the
+# hash tables, and control flow that passes tensors through.
+_STRING_PRODUCERS = frozenset(
+    "GATHER GATHER_ND SLICE STRIDED_SLICE TILE FILL RESHAPE SQUEEZE EXPAND_DIMS HASHTABLE_FIND "
+    "HASHTABLE_LOOKUP WHILE IF CALL_ONCE".split())
+
+# Where the conv-like ops allow an omitted input: the bias only.
+_OPTIONAL_POSITIONS = {"CONV_2D": {2}, "DEPTHWISE_CONV_2D": {2}, "FULLY_CONNECTED": {2},
+                       "TRANSPOSE_CONV": {3}, "CONV_3D": {2}, "CONV_3D_TRANSPOSE": {3}}
+
+# Builtin ops whose schema allows an omitted (-1) input, e.g. a missing bias.
+_OPTIONAL_INPUT_OPS = {
+    "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "CONV_3D",
+    "CONV_3D_TRANSPOSE", "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_LSTM",
+    "BIDIRECTIONAL_SEQUENCE_RNN", "RNN", "UNIDIRECTIONAL_SEQUENCE_RNN", "SVDF", "LSH_PROJECTION",
+    "STABLEHLO_COMPOSITE",
+}
+# (WHILE, IF and CALL_ONCE copy every input into the subgraph they call:
+# an omitted one is dereferenced as tensor -1.)
+
+# Builtins that may have no outputs (they only update state or run a subgraph).
+_NO_OUTPUT_OPS = ("ASSIGN_VARIABLE", "CALL_ONCE")
+
+
+def check_writes(sg, handles) -> dict[int, int]:
+    """Each tensor written by at most one operator, and only where a write is harmless.
+
+    Returns the producer of each written tensor (tensor index -> operator index).
+    """
+    producer: dict[int, int] = {}
+    for op in sg.operators:
+        if handles and not op.is_custom and op.op_name not in _HANDLE_CONSUMERS:
+            _check_handle_reads(sg, op, handles)
+        for t in op.outputs:
+            if t < 0:
+                if not op.is_custom:
+                    # No builtin has optional outputs; kernels write them unchecked.
+                    raise ModelError(f"{messages.operator(sg, op)} has an omitted (-1) output")
+                continue
+            _check_output(sg, op, t, handles, producer)
+            producer[t] = op.index
+    return producer
+
+
+def _check_handle_reads(sg, op, handles) -> None:
+    for t in op.inputs:
+        if t in handles:
+            # A handle read as data (a RESOURCE constant as conv weights) has
+            # no shape or bytes the kernel expects.
+            raise ModelError(
+                f"{messages.operator(sg, op)} reads tensor {t} of type "
+                f"{sg.tensors[t].type_name}; only {sorted(_HANDLE_CONSUMERS)} take handles")
+
+
+def _check_output(sg, op, t: int, handles, producer) -> None:
+    """Operator ``op`` may write tensor ``t``."""
+    where, tensor = messages.operator(sg, op), sg.tensors[t]
+    if t in producer:
+        raise ModelError(f"{where} writes tensor {t}, which operator {producer[t]} already writes: "
+                         "each tensor may have one producer")
+    if t in op.inputs:
+        raise ModelError(f"{where} writes tensor {t}, which is also one of its own inputs")
+    if t in sg.inputs:
+        raise ModelError(f"{where} writes tensor {t}, which is an input of the subgraph")
+    if tensor.data is not None:
+        raise ModelError(f"{where} writes tensor {t}, which is a constant (it has data in the model)")
+    if t in handles and not op.is_custom and op.op_name not in _HANDLE_PRODUCERS:
+        # Resource and variant tensors hold handles, not arena data: a
+        # kernel writing its values there corrupts them.
+        raise ModelError(f"{where} writes tensor {t} of type {tensor.type_name}; only "
+                         f"{sorted(_HANDLE_PRODUCERS)} produce those")
+    if tensor.type_name == "STRING" and not op.is_custom and op.op_name not in _STRING_PRODUCERS:
+        # A string tensor gets no arena memory: the kernels that produce
+        # strings allocate it themselves.  Any other kernel writes its
+        # numbers through a null pointer (SOFTMAX: SIGSEGV).
+        raise ModelError(f"{where} writes tensor {t} of type STRING, which {op.op_name} cannot produce; "
+                         f"only {sorted(_STRING_PRODUCERS)} write strings")
+    if tensor.is_variable:
+        # Variable tensors are state that stateful ops update in place
+        # through an *input*; planned as an output, the arena gives the same
+        # bytes two lifetimes.
+        raise ModelError(f"{where} writes tensor {t}, which is marked as a variable (is_variable); "
+                         "variables are inputs of the ops that update them")
+
+
+def check_omitted_inputs(sg, op) -> None:
+    """Omitted (-1) inputs only where the builtin's schema makes them optional."""
+    if -1 not in op.inputs or op.is_custom:
+        return
+    # Builtin kernels fetch their inputs without a null check unless the
+    # schema makes the input optional.
+    pos = [k for k, t in enumerate(op.inputs) if t == -1]
+    allowed = _OPTIONAL_POSITIONS.get(op.op_name)
+    if op.op_name not in _OPTIONAL_INPUT_OPS:
+        raise ModelError(f"{messages.operator(sg, op)} has an omitted (-1) input at position {pos[0]}, "
+                         f"but {op.op_name} has no optional inputs")
+    if allowed is not None and not set(pos) <= allowed:
+        raise ModelError(f"{messages.operator(sg, op)} has an omitted (-1) input at position "
+                         f"{min(set(pos) - allowed)}; only input(s) {sorted(allowed)} may be omitted")
+
+
+def check_has_outputs(sg, op) -> None:
+    """Builtins other than the state-only ones write something."""
+    if not op.outputs and not op.is_custom and op.op_name not in _NO_OUTPUT_OPS:
+        raise ModelError(f"{messages.operator(sg, op)} has no outputs")
+
+
+def check_execution_order(sg, op, producer) -> None:
+    """No operator reads a tensor before the operator that writes it runs.
+
+    Reading a tensor that only a later operator writes reads arena memory
+    planned for someone else.
+    """
+    for t in op.inputs:
+        p = producer.get(t)
+        if p is not None and p >= op.index:
+            raise ModelError(f"{messages.operator(sg, op)} reads tensor {t} before operator {p} writes it "
+                             "(operators must be in execution order)")
+
+
+def check_subgraph_outputs(sg, producer) -> None:
+    """Every subgraph output is written, an input, a constant or a variable."""
+    for t in sg.outputs:
+        tensor = sg.tensors[t]
+        if t not in producer and t not in sg.inputs and tensor.data is None and not tensor.is_variable:
+            raise ModelError(f"{messages.subgraph_io(sg, 'output tensor', t)} is written by no "
+                             "operator and is neither an input nor a constant")
+
+
+def check_variable_reads(sg) -> None:
+    """READ_VARIABLE declares the shape that ASSIGN_VARIABLE stores in the same variable.
+
+    READ_VARIABLE's output is planned with its declared shape, but at run
+    time it takes the stored value's: a disagreement makes the next operator
+    read past the value's memory.
+    """
+    assigned: dict[int, tuple] = {}
+    for op in sg.operators:
+        if op.op_name == "ASSIGN_VARIABLE" and len(op.inputs) == 2 and min(op.inputs) >= 0:
+            assigned.setdefault(op.inputs[0], sg.tensors[op.inputs[1]].shape)
+    for op in sg.operators:
+        if op.op_name == "READ_VARIABLE" and op.inputs and op.outputs and op.inputs[0] in assigned:
+            out = sg.tensors[op.outputs[0]].shape
+            val = assigned[op.inputs[0]]
+            if out != val and -1 not in out and -1 not in val:
+                raise ModelError(f"{messages.operator(sg, op)} declares output shape {list(out)}, but the "
+                                 f"variable it reads holds values of shape {list(val)}")
+
+
+def check_call_graph(info) -> None:
+    """Subgraphs calling each other in a cycle recurse until the stack overflows."""
+    calls = {}
+    for sg in info.subgraphs:
+        calls[sg.index] = {effective_options(op).get(f, 0) for op in sg.operators if op.op_name in SUBGRAPH_FIELDS
+                           for f in SUBGRAPH_FIELDS[op.op_name]}
+    state: dict[int, int] = {}
+
+    def visit(n, path):
+        if state.get(n) == 1:
+            raise ModelError(f"subgraphs call each other in a cycle: {' -> '.join(map(str, path + [n]))}")
+        if state.get(n) == 2 or n not in calls:
+            return
+        state[n] = 1
+        for m in sorted(calls[n]):
+            visit(m, path + [n])
+        state[n] = 2
+
+    for n in calls:
+        visit(n, [])
+
+
+def check_signatures(info) -> None:
+    """A signature names each input and each output of its subgraph exactly once.
+
+    The runtime's signature runner counts its inputs from the subgraph and
+    looks their names up in the signature by position
+    (``tensorflow/lite/core/signature_runner.h``: ``input_size()`` is
+    ``subgraph_->inputs().size()``, ``input_names()`` the signature's), so a
+    signature with fewer names is read past its end.
+    """
+    for s in info.signatures:
+        sg = info.subgraphs[s.subgraph_index]
+        for what, named, real in (("inputs", s.inputs, sg.inputs), ("outputs", s.outputs, sg.outputs)):
+            if sorted(named.values()) != sorted(real):
+                raise ModelError(
+                    f"signature {s.key!r} names tensors {sorted(named.values())} as its {what}, but subgraph "
+                    f"{s.subgraph_index}'s {what} are {list(real)}; a signature must name each of them once")

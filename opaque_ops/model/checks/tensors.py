@@ -1,0 +1,192 @@
+"""Rules on each tensor as stored: shape, byte size, quantization, sparsity, and which may be an input."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ModelError
+from . import messages
+from .limits import MAX_ELEMENTS, MAX_RANK, elements
+
+# Element sizes of the fixed-size types numpy has no dtype for (sub-byte
+# types are packed and left out).
+_WHOLE_BYTE_TYPES = {"BFLOAT16": 2, "FLOAT8_E4M3FN": 1, "FLOAT8_E5M2": 1}
+
+# Tensor types that hold handles, not data.
+HANDLE_TYPES = frozenset({"RESOURCE", "VARIANT"})
+
+# Zero points a quantized tensor of each type can hold.
+_ZERO_POINT_RANGE = {"INT8": (-128, 127), "UINT8": (0, 255), "INT16": (-32768, 32767), "INT4": (-8, 7)}
+
+_F32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def check_subgraph_inputs(sg) -> None:
+    """No subgraph input is a constant."""
+    for t in sg.inputs:
+        if sg.tensors[t].data is not None:
+            # TFLite plans an input in the arena and lets set_tensor write
+            # it, but a constant's buffer is the model's read-only bytes.
+            raise ModelError(
+                f"{messages.subgraph_io(sg, 'input', t)} is a constant (it has data "
+                "in the model); a subgraph input must be a tensor without data")
+
+
+def check_tensor(sg, t) -> None:
+    """One tensor's shape, stored bytes, sparsity and quantization, in that order."""
+    count = _check_shape(sg, t)
+    if t.is_sparse:
+        if t.data is None:
+            # Only constants can be stored sparse (DENSIFY expands them
+            # once); the XNNPACK delegate trusts the flag on any tensor.
+            raise ModelError(
+                f"{messages.tensor(sg, t)} has sparsity parameters but no "
+                "data; only constant tensors can be sparse")
+        check_sparsity(sg, t)
+    else:
+        _check_dense_size(sg, t, count)
+    _check_quantization(sg, t)
+
+
+def _check_shape(sg, t) -> int:
+    """Rank, signs and element count of the stored shape; returns the count."""
+    shape, sig = t.shape, t.shape_signature
+    if len(shape) > MAX_RANK or (sig is not None and len(sig) > MAX_RANK):
+        raise ModelError(
+            f"{messages.tensor(sg, t)} has rank {len(shape)}; "
+            f"the runtime supports at most {MAX_RANK} dimensions")
+    if not shape:
+        return 1
+    if min(shape) < 0:
+        # Unknown dimensions belong in shape_signature (-1); the shape
+        # itself is what TFLite allocates, and it trusts it.
+        raise ModelError(
+            f"{messages.tensor(sg, t)} has shape {list(shape)}; "
+            "dimensions must be >= 0 (-1 belongs in shape_signature)")
+    count = elements(shape)
+    if count > MAX_ELEMENTS:
+        raise ModelError(
+            f"{messages.tensor(sg, t)} has shape {list(shape)}: "
+            f"more than {MAX_ELEMENTS} elements")
+    return count
+
+
+def _check_dense_size(sg, t, count: int) -> None:
+    """Dense constant data no longer than its shape says."""
+    data = t.data
+    if data is None or (t.dtype is None and t.type_name not in _WHOLE_BYTE_TYPES):
+        return
+    # TFLite only checks that dense data is not shorter than the shape
+    # (sparse tensors are legitimately shorter, so that is left to it); a
+    # longer buffer with a zero dimension (a 1x0x1x32 filter holding 160
+    # bytes) divides by zero in the kernels, and an int32 constant retyped
+    # BFLOAT16 (twice the bytes its shape says) crashed XNNPACK's TRANSPOSE.
+    want = count * (t.dtype.itemsize if t.dtype is not None else _WHOLE_BYTE_TYPES[t.type_name])
+    if len(data) > want:
+        raise ModelError(
+            f"{messages.tensor(sg, t)} has shape {list(t.shape)} "
+            f"({want} bytes of {t.type_name}) but {len(data)} bytes of data")
+
+
+def _check_quantization(sg, t) -> None:
+    """Scales finite, positive and normal; zero points inside the type's range."""
+    quant = t.quantization
+    scales = quant["scales"]
+    # XNNPACK derives requantization multipliers from the scales when the
+    # interpreter is created; a NaN or infinite one crashes it.  Subnormal
+    # scales overflow the same multipliers.
+    if len(scales):
+        good = np.isfinite(scales) & (scales >= _F32_TINY)
+        if not good.all():
+            raise ModelError(
+                f"{messages.tensor(sg, t)} has quantization scale(s) "
+                f"{scales[~good][:4].tolist()}: scales must be finite and positive (normal floats)")
+    zps = quant["zero_points"]
+    if len(zps):
+        lim = _ZERO_POINT_RANGE.get(t.type_name)
+        if lim is not None and ((zps < lim[0]) | (zps > lim[1])).any():
+            bad = zps[(zps < lim[0]) | (zps > lim[1])][:4].tolist()
+            raise ModelError(
+                f"{messages.tensor(sg, t)} has zero point(s) {bad} outside "
+                f"the {t.type_name} range [{lim[0]}, {lim[1]}]")
+
+
+def check_sparsity(sg, t) -> None:
+    """The structure TFLite's DENSIFY and the XNNPACK delegate walk without checking.
+
+    The rules are those of the schema's SparsityParameters (the ones
+    TFLite's optional model verifier applies, which TfLiteModelCreate does
+    not run): the traversal order is a permutation covering the tensor's
+    dimensions then its block dimensions, each block dimension names a
+    tensor dimension, one metadata entry per traversed dimension; a dense
+    entry's size is that dimension's, a sparse (CSR) entry has segments
+    that start at 0, never decrease and end at its index count, and indices
+    inside the dimension; and the stored values are exactly the data.
+    """
+    where = f"{messages.tensor(sg, t)}: sparsity"
+    sp = t.sparsity or {}
+    rank = len(t.shape)
+    order, blocks, dims = sp.get("traversal_order", []), sp.get("block_map") or [], sp.get("dim_metadata", [])
+    n = rank + len(blocks)
+    if sorted(order) != list(range(n)) or sorted(order[:rank]) != list(range(rank)):
+        raise ModelError(f"{where} traversal_order {order} is not a permutation of the {rank} dimensions "
+                         f"followed by the {len(blocks)} block dimensions")
+    if any(not 0 <= b < rank for b in blocks) or len(set(blocks)) != len(blocks):
+        raise ModelError(f"{where} block_map {blocks} must name distinct dimensions of the rank-{rank} tensor")
+    if len(dims) != n:
+        raise ModelError(f"{where} has {len(dims)} dim_metadata entries for {n} traversed dimensions")
+    if t.data is None or t.dtype is None or min(t.shape, default=1) < 0:
+        raise ModelError(f"{where} is on a tensor without data (or of a type without fixed size)")
+    sizes = _traversed_sizes(where, t, order, blocks, dims)
+    count = _stored_values(where, dims, sizes)
+    if count * t.dtype.itemsize != len(t.data):
+        raise ModelError(f"{where} describes {count} stored values but the tensor has {len(t.data)} bytes "
+                         f"of {t.type_name}")
+
+
+def _traversed_sizes(where: str, t, order, blocks, dims) -> list:
+    """Sizes of the traversed dimensions: blocked dimensions are counted in
+    blocks, and each block dimension holds the block size (the dense size
+    stored for it)."""
+    rank, n = len(t.shape), len(order)
+    sizes = []
+    block_size = {}
+    for k in range(rank, n):
+        fmt, dense, _seg, _idx = dims[k]
+        if fmt != 0 or dense < 1:
+            raise ModelError(f"{where} block dimension {k} must be dense with a positive size")
+        block_size[blocks[k - rank]] = dense
+    for k in range(n):
+        d = order[k]
+        if d < rank:
+            full = t.shape[d]
+            b = block_size.get(d, 1)
+            if full % b:
+                raise ModelError(f"{where} dimension {d} ({full}) is not a multiple of its block {b}")
+            sizes.append(full // b)
+        else:
+            sizes.append(block_size[blocks[d - rank]])
+    return sizes
+
+
+def _stored_values(where: str, dims, sizes) -> int:
+    """Each dimension's metadata against its size; returns the number of values stored."""
+    count = 1  # entries reached so far (product of the traversed sizes)
+    for k, (fmt, dense, seg, idx) in enumerate(dims):
+        if fmt == 0:
+            if dense != sizes[k]:
+                raise ModelError(f"{where} dense dimension {k} has size {dense}, expected {sizes[k]}")
+            count *= dense
+        elif fmt == 1:
+            if seg is None or idx is None or len(seg) != count + 1:
+                raise ModelError(f"{where} sparse dimension {k} needs {count + 1} segments and its indices")
+            seg = seg.astype(np.int64)
+            if seg[0] != 0 or (np.diff(seg) < 0).any() or seg[-1] != len(idx):
+                raise ModelError(f"{where} sparse dimension {k} has segments that do not partition its "
+                                 f"{len(idx)} indices")
+            if len(idx) and (idx.astype(np.int64) >= sizes[k]).any():
+                raise ModelError(f"{where} sparse dimension {k} has indices beyond its size {sizes[k]}")
+            count = len(idx)
+        else:
+            raise ModelError(f"{where} dimension {k} has unknown format {fmt}")
+    return count
