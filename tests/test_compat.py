@@ -16,10 +16,13 @@ import textwrap
 import numpy as np
 import pytest
 
-from child import ROOT, crashed
-from conftest import ATAN_INPUT, package_file
+from tests.helpers.child_process import crashed
 
-# A client written for tflite_runtime, as openWakeWord is: it runs the model it
+from tests.helpers.locations import ROOT
+from tests.helpers.atan import ATAN_INPUT
+from tests.helpers.locations import package_file
+
+
 # is given and prints its outputs and which Interpreter class it got.
 CLIENT = """
 import json, sys

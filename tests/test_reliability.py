@@ -21,8 +21,10 @@ import pytest
 import opaque_ops as oo
 from opaque_ops.model import ModelBuilder, check_model, read_model
 
-from child import run_child
-from conftest import ATAN_INPUT, ROOT, package_file
+from tests.helpers.child_process import run_child
+from tests.helpers.atan import ATAN_INPUT
+from tests.helpers.locations import ROOT, package_file
+
 
 sys.path.insert(0, str(ROOT))
 from tools import fuzz_models, leak_check  # noqa: E402
@@ -356,7 +358,9 @@ def test_python_ops_under_threads_do_not_deadlock(atan_model_bytes):
 
 SLOW_MODEL = """
 import numpy as np
-from slow_model import slow_model
+from tests.helpers.slow_model import slow_model
+
+
 """
 
 

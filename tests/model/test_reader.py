@@ -6,8 +6,6 @@ import os
 import random
 import re
 import struct
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +14,7 @@ from flatbuffers import flexbuffers
 from opaque_ops.errors import ModelError
 from opaque_ops.model import ACTIVATIONS, BUILTIN_OPERATORS, TENSOR_TYPES, read_model
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _models import CUSTOM_OPTS, Interpreter, add_mul_model, round_trip_model, wheel_models  # noqa: E402
+from tests.helpers.reference_models import CUSTOM_OPTS, Interpreter, add_mul_model, round_trip_model, wheel_models
 
 
 def test_round_trip_tensors():
@@ -201,7 +198,7 @@ def test_fuzz_real_model():
 
 
 def _mediapipe_models() -> list[str]:
-    from conftest import package_file
+    from tests.helpers.locations import package_file
 
     base = package_file("mediapipe", "modules")
     return sorted(str(p) for p in base.rglob("*.tflite") if p.stat().st_size < 4_000_000)
