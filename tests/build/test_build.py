@@ -15,7 +15,6 @@ import re
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -28,7 +27,9 @@ from opaque_ops.build import standalone as oob
 from opaque_ops.errors import OpLibraryError
 from opaque_ops.model import ModelBuilder
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.child_process import run_child, run_python
+from tests.helpers.locations import ROOT
+
 BUILD_PY = ROOT / "build.py"
 ATAN_C = ROOT / "examples" / "atan" / "atan.c"
 OO_RUN_C = ROOT / "c" / "tools" / "oo_run.c"
@@ -59,7 +60,7 @@ def run(cmd, **kw):
 
 def build(*args) -> subprocess.CompletedProcess:
     """``python build.py ARGS`` in a subprocess (the script users run)."""
-    return run([sys.executable, BUILD_PY, *args], cwd=ROOT)
+    return run_python(BUILD_PY, *args)
 
 
 def build_atan(out: Path, *extra) -> Path:
@@ -83,7 +84,7 @@ def work(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def atan_model(work) -> Path:
     out = work / "atan.tflite"
-    r = run([sys.executable, ROOT / "examples" / "atan" / "make_model.py", out])
+    r = run_python(ROOT / "examples" / "atan" / "make_model.py", out)
     assert r.returncode == 0, r.stderr
     return out
 
@@ -139,11 +140,9 @@ def test_library_loads_without_compiler_and_with_runtime_elsewhere(tmp_path, ata
     elsewhere.mkdir(parents=True)
     runtime_copy = elsewhere / "libtensorflowlite_c.so"
     shutil.copyfile(tflite_lib(), runtime_copy)
-    env = {k: v for k, v in os.environ.items() if k not in ("CC", "LD_LIBRARY_PATH", "PYTHONPATH")}
-    env.update(PATH="/nonexistent", OPAQUE_OPS_TFLITE_LIB=str(runtime_copy),
-               OPAQUE_OPS_CACHE_DIR=str(tmp_path / "empty_cache"))
-    r = run([sys.executable, "-c", _NO_COMPILER_SCRIPT, out, atan_model, json.dumps(X.tolist())],
-            env=env, cwd=tmp_path)
+    env = {"CC": None, "LD_LIBRARY_PATH": None, "PATH": "/nonexistent", "OPAQUE_OPS_TFLITE_LIB": str(runtime_copy),
+           "OPAQUE_OPS_CACHE_DIR": str(tmp_path / "empty_cache")}
+    r = run_child(_NO_COMPILER_SCRIPT, out, atan_model, json.dumps(X.tolist()), env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["runtime"] == str(runtime_copy)
@@ -436,12 +435,12 @@ def _libasan() -> str:
 
 def test_sanitize_build_runs_under_asan(tmp_path, atan_model):
     # The documented recipe: LD_PRELOAD the ASan runtime, leak checks off.
-    env = dict(os.environ, LD_PRELOAD=_libasan(), ASAN_OPTIONS="detect_leaks=0")
+    env = {"LD_PRELOAD": _libasan(), "ASAN_OPTIONS": "detect_leaks=0"}
     # gcc explicitly: the preloaded runtime must be the one the library was built against.
     good = build_atan(tmp_path / "atan_asan.so", "--sanitize", "address,undefined", "--cc", "gcc")
     syms = good.read_bytes()
     assert b"__asan_" in syms and b"__ubsan_" in syms, "not instrumented"
-    r = run([sys.executable, "-c", _ASAN_SCRIPT, good, atan_model], env=env)
+    r = run_child(_ASAN_SCRIPT, good, atan_model, env=env)
     assert r.returncode == 0, r.stderr
     y = np.frombuffer(bytes.fromhex(r.stdout.strip().splitlines()[-1]), np.float32)
     np.testing.assert_array_equal(y, atan_reference(X))
@@ -452,7 +451,7 @@ def test_sanitize_build_runs_under_asan(tmp_path, atan_model):
     src.write_text(_OVERFLOW)
     bad = tmp_path / "overflow_asan.so"
     assert oob.main([str(src), "--sanitize", "address", "--cc", "gcc", "-o", str(bad)]) == 0
-    r = run([sys.executable, "-c", _ASAN_SCRIPT, bad, atan_model], env=env)
+    r = run_child(_ASAN_SCRIPT, bad, atan_model, env=env)
     assert r.returncode != 0
     assert "AddressSanitizer: heap-buffer-overflow" in r.stderr
     assert "OvInvoke" in r.stderr and "overflow.c" in r.stderr  # -g: the report names the line

@@ -34,3 +34,7 @@ def example_module(folder: str, name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+ADD_DELEGATE_PLUGIN_C = TESTS / "helpers" / "add_delegate_plugin.c"
+"""A TFLite delegate plugin (C) that claims float32 ADD and computes a + b + extra (the delegate tests)."""

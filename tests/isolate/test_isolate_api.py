@@ -12,7 +12,7 @@ import opaque_ops as oo
 from tests.helpers.misbehaving_kernels import one_op, twice
 from tests.helpers.atan import make_model
 from tests.helpers.child_process import run_python
-from tests.helpers.locations import ROOT
+from tests.helpers.locations import ADD_DELEGATE_PLUGIN_C
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -245,7 +245,7 @@ def test_context_manager_and_idempotent_close(atan_model_bytes, guide_atan):
 
 
 def test_delegate_plugins_are_recreated_in_the_worker(tmp_path):
-    """The worker loads the same plugin with the same options (tests/add_delegate_plugin.c:
+    """The worker loads the same plugin with the same options (tests/helpers/add_delegate_plugin.c:
     it claims float32 ADD and computes a + b + extra, so its result tells it ran)."""
     import shutil
 
@@ -253,7 +253,7 @@ def test_delegate_plugins_are_recreated_in_the_worker(tmp_path):
 
     cc = shutil.which("cc") or shutil.which("gcc")
     plugin = tmp_path / "add_delegate.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(plugin), str(ROOT / "tests" / "add_delegate_plugin.c")],
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(plugin), str(ADD_DELEGATE_PLUGIN_C)],
                    check=True)
     c = np.array([1, 2, 3, 4], np.float32)
     b = ModelBuilder()

@@ -23,6 +23,7 @@ from opaque_ops.model.shapes import ShapeError, infer_shapes
 from tests.helpers.child_process import run_child
 from tests.helpers.corpus import CORPUS, ENTRIES, INDEX, corpus_bytes
 from tests.helpers.locations import package_file
+from tools import fuzz_models
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
 
@@ -438,6 +439,27 @@ def test_melspectrogram_refusal_is_the_same_on_every_runtime(runtime):
 # ------------------------------------------------------------------ short fuzz
 
 
+def test_fuzz_short_run_has_no_crash_and_only_opaque_ops_errors(tmp_path):
+    totals = fuzz_models.run(1500, seed=7, workdir=tmp_path, chunk=750, workers=1)
+    assert totals["crashes"] == [], totals["crashes"]
+    assert totals["findings"] == [], totals["findings"]
+    # The mutations reach both outcomes: some models still run, most are refused.
+    assert totals["ok"] > 100 and totals["rejected"] > 500
+    assert totals["ok"] + totals["rejected"] == 1500
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("xnnpack", [False, True])
+def test_fuzz_long_run(tmp_path, xnnpack):
+    totals = fuzz_models.run(20000, seed=11, workdir=tmp_path, chunk=1000, workers=2, xnnpack=xnnpack)
+    assert totals["crashes"] == [] and totals["findings"] == [], (totals["crashes"], totals["findings"])
+
+
+# The inputs the byte fuzzer once crashed the process with are kept as files
+# in tests/corpus/bytefuzz/ with their exact messages, replayed by
+# tests/model/test_checks.py (they are never regenerated with today's mutator).
+
+
 def test_structured_fuzz_short_run_has_no_crash(tmp_path):
     from tools import fuzz_structured
 
@@ -531,3 +553,128 @@ def test_convolution_input_resized_to_zero_channels_is_refused(xnnpack):
         "the input channels must be a positive multiple of the filter's. Resize the model's input with the "
         "channel count it was built for")
     assert run_model(data, use_xnnpack=xnnpack, resize=[2, 8, 8, 3]).status == "ok"
+
+
+# ------------------------------------------------- graph rules (from test_reliability.py)
+
+
+def _add_model(extra=None):
+    """x -> ADD(x, c) -> y, optionally corrupted by ``extra(builder, ids)``."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [4], np.float32)
+    c = b.add_constant("c", np.ones(4, np.float32))
+    y = b.add_tensor("y", [4], np.float32)
+    z = b.add_tensor("z", [4], np.float32)
+    ids = dict(x=x, c=c, y=y, z=z)
+    if extra is None:
+        b.add_op("ADD", [x, c], [y])
+        b.add_op("MUL", [y, c], [z])
+    else:
+        extra(b, ids)
+    b.set_inputs([x])
+    b.set_outputs([z])
+    return b.build()
+
+
+@pytest.mark.parametrize("case, expect", [
+    (lambda b, t: (b.add_op("ADD", [t["x"], t["c"]], [t["z"]]), b.add_op("MUL", [t["x"], t["c"]], [t["z"]])),
+     "already writes"),
+    (lambda b, t: b.add_op("ADD", [t["z"], t["c"]], [t["z"]]), "also one of its own inputs"),
+    (lambda b, t: (b.add_op("ADD", [t["c"], t["c"]], [t["x"]]), b.add_op("ADD", [t["x"], t["c"]], [t["z"]])),
+     "input of the subgraph"),
+    (lambda b, t: (b.add_op("ADD", [t["x"], t["x"]], [t["c"]]), b.add_op("ADD", [t["x"], t["c"]], [t["z"]])),
+     "is a constant"),
+    (lambda b, t: (b.add_op("MUL", [t["y"], t["c"]], [t["z"]]), b.add_op("ADD", [t["x"], t["c"]], [t["y"]])),
+     "before operator 1 writes it"),
+    (lambda b, t: b.add_op("ADD", [t["x"], -1], [t["z"]]), "omitted (-1) input"),
+    (lambda b, t: b.add_op("ADD", [t["x"], t["c"]], [t["y"]]), "is written by no operator"),
+    (lambda b, t: b.add_op("ADD", [t["x"]], [t["z"]]), "ADD takes at least 2"),
+    (lambda b, t: (b.add_op("ADD", [t["x"], t["c"]], []), b.add_op("MUL", [t["x"], t["c"]], [t["z"]])),
+     "has no outputs"),
+])
+def test_check_model_rules(case, expect):
+    data = _add_model(case)
+    with pytest.raises(oo.ModelError, match=expect.replace("(", r"\(").replace(")", r"\)")):
+        check_model(read_model(data))
+    with pytest.raises(oo.ModelError):
+        oo.Interpreter(model_content=data)
+
+
+def test_check_model_accepts_the_good_model_and_real_models():
+    check_model(read_model(_add_model()))
+    for pkg, rel in (("pyopen_wakeword", "models"), ("pymicro_wakeword", "models")):
+        d = package_file(pkg, rel)
+        for f in sorted(d.glob("*.tflite")):
+            check_model(read_model(f))
+
+
+def test_check_model_rules_on_a_real_streaming_model():
+    # microWakeWord's okay_nabu: resource variables, int8 convolutions.
+    import dataclasses
+
+    path = package_file("pymicro_wakeword", "models", "okay_nabu.tflite")
+    check_model(read_model(path))
+
+    def broken(edit):
+        info = read_model(path)
+        edit(info.subgraphs[0])
+        return info
+
+    def read_var_shape(sg):
+        op = next(o for o in sg.operators if o.op_name == "READ_VARIABLE")
+        t = sg.tensors[op.outputs[0]]
+        sg.tensors[t.index] = dataclasses.replace(t, shape=(1, 99, 1, 64))
+
+    def drop_bias(sg):
+        op = next(o for o in sg.operators if o.op_name == "DEPTHWISE_CONV_2D")
+        op.inputs = op.inputs[:2]
+
+    def nan_scale(sg):
+        t = next(t for t in sg.tensors if len(t.quantization["scales"]))
+        t.quantization["scales"] = np.array([np.nan], np.float32)
+
+    for edit, expect in ((read_var_shape, "READ_VARIABLE) declares output shape"),
+                         (drop_bias, "has no bias input"), (nan_scale, "finite and positive")):
+        with pytest.raises(oo.ModelError, match=re.escape(expect)):
+            check_model(broken(edit))
+
+
+def test_zero_stride_is_refused():
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 4, 4, 1], np.float32)
+    y = b.add_tensor("y", [1, 2, 2, 1], np.float32)
+    b.add_op("MAX_POOL_2D", [x], [y], options={"padding": "VALID", "stride_w": 0, "stride_h": 2,
+                                                "filter_width": 2, "filter_height": 2})
+    b.set_inputs([x])
+    b.set_outputs([y])
+    with pytest.raises(oo.ModelError, match="stride_w=0"):
+        oo.Interpreter(model_content=b.build())
+
+
+def test_melspectrogram_with_xnnpack_at_declared_size_is_refused_then_runs_resized():
+    path = package_file("pyopen_wakeword", "models", "melspectrogram.tflite")
+    code = f"""
+        import numpy as np, opaque_ops as oo
+        from ai_edge_litert.interpreter import Interpreter as Ref
+        it = oo.Interpreter(model_path={str(path)!r}, use_xnnpack=True)
+        try:
+            it.allocate_tensors()
+            it.invoke()
+            print("NOT REFUSED")
+        except oo.ModelError as e:
+            print("refused:", e)
+        x = (np.random.default_rng(0).standard_normal((1, 1760)) * 1000).astype(np.float32)
+        it.resize_tensor_input(0, [1, 1760]); it.allocate_tensors()
+        it.set_tensor(0, x); it.invoke()
+        got = it.get_tensor(it.get_output_details()[0]["index"])
+        ref = Ref(model_path={str(path)!r}); ref.resize_tensor_input(0, [1, 1760]); ref.allocate_tensors()
+        ref.set_tensor(ref.get_input_details()[0]["index"], x); ref.invoke()
+        want = ref.get_tensor(ref.get_output_details()[0]["index"])
+        print("shape", got.shape, "maxdiff", float(np.abs(got - want).max()))
+    """
+    p = run_child(code)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "refused:" in p.stdout and "1x512 window" in p.stdout, p.stdout
+    last = p.stdout.strip().splitlines()[-1].split()
+    assert last[1:5] == ["(1,", "1,", "8,", "32)"]
+    assert float(last[-1]) < 1e-3

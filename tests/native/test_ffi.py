@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import subprocess
-import sys
 
 from cffi import FFI
 
 from opaque_ops import _native
 from opaque_ops._native import _ffi_abi, ffi as ffi_module
 
+from tests.helpers.child_process import run_python
 from tests.helpers.locations import ROOT
 
 
@@ -76,6 +75,5 @@ def test_an_edited_header_is_parsed_instead(tmp_path):
 
 
 def test_gen_ffi_check_passes_on_the_repo():
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_ffi.py"), "--check"],
-                       capture_output=True, text=True)
+    r = run_python(ROOT / "tools" / "gen_ffi.py", "--check")
     assert r.returncode == 0, r.stderr

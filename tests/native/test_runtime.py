@@ -19,6 +19,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.child_process import run_child
+from tests.helpers.locations import ROOT
 from tests.helpers.runtime_libraries import (
     PYMICRO_MEMBER,
     child_env,
@@ -33,15 +36,12 @@ from opaque_ops.build import compiler as _cbuild
 from opaque_ops._native import builds, elf
 from opaque_ops._native import runtime_loader as native_runtime
 
-ROOT = Path(__file__).resolve().parent.parent
 HOST = _cbuild.host_arch()
 CC = shutil.which("cc") or shutil.which("gcc")
 
 
 def _py(code: str, env=None, **overrides):
-    e = child_env(**overrides) if env is None else env
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=e, timeout=120)
+    return run_child(code, base_env=child_env(**overrides) if env is None else env)
 
 
 # Prints the outcome as one JSON line: the error (type and message) or the

@@ -1,6 +1,6 @@
 """opaque_ops.load_delegate: tflite_runtime's delegate plugins, with a plugin of our own.
 
-tests/add_delegate_plugin.c is compiled here.  It claims every float32 ADD
+tests/helpers/add_delegate_plugin.c is compiled here.  It claims every float32 ADD
 through the opaque delegate API and computes ``a + b + extra`` (``extra`` is a
 plugin option), and counts its runs, so each test can tell that the delegate,
 not the builtin ADD, produced a result.  ai-edge-litert loads the same plugin
@@ -14,16 +14,15 @@ import gc
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import opaque_ops as oo
 from tests.helpers.child_process import crashed, run_child
+from tests.helpers.locations import ADD_DELEGATE_PLUGIN_C
 from opaque_ops.model import ModelBuilder
 
-HERE = Path(__file__).resolve().parent
 C = np.array([1, 2, 3, 4], np.float32)
 X = np.array([0.5, -1, 2, 10], np.float32)
 
@@ -34,7 +33,7 @@ def plugin(tmp_path_factory) -> str:
     assert cc, "a C compiler is required (the test suite compiles kernels throughout)"
     out = tmp_path_factory.mktemp("delegate") / "add_delegate.so"
     subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter",
-                    "-o", str(out), str(HERE / "add_delegate_plugin.c")], check=True)
+                    "-o", str(out), str(ADD_DELEGATE_PLUGIN_C)], check=True)
     return str(out)
 
 

@@ -22,7 +22,7 @@ import opaque_ops as oo
 from tests.helpers import pickled_ops
 from tests.helpers.atan import ATAN_INPUT
 from tests.helpers.child_process import crashed, run_child
-from tests.helpers.locations import package_file
+from tests.helpers.locations import ADD_DELEGATE_PLUGIN_C, package_file
 
 
 X = np.array([-2.0, -0.25, 0.0, 0.5, 3.0, 100.0], np.float32)
@@ -169,9 +169,8 @@ def test_delegate_travels_as_plugin_path_and_options(tmp_path):
 
     cc = shutil.which("cc") or shutil.which("gcc")
     plugin = tmp_path / "add_delegate.so"
-    here = os.path.dirname(os.path.abspath(__file__))
     subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(plugin),
-                    os.path.join(here, "add_delegate_plugin.c")], check=True)
+                    str(ADD_DELEGATE_PLUGIN_C)], check=True)
     d = oo.load_delegate(str(plugin), {"extra": 100})
     copy = pickle.loads(pickle.dumps(d))
     assert copy is not d and copy.library == d.library and copy._options == {"extra": 100}
