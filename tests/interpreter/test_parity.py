@@ -215,9 +215,19 @@ def test_num_threads_is_validated_like_the_references(value, models):
 
 
 def test_num_threads_accepts_what_the_references_accept(models):
+    # Accepted, and the interpreter it makes runs: the same output as the reference on one thread.
+    x = np.random.default_rng(3).standard_normal((1, 76, 32, 1)).astype(np.float32)
+    want = None
     for value in (1, 2, True):
-        for cls in IMPLS.values():
-            cls(model_path=models["emb"], num_threads=value).allocate_tensors()
+        for name, cls in IMPLS.items():
+            it = cls(model_path=models["emb"], num_threads=value)
+            it.allocate_tensors()
+            it.set_tensor(it.get_input_details()[0]["index"], x)
+            it.invoke()
+            got = it.get_tensor(it.get_output_details()[0]["index"])
+            if want is None:
+                want = got
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{name}, num_threads={value!r}")
 
 
 # ========================================================== constructor args

@@ -187,14 +187,23 @@ def test_fuzz_real_model():
     paths = wheel_models()
     data = open(paths[-1], "rb").read()
     rng = random.Random(99)
+    outcomes = {"read": 0, "refused": 0}
     for _ in range(150):
         buf = bytearray(data)
         for _ in range(rng.randint(1, 16)):
             buf[rng.randrange(len(buf))] = rng.randrange(256)
+        # Any other exception (IndexError, struct.error, RecursionError...) fails the test here.
         try:
-            read_model(bytes(buf))
-        except ModelError:
-            pass
+            m = read_model(bytes(buf))
+        except ModelError as exc:
+            assert str(exc), "a refusal says why"
+            outcomes["refused"] += 1
+        else:
+            assert m.subgraphs, "a model that reads has its subgraphs"
+            outcomes["read"] += 1
+    # The mutations reach both outcomes: a reader that refused everything (or
+    # nothing) would not be the reader under test.
+    assert outcomes["read"] > 10 and outcomes["refused"] > 10, outcomes
 
 
 def _mediapipe_models() -> list[str]:
