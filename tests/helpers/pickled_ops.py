@@ -1,4 +1,4 @@
-"""Module-level functions that worker processes import (tests/test_pickle.py).
+"""Module-level functions that worker processes import (tests/ops/test_pickle.py).
 
 Pickle sends functions by module and name, so python_op callables and pool
 tasks live here, not inside test functions.

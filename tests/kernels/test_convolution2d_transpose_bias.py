@@ -13,7 +13,7 @@ must match it bit for bit.
 Most interpreters here pass use_xnnpack=False, so TFLite's own kernels run the
 DEQUANTIZE nodes too.  XNNPACK implements this op itself; a registered kernel
 still runs the node with XNNPACK on (the XNNPACK section below, and
-tests/test_xnnpack.py).
+tests/interpreter/test_xnnpack.py).
 """
 import random
 import textwrap

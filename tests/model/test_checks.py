@@ -555,7 +555,7 @@ def test_convolution_input_resized_to_zero_channels_is_refused(xnnpack):
     assert run_model(data, use_xnnpack=xnnpack, resize=[2, 8, 8, 3]).status == "ok"
 
 
-# ------------------------------------------------- graph rules (from test_reliability.py)
+# ----------------------------------------------------------------- graph rules
 
 
 def _add_model(extra=None):

@@ -512,7 +512,7 @@ def test_armv7l_runs_builtin_models_and_refuses_custom_ops_with_the_reason(tmp_p
     ref.set_tensor(ref.get_input_details()[0]["index"], x)
     ref.invoke()
     want = ref.get_tensor(ref.get_output_details()[0]["index"])
-    # The declared input is [1, 1] (see test_reliability): both resize to 1760 samples.
+    # The declared input is [1, 1] (see tests/model/test_checks.py): both resize to 1760 samples.
     np.save(tmp_path / "x.npy", x)
     code = ARMV7L_CHILD.replace(
         'it.allocate_tensors()\n',
