@@ -1,6 +1,7 @@
 """A model that keeps one thread busy in C: for the cancellation and close-during-invoke tests.
 
-Imported by name in those tests' child processes (``tests.helpers.child_process.run_child`` puts the repository root on their path).
+Imported by name in those tests' child processes (``tests.helpers.child_process.run_child``
+puts the repository root on their path).
 """
 
 from __future__ import annotations
