@@ -15,8 +15,6 @@ SETUP = """
 import json, os, sys, threading, time, multiprocessing as mp
 import numpy as np, opaque_ops as oo
 from tests.helpers.locations import package_file
-
-
 model = str(package_file("pyopen_wakeword", "models", "embedding_model.tflite"))
 x = np.random.default_rng(0).random((1, 76, 32, 1), dtype=np.float32)
 

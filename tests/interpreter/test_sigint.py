@@ -12,8 +12,6 @@ from tests.helpers.child_process import run_child
 SLOW_MODEL = """
 import numpy as np
 from tests.helpers.slow_model import slow_model
-
-
 """
 
 

@@ -37,8 +37,6 @@ _SCRIPT = r"""
 import json
 import opaque_ops.kernels as K
 from tests.helpers import simd_cases
-
-
 libs = [K.kernel(name) for name in simd_cases.KERNELS]
 print(json.dumps({"simd": sorted({lib.simd for lib in libs}), "digests": simd_cases.run_cases(libs)}))
 """

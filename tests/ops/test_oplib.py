@@ -93,8 +93,6 @@ import sys
 import numpy as np
 import opaque_ops as oo
 from tests.helpers.atan import ATAN_INPUT, MACRO_ATAN, make_model, reference
-
-
 lib = oo.compile_ops(MACRO_ATAN + "/* damaged */", cache_dir=sys.argv[1])
 it = oo.Interpreter(model_content=make_model.build(), custom_ops=[lib])
 it.allocate_tensors()
