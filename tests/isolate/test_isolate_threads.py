@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
+from tests.helpers.locations import ROOT
 from tests.helpers.misbehaving_kernels import one_op, twice
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -136,8 +137,10 @@ def test_worker_does_not_outlive_its_parent(tmp_path):
         "print(it.worker_pid, flush=True)\n"
         "time.sleep(600)\n"
     )
-    # Popen, not the tests' child runner: the parent is killed while it runs.
-    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    # Popen, not the tests' child runner (tests.helpers.child_process): the parent is killed while it
+    # runs.  The checkout's opaque_ops, as the runner would give it.
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
     worker = int(p.stdout.readline())
     assert os.path.exists(f"/proc/{worker}")
     p.send_signal(signal.SIGKILL)
