@@ -131,9 +131,8 @@ def bench_transpose_conv(quick: bool) -> list[dict]:
     if mp is None:
         return [{"name": "Convolution2DTransposeBias (selfie layer)",
                  "error": "mediapipe (for the model files) is not installed: pip install --no-deps mediapipe==0.10.14"}]
-    sys.path.insert(0, os.path.join(HERE, "..", "tests", "kernels"))
-    from bench_selfie import op_model
-    from test_convolution2d_transpose_bias import reference
+    from bench_selfie import op_model  # puts the repository root on sys.path
+    from tests.helpers.transpose_conv import reference
 
     lib = K.kernel("convolution2d_transpose_bias")
     rows = []

@@ -43,9 +43,9 @@ import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder, read_model
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / ".." / "tests" / "kernels"))
-from test_convolution2d_transpose_bias import reference  # noqa: E402
-from test_selfie_segmentation import synthetic_person  # noqa: E402
+sys.path.insert(0, str(HERE.parent))  # the repository root: the tests package's helpers
+from tests.helpers.synthetic_images import synthetic_person  # noqa: E402
+from tests.helpers.transpose_conv import reference  # noqa: E402
 
 from _timing import median_time  # noqa: E402
 

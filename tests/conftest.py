@@ -1,17 +1,17 @@
-"""Shared fixtures: real runtime, real compiler, models built without TensorFlow."""
+"""Shared fixtures: real runtime, real compiler, models built without TensorFlow.
+
+Helpers live in the ``tests.helpers`` package (``from tests.helpers.atan import
+ATAN_INPUT``); this file holds only fixtures and hooks, and is never imported by name.
+"""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples" / "atan"))
+from tests.helpers.atan import ATAN_SOURCE, make_model
 
 # Under CI=true every test must run: a skip (a missing compiler, qemu, a
 # package that failed to install...) fails the run instead of letting it go
@@ -54,14 +54,12 @@ def _compile_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def atan_model_bytes() -> bytes:
-    import make_model
-
     return make_model.build()
 
 
 @pytest.fixture(scope="session")
 def atan_source() -> Path:
-    return ROOT / "examples" / "atan" / "atan.c"
+    return ATAN_SOURCE
 
 
 @pytest.fixture(scope="session")
@@ -69,18 +67,3 @@ def guide_atan(atan_source):
     import opaque_ops as oo
 
     return oo.compile_ops(atan_source, ops={"Atan": "AtanOpRegistrationExternal"})
-
-
-def package_file(package: str, *parts: str) -> Path:
-    """A file inside an installed distribution, found without importing the package.
-
-    The packages asked for are dependencies of the test suite, so a missing
-    one fails the test (a skip would hide that the suite did not run).
-    """
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        pytest.fail(f"{package} is not installed; it is a test dependency: pip install -e '.[test]'")
-    return Path(list(spec.submodule_search_locations)[0]).joinpath(*parts)
-
-
-ATAN_INPUT = np.array([-8, 0.5, 2, 2.2, 201], np.float32)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.helpers.child_process import run_python
 
 PROBE = """
 import pytest
@@ -30,11 +30,8 @@ def test_runs():
 def _pytest(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess:
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
     (tmp_path / "test_probe.py").write_text(PROBE)
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
-    if ci is not None:
-        env["CI"] = ci
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    return run_python("-m", "pytest", "-q", "-p", "no:cacheprovider", tmp_path, env={"CI": ci}, cwd=tmp_path,
+                      timeout=120)
 
 
 def test_a_skip_fails_the_run_under_ci(tmp_path):

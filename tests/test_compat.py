@@ -8,18 +8,17 @@ the real ai-edge-litert as the reference.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
-from child import ROOT, crashed
-from conftest import ATAN_INPUT, package_file
+from tests.helpers.atan import ATAN_INPUT
+from tests.helpers.child_process import crashed, run_child, run_python
+from tests.helpers.locations import ROOT, package_file
 
-# A client written for tflite_runtime, as openWakeWord is: it runs the model it
+
 # is given and prints its outputs and which Interpreter class it got.
 CLIENT = """
 import json, sys
@@ -42,13 +41,11 @@ print(json.dumps({"class": type(it).__module__ + "." + type(it).__qualname__}))
 
 
 def _run(args, timeout=180, **kw) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
-    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=str(ROOT), **kw)
+    return run_python(*args, timeout=timeout, **kw)
 
 
 def _code(code: str, timeout=180) -> subprocess.CompletedProcess:
-    return _run(["-c", textwrap.dedent(code)], timeout=timeout)
+    return run_child(code, timeout=timeout)
 
 
 def _litert(model_path, x, shape=None) -> np.ndarray:
@@ -253,9 +250,8 @@ def test_runner_passes_argv_exit_codes_and_modules(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "__main__.py").write_text("import sys, ai_edge_litert.interpreter as t\n"
                                      "print(sys.argv[1:], t.Interpreter.__module__)\n")
-    p = subprocess.run([sys.executable, "-m", "opaque_ops.compat", "-m", "mypkg", "a"], capture_output=True,
-                       text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)])),
-                       timeout=120)
+    p = run_python("-m", "opaque_ops.compat", "-m", "mypkg", "a", pythonpath=[ROOT, tmp_path], cwd=None,
+                   timeout=120)
     assert p.returncode == 0, crashed(p)
     assert p.stdout.strip() == "['a'] opaque_ops.compat"
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-from child import ROOT, crashed
+from tests.helpers.child_process import crashed, run_python
+from tests.helpers.locations import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +31,8 @@ def test_microwakeword_plugin_runs_unmodified_and_matches_ai_edge_litert(cache_d
     if shutil.which("espeak-ng") is None:
         pytest.skip("needs espeak-ng for the speech (Debian 12: apt-get install -y espeak-ng)")
     out = tmp_path / "results.json"
-    p = subprocess.run([sys.executable, str(ROOT / "tools" / "run_clients.py"), "microwakeword",
-                        "--cache-dir", cache_dir, "--json", str(out)],
-                       capture_output=True, text=True, timeout=1200, cwd=str(ROOT))
+    p = run_python(ROOT / "tools" / "run_clients.py", "microwakeword", "--cache-dir", cache_dir, "--json", out,
+                   timeout=1200)
     assert p.returncode == 0, crashed(p)
     result = json.loads(out.read_text())["clients"]["microwakeword"]
     # Each run used the runtime it was meant to: the comparison is not litert with itself.

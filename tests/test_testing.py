@@ -119,8 +119,11 @@ def test_write_before_start_is_caught(lib):
         run_op(lib, "TwiceBeforeStart", inputs=[np.ones(6, np.float32)])
 
 
-def test_guard_error_is_an_opaque_ops_error():
-    assert issubclass(GuardError, oo.OpaqueOpsError)
+def test_guard_error_is_an_opaque_ops_error(lib):
+    # Code that catches the library's errors catches a guard failure too, raised by a real overrun.
+    with pytest.raises(oo.OpaqueOpsError) as err:
+        run_op(lib, "TwicePastEnd", inputs=[np.arange(10, dtype=np.float32)])
+    assert type(err.value) is GuardError and "wrote past the end of output 0" in str(err.value)
     assert GUARD_BYTES >= 8
 
 

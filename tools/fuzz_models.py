@@ -219,6 +219,11 @@ def run_child(code: str, start: int, stop: int, timeout: float) -> dict:
     The child prints ``I <index>`` before each case, ``FINDING ...`` lines and a
     final ``STATS <json>``; ``HANG <index>`` if it ended itself on a case that ran
     too long.  Shared by this fuzzer and tools/fuzz_structured.py.
+
+    Not the tests' runner (tests.helpers.child_process): this one reads the
+    child's progress protocol, keeps a timed-out child's partial output to
+    name the case that hung, and serves the tools run on their own, where the
+    tests package is not imported.
     """
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     # Every case runs the checks, and no verdict records of throw-away models

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
-from child import ROOT, crashed
+from tests.helpers.child_process import crashed, run_python
+from tests.helpers.locations import ROOT
 
 
 def _python(*args, timeout=300):
-    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          cwd=str(ROOT))
+    return run_python(*args, timeout=timeout)
 
 
 def test_atan_demo_prints_what_the_readme_shows():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,18 +17,17 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from child import ROOT, crashed
+from tests.helpers.child_process import crashed, run_cli, run_python
+from tests.helpers.locations import ROOT, example_module
 
 HERE = ROOT / "examples" / "selfie_segmentation"
-sys.path.insert(0, str(HERE))
-import selfie  # noqa: E402
+selfie = example_module("selfie_segmentation", "selfie")
 
 PIL = pytest.importorskip("PIL.Image", reason="Pillow is a test dependency: pip install -e '.[test]'")
 
 
 def _run(script, *args, env=None, cwd=ROOT, timeout=300):
-    return subprocess.run([sys.executable, str(HERE / script), *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, cwd=str(cwd), env=env)
+    return run_python(HERE / script, *args, base_env=env, cwd=cwd, timeout=timeout)
 
 
 def _png(path) -> np.ndarray:
@@ -88,9 +86,7 @@ def test_mask_at_the_photos_size_matches_pillows_resize_of_the_models_mask(tmp_p
 
 def test_prebuilt_library_without_a_compiler(tmp_path):
     lib = tmp_path / "ctb.so"
-    built = subprocess.run([sys.executable, "-m", "opaque_ops", "build", "--kernels",
-                            "convolution2d_transpose_bias", "-o", str(lib)], capture_output=True, text=True,
-                           timeout=300)
+    built = run_cli("build", "--kernels", "convolution2d_transpose_bias", "-o", lib, timeout=300)
     assert built.returncode == 0, crashed(built)
     photo = tmp_path / "photo.npy"
     np.save(photo, _photo(180, 240, seed=2))

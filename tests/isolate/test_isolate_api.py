@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
 import opaque_ops as oo
-from isolate_helpers import ROOT, bad_ops, no_leaks, one_op, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
+from tests.helpers.misbehaving_kernels import one_op, twice
+from tests.helpers.atan import make_model
+from tests.helpers.child_process import run_python
+from tests.helpers.locations import ADD_DELEGATE_PLUGIN_C
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -243,7 +245,7 @@ def test_context_manager_and_idempotent_close(atan_model_bytes, guide_atan):
 
 
 def test_delegate_plugins_are_recreated_in_the_worker(tmp_path):
-    """The worker loads the same plugin with the same options (tests/add_delegate_plugin.c:
+    """The worker loads the same plugin with the same options (tests/helpers/add_delegate_plugin.c:
     it claims float32 ADD and computes a + b + extra, so its result tells it ran)."""
     import shutil
 
@@ -251,7 +253,7 @@ def test_delegate_plugins_are_recreated_in_the_worker(tmp_path):
 
     cc = shutil.which("cc") or shutil.which("gcc")
     plugin = tmp_path / "add_delegate.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(plugin), str(ROOT / "tests" / "add_delegate_plugin.c")],
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(plugin), str(ADD_DELEGATE_PLUGIN_C)],
                    check=True)
     c = np.array([1, 2, 3, 4], np.float32)
     b = ModelBuilder()
@@ -284,7 +286,7 @@ def test_unknown_arguments_are_refused_as_in_process(atan_model_bytes):
 
 
 def test_python_op_from_an_importable_module(bad_ops):
-    from isolate_ops import twice_op
+    from tests.helpers.isolate_python_ops import twice_op
 
     x = np.arange(4, dtype=np.float32)
     it = oo.Interpreter(model_content=one_op("Twice"), custom_ops=[twice_op()], isolate=True)
@@ -304,12 +306,10 @@ def test_python_op_that_cannot_travel_is_a_clear_error():
 def test_python_op_defined_in_a_script(tmp_path):
     """A script's own functions reach the worker (it imports the script as __mp_main__)."""
     script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys
+    script.write_text(textwrap.dedent("""
         import numpy as np
-        sys.path.insert(0, {str(ROOT / "tests" / "isolate")!r})
         import opaque_ops as oo
-        from isolate_helpers import one_op
+        from tests.helpers.misbehaving_kernels import one_op
 
         def invoke(inputs, outputs):
             outputs[0][...] = inputs[0] * 3
@@ -322,7 +322,7 @@ def test_python_op_defined_in_a_script(tmp_path):
                 it.invoke()
                 print(it.get_tensor(it.get_output_details()[0]["index"]).tolist())
     """))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    out = run_python(script, timeout=300)  # the repository root on its PYTHONPATH: tests.helpers imports
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[0.0, 3.0, 6.0, 9.0]"
 
@@ -374,9 +374,6 @@ def test_bundled_kernels_go_by_name_and_fall_back_to_their_file(tmp_path, monkey
         it.invoke()
         got = it.get_tensor(it.get_output_details()[0]["index"])
     # The guide's model: y = atan(x + offset) (examples/atan/make_model.py).
-    sys.path.insert(0, str(ROOT / "examples" / "atan"))
-    import make_model
-
     want = np.arctan((x + np.float32(make_model.OFFSET)).astype(np.float64))
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from isolate_helpers import bad_ops, no_leaks, one_op, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
+from tests.helpers.misbehaving_kernels import one_op, twice
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 X = np.arange(4, dtype=np.float32)
@@ -149,7 +149,7 @@ def test_shared_worker_restarts_after_a_crash(bad_ops):
 
 
 def test_python_op_exception_crosses_with_its_type_and_worker_traceback():
-    from isolate_ops import failing_op
+    from tests.helpers.isolate_python_ops import failing_op
 
     it = oo.Interpreter(model_content=one_op("Fails"), custom_ops=[failing_op()], isolate=True)
     it.allocate_tensors()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from isolate_helpers import bad_ops, chain, no_leaks, one_op, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
+from tests.helpers.misbehaving_kernels import chain, one_op, twice
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 X = np.arange(4, dtype=np.float32)

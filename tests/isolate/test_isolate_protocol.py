@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from isolate_helpers import bad_ops, no_leaks, one_op, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
+from tests.helpers.misbehaving_kernels import one_op, twice
 from opaque_ops.isolate import protocol as P
 
 pytestmark = pytest.mark.usefixtures("no_leaks")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from isolate_helpers import KERNELS, ROOT, no_leaks  # noqa: F401 (fixtures: no_leaks)
+from tests.helpers.child_process import run_python
+from tests.helpers.misbehaving_kernels import KERNELS
+from tests.helpers.locations import ROOT
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -39,17 +38,14 @@ def test_interpreter_too(oo_worker):
 def _run(tmp_path, mark: str, *args):
     f = tmp_path / "test_kernels.py"
     f.write_text(TEST_FILE.format(kernels=KERNELS, mark=mark))
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(f), *args],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                          env=_env(tmp_path))
+    return run_python("-m", "pytest", "-q", "-p", "no:cacheprovider", f, *args, cwd=tmp_path, timeout=600,
+                      env=_env(tmp_path))
 
 
 def _env(tmp_path):
     import os
 
-    env = dict(os.environ)
-    env.setdefault("OPAQUE_OPS_CACHE_DIR", str(tmp_path / "cache"))
-    return env
+    return {"OPAQUE_OPS_CACHE_DIR": os.environ.get("OPAQUE_OPS_CACHE_DIR", str(tmp_path / "cache"))}
 
 
 def test_marker_turns_a_segfault_into_one_failed_test(tmp_path):
@@ -74,6 +70,5 @@ def test_without_isolation_the_session_dies(tmp_path):
 
 
 def test_plugin_is_registered():
-    out = subprocess.run([sys.executable, "-m", "pytest", "--markers"], capture_output=True, text=True,
-                         cwd=ROOT, timeout=300)
+    out = run_python("-m", "pytest", "--markers", cwd=ROOT, timeout=300)
     assert "@pytest.mark.isolate" in out.stdout

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from isolate_helpers import no_leaks  # noqa: F401 (fixtures: no_leaks)
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import opaque_ops as oo
-from isolate_helpers import bad_ops, chain, no_leaks, one_op  # noqa: F401 (fixtures: no_leaks, bad_ops)
+from tests.helpers.misbehaving_kernels import chain, one_op
 from opaque_ops.isolate import run_model, run_models
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -44,7 +44,7 @@ def test_kept_findings_do_not_hold_the_workers_memory(bad_ops):
     tensor buffers (nor the inputs and models in their tracebacks) alive."""
     import gc
 
-    from isolate_helpers import resources
+    from tests.helpers.worker_resources import resources
 
     before = resources()["shared mappings"]
     big = one_op("CrashNull", n=1 << 20)  # 4 MiB tensors in shared memory

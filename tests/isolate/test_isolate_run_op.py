@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from isolate_helpers import bad_ops, no_leaks, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
+from tests.helpers.misbehaving_kernels import twice
 from opaque_ops.testing import GuardError, run_op
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -52,7 +52,7 @@ def test_timeout(bad_ops):
 
 
 def test_python_op_runs_in_the_worker():
-    from isolate_ops import twice_op
+    from tests.helpers.isolate_python_ops import twice_op
 
     (y,) = run_op(twice_op(), "Twice", inputs=[X], isolate=True)
     np.testing.assert_array_equal(y, twice(X))

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from isolate_helpers import bad_ops, no_leaks, one_op, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
+from tests.helpers.locations import ROOT
+from tests.helpers.misbehaving_kernels import one_op, twice
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -128,8 +129,7 @@ def test_worker_does_not_outlive_its_parent(tmp_path):
 
     script = tmp_path / "parent.py"
     script.write_text(
-        "import sys, time\n"
-        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import time\n"
         "import numpy as np, opaque_ops as oo\n"
         "from opaque_ops.testing import build_op_model\n"
         "it = oo.Interpreter(model_content=build_op_model('Nope', [np.zeros(2, np.float32)], [([2], np.float32)]),"
@@ -137,7 +137,10 @@ def test_worker_does_not_outlive_its_parent(tmp_path):
         "print(it.worker_pid, flush=True)\n"
         "time.sleep(600)\n"
     )
-    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    # Popen, not the tests' child runner (tests.helpers.child_process): the parent is killed while it
+    # runs.  The checkout's opaque_ops, as the runner would give it.
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
     worker = int(p.stdout.readline())
     assert os.path.exists(f"/proc/{worker}")
     p.send_signal(signal.SIGKILL)

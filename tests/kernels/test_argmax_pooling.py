@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import inspect
 import struct
-import os
-import sys
 import textwrap
 
 import numpy as np
@@ -28,8 +26,7 @@ import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_helpers import run_isolated  # noqa: E402
+from tests.helpers.hostile_options import run_isolated
 
 CAN_DISABLE_XNNPACK = "use_xnnpack" in inspect.signature(oo.Interpreter.__init__).parameters
 
@@ -262,7 +259,8 @@ HOSTILE = textwrap.dedent(r"""
     import random, struct, sys
     import numpy as np
     import opaque_ops as oo, opaque_ops.kernels as K
-    from kernel_helpers import float_op_model, random_bytes
+    from tests.helpers.hostile_options import float_op_model, random_bytes
+
     no_xnn = sys.argv[1] == "1"
     lib = K.bundle("max_pooling_with_argmax", "max_unpooling")
     rng = random.Random(99)

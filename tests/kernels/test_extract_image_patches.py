@@ -5,9 +5,7 @@ The reference below is written from the op's definition (TensorFlow's
 Every model is a one-op model built with ModelBuilder; the kernel library is
 compiled once and reused.
 """
-import os
 import random
-import sys
 import textwrap
 
 import numpy as np
@@ -18,8 +16,7 @@ import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_helpers import run_isolated  # noqa: E402
+from tests.helpers.hostile_options import run_isolated
 
 
 # TFLite schema TensorType codes, as the converter writes `T`.
@@ -365,9 +362,8 @@ HOSTILE_SCRIPT = textwrap.dedent(r"""
     import opaque_ops as oo
     import opaque_ops.kernels as K
     from opaque_ops.model import flex_options
-    from kernel_helpers import float_op_model, random_bytes
+    from tests.helpers.hostile_options import float_op_model, random_bytes
 
-    # A runaway allocation must fail as an error, not take the machine down.
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
     lib = K.extract_image_patches()
     rng = random.Random(20240601)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 import textwrap
 
 import flatbuffers
@@ -26,8 +25,7 @@ import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder, read_model
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_helpers import run_isolated  # noqa: E402
+from tests.helpers.hostile_options import run_isolated
 
 WIDTHS = {8: flexbuffers.BitWidth.W8, 16: flexbuffers.BitWidth.W16,
           32: flexbuffers.BitWidth.W32, 64: flexbuffers.BitWidth.W64}
@@ -470,7 +468,8 @@ HOSTILE = textwrap.dedent(r"""
     import random, sys
     import numpy as np
     import opaque_ops as oo, opaque_ops.kernels as K
-    from kernel_helpers import float_op_model, random_bytes
+    from tests.helpers.hostile_options import float_op_model, random_bytes
+
     lib = K.bundle("transform_tensor_bilinear", "landmarks_to_transform_matrix", "transform_landmarks")
     valid = {"TransformTensorBilinear": bytes.fromhex(sys.argv[1]),
              "Landmarks2TransformMatrix": bytes.fromhex(sys.argv[2]),

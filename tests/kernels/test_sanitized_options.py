@@ -21,26 +21,22 @@ Both harnesses are also shown to fail on a deliberately buggy kernel.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.child_process import run_child, run_python
+from tests.helpers.locations import ROOT
+from tools import fuzz_kernel_options as fko
+
 KERNELS_DIR = ROOT / "c" / "kernels"
 CASES_PER_OP = 200
-
-_spec = importlib.util.spec_from_file_location("fuzz_kernel_options",
-                                               ROOT / "tools" / "fuzz_kernel_options.py")
-fko = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fko)
 
 SANITIZER_REPORT = re.compile(r"AddressSanitizer|LeakSanitizer|runtime error|==\d+==ERROR")
 # With allocator_may_return_null=1 ASan warns about each refused allocation;
@@ -256,18 +252,17 @@ def _preload() -> str | None:
 def _build_asan(out: Path, *, sources=(), kernels=("all",)) -> Path:
     if _preload() is None:
         pytest.skip("gcc with libasan is not installed (apt-get install gcc)")
-    cmd = [sys.executable, str(ROOT / "build.py"), *map(str, sources)]
+    args = [ROOT / "build.py", *sources]
     if kernels:
-        cmd += ["--kernels", *kernels]
-    cmd += ["--sanitize", "address,undefined", "--cflag=-fno-sanitize-recover=all", "--cc", "gcc",
-            "-o", str(out)]
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=str(ROOT))
+        args += ["--kernels", *kernels]
+    args += ["--sanitize", "address,undefined", "--cflag=-fno-sanitize-recover=all", "--cc", "gcc", "-o", out]
+    res = run_python(*args, timeout=None)
     assert res.returncode == 0, res.stdout + res.stderr
     return out
 
 
 def _run_hostile(lib: Path, ops=(), cases=CASES_PER_OP, extra_specs=None, timeout=240):
-    env = dict(os.environ)
+    env = {}
     env["LD_PRELOAD"] = _preload()
     # Python's small-object allocator carves blocks out of big arenas with no
     # redzones; plain malloc gives every object (the model bytes included)
@@ -282,8 +277,7 @@ def _run_hostile(lib: Path, ops=(), cases=CASES_PER_OP, extra_specs=None, timeou
     args = [str(lib), json.dumps(list(ops)), str(cases)]
     if extra_specs:
         args.append(json.dumps(extra_specs))
-    return subprocess.run([sys.executable, "-c", HOSTILE_SCRIPT, *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=str(ROOT), env=env)
+    return run_child(HOSTILE_SCRIPT, *args, timeout=timeout, env=env)
 
 
 def _opaque_op_count() -> int:

@@ -19,7 +19,6 @@ importlib.util.find_spec; mediapipe itself is never imported).  Checked:
 """
 import importlib.util
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -28,8 +27,8 @@ import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder, read_model
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_convolution2d_transpose_bias import CountingKernel, reference  # noqa: E402
+from tests.helpers.synthetic_images import synthetic_person
+from tests.helpers.transpose_conv import CountingKernel, reference
 
 OP = "Convolution2DTransposeBias"
 
@@ -51,23 +50,6 @@ MODELS = ["selfie_segmentation.tflite", "selfie_segmentation_landscape.tflite"]
 @pytest.fixture(scope="module")
 def counting():
     return CountingKernel()
-
-
-def synthetic_person(h, w):
-    """A head (skin colour) and shoulders (dark clothes) on a flat blue-grey background.
-
-    Returns the float32 image in [0, 1] and the foreground mask.
-    """
-    yy, xx = np.mgrid[0:h, 0:w]
-    im = np.empty((h, w, 3), np.float32)
-    im[:] = (0.35, 0.55, 0.80)
-    head = ((yy - 0.30 * h) / (0.13 * h)) ** 2 + ((xx - 0.5 * w) / (0.10 * w)) ** 2 <= 1
-    body = ((yy - 0.80 * h) / (0.35 * h)) ** 2 + ((xx - 0.5 * w) / (0.25 * w)) ** 2 <= 1
-    im[head] = (0.87, 0.67, 0.55)
-    im[body] = (0.20, 0.20, 0.25)
-    # MediaPipe's input: 8-bit RGB scaled by 1/255.
-    im = np.round(im * 255).astype(np.uint8).astype(np.float32) * np.float32(1 / 255)
-    return im, head | body
 
 
 def run_model(path, image, lib, use_xnnpack):

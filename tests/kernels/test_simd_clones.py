@@ -15,11 +15,9 @@ query.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,9 +27,8 @@ import opaque_ops.kernels as K
 from opaque_ops.build import paths as _paths
 from opaque_ops.build import standalone as oob
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import simd_cases  # noqa: E402
-from kernel_helpers import run_isolated  # noqa: E402
+from tests.helpers import simd_cases
+from tests.helpers.hostile_options import run_isolated
 
 ROOT = Path(__file__).resolve().parents[2]
 AVX512 = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"}
@@ -39,7 +36,7 @@ AVX512 = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"}
 _SCRIPT = r"""
 import json
 import opaque_ops.kernels as K
-import simd_cases
+from tests.helpers import simd_cases
 libs = [K.kernel(name) for name in simd_cases.KERNELS]
 print(json.dumps({"simd": sorted({lib.simd for lib in libs}), "digests": simd_cases.run_cases(libs)}))
 """
@@ -126,8 +123,7 @@ CROSS_CC = "aarch64-linux-gnu-gcc"
                     "(apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)")
 def test_aarch64_neon_build_matches_this_machine(tmp_path):
     """The kernels cross-built for aarch64 (NEON clone), run under qemu by c/tools/oo_run.c."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import aarch64_python  # the runtime from pymicro-wakeword's aarch64 wheel, cached
+    from tests.helpers import aarch64_python  # the runtime from pymicro-wakeword's aarch64 wheel, cached
 
     arm_tflite = aarch64_python.aarch64_tflite()
     arm_so = tmp_path / "kernels_arm64.so"

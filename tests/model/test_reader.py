@@ -6,8 +6,6 @@ import os
 import random
 import re
 import struct
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +14,7 @@ from flatbuffers import flexbuffers
 from opaque_ops.errors import ModelError
 from opaque_ops.model import ACTIVATIONS, BUILTIN_OPERATORS, TENSOR_TYPES, read_model
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _models import CUSTOM_OPTS, Interpreter, add_mul_model, round_trip_model, wheel_models  # noqa: E402
+from tests.helpers.reference_models import CUSTOM_OPTS, Interpreter, add_mul_model, round_trip_model, wheel_models
 
 
 def test_round_trip_tensors():
@@ -190,18 +187,27 @@ def test_fuzz_real_model():
     paths = wheel_models()
     data = open(paths[-1], "rb").read()
     rng = random.Random(99)
+    outcomes = {"read": 0, "refused": 0}
     for _ in range(150):
         buf = bytearray(data)
         for _ in range(rng.randint(1, 16)):
             buf[rng.randrange(len(buf))] = rng.randrange(256)
+        # Any other exception (IndexError, struct.error, RecursionError...) fails the test here.
         try:
-            read_model(bytes(buf))
-        except ModelError:
-            pass
+            m = read_model(bytes(buf))
+        except ModelError as exc:
+            assert str(exc), "a refusal says why"
+            outcomes["refused"] += 1
+        else:
+            assert m.subgraphs, "a model that reads has its subgraphs"
+            outcomes["read"] += 1
+    # The mutations reach both outcomes: a reader that refused everything (or
+    # nothing) would not be the reader under test.
+    assert outcomes["read"] > 10 and outcomes["refused"] > 10, outcomes
 
 
 def _mediapipe_models() -> list[str]:
-    from conftest import package_file
+    from tests.helpers.locations import package_file
 
     base = package_file("mediapipe", "modules")
     return sorted(str(p) for p in base.rglob("*.tflite") if p.stat().st_size < 4_000_000)

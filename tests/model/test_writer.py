@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from opaque_ops.model import BUILTIN_OPERATOR_NAMES, BUILTIN_OPERATORS, TENSOR_TYPES, ModelBuilder, read_model
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _models import Interpreter, add_mul_model, conv_ref, round_trip_model, run  # noqa: E402
+from tests.helpers.reference_models import Interpreter, add_mul_model, conv_ref, round_trip_model, run
 
 
 def test_enums_match_litert_schema():

@@ -1,0 +1,280 @@
+"""The Raspberry Pi flow, in Python, under emulation; and the platform wheels.
+
+An aarch64 CPython 3.11 (Debian's arm64 packages, run with qemu-aarch64; see
+``aarch64_python.py``) with no compiler on PATH:
+
+* loads a library cross-built with ``build.py --target aarch64`` through
+  ``oo.load_ops`` and runs the Atan and MediaPipe selfie models;
+* installs the ``py3-none-manylinux_2_35_aarch64`` wheel (with pip, inside the
+  emulated Python) and runs the selfie model on ``oo.kernels.mediapipe()``,
+  which must use the prebuilt kernels the wheel carries.
+
+Outputs are compared with the same models run natively on x86_64.  The Atan
+kernel (libm's atan in double, rounded to float once) gives the same bits on
+both; the selfie model's builtin ops run different SIMD code on each machine,
+so there the outputs agree to a tolerance below one 8-bit mask level, and the
+custom op alone (a one-op model) gives the same bits on both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import opaque_ops as oo
+from opaque_ops import kernels
+from opaque_ops._native import elf
+from opaque_ops.build import standalone as oob
+
+from tests.helpers import aarch64_python as arm
+from tests.helpers.atan import make_model, reference
+from tests.helpers.child_process import run_child, run_python
+from tests.helpers.locations import ROOT, package_file
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("qemu-aarch64") is None,
+                       reason="needs qemu-aarch64 (apt-get install qemu-user)"),
+    pytest.mark.skipif(oob.host_arch() != "x86_64", reason="emulates aarch64 on an x86_64 host"),
+]
+
+CROSS_CC = "aarch64-linux-gnu-gcc"
+ATAN_C = ROOT / "examples" / "atan" / "atan.c"
+X = np.array([-3.0, -1.5, 1e-30, 0.25, -1e30], np.float32)  # the model takes 5 values
+# The selfie model's builtin ops run different SIMD code on each machine
+# (XNNPACK's AVX-512 and NEON kernels sum in different orders): measured up to
+# 8e-5 apart on the synthetic person.  An 8-bit mask level is 1/255 = 4e-3.
+SELFIE_TOLERANCE = 1e-3
+
+_RUN_MODEL = r"""
+import json, shutil, sys
+import numpy as np
+import opaque_ops as oo
+kind, model, inputs, out = sys.argv[1:5]
+if "--compiler-allowed" not in sys.argv:
+    assert shutil.which("cc") is None and shutil.which("gcc") is None, "a compiler is visible"
+if kind == "bundle":
+    ops = oo.kernels.mediapipe()
+    info = {"prebuilt": [lib.prebuilt for lib in ops.libraries], "paths": [str(lib.path) for lib in ops.libraries]}
+else:
+    ops = oo.load_ops(kind)
+    info = {"ops": ops.ops}
+it = oo.Interpreter(model_path=model, custom_ops=[ops])
+it.allocate_tensors()
+it.set_tensor(it.get_input_details()[0]["index"], np.load(inputs))
+it.invoke()
+np.save(out, it.get_tensor(it.get_output_details()[0]["index"]))
+import platform
+info.update(machine=platform.machine(), oo=oo.__file__)
+print("INFO " + json.dumps(info))
+"""
+
+
+def info_line(r: subprocess.CompletedProcess) -> dict:
+    assert r.returncode == 0, f"status {r.returncode}\n{r.stdout}\n{r.stderr[-4000:]}"
+    return json.loads(next(l for l in r.stdout.splitlines() if l.startswith("INFO "))[5:])
+
+
+def native_run(ops, model: Path, x: np.ndarray) -> np.ndarray:
+    it = oo.Interpreter(model_path=str(model), custom_ops=[ops])
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+def needs_cross_compiler():
+    if shutil.which(CROSS_CC) is None:
+        pytest.skip(f"needs {CROSS_CC} (apt-get install gcc-aarch64-linux-gnu)")
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("aarch64")
+
+
+@pytest.fixture(scope="module")
+def selfie() -> Path:
+    path = package_file("mediapipe", "modules", "selfie_segmentation", "selfie_segmentation.tflite")
+    assert path.is_file(), "mediapipe 0.10.14 (installed with --no-deps) carries the model"
+    return path
+
+
+@pytest.fixture(scope="module")
+def photo(work) -> Path:
+    """A synthetic person on a plain background, as MediaPipe feeds the model (RGB/255)."""
+    from tests.helpers.synthetic_images import synthetic_person
+
+    image, _ = synthetic_person(256, 256)
+    np.save(work / "photo.npy", image[None])
+    return work / "photo.npy"
+
+
+def assert_segments_the_person(mask: np.ndarray) -> None:
+    from tests.helpers.synthetic_images import synthetic_person
+
+    _, person = synthetic_person(256, 256)
+    assert mask[0, :, :, 0][person].mean() > 0.5 > mask[0, :, :, 0][~person].mean()
+
+
+@pytest.fixture(scope="module")
+def atan_model(work) -> Path:
+    path = work / "atan.tflite"
+    path.write_bytes(make_model.build())
+    return path
+
+
+@pytest.fixture(scope="module")
+def deps() -> Path:
+    arm.sysroot()
+    return arm.deps_site()
+
+
+# ------------------------------------------------------------- the Pi flow --
+
+def test_emulated_python_is_aarch64_without_a_compiler(deps):
+    r = arm.run("import platform, shutil, sys, numpy; print(platform.machine(), sys.version_info[:2], "
+                "shutil.which('cc'), shutil.which('gcc'), numpy.__version__)", pythonpath=[deps])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[:1] == ["aarch64"] and "(3, 11)" in r.stdout and "None None" in r.stdout
+    assert r.stdout.split()[-1] == arm.host_versions()["numpy"]
+
+
+def test_pi_flow_atan_cross_built_equals_x86(work, deps, atan_model):
+    needs_cross_compiler()
+    ops = {"Atan": "AtanOpRegistrationExternal"}
+    arm_lib = oob.build_library([ATAN_C], work / "atan_arm64.so", target="aarch64", ops=ops)
+    x86_lib = oob.build_library([ATAN_C], work / "atan_x86.so", ops=ops)
+    assert elf.read(arm_lib).arch == "aarch64"
+    x = work / "atan_x.npy"
+    np.save(x, X)
+    info = info_line(arm.run(_RUN_MODEL, arm_lib, atan_model, x, work / "atan_arm.npy", pythonpath=[ROOT, deps]))
+    assert info["machine"] == "aarch64" and info["ops"] == [["Atan", 1]]
+    assert info["oo"].startswith(str(ROOT))
+    on_arm = np.load(work / "atan_arm.npy")
+    on_x86 = native_run(oo.load_ops(x86_lib), atan_model, X)
+    np.testing.assert_array_equal(on_arm, on_x86)
+    np.testing.assert_array_equal(on_arm, reference(X))  # atan(x + offset), from the op's definition
+
+
+def test_pi_flow_selfie_cross_built_equals_x86(work, deps, selfie, photo):
+    needs_cross_compiler()
+    arm_lib = oob.build_library([], work / "mediapipe_arm64.so", target="aarch64", kernels=["mediapipe"])
+    x86_lib = oob.build_library([], work / "mediapipe_x86.so", kernels=["mediapipe"])
+
+    # The custom op alone: the same bits on both machines (-ffp-contract=off, one summation order).
+    from tests.helpers.transpose_conv import one_op_model
+
+    rng = np.random.default_rng(5)
+    opts = np.array([1, 2, 2], "<i4").tobytes()  # SAME, stride 2x2 (MediaPipe's raw options)
+    conv = work / "conv.tflite"
+    conv.write_bytes(one_op_model((1, 16, 16, 8), rng.standard_normal((4, 3, 3, 8)), rng.standard_normal(4),
+                                  opts, out_shape=(1, 32, 32, 4)))
+    x = rng.standard_normal((1, 16, 16, 8)).astype(np.float32)
+    np.save(work / "conv_x.npy", x)
+    info_line(arm.run(_RUN_MODEL, arm_lib, conv, work / "conv_x.npy", work / "conv_arm.npy", pythonpath=[ROOT, deps]))
+    np.testing.assert_array_equal(np.load(work / "conv_arm.npy"), native_run(oo.load_ops(x86_lib), conv, x))
+
+    info = info_line(arm.run(_RUN_MODEL, arm_lib, selfie, photo, work / "selfie_arm.npy", pythonpath=[ROOT, deps]))
+    assert ["Convolution2DTransposeBias", 1] in info["ops"]
+    on_arm = np.load(work / "selfie_arm.npy")
+    on_x86 = native_run(oo.load_ops(x86_lib), selfie, np.load(photo))
+    assert on_arm.shape == on_x86.shape == (1, 256, 256, 1)
+    assert_segments_the_person(on_x86)
+    assert_segments_the_person(on_arm)
+    np.testing.assert_allclose(on_arm, on_x86, rtol=0, atol=SELFIE_TOLERANCE)
+
+
+# ------------------------------------------------------- the platform wheels --
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> dict[str, Path]:
+    """Both platform wheels, built the way a release builds them (pip wheel, build isolation)."""
+    needs_cross_compiler()
+    out = tmp_path_factory.mktemp("dist")
+    built = {}
+    for arch in ("x86_64", "aarch64"):
+        r = run_python("-m", "pip", "wheel", "--no-deps", "-q", "-w", out, ROOT, env={"OPAQUE_OPS_WHEEL_ARCH": arch},
+                       pythonpath=(), cwd=None, timeout=900)
+        assert r.returncode == 0, r.stdout + r.stderr
+        [built[arch]] = out.glob(f"opaque_ops-*-py3-none-manylinux_2_35_{arch}.whl")
+    return built
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_platform_wheel_carries_verified_kernels_for_its_arch(wheels, arch):
+    with zipfile.ZipFile(wheels[arch]) as z:
+        names = z.namelist()
+        wheel_meta = z.read(next(n for n in names if n.endswith(".dist-info/WHEEL"))).decode()
+        assert f"Tag: py3-none-manylinux_2_35_{arch}" in wheel_meta and "Root-Is-Purelib: false" in wheel_meta
+        assert not any("/prebuilt/" in n and f"/prebuilt/{arch}/" not in n for n in names)
+        manifest = json.loads(z.read(f"opaque_ops/prebuilt/{arch}/manifest.json"))
+        assert manifest["arch"] == arch
+        assert sorted(manifest["kernels"]) == kernels.available()
+        for name, entry in manifest["kernels"].items():
+            data = z.read(f"opaque_ops/prebuilt/{arch}/{name}.so")
+            assert hashlib.sha256(data).hexdigest() == entry["sha256"]
+            source = z.read(f"opaque_ops/c/kernels/{name}.c")
+            assert hashlib.sha256(source).hexdigest() == entry["source_sha256"]
+            assert {0x3E: "x86_64", 0xB7: "aarch64"}[int.from_bytes(data[18:20], "little")] == arch
+            # The tag promises glibc 2.35: no symbol may need a newer one.
+            versions = {tuple(map(int, v)) for v in re.findall(rb"GLIBC_(\d+)\.(\d+)", data)}
+            assert versions and max(versions) <= (2, 35), (name, max(versions))
+            assert b"libpython" not in data and b"PyInit_" not in data
+
+
+_X86_WHEEL = _RUN_MODEL
+
+
+def test_x86_64_wheel_runs_prebuilt_kernels_without_a_compiler(wheels, work, selfie, photo):
+    target = work / "x86_site"
+    r = run_python("-m", "pip", "install", "-q", "--no-deps", "--target", target, wheels["x86_64"],
+                   pythonpath=(), cwd=None, timeout=600)
+    assert r.returncode == 0, r.stderr
+    # Only the installed wheel on the path: the checkout's opaque_ops must not be found.
+    env = {"PATH": "/nonexistent", "OPAQUE_OPS_CACHE_DIR": str(work / "never_used_cache"), "CC": None}
+    r = run_child(_X86_WHEEL, "bundle", selfie, photo, work / "selfie_wheel_x86.npy", env=env,
+                  pythonpath=[target], timeout=600, cwd=work)
+    info = info_line(r)
+    assert info["oo"].startswith(str(target))
+    assert info["prebuilt"] == [True] * len(kernels.MEDIAPIPE)
+    assert all(p.startswith(str(target / "opaque_ops" / "prebuilt" / "x86_64")) for p in info["paths"])
+    # Nothing compiled: no library in the compile cache (creating the
+    # interpreter keeps the model's verdict in its verdicts/ directory).
+    assert not list((work / "never_used_cache").glob("*.so")), "nothing may be compiled"
+    assert list((work / "never_used_cache" / "verdicts").glob("*.json"))
+    # The same source compiled here with the same build path gives the same output, bit for bit.
+    compiled = native_run(oo.kernels.mediapipe(), selfie, np.load(photo))
+    np.testing.assert_array_equal(np.load(work / "selfie_wheel_x86.npy"), compiled)
+
+    # A damaged prebuilt library is not loaded: that kernel is compiled instead.
+    victim = target / "opaque_ops" / "prebuilt" / "x86_64" / "convolution2d_transpose_bias.so"
+    victim.write_bytes(victim.read_bytes()[:1000])
+    env.update(PATH=os.environ["PATH"])
+    r = run_child(_X86_WHEEL, "bundle", selfie, photo, work / "selfie_wheel_x86b.npy", "--compiler-allowed",
+                  env=env, pythonpath=[target], timeout=600, cwd=work)
+    info = info_line(r)
+    assert info["prebuilt"] == [name != "convolution2d_transpose_bias" for name in kernels.MEDIAPIPE]
+    np.testing.assert_array_equal(np.load(work / "selfie_wheel_x86b.npy"), compiled)
+
+
+def test_aarch64_wheel_installs_and_runs_in_emulated_python(wheels, work, deps, selfie, photo):
+    target = work / "arm_site"
+    # pip inside the emulated Python decides whether the wheel's tag fits an aarch64 machine.
+    arm.pip_install(target, str(wheels["aarch64"]), wheels=arm.wheels_dir())
+    info = info_line(arm.run(_RUN_MODEL, "bundle", selfie, photo, work / "selfie_wheel_arm.npy", pythonpath=[target]))
+    assert info["machine"] == "aarch64" and info["oo"].startswith(str(target))
+    assert info["prebuilt"] == [True] * len(kernels.MEDIAPIPE)
+    assert all("/prebuilt/aarch64/" in p for p in info["paths"])
+    on_x86 = native_run(oo.kernels.mediapipe(), selfie, np.load(photo))
+    on_arm = np.load(work / "selfie_wheel_arm.npy")
+    assert_segments_the_person(on_x86)
+    np.testing.assert_allclose(on_arm, on_x86, rtol=0, atol=SELFIE_TOLERANCE)

@@ -1,0 +1,29 @@
+"""A model that keeps one thread busy in C: for the cancellation and close-during-invoke tests.
+
+Imported by name in those tests' child processes (``tests.helpers.child_process.run_child``
+puts the repository root on their path).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from opaque_ops.model import ModelBuilder
+
+
+def slow_model(layers: int = 32, hw: int = 128, c: int = 32) -> bytes:
+    """A chain of 3x3 convolutions: ~25 ms per layer with the reference kernels
+    on one thread, all in C with the GIL released."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, hw, hw, c], np.float32)
+    rng = np.random.default_rng(0)
+    w = b.add_constant("w", (rng.standard_normal((c, 3, 3, c)) * 0.05).astype(np.float32))
+    bias = b.add_constant("b", np.zeros(c, np.float32))
+    cur = x
+    for i in range(layers):
+        y = b.add_tensor(f"y{i}", [1, hw, hw, c], np.float32)
+        b.add_op("CONV_2D", [cur, w, bias], [y], options={"padding": "SAME", "stride_w": 1, "stride_h": 1})
+        cur = y
+    b.set_inputs([x])
+    b.set_outputs([cur])
+    return b.build()

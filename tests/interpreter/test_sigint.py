@@ -1,0 +1,91 @@
+"""Cancellation: Ctrl-C stops a long invoke between nodes, an event loop's wakeup fd is left alone,
+and cancel() works from another thread.  Each runs in a child process (signals, and a hang fails one test).
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.helpers.child_process import run_child
+
+
+SLOW_MODEL = """
+import numpy as np
+from tests.helpers.slow_model import slow_model
+"""
+
+
+def test_ctrl_c_cancels_a_long_invoke_and_the_interpreter_stays_usable():
+    code = SLOW_MODEL + """
+import os, signal, threading, time, json
+import opaque_ops as oo
+it = oo.Interpreter(model_content=slow_model(), use_xnnpack=False, num_threads=1)
+it.allocate_tensors()
+x = np.random.default_rng(1).standard_normal((1, 128, 128, 32)).astype(np.float32)
+it.set_tensor(0, x)
+t = time.perf_counter(); it.invoke(); full = time.perf_counter() - t
+ref = it.get_tensor(it.get_output_details()[0]["index"])
+at = 0.3 * full  # a share of the model's own run time: runtimes differ 3x in speed
+# A job started in the background by a shell inherits SIGINT ignored; be a foreground program.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+threading.Timer(at, os.kill, (os.getpid(), signal.SIGINT)).start()
+t = time.perf_counter()
+try:
+    it.invoke()
+    took = None
+except KeyboardInterrupt:
+    took = time.perf_counter() - t
+it.set_tensor(0, x)
+it.invoke()
+same = bool(np.array_equal(ref, it.get_tensor(it.get_output_details()[0]["index"])))
+print(json.dumps({"full": full, "at": at, "took": took, "same": same, "wakeup_fd": signal.set_wakeup_fd(-1)}))
+"""
+    p = run_child(code)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "Exception ignored" not in p.stderr, p.stderr
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["took"] is not None, r
+    # Stopped between nodes, long before the model's end (Ctrl-C at 30% of it).
+    assert r["took"] < r["at"] + 0.5 * (r["full"] - r["at"]), r
+    assert r["same"] and r["wakeup_fd"] == -1, r
+
+
+def test_ctrl_c_leaves_an_existing_wakeup_fd_alone():
+    # An event loop owns the wakeup fd: invoke must not take it over.
+    code = SLOW_MODEL + """
+import os, signal, socket, json
+import opaque_ops as oo
+r, w = socket.socketpair(); w.setblocking(False)
+signal.set_wakeup_fd(w.fileno())
+it = oo.Interpreter(model_content=slow_model(layers=2, hw=32), use_xnnpack=False)
+it.allocate_tensors(); it.invoke(); it.invoke()
+print(json.dumps({"kept": signal.set_wakeup_fd(-1) == w.fileno()}))
+"""
+    p = run_child(code)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert '"kept": true' in p.stdout
+
+
+def test_cancel_from_another_thread():
+    code = SLOW_MODEL + """
+import threading, time, json
+import opaque_ops as oo
+it = oo.Interpreter(model_content=slow_model(), use_xnnpack=False, num_threads=1)
+it.allocate_tensors()
+res = {}
+def worker():
+    t = time.perf_counter()
+    try:
+        it.invoke()
+        res["outcome"] = "finished"
+    except KeyboardInterrupt as e:
+        res["outcome"] = "cancelled: " + str(e)
+    res["took"] = time.perf_counter() - t
+th = threading.Thread(target=worker); th.start()
+time.sleep(0.2); it.cancel(); th.join(30)
+it.invoke()   # usable afterwards
+print(json.dumps(res))
+"""
+    p = run_child(code)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert '"outcome": "cancelled: invoke was cancelled"' in p.stdout, p.stdout
