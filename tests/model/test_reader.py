@@ -233,7 +233,7 @@ def _assert_same_sparsity(ours, ref) -> None:
 @pytest.mark.parametrize("indices_kind", [1, 3], ids=["int32", "uint8"])
 def test_sparsity_is_read_as_the_generated_schema_reads_it(indices_kind):
     schema = pytest.importorskip("ai_edge_litert.schema_py_generated")
-    import sparse_model
+    from tests.helpers import sparse_model
 
     data = sparse_model.build(indices_kind)
     ref = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
