@@ -23,6 +23,7 @@ import enum
 import os
 import re
 import weakref
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,6 +40,9 @@ from ..model import check_allocated, check_resize
 
 # Custom ops that TFLite's own builtin resolver provides (and their option rules).
 from ..model.runtime_ops import RUNTIME_CUSTOM_OPS as _RUNTIME_CUSTOM_OPS  # noqa: E402
+
+if TYPE_CHECKING:  # imported where used: signature_runner imports this module
+    from .signature_runner import SignatureRunner
 
 _UNRESOLVED = re.compile(r"unresolved custom op: ([^\s.]+(?:\.[^\s.]+)*?)\.?(?:\s|$)", re.I)
 
