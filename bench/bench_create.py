@@ -135,8 +135,9 @@ def _verdicts_off():
 
 def bench(quick: bool = False) -> dict:
     """Medians in ms per model: new-process rows (wall and CPU) and in-process rows."""
-    import opaque_ops as oo
     from ai_edge_litert.interpreter import Interpreter as Ref
+
+    import opaque_ops as oo
     from opaque_ops.model import cache
 
     sys.path.insert(0, str(HERE))

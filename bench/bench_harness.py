@@ -17,9 +17,8 @@ import argparse
 import numpy as np
 
 import opaque_ops as oo
-from opaque_ops.testing import build_op_model, run_op
-
 from _timing import median_time
+from opaque_ops.testing import build_op_model, run_op
 
 
 def prebuilt(ops, x):

@@ -66,7 +66,7 @@ _settings: dict = {}
 
 
 # ------------------------------------------------------------ the classes
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _interpreter_class():
     """The ``Interpreter`` served as ``tflite_runtime.interpreter.Interpreter``.
 
@@ -99,7 +99,7 @@ def _interpreter_class():
     return Interpreter
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _with_custom_ops_class(base):
     class InterpreterWithCustomOps(base):
         """tflite_runtime's ``InterpreterWithCustomOps``: C++ registerers cannot be loaded here.
@@ -126,8 +126,8 @@ def _with_custom_ops_class(base):
 
 # ---------------------------------------------------------- the modules
 def _fill_interpreter_module(mod: types.ModuleType) -> None:
-    from .ops import delegates
     from .interpreter import core as interpreter, signature_runner
+    from .ops import delegates
 
     cls = _interpreter_class()
     mod.Interpreter = cls
@@ -174,8 +174,8 @@ class _TensorflowStub(types.ModuleType):
 
 
 def _fill_tf_lite(mod: types.ModuleType) -> None:
-    from .ops import delegates
     from .interpreter import core as interpreter
+    from .ops import delegates
 
     mod.Interpreter = _interpreter_class()
     mod.OpResolverType = interpreter.OpResolverType

@@ -21,7 +21,7 @@ mediapipe`` (see :data:`BUNDLES`).
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from .build import paths as _paths
 from .build.bundles import (  # noqa: F401  (public names of this module)
@@ -37,7 +37,7 @@ from .build.bundles import (  # noqa: F401  (public names of this module)
 )
 
 
-@lru_cache(maxsize=None)
+@cache
 def kernel(name: str):
     """One bundled kernel file as an op library: prebuilt if the package has it, else compiled.
 

@@ -13,7 +13,8 @@ with :class:`GuardError` instead of silently corrupting a neighbour.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
+from conftest import ATAN_INPUT, ROOT
 from opaque_ops import _native
 from opaque_ops.model import ModelBuilder
-
-from conftest import ATAN_INPUT, ROOT
 
 OFFSET = np.float32(0.99999905)
 

@@ -107,7 +107,7 @@ class Counting:
         return 1000.0 * (OPS.index(op) + 1) + count
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _counting():
     return Counting()
 

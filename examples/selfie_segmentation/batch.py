@@ -36,8 +36,9 @@ import sys
 import time
 from pathlib import Path
 
-import opaque_ops as oo
 import selfie
+
+import opaque_ops as oo
 
 
 def progress(total: int, what: str):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
 from ..errors import OpaqueOpsError, RuntimeCrashError, RuntimeTimeoutError
-from .workers import Worker
 from .proxy import op_specs
+from .workers import Worker
 
 
 class _Token:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 
-
 from ..errors import ModelError
 
 

@@ -6,10 +6,10 @@ import os
 import threading
 from pathlib import Path
 
-from ..build import compiler as _cbuild
 from .. import _native
-from . import pickling as _pickling, sanitizers as _sanitizers
+from ..build import compiler as _cbuild
 from ..errors import CompileError, OpLibraryError
+from . import pickling as _pickling, sanitizers as _sanitizers
 
 
 class OpLibrary:

@@ -11,7 +11,6 @@ import pytest
 
 from opaque_ops.model import ModelBuilder
 
-
 Interpreter = pytest.importorskip("ai_edge_litert.interpreter").Interpreter
 
 
