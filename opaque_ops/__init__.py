@@ -82,7 +82,7 @@ __all__ = sorted(
 )
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     try:
         module, attr = _LAZY[name]
     except KeyError:
@@ -95,5 +95,5 @@ def __getattr__(name: str):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return __all__

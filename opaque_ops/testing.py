@@ -32,13 +32,13 @@ class GuardError(OpaqueOpsError):
     """A kernel wrote outside its output buffer (into the guard bytes around it)."""
 
 
-def _as_op_list(ops) -> list:
+def _as_op_list(ops: Any) -> list:
     if isinstance(ops, (list, tuple)):
         return list(ops)
     return [ops]
 
 
-def _norm_spec(spec, default_shape, default_dtype) -> tuple[list[int], np.dtype]:
+def _norm_spec(spec: Any, default_shape: Sequence[int], default_dtype: Any) -> tuple[list[int], np.dtype]:
     if isinstance(spec, dict):
         unknown = set(spec) - {"shape", "dtype"}
         if unknown:
@@ -89,7 +89,7 @@ def build_op_model(
     op_name: str,
     inputs: Sequence[np.ndarray],
     outputs: Sequence[tuple[Sequence[int], Any]],
-    options=None,
+    options: dict | bytes | None = None,
     version: int = 1,
     constant_inputs: Sequence[int] = (),
 ) -> bytes:
@@ -138,7 +138,7 @@ def build_op_model(
 
 
 def run_op(
-    ops,
+    ops: Any,
     op_name: str,
     inputs: Sequence[Any],
     options: dict | bytes | None = None,
@@ -147,7 +147,7 @@ def run_op(
     guard: bool = True,
     constant_inputs: Sequence[int] = (),
     num_threads: int | None = None,
-    isolate=None,
+    isolate: Any = None,
     timeout: float | None = None,
 ) -> list[np.ndarray]:
     """Run one custom op on the given inputs and return its outputs.

@@ -46,7 +46,7 @@ class OpLibrary:
         self._lock = threading.Lock()
         # How the library was made, so that pickling can re-create it in
         # another process (see _pickling): compile_ops and kernels set it.
-        self._origin = ("load",)
+        self._origin: tuple = ("load",)
 
     def __reduce__(self):
         return _pickling.library_reduce(self)
