@@ -803,7 +803,7 @@ class Interpreter:
             )
         return t
 
-    def set_tensor(self, tensor_index: int, value) -> None:
+    def set_tensor(self, tensor_index: int, value: np.ndarray) -> None:
         """Copy ``value`` into a tensor.
 
         Parameters
@@ -913,7 +913,8 @@ class Interpreter:
 
         return view
 
-    def resize_tensor_input(self, input_index: int, tensor_size, strict: bool = False) -> None:
+    def resize_tensor_input(self, input_index: int, tensor_size: list[int] | tuple[int, ...] | np.ndarray,
+                            strict: bool = False) -> None:
         """Change an input's shape; call ``allocate_tensors()`` afterwards.
 
         Resizing to the current shape does nothing.
