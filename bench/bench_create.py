@@ -135,9 +135,8 @@ def _verdicts_off():
 
 def bench(quick: bool = False) -> dict:
     """Medians in ms per model: new-process rows (wall and CPU) and in-process rows."""
-    from ai_edge_litert.interpreter import Interpreter as Ref
-
     import opaque_ops as oo
+    from ai_edge_litert.interpreter import Interpreter as Ref
     from opaque_ops.model import cache
 
     sys.path.insert(0, str(HERE))

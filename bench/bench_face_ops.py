@@ -33,10 +33,11 @@ import numpy as np
 
 import opaque_ops as oo
 import opaque_ops.kernels as K
-from _timing import median_time
-from bench_models import interleaved
 from opaque_ops.build import paths as _paths
 from opaque_ops.model import ModelBuilder
+
+from _timing import median_time
+from bench_models import interleaved
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -17,8 +17,9 @@ import argparse
 import numpy as np
 
 import opaque_ops as oo
-from _timing import median_time
 from opaque_ops.testing import build_op_model, run_op
+
+from _timing import median_time
 
 
 def prebuilt(ops, x):

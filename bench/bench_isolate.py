@@ -37,6 +37,7 @@ sys.path.insert(0, str(HERE.parent))
 from bench_models import interleaved, package_dir  # noqa: E402
 from bench_selfie import cpu_summary  # noqa: E402
 
+
 _PONG = r"""
 import mmap, sys
 sys.path.insert(0, {root!r})

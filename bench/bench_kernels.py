@@ -41,9 +41,10 @@ from numpy.lib.stride_tricks import as_strided
 
 import opaque_ops as oo
 import opaque_ops.kernels as K
+from opaque_ops.model import ModelBuilder
+
 from bench_models import interleaved, package_dir
 from bench_selfie import cpu_summary
-from opaque_ops.model import ModelBuilder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -131,9 +132,8 @@ def bench_transpose_conv(quick: bool) -> list[dict]:
         return [{"name": "Convolution2DTransposeBias (selfie layer)",
                  "error": "mediapipe (for the model files) is not installed: pip install --no-deps mediapipe==0.10.14"}]
     sys.path.insert(0, os.path.join(HERE, "..", "tests", "kernels"))
-    from test_convolution2d_transpose_bias import reference
-
     from bench_selfie import op_model
+    from test_convolution2d_transpose_bias import reference
 
     lib = K.kernel("convolution2d_transpose_bias")
     rows = []

@@ -62,6 +62,7 @@ ENV_MEDIAPIPE = "OPAQUE_OPS_BENCH_MEDIAPIPE"
 
 from opaque_ops.build.cpu import cpu_summary  # noqa: E402,F401  (one definition; bench_kernels imports it from here)
 
+
 # ------------------------------------------------------------------ MediaPipe's own runtime
 
 def _cache_root() -> Path:

@@ -175,8 +175,8 @@ def sec_models(t: Table, raw: dict, quick: bool) -> None:
 
 def _melspec_breakdown(t: Table, raw: dict, quick: bool) -> None:
     """Where melspectrogram's gap to ai-edge-litert comes from (CPU time, see bench_models)."""
-    import opaque_ops
     from bench_models import bench_melspec_breakdown
+    import opaque_ops
 
     res = bench_melspec_breakdown(quick)
     raw["melspec_breakdown_cpu_us"] = res
@@ -235,7 +235,7 @@ def sec_kernels(t: Table, raw: dict, quick: bool) -> None:
                "XNNPACK", 1.5)
         if "bit_exact" in row:
             diff = row.get("xnnpack_max_abs_diff")
-            t.add("  ... ours bit-exact vs MediaPipe-order reference", "yes" if row["bit_exact"] else "NO",
+            t.add(f"  ... ours bit-exact vs MediaPipe-order reference", "yes" if row["bit_exact"] else "NO",
                   f"XNNPACK max |diff| {diff:.1e}" if diff is not None else None, None, "yes",
                   row["bit_exact"])
     c = r["clamp"]
@@ -512,7 +512,6 @@ def main(argv=None) -> int:
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     try:
         import numpy
-
         import opaque_ops
 
         meta["numpy"] = numpy.__version__

@@ -13,8 +13,7 @@ with :class:`GuardError` instead of silently corrupting a neighbour.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 

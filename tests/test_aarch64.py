@@ -34,9 +34,9 @@ import pytest
 import aarch64_python as arm
 import opaque_ops as oo
 from conftest import ROOT, package_file
+from opaque_ops.build import standalone as oob
 from opaque_ops import kernels
 from opaque_ops._native import elf
-from opaque_ops.build import standalone as oob
 from test_interpreter import reference
 
 pytestmark = [

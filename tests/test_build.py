@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import re
+import os
 import shutil
 import subprocess
 import sys
@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from opaque_ops.build import paths as _paths, standalone as oob
+from opaque_ops.build import paths as _paths
+from opaque_ops.build import standalone as oob
 from opaque_ops.errors import OpLibraryError
 from opaque_ops.model import ModelBuilder
 

@@ -8,9 +8,9 @@ import shutil
 import subprocess
 
 import pytest
+from runtime_files import foreign_library, wheel_library
 
 from opaque_ops._native import elf
-from runtime_files import foreign_library, wheel_library
 
 ARCHES = ["x86_64", "aarch64", "armv7l"]
 needs_binutils = pytest.mark.skipif(shutil.which("readelf") is None or shutil.which("nm") is None,

@@ -9,9 +9,10 @@ import sys
 
 from cffi import FFI
 
-from conftest import ROOT
 from opaque_ops import _native
 from opaque_ops._native import _ffi_abi, ffi as ffi_module
+
+from conftest import ROOT
 
 
 def _shape(t, depth=0):

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from conftest import ATAN_INPUT, ROOT
 from opaque_ops import _native
 from opaque_ops.model import ModelBuilder
+
+from conftest import ATAN_INPUT, ROOT
 
 OFFSET = np.float32(0.99999905)
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
+
 from conftest import ATAN_INPUT, ROOT
 from test_interpreter import MACRO_ATAN, reference, run_atan
 
@@ -309,8 +310,8 @@ def test_four_threads_compile_at_once_and_the_process_keeps_its_fds_and_cwd(tmp_
 
 def test_compile_ops_and_build_py_share_one_build(tmp_path, atan_source):
     """Same flags, same glue, same checks: the two libraries are the same kind of file."""
-    from opaque_ops._native import elf
     from opaque_ops.build import standalone as build
+    from opaque_ops._native import elf
 
     cached = oo.compile_ops(atan_source, ops={"Atan": "AtanOpRegistrationExternal"}, cache_dir=tmp_path / "c")
     built = build.build_library([atan_source], tmp_path / "atan.so", ops={"Atan": "AtanOpRegistrationExternal"})

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
+
 from conftest import package_file
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")

@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
+from opaque_ops.model import ModelBuilder, check_model, read_model
+
 from child import run_child
 from conftest import ATAN_INPUT, ROOT, package_file
-from opaque_ops.model import ModelBuilder, check_model, read_model
 
 sys.path.insert(0, str(ROOT))
 from tools import fuzz_models, leak_check  # noqa: E402

@@ -19,10 +19,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-import opaque_ops as oo
-from opaque_ops._native import builds, elf, runtime_loader as native_runtime
-from opaque_ops.build import compiler as _cbuild
 from runtime_files import (
     PYMICRO_MEMBER,
     child_env,
@@ -31,6 +27,11 @@ from runtime_files import (
     record_digest,
     wheel_library,
 )
+
+import opaque_ops as oo
+from opaque_ops.build import compiler as _cbuild
+from opaque_ops._native import builds, elf
+from opaque_ops._native import runtime_loader as native_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = _cbuild.host_arch()
@@ -172,7 +173,7 @@ def test_a_named_runtime_needing_a_newer_glibc_is_refused_with_both_versions(tmp
     have = os.confstr("CS_GNU_LIBC_VERSION").split()[-1]
     out, _ = _load(OPAQUE_OPS_TFLITE_LIB=lib)
     err = out["error"]
-    assert "needs glibc 2.99 or newer" in err and f"this system has glibc {have}" in err, err
+    assert f"needs glibc 2.99 or newer" in err and f"this system has glibc {have}" in err, err
     assert "bookworm" in err and out["mapped"] == []
 
 
@@ -496,8 +497,8 @@ def test_armv7l_runs_builtin_models_and_refuses_custom_ops_with_the_reason(tmp_p
 
     import numpy as np
     from ai_edge_litert.interpreter import Interpreter as Reference
-
     from armhf_python import MULTIARCH, run, sysroot
+
     from conftest import package_file
 
     site = tmp_path / "site"

@@ -107,7 +107,7 @@ class Counting:
         return 1000.0 * (OPS.index(op) + 1) + count
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)
 def _counting():
     return Counting()
 

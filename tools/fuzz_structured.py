@@ -59,6 +59,7 @@ if str(ROOT) not in sys.path:  # run as a script: tools.* must import like in th
     sys.path.insert(0, str(ROOT))
 from tools.fuzz_models import run_child  # noqa: E402 - the one child runner of both fuzzers
 
+
 # ----------------------------------------------------------------- the seeds
 
 

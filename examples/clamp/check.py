@@ -20,7 +20,7 @@ from opaque_ops.testing import run_op
 HERE = Path(__file__).resolve().parent
 
 
-def python_clamp() -> oo.pyop.PythonOp:
+def python_clamp() -> "oo.pyop.PythonOp":
     """The prototype: outputs take input 0's shape (prepare=None), np.clip fills them."""
 
     def invoke(inputs, outputs):

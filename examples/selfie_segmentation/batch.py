@@ -36,9 +36,8 @@ import sys
 import time
 from pathlib import Path
 
-import selfie
-
 import opaque_ops as oo
+import selfie
 
 
 def progress(total: int, what: str):

@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from selfie import load_rgb, model_path, resize_bilinear, segment, synthetic_person, to_uint8, write_png
 
 import opaque_ops as oo
+from selfie import load_rgb, model_path, resize_bilinear, segment, synthetic_person, to_uint8, write_png
 
 
 def main(argv=None) -> int:

@@ -15,18 +15,9 @@ sees a raw pointer.  It is cffi's ABI mode: nothing is compiled to use it.
 
 from __future__ import annotations
 
-from .kernel_library import ABI_VERSION, KernelLibrary, Operator, kernel_library, parse_stamp
+from .native_interpreter import STATUS_NAMES, TENSOR_ALIGNMENT, TFLITE_TO_NUMPY, ErrorSink, NativeInterpreter, NativeModel, NativeSignatureRunner, TensorRef
 from .native_delegate import NativeDelegate
-from .native_interpreter import (
-    STATUS_NAMES,
-    TENSOR_ALIGNMENT,
-    TFLITE_TO_NUMPY,
-    ErrorSink,
-    NativeInterpreter,
-    NativeModel,
-    NativeSignatureRunner,
-    TensorRef,
-)
+from .kernel_library import ABI_VERSION, KernelLibrary, Operator, kernel_library, parse_stamp
 from .pending import pop_pending_exception, stash_exception
 from .python_operator import OpaqueNodeView, PyOperator, live_python_operators, make_python_operator
 from .runtime_loader import ENV_LIBRARY, Runtime, load_runtime

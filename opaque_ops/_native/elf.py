@@ -70,7 +70,7 @@ class ElfInfo:
             return "armel (soft-float)"
         return name
 
-    def loadable_by(self, process: ElfInfo) -> bool:
+    def loadable_by(self, process: "ElfInfo") -> bool:
         """True if a process built as ``process`` can map this file."""
         if (self.bits, self.little_endian, self.machine) != (process.bits, process.little_endian, process.machine):
             return False

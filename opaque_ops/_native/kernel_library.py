@@ -77,7 +77,7 @@ class KernelLibrary:
             return None
         return ffi.string(fn()).decode()
 
-    def make_operator(self, index: int) -> Operator:
+    def make_operator(self, index: int) -> "Operator":
         """The operator of op number ``index``, built on first request and then reused."""
         with self._ops_lock:
             op = self._ops.get(index)

@@ -12,10 +12,11 @@ import functools
 
 import numpy as _np
 
-from ..errors import ModelError
 from ..interpreter.xnnpack import real_names
+from ..errors import ModelError
 from .ffi import ffi
 from .runtime_loader import Runtime, load_runtime
+
 
 # kTfLiteCustomAllocationFlagsSkipAlignCheck is never passed: the buffers
 # handed to set_custom_allocation are aligned to TFLite's kDefaultTensorAlignment.
@@ -421,7 +422,7 @@ class NativeInterpreter:
         n = lib.TfLiteInterpreterGetSignatureCount(self._interp)
         return [ffi.string(lib.TfLiteInterpreterGetSignatureKey(self._interp, i)).decode() for i in range(n)]
 
-    def signature_runner(self, key: str) -> NativeSignatureRunner | None:
+    def signature_runner(self, key: str) -> "NativeSignatureRunner | None":
         ptr = self.rt.lib.TfLiteInterpreterGetSignatureRunner(self._interp, key.encode())
         return None if ptr == ffi.NULL else NativeSignatureRunner(ptr, self)
 

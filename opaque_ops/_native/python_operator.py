@@ -26,13 +26,13 @@ import weakref
 import numpy as _np
 
 from ..errors import OpLibraryError
-from . import runtime_loader as _rtmod
 from .ffi import ffi
+from .native_interpreter import TFLITE_TO_NUMPY
 from .kernel_library import Operator
 from .lifetime import Shared
-from .native_interpreter import TFLITE_TO_NUMPY
 from .pending import stash_exception
 from .runtime_loader import load_runtime
+from . import runtime_loader as _rtmod
 
 # kTfLiteBuiltinCustom: the builtin code of every custom operator.
 _BUILTIN_CUSTOM = 32

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from . import store as _cache, paths as _paths
 from ..errors import CompileError
-from . import paths as _paths, store as _cache
 
 # Part of every cache key: bump it when what a build produces changes.
 BUILD_PATH_VERSION = "2"

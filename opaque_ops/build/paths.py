@@ -6,13 +6,13 @@ package; a wheel carries the same tree as package data in ``opaque_ops/c``.
 
 from __future__ import annotations
 
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent.parent  # opaque_ops/, whose c/ (or ../c/) this finds
 
 
-@cache
+@lru_cache(maxsize=None)
 def c_dir() -> Path:
     """Return the directory holding ``include/``, ``src/`` and ``kernels/``."""
     for candidate in (_PKG / "c", _PKG.parent / "c"):

@@ -44,9 +44,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..errors import CompileError, OpaqueOpsError
 from . import compiler as _cbuild, paths as _paths
 from .compiler import host_arch
+from ..errors import CompileError, OpaqueOpsError
 
 __all__ = ["BuildError", "build_library", "build_prebuilt", "main", "TARGETS", "CROSS_COMPILERS"]
 

@@ -27,30 +27,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import fork_guard as _fork, tensors as _tensors, xnnpack as _xnnpack
 from .. import _native
-from ..errors import (
-    ClosedError,
-    InvalidInputError,
-    KernelError,
-    LiveViewsError,
-    ModelError,
-    NotAllocatedError,
-    OpaqueOpsError,
-    ResizeError,
-    TFLiteError,
-    UnresolvedOpsError,
-    UnsupportedError,
-)
+from ..ops import pickling as _pickling
+from .call_lock import CallLock, get_ident
+from .sigint import WATCH_AFTER_S, invoke_watched
 from ..isolate import wants_isolation
-from ..model import cache as model_cache, check_allocated, check_resize
+from ..model import cache as model_cache
 from ..model.cache import checked_model
+from ..errors import ClosedError, InvalidInputError, KernelError, LiveViewsError, ModelError, NotAllocatedError, OpaqueOpsError, ResizeError, TFLiteError, UnresolvedOpsError, UnsupportedError
+from ..model import check_allocated, check_resize
 
 # Custom ops that TFLite's own builtin resolver provides (and their option rules).
 from ..model.runtime_ops import RUNTIME_CUSTOM_OPS as _RUNTIME_CUSTOM_OPS  # noqa: E402
-from ..ops import pickling as _pickling
-from . import fork_guard as _fork, tensors as _tensors, xnnpack as _xnnpack
-from .call_lock import CallLock, get_ident
-from .sigint import WATCH_AFTER_S, invoke_watched
 
 if TYPE_CHECKING:  # imported where used: signature_runner imports this module
     from .signature_runner import SignatureRunner
@@ -388,7 +377,7 @@ class Interpreter:
         # and whether it was allocated (not tensor contents); see _pickling.
         return _pickling.interpreter_reduce(self)
 
-    def _live(self) -> _native.NativeInterpreter:
+    def _live(self) -> "_native.NativeInterpreter":
         native = self._native
         if native is None:
             raise ClosedError(self._closed_reason)
@@ -973,7 +962,7 @@ class Interpreter:
             out[sig.key] = {"inputs": sorted(sig.inputs), "outputs": sorted(sig.outputs)}
         return out
 
-    def get_signature_runner(self, signature_key: str | None = None) -> SignatureRunner:
+    def get_signature_runner(self, signature_key: str | None = None) -> "SignatureRunner":
         """Return a runner for one signature (the only one if ``signature_key`` is None)."""
         from .signature_runner import SignatureRunner
 

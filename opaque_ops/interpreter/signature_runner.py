@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InvalidInputError, OpaqueOpsError
 from . import tensors as _tensors
 from .sigint import WATCH_AFTER_S, invoke_watched
+from ..errors import InvalidInputError, OpaqueOpsError
 
 
 class SignatureRunner:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InvalidInputError, NotAllocatedError, ReadOnlyTensorError
 from .sparsity import sparsity_parameters
+from ..errors import InvalidInputError, NotAllocatedError, ReadOnlyTensorError
 
 # TfLiteType values without a numpy equivalent, named for messages.
 _TYPE_NAMES = {0: "no type", 5: "string", 14: "resource", 15: "variant", 18: "int4", 19: "bfloat16"}

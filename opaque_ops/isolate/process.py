@@ -20,7 +20,8 @@ import weakref
 from pathlib import Path
 
 from ..errors import ClosedError, OpaqueOpsError, RuntimeTimeoutError
-from . import crash as _crash, protocol as P, stderr_drain as _stderr
+from . import crash as _crash, stderr_drain as _stderr
+from . import protocol as P
 
 # How long a worker may take to start (import numpy, load the runtime, maybe
 # compile its helper once).

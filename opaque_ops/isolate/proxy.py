@@ -452,7 +452,7 @@ class IsolatedInterpreter(Interpreter):
         return self._cached("get_output_details")
 
     # ---------------------------------------------------------- signatures
-    def get_signature_runner(self, signature_key: str | None = None) -> IsolatedSignatureRunner:
+    def get_signature_runner(self, signature_key: str | None = None) -> "IsolatedSignatureRunner":
         """Return a runner for one signature; its calls run in the worker."""
         with self._lock:
             self._live()

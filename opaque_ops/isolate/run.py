@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable
+from typing import Iterable
 
 import numpy as np
 
 from ..errors import OpaqueOpsError, RuntimeCrashError, RuntimeTimeoutError
-from .proxy import op_specs
 from .workers import Worker
+from .proxy import op_specs
 
 
 class _Token:

@@ -597,8 +597,8 @@ def _load_helper():
     It goes through ``compile_ops``, the kernels' one build path (cached,
     verified, the compiler in a child process); it declares no ops.
     """
-    from .._native.isolation_helper import load_helper
     from ..build import paths as _paths
+    from .._native.isolation_helper import load_helper
     from ..ops.library import compile_ops
 
     src = _paths.c_dir() / "src" / "isolate_helper.c"

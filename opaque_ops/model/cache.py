@@ -163,7 +163,7 @@ class Verdicts:
         self._allocated: dict = {}
 
     @classmethod
-    def of(cls, key: bytes, info: ModelInfo) -> Verdicts:
+    def of(cls, key: bytes, info: ModelInfo) -> "Verdicts":
         sg = info.subgraphs[0] if info.subgraphs else None
         io = ((), (), ()) if sg is None else (
             tuple(sg.inputs), tuple(sg.outputs),
@@ -197,7 +197,7 @@ class Verdicts:
                 "allocated": [[list(k), _dump(v)] for k, v in self._allocated.items()]}
 
     @classmethod
-    def from_json(cls, key: bytes, owner: ModelInfo, doc: dict) -> Verdicts:
+    def from_json(cls, key: bytes, owner: ModelInfo, doc: dict) -> "Verdicts":
         io = tuple(tuple(int(t) for t in part) for part in doc["io"])
         if len(io) != 3:
             raise ValueError("io")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,17 +17,16 @@ import numpy as np
 from ..errors import ModelError
 from .flex import decode_flex_options
 from .schema import (
+    ACTIVATIONS,
+    BUILTIN_OPERATOR_NAMES,
+    FILE_IDENTIFIER,
+    TENSOR_TYPE_NAMES,
     _CUSTOM,
     _OPTION_FIELDS,
     _OPTIONS_TYPE_NAMES,
     _PADDINGS,
     _TYPE_TO_NUMPY,
-    ACTIVATIONS,
-    BUILTIN_OPERATOR_NAMES,
-    FILE_IDENTIFIER,
-    TENSOR_TYPE_NAMES,
 )
-
 
 @dataclass
 class TensorInfo:
@@ -131,7 +130,7 @@ class ModelInfo:
         return sorted(used)
 
     @classmethod
-    def _read_later(cls, source: bytes, has_identifier: bool, custom_ops) -> ModelInfo:
+    def _read_later(cls, source: bytes, has_identifier: bool, custom_ops) -> "ModelInfo":
         """A ModelInfo whose parts are read from ``source`` on first use.
 
         For bytes that :func:`read_model` has read before (the verdicts kept

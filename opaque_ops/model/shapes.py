@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 
+
 from ..errors import ModelError
 
 

@@ -2,29 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import flatbuffers
 import numpy as np
 
-from .flex import flex_options
 from .schema import (
+    BUILTIN_OPERATOR_NAMES,
+    BUILTIN_OPERATORS,
+    FILE_IDENTIFIER,
+    SCHEMA_VERSION,
     _CUSTOM,
     _OP_OPTIONS,
     _OPTION_FIELDS,
     _OPTIONS_ALWAYS,
     _OPTIONS_TYPE,
     _PLACEHOLDER_FOR_GREATER_OP_CODES,
-    BUILTIN_OPERATOR_NAMES,
-    BUILTIN_OPERATORS,
-    FILE_IDENTIFIER,
-    SCHEMA_VERSION,
     _enum_value,
     _tensor_type,
 )
-
+from .flex import flex_options
 
 @dataclass
 class _TensorSpec:

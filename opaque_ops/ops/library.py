@@ -6,10 +6,10 @@ import os
 import threading
 from pathlib import Path
 
-from .. import _native
 from ..build import compiler as _cbuild
-from ..errors import CompileError, OpLibraryError
+from .. import _native
 from . import pickling as _pickling, sanitizers as _sanitizers
+from ..errors import CompileError, OpLibraryError
 
 
 class OpLibrary:

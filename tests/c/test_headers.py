@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from opaque_ops import runtime_info
 from opaque_ops.build import paths as _paths
+from opaque_ops import runtime_info
 
 CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler")

@@ -8,9 +8,9 @@ import textwrap
 
 import numpy as np
 import pytest
-from isolate_helpers import ROOT, bad_ops, no_leaks, one_op, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
 
 import opaque_ops as oo
+from isolate_helpers import ROOT, bad_ops, no_leaks, one_op, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from isolate_helpers import bad_ops, no_leaks, one_op  # noqa: F401 (fixtures: no_leaks, bad_ops)
 
+from isolate_helpers import bad_ops, no_leaks, one_op  # noqa: F401 (fixtures: no_leaks, bad_ops)
 from opaque_ops.cli.commands import CHECK_OK, CHECK_REFUSED, CHECK_UNSAFE, main
 
 pytestmark = pytest.mark.usefixtures("no_leaks")

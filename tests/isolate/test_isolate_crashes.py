@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 import signal
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-from isolate_helpers import bad_ops, no_leaks, one_op, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
 
 import opaque_ops as oo
+from isolate_helpers import bad_ops, no_leaks, one_op, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 X = np.arange(4, dtype=np.float32)

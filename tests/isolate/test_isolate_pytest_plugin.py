@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from isolate_helpers import KERNELS, ROOT, no_leaks  # noqa: F401 (fixtures: no_leaks)
 
 pytestmark = pytest.mark.usefixtures("no_leaks")

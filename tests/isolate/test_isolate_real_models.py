@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from isolate_helpers import no_leaks  # noqa: F401 (fixtures: no_leaks)
 
 import opaque_ops as oo
+from isolate_helpers import no_leaks  # noqa: F401 (fixtures: no_leaks)
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

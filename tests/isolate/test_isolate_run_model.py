@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from isolate_helpers import bad_ops, chain, no_leaks, one_op  # noqa: F401 (fixtures: no_leaks, bad_ops)
 
 import opaque_ops as oo
+from isolate_helpers import bad_ops, chain, no_leaks, one_op  # noqa: F401 (fixtures: no_leaks, bad_ops)
 from opaque_ops.isolate import run_model, run_models
 
 pytestmark = pytest.mark.usefixtures("no_leaks")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from isolate_helpers import bad_ops, no_leaks, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
 
 import opaque_ops as oo
+from isolate_helpers import bad_ops, no_leaks, twice  # noqa: F401 (fixtures: no_leaks, bad_ops)
 from opaque_ops.testing import GuardError, run_op
 
 pytestmark = pytest.mark.usefixtures("no_leaks")

@@ -16,8 +16,8 @@ that our kernel ran (argmax values end in .1).
 from __future__ import annotations
 
 import inspect
-import os
 import struct
+import os
 import sys
 import textwrap
 

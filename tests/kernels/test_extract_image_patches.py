@@ -21,6 +21,7 @@ from opaque_ops.model import ModelBuilder
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kernel_helpers import run_isolated  # noqa: E402
 
+
 # TFLite schema TensorType codes, as the converter writes `T`.
 TENSOR_TYPE = {np.float32: 0, np.int32: 2, np.uint8: 3, np.int64: 4, np.int8: 9}
 DTYPES = [np.float32, np.int8, np.uint8, np.int32, np.int64]

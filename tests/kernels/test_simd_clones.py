@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 
 import opaque_ops.kernels as K
-from opaque_ops.build import paths as _paths, standalone as oob
+from opaque_ops.build import paths as _paths
+from opaque_ops.build import standalone as oob
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import simd_cases  # noqa: E402

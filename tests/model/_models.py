@@ -11,6 +11,7 @@ import pytest
 
 from opaque_ops.model import ModelBuilder
 
+
 Interpreter = pytest.importorskip("ai_edge_litert.interpreter").Interpreter
 
 

@@ -328,8 +328,9 @@ def test_signature_runner_subgraphs_keep_their_own_verdicts(verdicts):
 def _two_signature_model() -> bytes:
     """y = x + 1 on [1, 4] in subgraph 0 ("first"), y = x + 2 on [1, 6] in subgraph 1 ("second")."""
     sys.path.insert(0, str(TESTS.parent))
-    from opaque_ops.model import ModelBuilder
     from tools.fuzz_structured import _join_subgraphs, _schema, pack
+
+    from opaque_ops.model import ModelBuilder
 
     def add(k, n):
         b = ModelBuilder()

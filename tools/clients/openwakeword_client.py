@@ -12,6 +12,7 @@ import importlib.util
 import os
 
 import numpy as np
+
 from _common import Timer, interpreter_kind, parse_args, read_wav, reference_aliases, save
 
 args = parse_args()
