@@ -78,7 +78,7 @@ def bench_threads(quick: bool = False) -> dict:
     ratios = {k: [] for k in kinds}
     one = {k: [] for k in kinds}
     two = {k: [] for k in kinds}
-    for k, (a, b) in pairs.items():
+    for a, b in pairs.values():
         for _ in range(5):
             a(), b()
     for _ in range(rounds):

@@ -86,7 +86,7 @@ __all__ = sorted(
 )
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     try:
         module, attr = _LAZY[name]
     except KeyError:
@@ -99,5 +99,5 @@ def __getattr__(name: str):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return __all__

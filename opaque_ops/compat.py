@@ -44,6 +44,8 @@ import sys
 import threading
 import types
 import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
 
 from . import errors
 
@@ -66,8 +68,8 @@ _settings: dict = {}
 
 
 # ------------------------------------------------------------ the classes
-@functools.lru_cache(maxsize=None)
-def _interpreter_class():
+@functools.cache
+def _interpreter_class() -> type:
     """The ``Interpreter`` served as ``tflite_runtime.interpreter.Interpreter``.
 
     Built on first use so that ``install()`` costs no numpy or cffi import.
@@ -83,8 +85,9 @@ def _interpreter_class():
         ``use_xnnpack`` may still be passed, and win over the defaults.
         """
 
-        def __init__(self, model_path=None, model_content=None, experimental_delegates=None,
-                     num_threads=None, *args, **kwargs):
+        def __init__(self, model_path: str | None = None, model_content: bytes | None = None,
+                     experimental_delegates: list | None = None, num_threads: int | None = None,
+                     *args: Any, **kwargs: Any) -> None:
             for flag in _LITERT_ONLY_FLAGS:
                 if kwargs.pop(flag, False):
                     warnings.warn(f"opaque_ops.compat: {flag}=True has no effect on opaque_ops "
@@ -99,8 +102,8 @@ def _interpreter_class():
     return Interpreter
 
 
-@functools.lru_cache(maxsize=None)
-def _with_custom_ops_class(base):
+@functools.cache
+def _with_custom_ops_class(base: Any) -> type:
     class InterpreterWithCustomOps(base):
         """tflite_runtime's ``InterpreterWithCustomOps``: C++ registerers cannot be loaded here.
 
@@ -110,7 +113,7 @@ def _with_custom_ops_class(base):
         :func:`install`, or ``--ops`` of ``python -m opaque_ops.compat``).
         """
 
-        def __init__(self, custom_op_registerers=None, **kwargs):
+        def __init__(self, custom_op_registerers: list | None = None, **kwargs: Any) -> None:
             if custom_op_registerers:
                 raise errors.UnsupportedError(
                     "InterpreterWithCustomOps(custom_op_registerers=...) takes C++ functions that need "
@@ -125,9 +128,9 @@ def _with_custom_ops_class(base):
 
 
 # ---------------------------------------------------------- the modules
-def _fill_interpreter_module(mod: types.ModuleType) -> None:
-    from .ops import delegates
+def _fill_interpreter_module(mod: Any) -> None:  # attributes set at run time
     from .interpreter import core as interpreter, signature_runner
+    from .ops import delegates
 
     cls = _interpreter_class()
     mod.Interpreter = cls
@@ -145,10 +148,10 @@ def _runtime_version() -> str:
     return runtime.runtime_info().version
 
 
-def _fill_package(mod: types.ModuleType) -> None:
+def _fill_package(mod: Any) -> None:
     # ``tflite_runtime.__version__`` is the TFLite version in the references:
     # here that of the loaded C library (loaded when first asked for).
-    def __getattr__(name):
+    def __getattr__(name: str) -> str:
         if name == "__version__":
             return _runtime_version()
         raise AttributeError(f"module {mod.__name__!r} (opaque_ops.compat) has no attribute {name!r}")
@@ -159,7 +162,7 @@ def _fill_package(mod: types.ModuleType) -> None:
 class _TensorflowStub(types.ModuleType):
     """``tensorflow`` as served by compat: ``tf.lite`` and nothing else."""
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name == "lite":
             import importlib
 
@@ -173,9 +176,9 @@ class _TensorflowStub(types.ModuleType):
         )
 
 
-def _fill_tf_lite(mod: types.ModuleType) -> None:
-    from .ops import delegates
+def _fill_tf_lite(mod: Any) -> None:
     from .interpreter import core as interpreter
+    from .ops import delegates
 
     mod.Interpreter = _interpreter_class()
     mod.OpResolverType = interpreter.OpResolverType
@@ -185,28 +188,29 @@ def _fill_tf_lite(mod: types.ModuleType) -> None:
 
 
 # name -> (is a package, how to fill it)
-_MODULES = {
+_Fill = Optional[Callable[[Any], None]]
+_MODULES: dict[str, tuple[bool, _Fill]] = {
     "tflite_runtime": (True, _fill_package),
     "tflite_runtime.interpreter": (False, _fill_interpreter_module),
     "ai_edge_litert": (True, _fill_package),
     "ai_edge_litert.interpreter": (False, _fill_interpreter_module),
 }
-_TENSORFLOW = {
+_TENSORFLOW: dict[str, tuple[bool, _Fill]] = {
     "tensorflow": (True, None),
     "tensorflow.lite": (False, _fill_tf_lite),
 }
 
 
 class _Loader(importlib.abc.Loader):
-    def __init__(self, fill):
+    def __init__(self, fill: _Fill) -> None:
         self._fill = fill
 
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         if spec.name == "tensorflow":
             return _TensorflowStub(spec.name)
         return None  # the default module type
 
-    def exec_module(self, module):
+    def exec_module(self, module: types.ModuleType) -> None:
         module.__doc__ = (f"{module.__name__}, served by opaque_ops.compat "
                           "(see `python -m opaque_ops.compat --help`)")
         if self._fill is not None:
@@ -216,10 +220,11 @@ class _Loader(importlib.abc.Loader):
 class _Finder(importlib.abc.MetaPathFinder):
     """Serves the compat names; every other import goes on to the next finder."""
 
-    def __init__(self, names: dict):
+    def __init__(self, names: dict[str, tuple[bool, _Fill]]) -> None:
         self.names = names
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         entry = self.names.get(fullname)
         if entry is None:
             return None
@@ -232,7 +237,8 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 # ------------------------------------------------------------- the switch
-def install(*, custom_ops=None, use_xnnpack=None, library=None, tensorflow: bool = False) -> None:
+def install(*, custom_ops: Sequence[Any] | None = None, use_xnnpack: bool | None = None,
+            library: str | os.PathLike | None = None, tensorflow: bool = False) -> None:
     """Make ``tflite_runtime.interpreter`` and ``ai_edge_litert.interpreter`` imports resolve to opaque_ops.
 
     Call it before the client code imports its runtime.  Calling it again
@@ -265,7 +271,7 @@ def install(*, custom_ops=None, use_xnnpack=None, library=None, tensorflow: bool
     with _lock:
         foreign = sorted(n for n in names
                          if n in sys.modules and getattr(sys.modules[n], "__spec__", None) is not None
-                         and sys.modules[n].__spec__.origin != "opaque_ops.compat")
+                         and getattr(sys.modules[n].__spec__, "origin", None) != "opaque_ops.compat")
         if foreign:
             raise errors.OpaqueOpsError(
                 f"opaque_ops.compat.install() came too late: {', '.join(foreign)} is already imported "
@@ -288,11 +294,13 @@ def install(*, custom_ops=None, use_xnnpack=None, library=None, tensorflow: bool
 
 def _remove_finder() -> None:
     global _finder
+    finder = _finder
+    assert finder is not None, "called only while installed"
     try:
-        sys.meta_path.remove(_finder)
+        sys.meta_path.remove(finder)
     except ValueError:
         pass
-    for name in list(_finder.names):
+    for name in list(finder.names):
         mod = sys.modules.get(name)
         if mod is not None and getattr(mod.__spec__, "origin", None) == "opaque_ops.compat":
             del sys.modules[name]
@@ -334,7 +342,7 @@ options:
 """
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """``python -m opaque_ops.compat``: run a script or module with :func:`install` in effect."""
     argv = list(sys.argv[1:] if argv is None else argv)
     ops, use_xnnpack, tensorflow, library = [], None, False, None

@@ -12,6 +12,8 @@ allocation is a ``ValueError`` there, ``invoke`` before allocation a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class OpaqueOpsError(Exception):
     """Base class of every error raised by opaque_ops."""
@@ -61,7 +63,8 @@ class UnresolvedOpsError(TFLiteError):
         What the interpreter's op libraries do provide.
     """
 
-    def __init__(self, message: str, missing, registered, messages=None):
+    def __init__(self, message: str, missing: Iterable[str], registered: Iterable[tuple[str, int]],
+                 messages: list[str] | None = None):
         super().__init__(message, status=7, messages=messages)
         self.missing = list(missing)
         self.registered = list(registered)
@@ -177,8 +180,9 @@ class RuntimeCrashError(OpaqueOpsError):
         The worker's process id.
     """
 
-    def __init__(self, message: str, *, signal=None, signum=None, exitcode=None, stage=None, node=None,
-                 op=None, backtrace=(), stderr: str = "", pid=None):
+    def __init__(self, message: str, *, signal: str | None = None, signum: int | None = None,
+                 exitcode: int | None = None, stage: str | None = None, node: int | None = None,
+                 op: str | None = None, backtrace: Iterable[str] = (), stderr: str = "", pid: int | None = None):
         super().__init__(message)
         self.signal = signal
         self.signum = signum
@@ -209,7 +213,8 @@ class RuntimeTimeoutError(OpaqueOpsError, TimeoutError):
         backtrace printed on request just before it was killed).
     """
 
-    def __init__(self, message: str, *, stage=None, timeout=None, killed=False, stderr: str = ""):
+    def __init__(self, message: str, *, stage: str | None = None, timeout: float | None = None, killed: bool = False,
+                 stderr: str = ""):
         super().__init__(message)
         self.stage = stage
         self.timeout = timeout

@@ -21,6 +21,8 @@ mediapipe`` (see :data:`BUNDLES`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .build.bundles import (  # noqa: F401  (public names of this module)
     BUNDLES,
     MEDIAPIPE,
@@ -33,8 +35,10 @@ from .build.bundles import (  # noqa: F401  (public names of this module)
     provided_ops,
 )
 
+if TYPE_CHECKING:  # imported when first used: building a kernel needs cffi
+    from .ops.library import OpBundle, OpLibrary
 
-def kernel(name: str):
+def kernel(name: str) -> OpLibrary:
     """One bundled kernel file as an op library: prebuilt if the package has it, else compiled.
 
     Parameters
@@ -53,7 +57,7 @@ def kernel(name: str):
     return bundled_kernel(name)
 
 
-def bundle(*names: str):
+def bundle(*names: str) -> OpBundle:
     """Several bundled kernels (or bundles) as one ``custom_ops`` entry (all of them if no names)."""
     from .ops.library import OpBundle
 
@@ -63,31 +67,31 @@ def bundle(*names: str):
     return OpBundle([kernel(n) for n in files], name="+".join(names or ("all",)))
 
 
-def by_name(name: str):
+def by_name(name: str) -> OpLibrary | OpBundle:
     """A kernel file or a bundle by name: what ``--ops kernels:NAME`` uses."""
     return bundle(name) if name in BUNDLES else kernel(name)
 
 
-def atan():
+def atan() -> OpLibrary:
     """``Atan`` v1: elementwise arctangent of float32 (the custom-ops guide's op)."""
     return kernel("atan")
 
 
-def clamp():
+def clamp() -> OpLibrary:
     """``Clamp`` v1: elementwise clamp of float32 to [0, 1]."""
     return kernel("clamp")
 
 
-def extract_image_patches():
+def extract_image_patches() -> OpLibrary:
     """``ExtractImagePatches`` v1 (TF's op, as converted with allow_custom_ops)."""
     return kernel("extract_image_patches")
 
 
-def mediapipe():
+def mediapipe() -> OpBundle:
     """All of MediaPipe's custom ops: selfie segmentation, face attention mesh, argmax pooling."""
     return bundle("mediapipe")
 
 
-def all_kernels():
+def all_kernels() -> OpBundle:
     """Every bundled kernel."""
     return bundle("all")

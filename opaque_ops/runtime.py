@@ -92,7 +92,7 @@ def runtime_info() -> RuntimeInfo:
     return load_runtime()
 
 
-def _describe(rt) -> RuntimeInfo:
+def _describe(rt: _native.Runtime) -> RuntimeInfo:
     known = rt.known_build
     return RuntimeInfo(
         path=rt.path,

@@ -21,14 +21,14 @@ import numpy as np
 from .interpreter.one_op import GUARD_BYTES, GuardError, build_op_model, run_one_op  # noqa: F401
 
 
-def _as_op_list(ops) -> list:
+def _as_op_list(ops: Any) -> list:
     if isinstance(ops, (list, tuple)):
         return list(ops)
     return [ops]
 
 
 def run_op(
-    ops,
+    ops: Any,
     op_name: str,
     inputs: Sequence[Any],
     options: dict | bytes | None = None,
@@ -37,7 +37,7 @@ def run_op(
     guard: bool = True,
     constant_inputs: Sequence[int] = (),
     num_threads: int | None = None,
-    isolate=None,
+    isolate: Any = None,
     timeout: float | None = None,
 ) -> list[np.ndarray]:
     """Run one custom op on the given inputs and return its outputs.

@@ -25,6 +25,7 @@ import os
 import pickle
 import re
 import weakref
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,6 +43,9 @@ from ..model import check_allocated, check_resize
 
 # Custom ops that TFLite's own builtin resolver provides (and their option rules).
 from ..model.runtime_ops import RUNTIME_CUSTOM_OPS as _RUNTIME_CUSTOM_OPS  # noqa: E402
+
+if TYPE_CHECKING:  # imported where used: signature_runner imports this module
+    from .signature_runner import SignatureRunner
 
 _UNRESOLVED = re.compile(r"unresolved custom op: ([^\s.]+(?:\.[^\s.]+)*?)\.?(?:\s|$)", re.I)
 
@@ -816,7 +820,7 @@ class Interpreter:
             )
         return t
 
-    def set_tensor(self, tensor_index: int, value) -> None:
+    def set_tensor(self, tensor_index: int, value: np.ndarray) -> None:
         """Copy ``value`` into a tensor.
 
         Parameters
@@ -926,7 +930,8 @@ class Interpreter:
 
         return view
 
-    def resize_tensor_input(self, input_index: int, tensor_size, strict: bool = False) -> None:
+    def resize_tensor_input(self, input_index: int, tensor_size: list[int] | tuple[int, ...] | np.ndarray,
+                            strict: bool = False) -> None:
         """Change an input's shape; call ``allocate_tensors()`` afterwards.
 
         Resizing to the current shape does nothing.

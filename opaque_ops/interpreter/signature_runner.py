@@ -78,7 +78,8 @@ class SignatureRunner:
         """Allocate the signature's tensors (nothing to do if nothing changed)."""
         self._interpreter._reshape(f"signature {self.key!r}: allocate_tensors", self._graph, allocate=True)
 
-    def resize_tensor_input(self, input_name: str, tensor_size, strict: bool = False) -> None:
+    def resize_tensor_input(self, input_name: str, tensor_size: list[int] | tuple[int, ...] | np.ndarray,
+                            strict: bool = False) -> None:
         """Change the shape of input ``input_name``; ``allocate_tensors()`` (or a call) follows.
 
         The same rules as :meth:`Interpreter.resize_tensor_input`.

@@ -51,7 +51,7 @@ class OpLibrary(OpProvider):
         #   ("load",)                    load_ops(path)
         #   ("compile", source, kwargs)  compile_ops(source, **kwargs)
         #   ("kernel", name)             a bundled kernel file (opaque_ops.kernels.kernel(name))
-        self._origin = ("load",)
+        self._origin: tuple = ("load",)
 
     def __reduce__(self):
         # What made it, and its file: a pickle, a pool and the isolated

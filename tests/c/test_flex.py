@@ -488,8 +488,10 @@ def test_vector_string_deprecated_by_hand(lib):
     # VECTOR_STRING_DEPRECATED (15): typed vector of offsets to strings, with
     # the strings' length prefix as wide as the vector's elements (8-bit here).
     buf = bytearray()
-    pos_a = len(buf) + 1; buf += b"\x02ab\x00"
-    pos_b = len(buf) + 1; buf += b"\x01c\x00"
+    pos_a = len(buf) + 1
+    buf += b"\x02ab\x00"
+    pos_b = len(buf) + 1
+    buf += b"\x01c\x00"
     buf += b"\x02"                      # vector length
     vec = len(buf)
     buf += bytes([vec - pos_a])         # element 0 offset
@@ -669,7 +671,7 @@ def test_map_keys_count_mismatch_is_malformed(lib):
 def test_every_truncation_in_process(lib):
     """In-process (no sanitizer; see the subprocess tests for that): every
     prefix and suffix of every seed gives a clean status code."""
-    for name, data in make_corpus.seeds().items():
+    for data in make_corpus.seeds().values():
         for cut in range(len(data)):
             for piece in (data[:cut], data[cut:]):
                 ref = lib.ffi.new("oo_flex_ref*")

@@ -103,7 +103,9 @@ def ttb_ref(img, m, out_h, out_w):
 def ttb_ambiguous(sx, sy, w, h, eps=1e-3):
     """Pixels whose sample point is within eps of the image edge: float32
     rounding may legitimately put them on either side of the in/out test."""
-    near = lambda v, lo, hi: (np.abs(v - lo) < eps) | (np.abs(v - hi) < eps)
+    def near(v, lo, hi):
+        return (np.abs(v - lo) < eps) | (np.abs(v - hi) < eps)
+
     return near(sx, 0, w - 1) | near(sy, 0, h - 1)
 
 
