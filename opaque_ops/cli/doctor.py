@@ -22,6 +22,7 @@ run in an isolated worker, which ``doctor`` does not do.
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import struct
@@ -148,7 +149,11 @@ def _probe_model(codes) -> bytes:
     """A model with the given builtin ``(code, version)`` operator codes, one empty subgraph and no operators."""
     import flatbuffers
 
-    from ..model.schema import _PLACEHOLDER_FOR_GREATER_OP_CODES, FILE_IDENTIFIER, SCHEMA_VERSION
+    from ..model.schema import (
+        _PLACEHOLDER_FOR_GREATER_OP_CODES,
+        FILE_IDENTIFIER,
+        SCHEMA_VERSION,
+    )
 
     b = flatbuffers.Builder(256)
     b.StartObject(0)
@@ -465,7 +470,7 @@ def _jsonable(v):
         return [_jsonable(x) for x in v]
     if isinstance(v, (bytes, bytearray)):
         return {"bytes": len(v), "hex": bytes(v).hex()}
-    if isinstance(v, float) and v != v:
+    if isinstance(v, float) and math.isnan(v):
         return "nan"
     if isinstance(v, float) and v in (float("inf"), float("-inf")):
         return "inf" if v > 0 else "-inf"
@@ -497,7 +502,7 @@ def _options_lines(o: dict) -> list[str]:
     if kind in ("flexbuffer map", "flexbuffer vector"):
         lines = [f"options: {kind}, {len(o['entries'])} entr{'y' if len(o['entries']) == 1 else 'ies'}"]
         for i, e in enumerate(o["entries"]):
-            label = e["key"] if "key" in e else f"[{i}]"
+            label = e.get("key", f"[{i}]")
             lines.append(f"  {label}: {e['type']} = {_value(e['value'])}")
         return lines
     if kind == "flex":
@@ -513,7 +518,10 @@ def _options_lines(o: dict) -> list[str]:
     lines = [f"options: raw {o['length']} bytes: {shown}{' ...' if o['length'] > 4 * _SHOW_VALUES else ''}"]
     if "int32" in o:
         lines.append(f"  as int32: {_value(o['int32'])}")
-        lines.append(f"  as float32: {_value(o['float32'])}")
+        # NaN and infinities are strings in the facts (JSON has no such numbers); shown bare.
+        floats = o["float32"][:_SHOW_VALUES]
+        more = ", ..." if len(o["float32"]) > _SHOW_VALUES else ""
+        lines.append(f"  as float32: [{', '.join(str(x) for x in floats)}{more}]")
     if o.get("problem"):
         lines.append(f"  (not a Flex op's [op name, NodeDef]: {o['problem']})")
     return lines
