@@ -1,0 +1,112 @@
+"""The bundled kernel files, the names that stand for groups of them, and their prebuilt copies.
+
+Data about files, with no loading: :mod:`opaque_ops.kernels` loads what these
+name, and :mod:`opaque_ops.build.standalone` builds it (``build.py --kernels``,
+the platform wheels' prebuilt set).  A prebuilt library is used only when the
+package's manifest holds both its digest and its source's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from . import paths as _paths
+
+MEDIAPIPE = [
+    "convolution2d_transpose_bias",
+    "transform_tensor_bilinear",
+    "landmarks_to_transform_matrix",
+    "transform_landmarks",
+    "max_pooling_with_argmax",
+    "max_unpooling",
+]
+
+# Names that stand for several kernel files, in Python (``kernels.<name>()``),
+# on the command line (``kernels:<name>``) and in ``build.py --kernels <name>``.
+BUNDLES = {
+    "mediapipe": MEDIAPIPE,
+    "all": None,  # every bundled kernel
+}
+
+PREBUILT_MANIFEST = "manifest.json"
+_OP_LINE = re.compile(r'OPAQUE_OP\(\s*"([^"]+)"\s*,\s*(\d+)')
+
+
+def available() -> list[str]:
+    """Names of the bundled kernel files present in this installation."""
+    return sorted(p.stem for p in _paths.kernels_dir().glob("*.c"))
+
+
+def names() -> list[str]:
+    """Every name :func:`by_name` accepts: kernel files and bundles."""
+    return available() + sorted(BUNDLES)
+
+
+def expand(name: str) -> list[str]:
+    """The kernel files a kernel or bundle name stands for.
+
+    Raises
+    ------
+    ValueError
+        The name is neither a bundled kernel nor a bundle.
+    """
+    if name in BUNDLES:
+        files = BUNDLES[name]
+        return available() if files is None else [n for n in files if n in available()]
+    if name in available():
+        return [name]
+    raise ValueError(f"no bundled kernel {name!r}; available: {', '.join(names())}")
+
+
+def provided_ops() -> dict[tuple[str, int], str]:
+    """``{(op name, version): kernel file}`` for every op a bundled kernel declares.
+
+    Read from the ``OPAQUE_OP("Name", version, ...)`` lines of the sources, so
+    it costs no compile; used for hints such as "kernels:mediapipe provides it".
+    """
+    found = {}
+    for name in available():
+        for op, version in _OP_LINE.findall((_paths.kernels_dir() / f"{name}.c").read_text()):
+            found[(op, int(version))] = name
+    return found
+
+
+def prebuilt_dir() -> Path | None:
+    """The directory of libraries prebuilt for this machine in the installed package, if any."""
+    from .compiler import host_arch
+
+    d = Path(__file__).resolve().parents[1] / "prebuilt" / host_arch()
+    return d if (d / PREBUILT_MANIFEST).is_file() else None
+
+
+@lru_cache(maxsize=None)
+def _manifest() -> dict:
+    d = prebuilt_dir()
+    if d is None:
+        return {}
+    try:
+        return json.loads((d / PREBUILT_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def prebuilt_library(name: str) -> Path | None:
+    """The prebuilt library of kernel ``name`` if it is present, intact and from this source."""
+    entry = _manifest().get("kernels", {}).get(name)
+    d = prebuilt_dir()
+    if entry is None or d is None:
+        return None
+    lib = d / f"{name}.so"
+    source = _paths.kernels_dir() / f"{name}.c"
+    try:
+        if hashlib.sha256(source.read_bytes()).hexdigest() != entry["source_sha256"]:
+            return None  # the C file was changed after the wheel was built: compile it
+        if hashlib.sha256(lib.read_bytes()).hexdigest() != entry["sha256"]:
+            return None  # damaged install: compile rather than load it
+    except (OSError, KeyError):
+        return None
+    return lib
