@@ -425,6 +425,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_doctor(sub, ops_help)
 
+    from .scaffold import add_parser as add_scaffold
+
+    add_scaffold(sub)
+
     sub.add_parser("build", help="build kernel libraries ahead of time (opaque-ops build --help)",
                    add_help=False)
     return p
