@@ -36,7 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .build import paths as _paths
-from .build.bundles import (  # noqa: F401  (public names of this module)
+from .build.bundles import (
     BUNDLES,
     MEDIAPIPE,
     PREBUILT_MANIFEST,
@@ -110,7 +110,7 @@ def _entry_points() -> dict:
     try:
         eps = entry_points()
         found = eps.select(group=ENTRY_POINT_GROUP) if hasattr(eps, "select") else eps.get(ENTRY_POINT_GROUP, ())
-    except Exception:  # noqa: BLE001 - unreadable metadata of some other package must not break ours
+    except Exception:
         return {}
     bundled = set(names())
     # A package may not take a bundled name: kernels:mediapipe always means the bundled one.
@@ -156,7 +156,7 @@ def package(name: str):
         lib = ep.load()()
     except OpaqueOpsError:
         raise  # a compile error in the package's C code says what it is
-    except Exception as exc:  # noqa: BLE001 - any failure of third-party code is reported as its own
+    except Exception as exc:
         raise OpLibraryError(f"{where} is broken: {type(exc).__name__}: {exc}") from exc
     if not callable(getattr(lib, "operators", None)):
         raise OpLibraryError(f"{where} returned {type(lib).__name__}, not an op library")

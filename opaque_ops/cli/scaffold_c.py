@@ -10,7 +10,6 @@ wheel's manifest covers all of its code.
 
 from __future__ import annotations
 
-import math
 import re
 
 # How many entries of a vector the "not implemented yet" message shows.
@@ -412,7 +411,7 @@ def _flex_map_parts(keys: dict, n_sets: int) -> tuple[list, list, list, list]:
         init.append(f"rc = {call};")
         if optional:
             init.append(f"d->has_{f} = rc == OO_FLEX_OK;")
-            init.append(f"if (rc != OO_FLEX_OK && rc != OO_FLEX_NOT_FOUND)")
+            init.append("if (rc != OO_FLEX_OK && rc != OO_FLEX_NOT_FOUND)")
         else:
             init.append("if (rc != OO_FLEX_OK)")
         init.append(f'  oo_opts_fail(&d->opts, OP_NAME, "option \'%s\' ({what}): %s", {k}, oo_flex_strerror(rc));')
@@ -428,10 +427,6 @@ def _flex_map_parts(keys: dict, n_sets: int) -> tuple[list, list, list, list]:
 
 
 # ----------------------------------------------------------------- a file --
-
-def _fmt_float(x) -> str:
-    return repr(x) if not (isinstance(x, float) and (math.isnan(x) or math.isinf(x))) else str(x)
-
 
 def kernel_source(op, model_name: str, command: str) -> str:
     """The C file of one op: the options it parses, its checks and its placeholder Invoke.
@@ -487,8 +482,8 @@ def kernel_source(op, model_name: str, command: str) -> str:
         fields.append("size_t n_i32;")
         init += [f"/* raw bytes: {' or '.join(map(str, lengths))} in the model */",
                  f"if ({cond})",
-                 f'  oo_opts_fail(&d->opts, OP_NAME, "options must be {" or ".join(map(str, lengths))} bytes '
-                 f'(as in the model), got %zu", d->length);',
+                 (f'  oo_opts_fail(&d->opts, OP_NAME, "options must be {" or ".join(map(str, lengths))} bytes '
+                 f'(as in the model), got %zu", d->length);'),
                  "d->n_i32 = d->length / 4;",
                  "if (d->n_i32 > sizeof d->i32 / sizeof d->i32[0]) d->n_i32 = sizeof d->i32 / sizeof d->i32[0];",
                  "if (oo_raw_i32s(d->buffer, d->length, d->i32, d->n_i32) != OO_RAW_OK)",
@@ -525,11 +520,11 @@ def kernel_source(op, model_name: str, command: str) -> str:
                  "  if (rc == OO_FLEX_OK) rc = oo_flex_vector_at(root, 1, &e);",
                  "  if (rc == OO_FLEX_OK) rc = oo_flex_as_blob(e, &d->node_def, &d->node_def_len);",
                  "  if (rc != OO_FLEX_OK)",
-                 '    oo_opts_fail(&d->opts, OP_NAME, "options must be [TensorFlow op name, NodeDef]: %s", '
-                 "oo_flex_strerror(rc));",
+                 ('    oo_opts_fail(&d->opts, OP_NAME, "options must be [TensorFlow op name, NodeDef]: %s", '
+                 "oo_flex_strerror(rc));"),
                  f"  else if (strcmp(d->tf_op, {c_string(op.tf_op)}) != 0)",
-                 f'    oo_opts_fail(&d->opts, OP_NAME, "the TensorFlow op must be %s, got %s", {c_string(op.tf_op)}, '
-                 "d->tf_op);",
+                 (f'    oo_opts_fail(&d->opts, OP_NAME, "the TensorFlow op must be %s, got %s", {c_string(op.tf_op)}, '
+                 "d->tf_op);"),
                  "}"]
         for name, akind, f in attr_fields:
             ckind = _ND_KINDS.get(akind, "OO_ND_OTHER")
@@ -537,8 +532,8 @@ def kernel_source(op, model_name: str, command: str) -> str:
                      f"  if (oo_nd_attr(d->node_def, d->node_def_len, {c_string(name)}, &d->{f}) != 0)",
                      '    oo_opts_fail(&d->opts, OP_NAME, "malformed NodeDef");',
                      f"  else if (d->{f}.kind != {ckind})",
-                     f'    oo_opts_fail(&d->opts, OP_NAME, "attribute %s must be {akind} (as in the model)", '
-                     f"{c_string(name)});",
+                     (f'    oo_opts_fail(&d->opts, OP_NAME, "attribute %s must be {akind} (as in the model)", '
+                     f"{c_string(name)});"),
                      "}"]
             show += [f'oo_sc_append(msg, sizeof msg, &pos, " %s=", {c_string(name)});',
                      f"oo_nd_append(msg, sizeof msg, &pos, &d->{f});"]
@@ -548,7 +543,7 @@ def kernel_source(op, model_name: str, command: str) -> str:
     else:  # a flexbuffer vector, or bytes some nodes give as a map and others not: kept as bytes
         show.append('oo_sc_append(msg, sizeof msg, &pos, " %zu bytes, kept as they are", d->length);')
 
-    out.append(f"typedef struct {{\n" + "\n".join("  " + f for f in fields) + f"\n}} {p}Data;\n")
+    out.append("typedef struct {\n" + "\n".join("  " + f for f in fields) + f"\n}} {p}Data;\n")
 
     body = "\n".join("  " + line for line in init)
     out.append(f"""static void* {p}Init(TfLiteOpaqueContext* context, const char* buffer, size_t length) {{
@@ -591,8 +586,8 @@ def kernel_source(op, model_name: str, command: str) -> str:
                    "    }",
                    "    ty = TfLiteOpaqueTensorType(t);",
                    f"    if ({cond}) {{",
-                   f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: input {i} must be {" or ".join(x.lower() for x in types)}'
-                   ', got %s", OP_NAME, TfLiteTypeGetName(ty));',
+                   (f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: input {i} must be {" or ".join(x.lower() for x in types)}'
+                   ', got %s", OP_NAME, TfLiteTypeGetName(ty));'),
                    "      return kTfLiteError;",
                    "    }",
                    "  }"]
@@ -608,8 +603,8 @@ def kernel_source(op, model_name: str, command: str) -> str:
                    "    }",
                    "    ty = TfLiteOpaqueTensorType(t);",
                    f"    if ({cond}) {{",
-                   f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: output {i} must be {" or ".join(x.lower() for x in types)}'
-                   ', got %s", OP_NAME, TfLiteTypeGetName(ty));',
+                   (f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: output {i} must be {" or ".join(x.lower() for x in types)}'
+                   ', got %s", OP_NAME, TfLiteTypeGetName(ty));'),
                    "      return kTfLiteError;",
                    "    }"]
         if shape is None:
@@ -619,7 +614,7 @@ def kernel_source(op, model_name: str, command: str) -> str:
             checks.append("    TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize(context, t, 0, NULL)); /* a scalar */")
         else:
             dims = ", ".join(str(int(x)) for x in shape)
-            checks += [f"    {{ /* the shape the model records; derive it from the inputs for other shapes */",
+            checks += ["    { /* the shape the model records; derive it from the inputs for other shapes */",
                        f"      static const int dims[{len(shape)}] = {{{dims}}};",
                        f"      TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize(context, t, {len(shape)}, dims));",
                        "    }"]

@@ -71,7 +71,7 @@ def roll_options() -> bytes:
 
 def cli(*args, env=None, cwd=None, timeout=600):
     return subprocess.run([sys.executable, "-m", "opaque_ops", *map(str, args)], capture_output=True, text=True,
-                          env=env or child_env(), cwd=cwd, timeout=timeout)
+                          check=False, env=env or child_env(), cwd=cwd, timeout=timeout)
 
 
 def child_env(*paths, **extra) -> dict:
@@ -81,7 +81,7 @@ def child_env(*paths, **extra) -> dict:
 
 
 def pip(*args, env=None):
-    r = subprocess.run([sys.executable, "-m", "pip", *map(str, args)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "pip", *map(str, args)], capture_output=True, text=True, check=False,
                        env=env or child_env(), timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     return r
@@ -89,7 +89,8 @@ def pip(*args, env=None):
 
 def run_pytest(tests: Path, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
-                          capture_output=True, text=True, env=env or child_env(), cwd=tests.parent, timeout=900)
+                          capture_output=True, text=True, check=False, env=env or child_env(), cwd=tests.parent,
+                          timeout=900)
 
 
 def summary(r: subprocess.CompletedProcess) -> str:
@@ -251,7 +252,7 @@ def test_pip_install_then_kernels_name_finds_it(project, model, work):
     pip("install", "-q", "--no-build-isolation", "--no-deps", "--target", site, project)
     assert (site / NAME / "c" / "shrink.c").is_file()
     r = subprocess.run([sys.executable, "-c", ALLOCATE_AND_RUN, model, op_cases(), NAME], capture_output=True,
-                       text=True, env=child_env(site), cwd=work, timeout=600)
+                       text=True, check=False, env=child_env(site), cwd=work, timeout=600)
     out = result(r)
     assert out["oo"].startswith(str(ROOT))
     assert out["prebuilt"] == [False, False, False]  # compiled on first use, through compile_ops' cache
@@ -273,7 +274,7 @@ def test_broken_kernel_package_is_named_and_bundled_kernels_still_work(work, mod
     code = ("import opaque_ops as oo\n"
             "print('ATAN', oo.kernels.atan().ops, oo.kernels.by_name('atan').ops)\n"
             "try:\n    oo.kernels.broken()\nexcept oo.OpaqueOpsError as exc:\n    print('ERROR', type(exc).__name__, exc)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(site),
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=child_env(site),
                        timeout=300)
     assert "ATAN [('Atan', 1)] [('Atan', 1)]" in r.stdout, r.stdout + r.stderr
     assert ("ERROR OpLibraryError kernel package 'broken-kernels' (entry point broken = no_such_module_here:kernels "
@@ -323,7 +324,7 @@ def test_x86_64_wheel_runs_with_no_compiler(wheels, model, work):
     env.pop("CC", None)
     r = subprocess.run([sys.executable, "-c", "import shutil; assert shutil.which('cc') is None and "
                         "shutil.which('gcc') is None\n" + ALLOCATE_AND_RUN, model, op_cases(), NAME],
-                       capture_output=True, text=True, env=env, cwd=work, timeout=600)
+                       capture_output=True, text=True, check=False, env=env, cwd=work, timeout=600)
     out = result(r)
     assert out["prebuilt"] == [True, True, True]
     assert all(p.startswith(str(site / NAME / "prebuilt" / "x86_64")) for p in out["paths"])
@@ -358,7 +359,7 @@ def test_mediapipe_landmarks_to_transform_matrix(work):
 
     spec = importlib.util.find_spec("mediapipe")
     assert spec is not None, "mediapipe 0.10.14 is a test dependency (pip install --no-deps mediapipe==0.10.14)"
-    face = Path(list(spec.submodule_search_locations)[0]) / "modules" / "face_landmark" / \
+    face = Path(next(iter(spec.submodule_search_locations))) / "modules" / "face_landmark" / \
         "face_landmark_with_attention.tflite"
     out = work / "mp"
     r = cli("scaffold", face, "-o", out, "--name", "mp_l2t", "--op", "Landmarks2TransformMatrix")
