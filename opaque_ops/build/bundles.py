@@ -96,12 +96,39 @@ def _manifest() -> dict:
 
 def prebuilt_library(name: str) -> Path | None:
     """The prebuilt library of kernel ``name`` if it is present, intact and from this source."""
-    entry = _manifest().get("kernels", {}).get(name)
-    d = prebuilt_dir()
-    if entry is None or d is None:
+    return verified_library(prebuilt_dir(), name, _paths.kernels_dir() / f"{name}.c", _manifest())
+
+
+def verified_library(d: Path | None, name: str, source: Path, manifest: dict | None = None) -> Path | None:
+    """``d/<name>.so`` if ``d``'s manifest holds its digest and the digest of ``source``, else None.
+
+    The one rule for loading a prebuilt library without a compiler, for the
+    bundled kernels and for kernel packages (``opaque-ops scaffold``) alike:
+    a library whose bytes or whose C source changed since the wheel was built
+    is not loaded, and the caller compiles the source instead.
+
+    Parameters
+    ----------
+    d : pathlib.Path or None
+        The directory of prebuilt libraries for this machine (None: there is none).
+    name : str
+        The kernel file's stem.
+    source : pathlib.Path
+        The C file the library was built from, as installed.
+    manifest : dict, optional
+        ``d``'s manifest, already read; read from ``d`` if not given.
+    """
+    if d is None:
+        return None
+    if manifest is None:
+        try:
+            manifest = json.loads((d / PREBUILT_MANIFEST).read_text())
+        except (OSError, ValueError):
+            return None
+    entry = manifest.get("kernels", {}).get(name) if isinstance(manifest, dict) else None
+    if not isinstance(entry, dict):
         return None
     lib = d / f"{name}.so"
-    source = _paths.kernels_dir() / f"{name}.c"
     try:
         if hashlib.sha256(source.read_bytes()).hexdigest() != entry["source_sha256"]:
             return None  # the C file was changed after the wheel was built: compile it

@@ -273,7 +273,8 @@ def build_library(
     return out
 
 
-def build_prebuilt(target: str, out_dir: str | os.PathLike, *, cc: str | None = None) -> dict:
+def build_prebuilt(target: str, out_dir: str | os.PathLike, *, cc: str | None = None,
+                   kernels_dir: str | os.PathLike | None = None) -> dict:
     """Build every bundled kernel for ``target`` into ``out_dir``, as the platform wheels carry them.
 
     One library per kernel file (``<name>.so``), so ``opaque_ops.kernels.kernel(name)``
@@ -289,6 +290,9 @@ def build_prebuilt(target: str, out_dir: str | os.PathLike, *, cc: str | None = 
         Created if missing; emptied first.
     cc : str, optional
         Compiler command instead of the automatic choice.
+    kernels_dir : path-like, optional
+        Build every ``.c`` file of this directory instead of the bundled
+        kernels: a kernel package made by ``opaque-ops scaffold`` ships its own.
 
     Returns
     -------
@@ -306,8 +310,9 @@ def build_prebuilt(target: str, out_dir: str | os.PathLike, *, cc: str | None = 
         shutil.rmtree(out)
     out.mkdir(parents=True)
     manifest = {"arch": arch, "build_path": _cbuild.BUILD_PATH_VERSION, "kernels": {}}
-    for source in kernel_sources(["all"]):
-        lib = build_library([], out / f"{source.stem}.so", target=target, kernels=[source.stem], cc=cc)
+    for source in kernel_sources(["all"], kernels_dir):
+        lib = build_library([], out / f"{source.stem}.so", target=target, kernels=[source.stem],
+                            kernels_dir=kernels_dir, cc=cc)
         manifest["kernels"][source.stem] = {
             "sha256": hashlib.sha256(lib.read_bytes()).hexdigest(),
             "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),

@@ -3,6 +3,7 @@
 ::
 
     opaque-ops inspect model.tflite [--ops kernels:convolution2d_transpose_bias] [--check]
+    opaque-ops doctor model.tflite [--ops LIB] [--json]   (will it run here; if not, what is needed)
     opaque-ops run model.tflite --ops my_ops.c --input x=x.npy --output-dir out/ [--isolate]
     opaque-ops bench model.tflite --ops libmy_ops.so --runs 100 --threads 2 [--xnnpack off]
     opaque-ops build ...            (see ``opaque-ops build --help``)
@@ -47,12 +48,6 @@ def _load_libs(specs) -> list:
         else:
             libs.append(load_ops(spec))
     return libs
-
-
-def _runtime_custom_ops():
-    from ..model.runtime_ops import RUNTIME_CUSTOM_OPS
-
-    return RUNTIME_CUSTOM_OPS
 
 
 def _describe_options(raw: bytes | None) -> str:
@@ -105,7 +100,8 @@ def cmd_inspect(args) -> int:
         raise CliError(f"model file {path} does not exist")
     info = read_model(path)
     libs = _load_libs(args.ops)
-    provided = {op for lib in libs for op in lib.ops}
+    from .doctor import NOBODY, RUNTIME, resolve_custom_ops
+
     sg = info.subgraphs[0]
     out = []
     out.append(f"model: {path} ({path.stat().st_size} bytes, schema v{info.version}, "
@@ -129,14 +125,17 @@ def cmd_inspect(args) -> int:
     custom = info.custom_ops()
     out.append(f"custom ops: {len(custom)}" + ("" if libs else " (no --ops given)"))
     missing = 0
+    # The same answer as doctor's: who provides each op.
+    resolved = resolve_custom_ops(custom, list(zip(args.ops, libs)))
     for name, version in custom:
-        if (name, version) in provided:
-            status = "resolved"
-        elif name in _runtime_custom_ops():
+        r = resolved[(name, version)]
+        if r["provider"] == RUNTIME:
             status = "provided by the TFLite runtime"
+        elif r["provider"] != NOBODY:
+            status = "resolved"
         else:
             missing += 1
-            others = sorted(v for n, v in provided if n == name)
+            others = r["other_versions"]
             status = "MISSING" + (f" (libraries have it as v{', v'.join(map(str, others))})" if others else "")
         opts = sorted({_describe_options(op.custom_options)
                        for g in info.subgraphs for op in g.operators
@@ -421,6 +420,14 @@ def _parser() -> argparse.ArgumentParser:
                     help="XNNPACK for the builtins: auto (default), on, off; the output says whether it was used")
     pb.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     pb.set_defaults(func=cmd_bench)
+
+    from .doctor import add_parser as add_doctor
+
+    add_doctor(sub, ops_help)
+
+    from .scaffold import add_parser as add_scaffold
+
+    add_scaffold(sub)
 
     sub.add_parser("build", help="build kernel libraries ahead of time (opaque-ops build --help)",
                    add_help=False)

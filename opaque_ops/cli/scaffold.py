@@ -1,0 +1,550 @@
+"""``opaque-ops scaffold MODEL -o DIR --name NAME [--op OP ...] [--force]``: a kernel package for a model's ops.
+
+Writes a pip-installable project for the model's custom ops that nobody
+provides (or the ``--op`` ones):
+
+- ``NAME/c/<op>.c``: one kernel per op (:mod:`opaque_ops.cli.scaffold_c`),
+  reading the options the model actually gives, checking the tensors and
+  failing at invoke with "not implemented yet" and the parsed options;
+- ``tests/test_<op>.py``: runs the op with :func:`opaque_ops.testing.run_op`
+  on the model's exact option bytes, dtypes and shapes against a numpy
+  ``reference()`` left for the author; it fails (never errors or skips) until
+  both are written;
+- ``pyproject.toml`` + ``setup.py``: registers the package under the entry
+  point group ``opaque_ops.kernels`` (``oo.kernels.NAME()``,
+  ``--ops kernels:NAME``); ``OPAQUE_OPS_WHEEL_ARCH=x86_64|aarch64 pip wheel``
+  prebuilds the libraries with :func:`opaque_ops.build.standalone.build_prebuilt`;
+- ``README.md`` with those commands.
+
+The facts about each op come from the model reader and the doctor's option
+decoder (:func:`opaque_ops.cli.doctor.describe_options`); nothing is decoded twice.
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .scaffold_c import kernel_source, merge_classes, value_class
+
+
+@dataclass
+class OpFacts:
+    """What the model says about one custom op, over all the nodes that use it."""
+
+    name: str
+    versions: set = field(default_factory=set)
+    count: int = 0
+    inputs: list = field(default_factory=list)    # [(type name, shape or None when nodes differ)]
+    outputs: list = field(default_factory=list)
+    input_types: list = field(default_factory=list)   # [set of type names]
+    output_types: list = field(default_factory=list)
+    option_sets: list = field(default_factory=list)   # [(raw bytes, described, node tensors)]
+    options_kind: str = "none"
+    map_keys: dict = field(default_factory=dict)      # {key: (class, sets having it)}
+    raw_lengths: set = field(default_factory=set)
+    tf_op: str = ""
+    flex_attrs: dict = field(default_factory=dict)    # {attr: kind}
+    c_prefix: str = ""
+    file_stem: str = ""
+
+    @property
+    def options_summary(self) -> str:
+        n = len(self.option_sets)
+        sets = f"{n} distinct set(s) in the model"
+        if self.options_kind == "flexbuffer map":
+            keys = ", ".join(f"{k} ({c})" for k, (c, _) in self.map_keys.items())
+            return f"a flexbuffer map, {sets}; keys read: {keys}"
+        if self.options_kind == "raw":
+            return f"raw bytes ({' or '.join(map(str, sorted(self.raw_lengths)))}), {sets}"
+        if self.options_kind == "flex":
+            return (f"a Flex op: TensorFlow op {self.tf_op}, NodeDef attributes "
+                    + ", ".join(f"{k} ({v})" for k, v in self.flex_attrs.items()))
+        if self.options_kind == "none":
+            return "none"
+        return f"{self.options_kind}, {sets}, kept as bytes"
+
+
+def snake(name: str) -> str:
+    """``SoftThreshold`` -> ``soft_threshold`` (a file name)."""
+    s = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name)
+    s = re.sub(r"\W+", "_", s, flags=re.ASCII).strip("_").lower() or "op"
+    return "op_" + s if s[0].isdigit() else s
+
+
+def _shape(t) -> tuple:
+    return tuple(int(x) for x in t.shape)
+
+
+def gather_ops(model, only=()) -> tuple[list[OpFacts], list[str]]:
+    """The facts of the ops to scaffold: the named ones, or every custom op nobody provides.
+
+    Returns
+    -------
+    (list of OpFacts, list of str)
+        The ops, and the names of the model's custom ops left out (provided elsewhere).
+
+    Raises
+    ------
+    CliError
+        An ``--op`` the model does not use, or nothing to scaffold.
+    """
+    from ..kernels import provided_ops
+    from ..model import read_model
+    from ..model.runtime_ops import RUNTIME_CUSTOM_OPS
+    from .commands import CliError
+    from .doctor import describe_options
+
+    info = read_model(model)
+    ops: dict[str, OpFacts] = {}
+    for sg in info.subgraphs:
+        for node in sg.operators:
+            if not node.is_custom:
+                continue
+            f = ops.setdefault(node.op_name, OpFacts(node.op_name))
+            f.versions.add(node.version)
+            f.count += 1
+            ins = [sg.tensors[i] for i in node.inputs if i >= 0]
+            outs = [sg.tensors[i] for i in node.outputs if i >= 0]
+            tensors = ([(t.type_name, _shape(t)) for t in ins], [(t.type_name, _shape(t)) for t in outs])
+            if f.count == 1:
+                f.inputs, f.outputs = list(tensors[0]), list(tensors[1])
+                f.input_types = [{t} for t, _ in tensors[0]]
+                f.output_types = [{t} for t, _ in tensors[1]]
+            else:
+                for have, types, new in ((f.inputs, f.input_types, tensors[0]), (f.outputs, f.output_types, tensors[1])):
+                    for i, (t, shape) in enumerate(new[:len(have)]):
+                        types[i].add(t)
+                        if have[i][1] != shape:
+                            have[i] = (have[i][0], None)
+            raw = node.custom_options or b""
+            if all(raw != r for r, _, _ in f.option_sets):
+                f.option_sets.append((raw, describe_options(node.op_name, raw), tensors))
+    if only:
+        unknown = [n for n in only if n not in ops]
+        if unknown:
+            raise CliError(f"the model has no custom op {', '.join(map(repr, unknown))}; its custom ops: "
+                           + (", ".join(sorted(ops)) or "none"))
+        chosen = [ops[n] for n in dict.fromkeys(only)]
+    else:
+        bundled = provided_ops()
+        chosen = [f for n, f in ops.items()
+                  if n not in RUNTIME_CUSTOM_OPS and not all((n, v) in bundled for v in f.versions)]
+        if not chosen:
+            raise CliError("nothing to scaffold: every custom op of the model has a provider "
+                           "(the runtime or a bundled kernel); name ops with --op to scaffold them anyway")
+    left_out = sorted(set(ops) - {f.name for f in chosen})
+    used_prefixes, used_stems = set(), set()
+    for f in chosen:
+        _settle_options(f)
+        base = re.sub(r"\W", "", f.name, flags=re.ASCII) or "Op"
+        base = ("Op" + base) if base[0].isdigit() else base
+        prefix, k = base, 2
+        while prefix in used_prefixes:
+            prefix, k = f"{base}{k}", k + 1
+        used_prefixes.add(prefix)
+        f.c_prefix = prefix
+        stem, k = snake(f.name), 2
+        while stem in used_stems:
+            stem, k = f"{snake(f.name)}_{k}", k + 1
+        used_stems.add(stem)
+        f.file_stem = stem
+    return chosen, left_out
+
+
+def _settle_options(f: OpFacts) -> None:
+    """The one reading of the options that parses every node's set (their union)."""
+    kinds = {d["kind"] for _, d, _ in f.option_sets}
+    kinds.discard("none") if len(kinds) > 1 and "none" in kinds else None
+    if kinds == {"flexbuffer map"}:
+        f.options_kind = "flexbuffer map"
+        classes: dict = {}
+        counts: dict = {}
+        for _, d, _ in f.option_sets:
+            for e in d["entries"]:
+                classes.setdefault(e["key"], set()).add(value_class(e["type"], e["value"]))
+                counts[e["key"]] = counts.get(e["key"], 0) + 1
+        f.map_keys = {k: (merge_classes(classes[k]), counts[k]) for k in sorted(classes)}
+    elif kinds == {"flex"}:
+        f.options_kind = "flex"
+        f.tf_op = f.option_sets[0][1]["tf_op"]
+        for _, d, _ in f.option_sets:
+            for name, a in d["attrs"].items():
+                f.flex_attrs.setdefault(name, a["kind"])
+    elif kinds == {"raw"}:
+        f.options_kind = "raw"
+        f.raw_lengths = {len(r) for r, _, _ in f.option_sets}
+    elif kinds == {"none"}:
+        f.options_kind = "none"
+    else:
+        f.options_kind = " / ".join(sorted(kinds))
+
+
+# --------------------------------------------------------------- Python --
+
+def py_literal(v) -> str:
+    """A Python literal for a decoded option value (NaN and infinities spelled as float(...))."""
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return f"float({str(v)!r})"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{py_literal(k)}: {py_literal(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(py_literal(x) for x in v) + "]"
+    return repr(v)
+
+
+def _decoded(d: dict):
+    if d["kind"] == "flexbuffer map":
+        return {e["key"]: e["value"] for e in d["entries"]}
+    if d["kind"] == "flex":
+        return {"op": d["tf_op"], **{k: a["value"] for k, a in d["attrs"].items()}}
+    return None
+
+
+def _bytes_literal(raw: bytes) -> str:
+    hexs = raw.hex()
+    if len(hexs) <= 64:
+        return f'bytes.fromhex("{hexs}")'
+    parts = "\n".join(f'            "{hexs[i:i + 64]}"' for i in range(0, len(hexs), 64))
+    return f"bytes.fromhex(\n{parts}\n        )"
+
+
+def pytest_source(op: OpFacts, package: str, model_name: str) -> str:
+    """The pytest file of one op."""
+    cases = []
+    for raw, d, (ins, outs) in op.option_sets[:16]:
+        cases.append("    {\n"
+                     f"        \"options\": {_bytes_literal(raw)},\n"
+                     f"        \"decoded\": {py_literal(_decoded(d)) if _decoded(d) is not None else 'None'},\n"
+                     f"        \"inputs\": {py_literal([(t.lower(), list(s)) for t, s in ins])},\n"
+                     f"        \"outputs\": {py_literal([(t.lower(), list(s)) for t, s in outs])},\n"
+                     "    },")
+    version = max(op.versions)
+    return f'''"""{op.name}: the kernel in ../{package}/c/{op.file_stem}.c against a numpy reference.
+
+Each case is one set of options that {model_name} gives the op, byte for byte,
+with the dtypes and shapes of a node that uses it.  As generated, the test
+fails: write the kernel's Invoke and reference() below, and it passes.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import opaque_ops as oo
+from opaque_ops.errors import KernelError
+from opaque_ops.testing import run_op
+
+SOURCE = Path(__file__).resolve().parents[1] / "{package}" / "c" / "{op.file_stem}.c"
+OP, VERSION = {op.name!r}, {version}
+
+CASES = [
+{chr(10).join(cases)}
+]
+
+
+def reference(inputs, options):
+    """{op.name} in numpy: the list of its outputs for ``inputs`` (numpy arrays, in order).
+
+    ``options`` is the op's options as Python values: a dict for a flexbuffer
+    map (a Flex op's: its TensorFlow ``op`` and attributes), None for raw bytes
+    (read ``case["options"]`` with np.frombuffer).  Return None until written.
+    """
+    return None
+
+
+def make_inputs(case, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for dtype, shape in case["inputs"]:
+        dt = np.dtype(dtype) if dtype != "string" else np.dtype(object)
+        if dt.kind == "f":
+            x = rng.standard_normal(shape).astype(dt)
+        elif dt.kind == "c":
+            x = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
+        elif dt.kind == "b":
+            x = rng.integers(0, 2, shape).astype(bool)
+        elif dt.kind in "iu":
+            x = rng.integers(0, 10, shape).astype(dt)
+        else:
+            x = np.zeros(shape, dt)
+        out.append(x)
+    return out
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return oo.compile_ops(SOURCE)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"options{{i}}" for i in range(len(CASES))])
+def test_matches_reference(ops, case):
+    inputs = make_inputs(case)
+    not_written = None
+    try:
+        got = run_op(ops, OP, inputs, options=case["options"], version=VERSION,
+                     num_outputs=[(shape, dtype) for dtype, shape in case["outputs"]])
+    except KernelError as exc:
+        if "not implemented yet" not in str(exc):
+            raise
+        not_written = str(exc)
+    if not_written is not None:
+        pytest.fail(f"{{OP}} is not written yet: write {op.c_prefix}Invoke in {{SOURCE}} (it reads the inputs "
+                    f"and writes the outputs), and reference() in {{Path(__file__).name}}. The kernel parsed "
+                    f"the options as: {{not_written}}", pytrace=False)
+    expected = reference(inputs, case["decoded"])
+    if expected is None:
+        pytest.fail(f"write reference() in {{Path(__file__).name}}: {{OP}} in numpy, returning the list of "
+                    f"its {{len(got)}} output(s) for these inputs", pytrace=False)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, np.asarray(e, g.dtype), rtol=1e-5, atol=1e-6)
+'''
+
+
+# ---------------------------------------------------------- packaging ---
+
+def _init_py(package: str, ops: list[OpFacts], model_name: str) -> str:
+    names = ", ".join(f.name for f in ops)
+    return f'''"""Kernels for {names} (from {model_name}), as an opaque_ops kernel package.
+
+``opaque_ops.kernels.{package}()`` and ``--ops kernels:{package}`` find it through
+the entry point group ``opaque_ops.kernels`` (see pyproject.toml).
+"""
+
+from pathlib import Path
+
+
+def kernels():
+    """Every op of this package as one ``custom_ops`` entry: prebuilt if this wheel has them, else compiled."""
+    from opaque_ops.kernels import package_kernels
+
+    return package_kernels({package!r}, Path(__file__).resolve().parent)
+'''
+
+
+def _pyproject(package: str, dist: str) -> str:
+    return f'''[build-system]
+# Build with --no-build-isolation: setup.py builds the prebuilt libraries with
+# the opaque_ops you have installed.
+requires = ["setuptools>=64", "wheel", "opaque-ops"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{dist}"
+version = "0.1.0"
+description = "opaque_ops kernels for {package}"
+requires-python = ">=3.9"
+dependencies = ["opaque-ops"]
+
+# How opaque_ops finds the package: oo.kernels.{package}() and --ops kernels:{package}.
+[project.entry-points."opaque_ops.kernels"]
+{package} = "{package}:kernels"
+
+[tool.setuptools]
+packages = ["{package}"]
+
+[tool.setuptools.package-data]
+{package} = ["c/*.c", "c/*.h"]
+'''
+
+
+_SETUP_PY = '''"""Platform wheels with the kernels prebuilt (the rest is in pyproject.toml).
+
+Without OPAQUE_OPS_WHEEL_ARCH the wheel is pure Python and the kernels are
+compiled on first use (opaque_ops.compile_ops, cached).  With
+OPAQUE_OPS_WHEEL_ARCH=x86_64 or aarch64 (native = this machine) every C file
+is compiled for that architecture by opaque_ops' own build path
+(opaque_ops.build.standalone.build_prebuilt; aarch64 needs
+aarch64-linux-gnu-gcc) into PACKAGE/prebuilt/<arch>/ with a manifest of
+digests, and the wheel is tagged py3-none-manylinux_2_35_<arch>.
+"""
+
+import os
+import shutil
+import sys
+
+from setuptools import Distribution, setup
+from setuptools.command.build_py import build_py
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1
+    from wheel.bdist_wheel import bdist_wheel
+
+PACKAGE = %(package)r
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARCHES = {"x86_64", "aarch64"}
+GLIBC = "2_35"  # that of the TFLite runtime opaque_ops runs with
+
+
+def wheel_arch():
+    arch = os.environ.get("OPAQUE_OPS_WHEEL_ARCH", "").strip()
+    if not arch:
+        return None
+    if arch == "native":
+        import platform
+
+        arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
+    if arch not in ARCHES:
+        sys.exit(f"OPAQUE_OPS_WHEEL_ARCH={arch!r}: choose one of {', '.join(sorted(ARCHES))} or native")
+    return arch
+
+
+class BuildPyWithKernels(build_py):
+    def run(self):
+        super().run()
+        target = os.path.join(self.build_lib, PACKAGE, "prebuilt")
+        shutil.rmtree(target, ignore_errors=True)  # never carry another arch's leftovers
+        arch = wheel_arch()
+        if arch:
+            from opaque_ops.build.standalone import build_prebuilt
+
+            manifest = build_prebuilt(arch, os.path.join(target, arch), kernels_dir=os.path.join(HERE, PACKAGE, "c"))
+            print(f"prebuilt {len(manifest['kernels'])} kernels for {arch}")
+
+
+class PlatformDistribution(Distribution):
+    def has_ext_modules(self):
+        return bool(wheel_arch()) or super().has_ext_modules()
+
+
+class PlatformWheel(bdist_wheel):
+    def get_tag(self):
+        arch = wheel_arch()
+        if arch:
+            return "py3", "none", f"manylinux_{GLIBC}_{arch}"
+        return super().get_tag()
+
+
+setup(distclass=PlatformDistribution, cmdclass={"build_py": BuildPyWithKernels, "bdist_wheel": PlatformWheel})
+'''
+
+
+def _readme(package: str, ops: list[OpFacts], model_name: str, command: str) -> str:
+    files = "\n".join(f"- `{package}/c/{f.file_stem}.c`: {f.name} (test: `tests/test_{f.file_stem}.py`)"
+                      for f in ops)
+    return f"""# {package}: opaque_ops kernels for {model_name}
+
+Written by `{command}`.
+
+{files}
+
+Each kernel reads the options the model gives it and checks its tensors; its
+Invoke fails with "not implemented yet" and the options as it parsed them
+until you write it.  Each test runs the op with the model's exact options,
+dtypes and shapes against `reference()`, which you write in numpy.
+
+## Develop
+
+    python -m pytest tests          # fails until the kernel and reference() are written
+
+The tests compile the C files in this directory (cached), so an edit is
+picked up on the next run.
+
+## Install (compiled on first use)
+
+    pip install --no-build-isolation --no-deps .
+
+Then `opaque_ops.kernels.{package}()` in Python, or `--ops kernels:{package}` on
+the command line:
+
+    opaque-ops run {model_name} --ops kernels:{package} --input ...
+
+## Platform wheels (prebuilt: no compiler needed where they are installed)
+
+    OPAQUE_OPS_WHEEL_ARCH=x86_64  pip wheel --no-build-isolation --no-deps -w dist .
+    OPAQUE_OPS_WHEEL_ARCH=aarch64 pip wheel --no-build-isolation --no-deps -w dist .   # needs gcc-aarch64-linux-gnu
+
+A prebuilt library is loaded only when the wheel's manifest holds its digest
+and its C file's (the same rule as opaque_ops' bundled kernels); otherwise
+the C file is compiled.  Building needs setuptools and wheel in the
+environment (`pip install setuptools wheel`).
+"""
+
+
+def write_project(model, out_dir, name: str, only=(), force: bool = False, command: str = "") -> list[Path]:
+    """Write the kernel package project; return the files written.
+
+    Parameters
+    ----------
+    model : path-like
+        The ``.tflite`` file.
+    out_dir : path-like
+        The project directory; must be empty or missing unless ``force``.
+    name : str
+        The package (and kernel) name: a Python identifier, not a bundled kernel's name.
+    only : sequence of str
+        Op names to scaffold; default the custom ops nobody provides.
+    force : bool
+        Write into a non-empty directory, replacing the generated files.
+    command : str
+        The command line, quoted in the files' headers.
+
+    Raises
+    ------
+    CliError
+        A bad name, a non-empty directory without ``force``, an unknown op, or nothing to do.
+    """
+    from ..kernels import names as bundled_names
+    from .commands import CliError
+
+    model = Path(model)
+    if not model.is_file():
+        raise CliError(f"model file {model} does not exist")
+    if not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
+        raise CliError(f"--name {name!r} must be a Python identifier (letters, digits, _), e.g. my_ops")
+    if name in bundled_names():
+        raise CliError(f"--name {name!r} is a bundled kernel's name; choose another")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise CliError(f"{out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise CliError(f"{out} is not empty: scaffold refuses to overwrite what may be your work "
+                       "(use --force to write the generated files over it)")
+    ops, _ = gather_ops(model, only)
+    command = command or " ".join(shlex.quote(p) for p in
+                                  ["opaque-ops", "scaffold", model.name, "-o", str(out), "--name", name]
+                                  + [x for f in (only or ()) for x in ("--op", f)])
+    files = {
+        out / "pyproject.toml": _pyproject(name, name.replace("_", "-")),
+        out / "setup.py": _SETUP_PY % {"package": name},
+        out / "README.md": _readme(name, ops, model.name, command),
+        out / name / "__init__.py": _init_py(name, ops, model.name),
+    }
+    for f in ops:
+        files[out / name / "c" / f"{f.file_stem}.c"] = kernel_source(f, model.name, command)
+        files[out / "tests" / f"test_{f.file_stem}.py"] = pytest_source(f, name, model.name)
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return list(files)
+
+
+def cmd_scaffold(args) -> int:
+    """``opaque-ops scaffold``: write the project and say what to do next."""
+    written = write_project(args.model, args.output, args.name, args.op, args.force)
+    out = Path(args.output)
+    for path in written:
+        print(f"wrote {path}")
+    print(f"next: python -m pytest {out / 'tests'}   (fails until each kernel and its reference() are written)")
+    print(f"      pip install --no-build-isolation --no-deps {out}   then --ops kernels:{args.name}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    """Register ``scaffold`` on the ``opaque-ops`` subcommand parser."""
+    p = sub.add_parser("scaffold", help="write a kernel package project (C, tests, packaging) for a model's "
+                                        "missing custom ops")
+    p.add_argument("model")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the project directory to write")
+    p.add_argument("--name", required=True, help="the package name (a Python identifier): kernels:NAME")
+    p.add_argument("--op", action="append", default=[], metavar="OP",
+                   help="scaffold this custom op (repeatable; default: every custom op nobody provides)")
+    p.add_argument("--force", action="store_true", help="write into a non-empty directory")
+    p.set_defaults(func=cmd_scaffold)

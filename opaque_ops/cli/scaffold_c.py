@@ -1,0 +1,648 @@
+"""The C text that ``opaque-ops scaffold`` writes: one kernel file per op.
+
+Kept apart from :mod:`opaque_ops.cli.scaffold` (which gathers the model's
+facts and writes the project) because it is mostly C: the helpers every
+generated file carries, and the generator of each op's options struct,
+Init, Free, Prepare and Invoke.  Every generated file is self-contained
+(static inline helpers only), so one file is one library and its digest in a
+wheel's manifest covers all of its code.
+"""
+
+from __future__ import annotations
+
+import re
+
+# How many entries of a vector the "not implemented yet" message shows.
+SHOW = 8
+
+# TFLite tensor type names (schema) -> the C enum of opaque_ops.h.
+C_TYPES = {
+    "FLOAT32": "kTfLiteFloat32", "INT32": "kTfLiteInt32", "UINT8": "kTfLiteUInt8", "INT64": "kTfLiteInt64",
+    "STRING": "kTfLiteString", "BOOL": "kTfLiteBool", "INT16": "kTfLiteInt16", "COMPLEX64": "kTfLiteComplex64",
+    "INT8": "kTfLiteInt8", "FLOAT16": "kTfLiteFloat16", "FLOAT64": "kTfLiteFloat64",
+    "COMPLEX128": "kTfLiteComplex128", "UINT64": "kTfLiteUInt64", "RESOURCE": "kTfLiteResource",
+    "VARIANT": "kTfLiteVariant", "UINT32": "kTfLiteUInt32", "UINT16": "kTfLiteUInt16", "INT4": "kTfLiteInt4",
+    "BFLOAT16": "kTfLiteBFloat16",
+}
+
+# ------------------------------------------------------------ C helpers --
+
+HELPERS = r"""
+#define OO_SC_SHOW @SHOW@ /* vector entries shown in messages */
+
+/* Appends printf-style text to msg[0..cap); what does not fit is dropped. */
+static inline void oo_sc_append(char* msg, size_t cap, size_t* pos, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+static inline void oo_sc_append(char* msg, size_t cap, size_t* pos, const char* fmt, ...) {
+  va_list ap;
+  int n;
+  if (*pos >= cap) return;
+  va_start(ap, fmt);
+  n = vsnprintf(msg + *pos, cap - *pos, fmt, ap);
+  va_end(ap);
+  if (n > 0) *pos = (size_t)n >= cap - *pos ? cap : *pos + (size_t)n;
+}
+
+/* " [a, b, ...]" of a vector, its first OO_SC_SHOW entries. */
+static inline void oo_sc_append_ints(char* msg, size_t cap, size_t* pos, const int64_t* v, size_t n,
+                                     int as_bool) {
+  size_t i;
+  oo_sc_append(msg, cap, pos, "[");
+  for (i = 0; i < n && i < OO_SC_SHOW; ++i) {
+    if (as_bool)
+      oo_sc_append(msg, cap, pos, "%s%s", i ? ", " : "", v[i] ? "true" : "false");
+    else
+      oo_sc_append(msg, cap, pos, "%s%lld", i ? ", " : "", (long long)v[i]);
+  }
+  if (n > OO_SC_SHOW) oo_sc_append(msg, cap, pos, ", ... (%zu values)", n);
+  oo_sc_append(msg, cap, pos, "]");
+}
+
+static inline void oo_sc_append_doubles(char* msg, size_t cap, size_t* pos, const double* v, size_t n) {
+  size_t i;
+  oo_sc_append(msg, cap, pos, "[");
+  for (i = 0; i < n && i < OO_SC_SHOW; ++i) oo_sc_append(msg, cap, pos, "%s%g", i ? ", " : "", v[i]);
+  if (n > OO_SC_SHOW) oo_sc_append(msg, cap, pos, ", ... (%zu values)", n);
+  oo_sc_append(msg, cap, pos, "]");
+}
+
+static inline void oo_sc_append_strings(char* msg, size_t cap, size_t* pos, const char* const* v,
+                                        size_t n) {
+  size_t i;
+  oo_sc_append(msg, cap, pos, "[");
+  for (i = 0; i < n && i < OO_SC_SHOW; ++i) oo_sc_append(msg, cap, pos, "%s%s", i ? ", " : "", v[i]);
+  if (n > OO_SC_SHOW) oo_sc_append(msg, cap, pos, ", ... (%zu values)", n);
+  oo_sc_append(msg, cap, pos, "]");
+}
+
+/* A vector option as a malloc'd array (*out stays NULL for an empty vector). */
+static inline int oo_sc_get_ints(const uint8_t* buf, size_t len, const char* key, int64_t** out,
+                                 size_t* n) {
+  int rc = oo_flex_get_ints(buf, len, key, NULL, 0, n);
+  if (rc != OO_FLEX_OK && rc != OO_FLEX_ERR_CAPACITY) return rc;
+  if (*n == 0) return OO_FLEX_OK;
+  *out = (int64_t*)malloc(*n * sizeof **out);
+  if (*out == NULL) return OO_FLEX_ERR_CAPACITY;
+  return oo_flex_get_ints(buf, len, key, *out, *n, n);
+}
+
+static inline int oo_sc_get_doubles(const uint8_t* buf, size_t len, const char* key, double** out,
+                                    size_t* n) {
+  int rc = oo_flex_get_floats(buf, len, key, NULL, 0, n);
+  if (rc != OO_FLEX_OK && rc != OO_FLEX_ERR_CAPACITY) return rc;
+  if (*n == 0) return OO_FLEX_OK;
+  *out = (double*)malloc(*n * sizeof **out);
+  if (*out == NULL) return OO_FLEX_ERR_CAPACITY;
+  return oo_flex_get_floats(buf, len, key, *out, *n, n);
+}
+
+static inline int oo_sc_get_strings(const uint8_t* buf, size_t len, const char* key, const char*** out,
+                                    size_t* n) {
+  oo_flex_ref v, e;
+  size_t i, slen;
+  int rc = oo_flex_get(buf, len, key, &v);
+  if (rc == OO_FLEX_OK) rc = oo_flex_vector_size(v, n);
+  if (rc != OO_FLEX_OK || *n == 0) return rc;
+  *out = (const char**)malloc(*n * sizeof **out);
+  if (*out == NULL) return OO_FLEX_ERR_CAPACITY;
+  for (i = 0; i < *n; ++i) {
+    rc = oo_flex_vector_at(v, i, &e);
+    if (rc == OO_FLEX_OK) rc = oo_flex_as_string(e, &(*out)[i], &slen);
+    if (rc != OO_FLEX_OK) return rc;
+  }
+  return OO_FLEX_OK;
+}
+"""
+
+# A Flex op's NodeDef, read in C: the protobuf wire format of TensorFlow's
+# node_def.proto / attr_value.proto (the fields opaque_ops.model.nodedef reads).
+NODEDEF_HELPERS = r"""
+/* ---- a Flex op's NodeDef: protobuf wire format, bounds-checked ---- */
+enum { OO_ND_MISSING, OO_ND_INT, OO_ND_FLOAT, OO_ND_BOOL, OO_ND_TYPE, OO_ND_STRING, OO_ND_LIST_INT,
+       OO_ND_LIST_FLOAT, OO_ND_LIST_BOOL, OO_ND_LIST_TYPE, OO_ND_OTHER };
+#define OO_ND_CAP 64 /* list entries kept */
+
+typedef struct {
+  int kind;
+  int64_t i; /* int, bool, type */
+  double f;
+  const char* s; size_t s_len;
+  int64_t ints[OO_ND_CAP]; double floats[OO_ND_CAP]; size_t n; /* lists: n may exceed OO_ND_CAP */
+} OoNdValue;
+
+static inline int oo_nd_varint(const uint8_t* b, size_t end, size_t* pos, uint64_t* out) {
+  uint64_t v = 0;
+  unsigned shift = 0;
+  while (*pos < end && shift < 64) {
+    uint8_t byte = b[(*pos)++];
+    v |= (uint64_t)(byte & 0x7f) << shift;
+    if (!(byte & 0x80)) { *out = v; return 0; }
+    shift += 7;
+  }
+  return -1;
+}
+
+/* Reads one field's header and value span: LEN values as [*vs, *ve), others in *v. */
+static inline int oo_nd_field(const uint8_t* b, size_t end, size_t* pos, unsigned* field, unsigned* wire,
+                              uint64_t* v, size_t* vs, size_t* ve) {
+  uint64_t tag, n;
+  if (oo_nd_varint(b, end, pos, &tag)) return -1;
+  *field = (unsigned)(tag >> 3);
+  *wire = (unsigned)(tag & 7);
+  switch (*wire) {
+    case 0: return oo_nd_varint(b, end, pos, v);
+    case 1: if (end - *pos < 8) return -1; *v = 0; memcpy(v, b + *pos, 8); *pos += 8; return 0;
+    case 5: { uint32_t u; if (end - *pos < 4) return -1; memcpy(&u, b + *pos, 4); *v = u; *pos += 4; return 0; }
+    case 2:
+      if (oo_nd_varint(b, end, pos, &n) || n > end - *pos) return -1;
+      *vs = *pos; *ve = *pos + (size_t)n; *pos = *ve; return 0;
+    default: return -1;
+  }
+}
+
+static inline float oo_nd_f32(uint64_t bits) {
+  uint32_t u = (uint32_t)bits;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static inline void oo_nd_push(OoNdValue* out, int kind, int64_t i, double f) {
+  if (out->kind != kind && out->n) out->kind = OO_ND_OTHER;
+  else if (out->kind != OO_ND_OTHER) out->kind = kind;
+  if (out->n < OO_ND_CAP) { out->ints[out->n] = i; out->floats[out->n] = f; }
+  out->n++;
+}
+
+static inline int oo_nd_list(const uint8_t* b, size_t pos, size_t end, OoNdValue* out) {
+  static const int kinds[7] = {0, 0, 0, OO_ND_LIST_INT, OO_ND_LIST_FLOAT, OO_ND_LIST_BOOL, OO_ND_LIST_TYPE};
+  out->kind = OO_ND_LIST_INT; /* an empty list */
+  out->n = 0;
+  while (pos < end) {
+    unsigned field, wire; uint64_t v = 0; size_t vs = 0, ve = 0;
+    if (oo_nd_field(b, end, &pos, &field, &wire, &v, &vs, &ve)) return -1;
+    if (field < 3 || field > 6) { out->kind = OO_ND_OTHER; continue; }
+    if (wire == 2) { /* packed */
+      while (vs < ve) {
+        if (field == 4) {
+          uint32_t u; if (ve - vs < 4) return -1; memcpy(&u, b + vs, 4); vs += 4;
+          oo_nd_push(out, kinds[field], 0, oo_nd_f32(u));
+        } else {
+          if (oo_nd_varint(b, ve, &vs, &v)) return -1;
+          oo_nd_push(out, kinds[field], (int64_t)v, (double)(int64_t)v);
+        }
+      }
+    } else {
+      oo_nd_push(out, kinds[field], (int64_t)v, field == 4 ? oo_nd_f32(v) : (double)(int64_t)v);
+    }
+  }
+  return 0;
+}
+
+static inline int oo_nd_value(const uint8_t* b, size_t pos, size_t end, OoNdValue* out) {
+  while (pos < end) {
+    unsigned field, wire; uint64_t v = 0; size_t vs = 0, ve = 0;
+    if (oo_nd_field(b, end, &pos, &field, &wire, &v, &vs, &ve)) return -1;
+    if (field == 3 && wire == 0) { out->kind = OO_ND_INT; out->i = (int64_t)v; }
+    else if (field == 4 && wire == 5) { out->kind = OO_ND_FLOAT; out->f = oo_nd_f32(v); }
+    else if (field == 5 && wire == 0) { out->kind = OO_ND_BOOL; out->i = v != 0; }
+    else if (field == 6 && wire == 0) { out->kind = OO_ND_TYPE; out->i = (int64_t)v; }
+    else if (field == 2 && wire == 2) { out->kind = OO_ND_STRING; out->s = (const char*)b + vs; out->s_len = ve - vs; }
+    else if (field == 1 && wire == 2) { if (oo_nd_list(b, vs, ve, out)) return -1; }
+    else out->kind = OO_ND_OTHER;
+  }
+  return 0;
+}
+
+/* Attribute `key` of a NodeDef (field 5: map entries {1: key, 2: AttrValue}). */
+static inline int oo_nd_attr(const uint8_t* b, size_t len, const char* key, OoNdValue* out) {
+  size_t pos = 0, klen = strlen(key);
+  memset(out, 0, sizeof *out);
+  while (pos < len) {
+    unsigned field, wire; uint64_t v = 0; size_t vs = 0, ve = 0;
+    if (oo_nd_field(b, len, &pos, &field, &wire, &v, &vs, &ve)) return -1;
+    if (field == 5 && wire == 2) {
+      size_t p = vs, avs = 0, ave = 0; int match = 0, has_value = 0;
+      while (p < ve) {
+        unsigned f2, w2; uint64_t v2 = 0; size_t s2 = 0, e2 = 0;
+        if (oo_nd_field(b, ve, &p, &f2, &w2, &v2, &s2, &e2)) return -1;
+        if (f2 == 1 && w2 == 2) match = e2 - s2 == klen && memcmp(b + s2, key, klen) == 0;
+        if (f2 == 2 && w2 == 2) { avs = s2; ave = e2; has_value = 1; }
+      }
+      if (match && has_value) return oo_nd_value(b, avs, ave, out);
+    }
+  }
+  return 0; /* not there: kind stays OO_ND_MISSING */
+}
+
+/* TensorFlow's DataType enum (types.proto) by name. */
+static inline const char* oo_nd_type_name(int64_t t) {
+  static const char* names[] = {"invalid", "float32", "float64", "int32", "uint8", "int16", "int8", "string",
+                                "complex64", "int64", "bool", "qint8", "quint8", "qint32", "bfloat16",
+                                "qint16", "quint16", "uint16", "complex128", "float16", "resource",
+                                "variant", "uint32", "uint64"};
+  if (t >= 0 && t < (int64_t)(sizeof names / sizeof names[0])) return names[t];
+  if (t > 100 && t - 100 < (int64_t)(sizeof names / sizeof names[0])) return "ref type";
+  return "unknown type";
+}
+
+static inline void oo_nd_append(char* msg, size_t cap, size_t* pos, const OoNdValue* v) {
+  size_t i;
+  switch (v->kind) {
+    case OO_ND_INT: oo_sc_append(msg, cap, pos, "%lld", (long long)v->i); return;
+    case OO_ND_FLOAT: oo_sc_append(msg, cap, pos, "%g", v->f); return;
+    case OO_ND_BOOL: oo_sc_append(msg, cap, pos, "%s", v->i ? "true" : "false"); return;
+    case OO_ND_TYPE: oo_sc_append(msg, cap, pos, "%s", oo_nd_type_name(v->i)); return;
+    case OO_ND_STRING: oo_sc_append(msg, cap, pos, "%.*s", (int)v->s_len, v->s); return;
+    case OO_ND_LIST_INT: case OO_ND_LIST_BOOL: case OO_ND_LIST_TYPE: case OO_ND_LIST_FLOAT:
+      oo_sc_append(msg, cap, pos, "[");
+      for (i = 0; i < v->n && i < OO_SC_SHOW && i < OO_ND_CAP; ++i) {
+        const char* sep = i ? ", " : "";
+        if (v->kind == OO_ND_LIST_FLOAT) oo_sc_append(msg, cap, pos, "%s%g", sep, v->floats[i]);
+        else if (v->kind == OO_ND_LIST_TYPE) oo_sc_append(msg, cap, pos, "%s%s", sep, oo_nd_type_name(v->ints[i]));
+        else if (v->kind == OO_ND_LIST_BOOL) oo_sc_append(msg, cap, pos, "%s%s", sep, v->ints[i] ? "true" : "false");
+        else oo_sc_append(msg, cap, pos, "%s%lld", sep, (long long)v->ints[i]);
+      }
+      if (v->n > OO_SC_SHOW) oo_sc_append(msg, cap, pos, ", ... (%zu values)", v->n);
+      oo_sc_append(msg, cap, pos, "]");
+      return;
+    case OO_ND_MISSING: oo_sc_append(msg, cap, pos, "<missing>"); return;
+    default: oo_sc_append(msg, cap, pos, "<not read by the generated code>"); return;
+  }
+}
+"""
+
+# NodeDef attribute kinds (opaque_ops.model.nodedef) -> the C reader's kinds.
+_ND_KINDS = {"int": "OO_ND_INT", "float": "OO_ND_FLOAT", "bool": "OO_ND_BOOL", "type": "OO_ND_TYPE",
+             "string": "OO_ND_STRING", "list(int)": "OO_ND_LIST_INT", "list(float)": "OO_ND_LIST_FLOAT",
+             "list(bool)": "OO_ND_LIST_BOOL", "list(type)": "OO_ND_LIST_TYPE"}
+
+
+def c_string(text: str) -> str:
+    """A C string literal for ``text`` (any bytes escaped)."""
+    out = []
+    for byte in text.encode("utf-8"):
+        ch = chr(byte)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 32 <= byte < 127 and ch != "?":
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def c_ident(text: str, used: set) -> str:
+    """A C identifier from ``text``, unique within ``used``."""
+    base = re.sub(r"\W", "_", text, flags=re.ASCII).strip("_") or "value"
+    if base[0].isdigit():
+        base = "_" + base
+    name, k = base, 2
+    while name in used:
+        name, k = f"{base}_{k}", k + 1
+    used.add(name)
+    return name
+
+
+# ------------------------------------------------------ flexbuffer maps --
+
+def value_class(entry_type: str, value) -> str:
+    """What C reads a flexbuffer map entry as: int, float, bool, string, ints, floats, bools, strings or ref."""
+    t = entry_type.split(" [")[0]
+    if t in ("int", "uint"):
+        return "int"
+    if t == "float":
+        return "float"
+    if t == "bool":
+        return "bool"
+    if t in ("string", "key"):
+        return "string"
+    if t in ("vector of int", "vector of uint"):
+        return "ints"
+    if t == "vector of float":
+        return "floats"
+    if t == "vector of bool":
+        return "bools"
+    if t in ("vector", "vector of key", "vector of string") and isinstance(value, list):
+        if all(isinstance(x, str) for x in value):
+            return "strings"
+        if all(isinstance(x, bool) for x in value):
+            return "bools"
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+            return "ints"
+        if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
+            return "floats"
+    return "ref"
+
+
+def merge_classes(classes: set) -> str:
+    """One C reading that accepts every node's value of a key (their union)."""
+    if len(classes) == 1:
+        return next(iter(classes))
+    for wide, narrow in (("float", {"int", "float", "bool"}), ("floats", {"ints", "floats", "bools"}),
+                         ("int", {"int", "bool"}), ("ints", {"ints", "bools"})):
+        if classes <= narrow:
+            return "int" if classes == {"int", "bool"} else "ints" if classes == {"ints", "bools"} else wide
+    return "ref"
+
+
+def _flex_map_parts(keys: dict, n_sets: int) -> tuple[list, list, list, list]:
+    """Struct fields, Init code, Free code and Invoke's message code for a flexbuffer map's keys.
+
+    ``keys``: {key: (class, number of option sets that have it)}.
+    """
+    fields, init, free, show = [], [], [], []
+    used = {"opts", "buffer", "length"}
+    for key, (cls, count) in keys.items():
+        f = c_ident(key, used)
+        k = c_string(key)
+        optional = count < n_sets
+        what = {"int": "an int", "float": "a number", "bool": "a bool", "string": "a string",
+                "ints": "a vector of ints", "floats": "a vector of numbers", "bools": "a vector of bools",
+                "strings": "a vector of strings", "ref": "a value"}[cls]
+        if cls == "int":
+            fields.append(f"int64_t {f};")
+            call = f"oo_flex_get_int(d->buffer, d->length, {k}, &d->{f})"
+            fmt = [f'oo_sc_append(msg, sizeof msg, &pos, " %s=%lld", {k}, (long long)d->{f});']
+        elif cls == "float":
+            fields.append(f"double {f};")
+            call = f"oo_flex_get_double(d->buffer, d->length, {k}, &d->{f})"
+            fmt = [f'oo_sc_append(msg, sizeof msg, &pos, " %s=%g", {k}, d->{f});']
+        elif cls == "bool":
+            fields.append(f"int {f};")
+            call = f"oo_flex_get_bool(d->buffer, d->length, {k}, &d->{f})"
+            fmt = [f'oo_sc_append(msg, sizeof msg, &pos, " %s=%s", {k}, d->{f} ? "true" : "false");']
+        elif cls == "string":
+            fields.append(f"const char* {f}; /* NUL-terminated, inside buffer */")
+            fields.append(f"size_t {f}_len;")
+            call = f"oo_flex_get_string(d->buffer, d->length, {k}, &d->{f}, &d->{f}_len)"
+            fmt = [f'oo_sc_append(msg, sizeof msg, &pos, " %s=%s", {k}, d->{f});']
+        elif cls in ("ints", "bools"):
+            fields.append(f"int64_t* {f}; /* malloc'd */")
+            fields.append(f"size_t {f}_n;")
+            call = f"oo_sc_get_ints(d->buffer, d->length, {k}, &d->{f}, &d->{f}_n)"
+            free.append(f"free(d->{f});")
+            fmt = [f'oo_sc_append(msg, sizeof msg, &pos, " %s=", {k});',
+                   f"oo_sc_append_ints(msg, sizeof msg, &pos, d->{f}, d->{f}_n, {int(cls == 'bools')});"]
+        elif cls == "floats":
+            fields.append(f"double* {f}; /* malloc'd */")
+            fields.append(f"size_t {f}_n;")
+            call = f"oo_sc_get_doubles(d->buffer, d->length, {k}, &d->{f}, &d->{f}_n)"
+            free.append(f"free(d->{f});")
+            fmt = [f'oo_sc_append(msg, sizeof msg, &pos, " %s=", {k});',
+                   f"oo_sc_append_doubles(msg, sizeof msg, &pos, d->{f}, d->{f}_n);"]
+        elif cls == "strings":
+            fields.append(f"const char** {f}; /* malloc'd array of strings inside buffer */")
+            fields.append(f"size_t {f}_n;")
+            call = f"oo_sc_get_strings(d->buffer, d->length, {k}, &d->{f}, &d->{f}_n)"
+            free.append(f"free((void*)d->{f});")
+            fmt = [f'oo_sc_append(msg, sizeof msg, &pos, " %s=", {k});',
+                   f"oo_sc_append_strings(msg, sizeof msg, &pos, d->{f}, d->{f}_n);"]
+        else:  # the nodes disagree on its type, or a nested map: kept as a reference
+            fields.append(f"oo_flex_ref {f}; /* the model's nodes give it different types: read it as needed */")
+            call = f"oo_flex_get(d->buffer, d->length, {k}, &d->{f})"
+            fmt = [f'oo_sc_append(msg, sizeof msg, &pos, " %s=<flexbuffer type %d>", {k}, oo_flex_type(d->{f}));']
+        if optional:
+            fields.append(f"int has_{f}; /* not every node of the model gives {key!r} */")
+        init.append(f"/* {key!r}: {what}{', optional' if optional else ''} */")
+        init.append(f"rc = {call};")
+        if optional:
+            init.append(f"d->has_{f} = rc == OO_FLEX_OK;")
+            init.append("if (rc != OO_FLEX_OK && rc != OO_FLEX_NOT_FOUND)")
+        else:
+            init.append("if (rc != OO_FLEX_OK)")
+        init.append(f'  oo_opts_fail(&d->opts, OP_NAME, "option \'%s\' ({what}): %s", {k}, oo_flex_strerror(rc));')
+        if optional:
+            show.append(f"if (d->has_{f}) {{")
+            show += ["  " + line for line in fmt]
+            show.append("} else {")
+            show.append(f'  oo_sc_append(msg, sizeof msg, &pos, " %s=<absent>", {k});')
+            show.append("}")
+        else:
+            show += fmt
+    return fields, init, free, show
+
+
+# ----------------------------------------------------------------- a file --
+
+def kernel_source(op, model_name: str, command: str) -> str:
+    """The C file of one op: the options it parses, its checks and its placeholder Invoke.
+
+    Parameters
+    ----------
+    op : opaque_ops.cli.scaffold.OpFacts
+        What the model says about the op.
+    model_name : str
+        The model's file name (for the header comment).
+    command : str
+        The scaffold command line (for the header comment).
+    """
+    p = op.c_prefix
+    kind = op.options_kind
+    lines_doc = [f"/* {op.name} v{', v'.join(map(str, sorted(op.versions)))}: written by `{command}`.",
+                 " *",
+                 f" * {model_name} uses it in {op.count} node(s), with these tensors:"]
+    for i, (t, shape) in enumerate(op.inputs):
+        lines_doc.append(f" *   input {i}: {t.lower()} {list(shape) if shape is not None else 'shapes differ'}")
+    for i, (t, shape) in enumerate(op.outputs):
+        lines_doc.append(f" *   output {i}: {t.lower()} {list(shape) if shape is not None else 'shapes differ'}")
+    lines_doc.append(f" * Options: {op.options_summary}.")
+    lines_doc += [
+        " *",
+        " * As generated: Init reads every option the model gives (each one checked;",
+        " * a problem is reported by Prepare), Prepare checks the node's tensors and",
+        " * sets the output shapes the model records, and Invoke fails with",
+        ' * "not implemented yet" and the options as parsed here.  Write the op in',
+        f" * {p}Invoke, and its numpy reference in the test file.",
+        " */",
+    ]
+    out = ["\n".join(lines_doc), "",
+           "#include <stdarg.h>", "#include <stdint.h>", "#include <stdio.h>", "#include <stdlib.h>",
+           "#include <string.h>", "",
+           '#include "opaque_ops.h"', '#include "opaque_ops/flex.h"', '#include "opaque_ops/kernel_util.h"',
+           '#include "opaque_ops/rawopts.h"', "",
+           f"#define OP_NAME {c_string(op.name)}", HELPERS.replace("@SHOW@", str(SHOW))]
+    if kind == "flex":
+        out.append(NODEDEF_HELPERS)
+
+    fields = ["OoOptsStatus opts; /* the first problem with the options, reported by Prepare */",
+              "uint8_t* buffer;   /* a copy of the options: what is read points into it */",
+              "size_t length;"]
+    init, free, show = [], [], []
+    if kind == "flexbuffer map":
+        f, init, free, show = _flex_map_parts(op.map_keys, len(op.option_sets))
+        fields += f
+    elif kind == "raw":
+        lengths = sorted(op.raw_lengths)
+        cond = " && ".join(f"d->length != {n}" for n in lengths)
+        fields.append(f"int32_t i32[{max(lengths) // 4 or 1}]; /* the bytes as little-endian int32s */")
+        fields.append("size_t n_i32;")
+        init += [f"/* raw bytes: {' or '.join(map(str, lengths))} in the model */",
+                 f"if ({cond})",
+                 (f'  oo_opts_fail(&d->opts, OP_NAME, "options must be {" or ".join(map(str, lengths))} bytes '
+                 f'(as in the model), got %zu", d->length);'),
+                 "d->n_i32 = d->length / 4;",
+                 "if (d->n_i32 > sizeof d->i32 / sizeof d->i32[0]) d->n_i32 = sizeof d->i32 / sizeof d->i32[0];",
+                 "if (oo_raw_i32s(d->buffer, d->length, d->i32, d->n_i32) != OO_RAW_OK)",
+                 '  oo_opts_fail(&d->opts, OP_NAME, "cannot read the options as int32s");']
+        show += ['oo_sc_append(msg, sizeof msg, &pos, " %zu bytes ", d->length);',
+                 "{",
+                 "  size_t i;",
+                 "  for (i = 0; i < d->length && i < 4 * OO_SC_SHOW; ++i)",
+                 '    oo_sc_append(msg, sizeof msg, &pos, "%02x", d->buffer[i]);',
+                 '  if (d->length > 4 * OO_SC_SHOW) oo_sc_append(msg, sizeof msg, &pos, "...");',
+                 '  oo_sc_append(msg, sizeof msg, &pos, " int32=[");',
+                 "  for (i = 0; i < d->n_i32 && i < OO_SC_SHOW; ++i)",
+                 '    oo_sc_append(msg, sizeof msg, &pos, "%s%d", i ? ", " : "", (int)d->i32[i]);',
+                 '  oo_sc_append(msg, sizeof msg, &pos, "%s]", d->n_i32 > OO_SC_SHOW ? ", ..." : "");',
+                 "}"]
+    elif kind == "flex":
+        fields += ["const char* tf_op; /* the TensorFlow op name */", "size_t tf_op_len;",
+                   "const uint8_t* node_def; /* the serialized NodeDef */", "size_t node_def_len;"]
+        used = set()
+        attr_fields = []
+        for name, akind in op.flex_attrs.items():
+            f = "attr_" + c_ident(name, used)
+            attr_fields.append((name, akind, f))
+            fields.append(f"OoNdValue {f}; /* {name}: {akind} */")
+        init += ["/* a Flex op: a flexbuffer vector [TensorFlow op name, NodeDef] */",
+                 "{",
+                 "  oo_flex_ref root, e;",
+                 "  size_t n = 0;",
+                 "  rc = oo_flex_root(d->buffer, d->length, &root);",
+                 "  if (rc == OO_FLEX_OK) rc = oo_flex_vector_size(root, &n);",
+                 "  if (rc == OO_FLEX_OK && n != 2) rc = OO_FLEX_ERR_MALFORMED;",
+                 "  if (rc == OO_FLEX_OK) rc = oo_flex_vector_at(root, 0, &e);",
+                 "  if (rc == OO_FLEX_OK) rc = oo_flex_as_string(e, &d->tf_op, &d->tf_op_len);",
+                 "  if (rc == OO_FLEX_OK) rc = oo_flex_vector_at(root, 1, &e);",
+                 "  if (rc == OO_FLEX_OK) rc = oo_flex_as_blob(e, &d->node_def, &d->node_def_len);",
+                 "  if (rc != OO_FLEX_OK)",
+                 ('    oo_opts_fail(&d->opts, OP_NAME, "options must be [TensorFlow op name, NodeDef]: %s", '
+                 "oo_flex_strerror(rc));"),
+                 f"  else if (strcmp(d->tf_op, {c_string(op.tf_op)}) != 0)",
+                 (f'    oo_opts_fail(&d->opts, OP_NAME, "the TensorFlow op must be %s, got %s", {c_string(op.tf_op)}, '
+                 "d->tf_op);"),
+                 "}"]
+        for name, akind, f in attr_fields:
+            ckind = _ND_KINDS.get(akind, "OO_ND_OTHER")
+            init += [f"if (!d->opts.failed) {{ /* {name}: {akind} in the model */",
+                     f"  if (oo_nd_attr(d->node_def, d->node_def_len, {c_string(name)}, &d->{f}) != 0)",
+                     '    oo_opts_fail(&d->opts, OP_NAME, "malformed NodeDef");',
+                     f"  else if (d->{f}.kind != {ckind})",
+                     (f'    oo_opts_fail(&d->opts, OP_NAME, "attribute %s must be {akind} (as in the model)", '
+                     f"{c_string(name)});"),
+                     "}"]
+            show += [f'oo_sc_append(msg, sizeof msg, &pos, " %s=", {c_string(name)});',
+                     f"oo_nd_append(msg, sizeof msg, &pos, &d->{f});"]
+        show.insert(0, 'oo_sc_append(msg, sizeof msg, &pos, " op=%s", d->tf_op ? d->tf_op : "?");')
+    elif kind == "none":
+        show.append('oo_sc_append(msg, sizeof msg, &pos, " none");')
+    else:  # a flexbuffer vector, or bytes some nodes give as a map and others not: kept as bytes
+        show.append('oo_sc_append(msg, sizeof msg, &pos, " %zu bytes, kept as they are", d->length);')
+
+    out.append("typedef struct {\n" + "\n".join("  " + f for f in fields) + f"\n}} {p}Data;\n")
+
+    body = "\n".join("  " + line for line in init)
+    out.append(f"""static void* {p}Init(TfLiteOpaqueContext* context, const char* buffer, size_t length) {{
+  {p}Data* d = ({p}Data*)calloc(1, sizeof *d);
+  int rc = OO_FLEX_OK;
+  (void)context;
+  (void)rc;
+  if (d == NULL) return NULL; /* Prepare reports it */
+  d->buffer = (uint8_t*)malloc(length ? length : 1);
+  if (d->buffer == NULL) {{
+    oo_opts_fail(&d->opts, OP_NAME, "out of memory copying %zu bytes of options", length);
+    return d;
+  }}
+  if (length) memcpy(d->buffer, buffer, length);
+  d->length = length;
+{body}
+  return d;
+}}
+""")
+    frees = "\n".join("  " + line for line in free)
+    out.append(f"""static void {p}Free(TfLiteOpaqueContext* context, void* data) {{
+  {p}Data* d = ({p}Data*)data;
+  (void)context;
+  if (d == NULL) return;
+{frees}
+  free(d->buffer);
+  free(d);
+}}
+""")
+    checks = []
+    for i, (t, _shape) in enumerate(op.inputs):
+        types = sorted(op.input_types[i])
+        cond = " && ".join(f"ty != {C_TYPES.get(x, 'kTfLiteNoType')}" for x in types)
+        checks += [f"  {{ /* input {i}: {' or '.join(x.lower() for x in types)} in the model */",
+                   f"    const TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetInput(context, node, {i});",
+                   "    TfLiteType ty;",
+                   "    if (t == NULL) {",
+                   f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: input {i} is missing", OP_NAME);',
+                   "      return kTfLiteError;",
+                   "    }",
+                   "    ty = TfLiteOpaqueTensorType(t);",
+                   f"    if ({cond}) {{",
+                   (f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: input {i} must be {" or ".join(x.lower() for x in types)}'
+                   ', got %s", OP_NAME, TfLiteTypeGetName(ty));'),
+                   "      return kTfLiteError;",
+                   "    }",
+                   "  }"]
+    for i, (t, shape) in enumerate(op.outputs):
+        types = sorted(op.output_types[i])
+        cond = " && ".join(f"ty != {C_TYPES.get(x, 'kTfLiteNoType')}" for x in types)
+        checks += [f"  {{ /* output {i}: {' or '.join(x.lower() for x in types)} in the model */",
+                   f"    TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetOutput(context, node, {i});",
+                   "    TfLiteType ty;",
+                   "    if (t == NULL) {",
+                   f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: output {i} is missing", OP_NAME);',
+                   "      return kTfLiteError;",
+                   "    }",
+                   "    ty = TfLiteOpaqueTensorType(t);",
+                   f"    if ({cond}) {{",
+                   (f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: output {i} must be {" or ".join(x.lower() for x in types)}'
+                   ', got %s", OP_NAME, TfLiteTypeGetName(ty));'),
+                   "      return kTfLiteError;",
+                   "    }"]
+        if shape is None:
+            checks.append("    /* The model's nodes record different shapes for this output: compute it from the\n"
+                          "       inputs here (oo_resize). */")
+        elif len(shape) == 0:
+            checks.append("    TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize(context, t, 0, NULL)); /* a scalar */")
+        else:
+            dims = ", ".join(str(int(x)) for x in shape)
+            checks += ["    { /* the shape the model records; derive it from the inputs for other shapes */",
+                       f"      static const int dims[{len(shape)}] = {{{dims}}};",
+                       f"      TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize(context, t, {len(shape)}, dims));",
+                       "    }"]
+        checks.append("  }")
+    checks_text = "\n".join(checks)
+    out.append(f"""static TfLiteStatus {p}Prepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {{
+  const {p}Data* d = (const {p}Data*)TfLiteOpaqueNodeGetUserData(node);
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_opts_check(context, OP_NAME, d ? &d->opts : NULL));
+  TF_LITE_OPAQUE_ENSURE_STATUS(oo_check_io(context, OP_NAME, node, {len(op.inputs)}, {len(op.outputs)}));
+{checks_text}
+  return kTfLiteOk;
+}}
+""")
+    show_text = "\n".join("  " + line for line in show)
+    out.append(f"""static TfLiteStatus {p}Invoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {{
+  const {p}Data* d = (const {p}Data*)TfLiteOpaqueNodeGetUserData(node);
+  char msg[2048];
+  size_t pos = 0;
+  /* Write the op here: read the inputs (TfLiteOpaqueNodeGetInput, TfLiteOpaqueTensorData),
+     write the outputs, and return kTfLiteOk.  Until then it reports what Init parsed. */
+  oo_sc_append(msg, sizeof msg, &pos, "%s: not implemented yet (options:", OP_NAME);
+{show_text}
+  oo_sc_append(msg, sizeof msg, &pos, ")");
+  TfLiteOpaqueContextReportError(context, "%s", msg);
+  return kTfLiteError;
+}}
+""")
+    for v in sorted(op.versions):
+        out.append(f"OPAQUE_OP(OP_NAME, {v}, .init = {p}Init, .free = {p}Free, .prepare = {p}Prepare,\n"
+                   f"          .invoke = {p}Invoke);")
+    return "\n".join(out) + "\n"

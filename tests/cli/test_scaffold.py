@@ -1,0 +1,443 @@
+"""opaque-ops scaffold: a kernel package from a model, installed, wheeled, written and tested.
+
+The model is built here with three custom ops no test has seen: ``Shrink``
+(a flexbuffer map of five kinds of value, with two nodes giving different
+values), ``Packed12`` (12 raw bytes) and ``FlexRoll`` (a Flex op whose NodeDef
+is written by an encoder in this file, from the protobuf spec).  Everything
+runs for real: the generated C is compiled, pip installs the project, the
+generated tests run under pytest in a child process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flatbuffers import flexbuffers
+
+from opaque_ops.model import ModelBuilder
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "shrink_ops"
+
+SHRINK_A = {"lambda": 0.25, "mode": "soft", "axis": -1, "enabled": True, "scales": [0.5, 1, 2]}
+SHRINK_B = {"lambda": 1, "mode": "hard", "axis": 1, "enabled": False, "scales": [3, 4]}
+RAW12 = struct.pack("<ihhf", 9, -2, 300, 1.5)
+
+
+# -- a protobuf wire encoder from the spec (varints, tags, length-delimited fields), for the NodeDef.
+
+def varint(n: int) -> bytes:
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def ld(field: int, payload: bytes) -> bytes:
+    return varint(field << 3 | 2) + varint(len(payload)) + payload
+
+
+def attr(name: str, value: bytes) -> bytes:
+    return ld(5, ld(1, name.encode()) + ld(2, value))
+
+
+def roll_options() -> bytes:
+    # NodeDef {name: "roll", op: "Roll", attr {T: float32, Tshift: int32, shift: 2, axes: [1, 0], wrap: true}}
+    node = (ld(1, b"roll") + ld(2, b"Roll") + attr("T", varint(6 << 3) + varint(1))
+            + attr("Tshift", varint(6 << 3) + varint(3)) + attr("shift", varint(3 << 3) + varint(2))
+            + attr("axes", ld(1, ld(3, varint(1) + varint(0)))) + attr("wrap", varint(5 << 3) + varint(1)))
+    fbb = flexbuffers.Builder()
+    with fbb.Vector():
+        fbb.String("Roll")
+        fbb.String(node.decode("ascii"))
+    return bytes(fbb.Finish())
+
+
+def cli(*args, env=None, cwd=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "opaque_ops", *map(str, args)], capture_output=True, text=True,
+                          check=False, env=env or child_env(), cwd=cwd, timeout=timeout)
+
+
+def child_env(*paths, **extra) -> dict:
+    """This checkout's opaque_ops first on the path (plus ``paths``), for child processes."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*map(str, paths), str(ROOT)]), **extra)
+    return env
+
+
+def pip(*args, env=None):
+    r = subprocess.run([sys.executable, "-m", "pip", *map(str, args)], capture_output=True, text=True, check=False,
+                       env=env or child_env(), timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def run_pytest(tests: Path, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
+                          capture_output=True, text=True, check=False, env=env or child_env(), cwd=tests.parent,
+                          timeout=900)
+
+
+def summary(r: subprocess.CompletedProcess) -> str:
+    return r.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("scaffold")
+
+
+@pytest.fixture(scope="module")
+def model(work) -> Path:
+    b = ModelBuilder()
+    x = b.add_tensor("x", [2, 3], np.float32)
+    a = b.add_tensor("a", [2, 3], np.float32)
+    s = b.add_tensor("s", [2, 3], np.float32)
+    p = b.add_tensor("p", [6], np.int32)
+    r = b.add_tensor("r", [2, 3], np.float32)
+    b.add_custom_op("Shrink", [x], [a], options=SHRINK_A)
+    b.add_custom_op("Shrink", [a], [s], options=SHRINK_B)
+    b.add_custom_op("Packed12", [s], [p], options=RAW12)
+    b.add_custom_op("FlexRoll", [s, p], [r], options=roll_options(), version=2)
+    b.set_inputs([x])
+    b.set_outputs([r, p])
+    path = work / "three new ops.tflite"
+    path.write_bytes(b.build())
+    return path
+
+
+@pytest.fixture(scope="module")
+def project(work, model) -> Path:
+    out = work / "proj"
+    r = cli("scaffold", model, "-o", out, "--name", NAME)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+# The options as the generated C must print them (from the model, not from the C).
+SHRINK_A_SHOWN = "Shrink: not implemented yet (options: axis=-1 enabled=true lambda=0.25 mode=soft scales=[0.5, 1, 2])"
+SHRINK_B_SHOWN = "Shrink: not implemented yet (options: axis=1 enabled=false lambda=1 mode=hard scales=[3, 4])"
+PACKED_SHOWN = ("Packed12: not implemented yet (options: 12 bytes " + RAW12.hex()
+                + " int32=[9, 19726334, 1069547520])")
+ROLL_SHOWN = "FlexRoll: not implemented yet (options: op=Roll T=float32 Tshift=int32 shift=2 axes=[1, 0] wrap=true)"
+
+
+def test_project_layout_and_c_files(project, model):
+    files = sorted(str(p.relative_to(project)) for p in project.rglob("*") if p.is_file())
+    assert files == sorted(["README.md", "pyproject.toml", "setup.py", "tests/test_flex_roll.py",
+                            "tests/test_packed12.py", "tests/test_shrink.py", f"{NAME}/__init__.py",
+                            f"{NAME}/c/flex_roll.c", f"{NAME}/c/packed12.c", f"{NAME}/c/shrink.c"])
+    shrink = (project / NAME / "c" / "shrink.c").read_text()
+    assert 'OPAQUE_OP(OP_NAME, 1,' in shrink and '#define OP_NAME "Shrink"' in shrink
+    # One struct field and one checked flex.h read per key, typed from the model's values:
+    # the two nodes give scales as floats and as ints, so it is read as numbers.
+    for decl, call in [("double lambda;", 'oo_flex_get_double(d->buffer, d->length, "lambda"'),
+                       ("const char* mode;", 'oo_flex_get_string(d->buffer, d->length, "mode"'),
+                       ("int64_t axis;", 'oo_flex_get_int(d->buffer, d->length, "axis"'),
+                       ("int enabled;", 'oo_flex_get_bool(d->buffer, d->length, "enabled"'),
+                       ("double* scales;", 'oo_sc_get_doubles(d->buffer, d->length, "scales"')]:
+        assert decl in shrink and call in shrink
+    assert shrink.count("oo_opts_fail(&d->opts, OP_NAME, \"option '%s'") == 5
+    assert "static const int dims[2] = {2, 3};" in shrink  # the recorded output shape
+    assert "ty != kTfLiteFloat32" in shrink
+    packed = (project / NAME / "c" / "packed12.c").read_text()
+    assert "if (d->length != 12)" in packed and "ty != kTfLiteInt32" in packed
+    roll = (project / NAME / "c" / "flex_roll.c").read_text()
+    assert 'OPAQUE_OP(OP_NAME, 2,' in roll and 'strcmp(d->tf_op, "Roll")' in roll
+    for name in ("T", "Tshift", "shift", "axes", "wrap"):
+        assert f'oo_nd_attr(d->node_def, d->node_def_len, "{name}"' in roll
+    pyproject = (project / "pyproject.toml").read_text()
+    assert '[project.entry-points."opaque_ops.kernels"]' in pyproject and f'{NAME} = "{NAME}:kernels"' in pyproject
+    readme = (project / "README.md").read_text()
+    assert "pip install --no-build-isolation --no-deps ." in readme
+    assert "OPAQUE_OPS_WHEEL_ARCH=aarch64 pip wheel --no-build-isolation --no-deps" in readme
+
+
+def test_refuses_a_non_empty_directory_unless_forced(project, model):
+    c_file = project / NAME / "c" / "shrink.c"
+    before = c_file.read_text()
+    c_file.write_text(before + "/* the author's work */\n")
+    r = cli("scaffold", model, "-o", project, "--name", NAME)
+    assert r.returncode == 1 and "is not empty" in r.stderr and "--force" in r.stderr
+    assert c_file.read_text().endswith("/* the author's work */\n")
+    r = cli("scaffold", model, "-o", project, "--name", NAME, "--force")
+    assert r.returncode == 0, r.stderr
+    assert c_file.read_text() == before
+
+
+def test_usage_errors(work, model):
+    r = cli("scaffold", model, "-o", work / "x1", "--name", "mediapipe")
+    assert r.returncode == 1 and "bundled kernel's name" in r.stderr
+    r = cli("scaffold", model, "-o", work / "x2", "--name", "not-an-identifier")
+    assert r.returncode == 1 and "Python identifier" in r.stderr
+    r = cli("scaffold", model, "-o", work / "x3", "--name", "ok", "--op", "Nope")
+    assert r.returncode == 1 and "no custom op 'Nope'" in r.stderr and "Shrink" in r.stderr
+    assert not (work / "x1").exists() and not (work / "x3").exists()
+
+
+def test_generated_tests_run_and_fail_with_what_to_write(project):
+    r = run_pytest(project / "tests")
+    assert r.returncode == 1, r.stdout + r.stderr
+    # Every case fails; none errors or is skipped: one Shrink case per distinct option set.
+    assert summary(r) .startswith("4 failed in"), r.stdout
+    for shown in (SHRINK_A_SHOWN, SHRINK_B_SHOWN, PACKED_SHOWN, ROLL_SHOWN):
+        assert shown in r.stdout
+    assert "Shrink is not written yet: write ShrinkInvoke in" in r.stdout and "and reference() in" in r.stdout
+
+
+ALLOCATE_AND_RUN = r"""
+import json, sys
+import numpy as np
+import opaque_ops as oo
+from opaque_ops.testing import run_op
+
+model, opts = sys.argv[1], json.loads(sys.argv[2])
+lib = getattr(oo.kernels, sys.argv[3])()
+it = oo.Interpreter(model_path=model, custom_ops=[lib])
+it.allocate_tensors()
+out = {"prebuilt": [l.prebuilt for l in lib.libraries], "paths": [str(l.path) for l in lib.libraries],
+       "shapes": [[int(x) for x in d["shape"]] for d in it.get_output_details()], "oo": oo.__file__}
+try:
+    it.invoke()
+except oo.KernelError as exc:
+    out["invoke"] = str(exc)
+for op, (hexopts, version, ins, outs) in opts.items():
+    try:
+        run_op(lib, op, [np.ones(s, d) for d, s in ins], options=bytes.fromhex(hexopts), version=version,
+               num_outputs=[(s, d) for d, s in outs])
+    except oo.KernelError as exc:
+        out[op] = str(exc)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def op_cases():
+    return json.dumps({
+        "Shrink": [flex_map(SHRINK_B).hex(), 1,
+                   [["float32", [2, 3]]], [["float32", [2, 3]]]],
+        "Packed12": [RAW12.hex(), 1, [["float32", [2, 3]]], [["int32", [6]]]],
+        "FlexRoll": [roll_options().hex(), 2, [["float32", [2, 3]], ["int32", [6]]], [["float32", [2, 3]]]],
+    })
+
+
+def flex_map(d) -> bytes:
+    from opaque_ops.model import flex_options
+
+    return flex_options(d)
+
+
+def result(r: subprocess.CompletedProcess) -> dict:
+    line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, r.stdout + r.stderr
+    return json.loads(line[len("RESULT "):])
+
+
+def test_pip_install_then_kernels_name_finds_it(project, model, work):
+    site = work / "site"
+    pip("install", "-q", "--no-build-isolation", "--no-deps", "--target", site, project)
+    assert (site / NAME / "c" / "shrink.c").is_file()
+    r = subprocess.run([sys.executable, "-c", ALLOCATE_AND_RUN, model, op_cases(), NAME], capture_output=True,
+                       text=True, check=False, env=child_env(site), cwd=work, timeout=600)
+    out = result(r)
+    assert out["oo"].startswith(str(ROOT))
+    assert out["prebuilt"] == [False, False, False]  # compiled on first use, through compile_ops' cache
+    assert out["shapes"] == [[2, 3], [6]]  # allocate_tensors() worked as generated
+    assert SHRINK_A_SHOWN in out["invoke"]  # the model's first node
+    assert SHRINK_B_SHOWN in out["Shrink"] and PACKED_SHOWN in out["Packed12"] and ROLL_SHOWN in out["FlexRoll"]
+    # --ops kernels:NAME finds it too: the doctor says the model would run.
+    r = cli("doctor", model, "--ops", f"kernels:{NAME}", env=child_env(site))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"--ops kernels:{NAME}: FlexRoll v2, Packed12 v1, Shrink v1" in r.stdout, r.stdout
+
+
+def test_broken_kernel_package_is_named_and_bundled_kernels_still_work(work, model):
+    site = work / "broken_site"
+    dist = site / "broken_kernels-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-kernels\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[opaque_ops.kernels]\nbroken = no_such_module_here:kernels\n")
+    code = ("import opaque_ops as oo\n"
+            "print('ATAN', oo.kernels.atan().ops, oo.kernels.by_name('atan').ops)\n"
+            "try:\n    oo.kernels.broken()\nexcept oo.OpaqueOpsError as exc:\n    print('ERROR', type(exc).__name__, exc)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=child_env(site),
+                       timeout=300)
+    assert "ATAN [('Atan', 1)] [('Atan', 1)]" in r.stdout, r.stdout + r.stderr
+    assert ("ERROR OpLibraryError kernel package 'broken-kernels' (entry point broken = no_such_module_here:kernels "
+            "in opaque_ops.kernels) is broken: ModuleNotFoundError") in r.stdout, r.stdout + r.stderr
+    r = cli("run", model, "--ops", "kernels:nothing_by_this_name", env=child_env(site))
+    assert r.returncode == 1 and "no bundled kernel or kernel package 'nothing_by_this_name'" in r.stderr
+    assert "broken" in r.stderr  # listed among the names that exist
+
+
+@pytest.fixture(scope="module")
+def wheels(project, work) -> dict:
+    built = {}
+    dist = work / "dist"
+    arches = ["x86_64"] + (["aarch64"] if shutil.which("aarch64-linux-gnu-gcc") else [])
+    for arch in arches:
+        pip("wheel", "-q", "--no-build-isolation", "--no-deps", "-w", dist, project,
+            env=child_env(OPAQUE_OPS_WHEEL_ARCH=arch))
+        [built[arch]] = dist.glob(f"{NAME}-*-py3-none-manylinux_2_35_{arch}.whl")
+    return built
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_platform_wheel_carries_the_prebuilt_libraries(wheels, arch):
+    if arch not in wheels:
+        pytest.fail("the aarch64 wheel needs aarch64-linux-gnu-gcc (apt-get install gcc-aarch64-linux-gnu)")
+    with zipfile.ZipFile(wheels[arch]) as z:
+        names = z.namelist()
+        assert f"Tag: py3-none-manylinux_2_35_{arch}" in z.read(
+            next(n for n in names if n.endswith(".dist-info/WHEEL"))).decode()
+        assert "[opaque_ops.kernels]" in z.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+        manifest = json.loads(z.read(f"{NAME}/prebuilt/{arch}/manifest.json"))
+        assert manifest["arch"] == arch and sorted(manifest["kernels"]) == ["flex_roll", "packed12", "shrink"]
+        for stem, entry in manifest["kernels"].items():
+            lib = z.read(f"{NAME}/prebuilt/{arch}/{stem}.so")
+            assert hashlib.sha256(lib).hexdigest() == entry["sha256"]
+            assert hashlib.sha256(z.read(f"{NAME}/c/{stem}.c")).hexdigest() == entry["source_sha256"]
+            assert {0x3E: "x86_64", 0xB7: "aarch64"}[int.from_bytes(lib[18:20], "little")] == arch
+
+
+def test_x86_64_wheel_runs_with_no_compiler(wheels, model, work):
+    if os.uname().machine != "x86_64":
+        pytest.skip("the x86_64 wheel runs on an x86_64 host")
+    site = work / "wheel_site"
+    pip("install", "-q", "--no-deps", "--target", site, wheels["x86_64"])
+    cache = work / "never_used_cache"
+    env = child_env(site, PATH="/nonexistent", OPAQUE_OPS_CACHE_DIR=str(cache))
+    env.pop("CC", None)
+    r = subprocess.run([sys.executable, "-c", "import shutil; assert shutil.which('cc') is None and "
+                        "shutil.which('gcc') is None\n" + ALLOCATE_AND_RUN, model, op_cases(), NAME],
+                       capture_output=True, text=True, check=False, env=env, cwd=work, timeout=600)
+    out = result(r)
+    assert out["prebuilt"] == [True, True, True]
+    assert all(p.startswith(str(site / NAME / "prebuilt" / "x86_64")) for p in out["paths"])
+    assert not list(cache.glob("*.so")), "nothing may be compiled"
+    assert SHRINK_A_SHOWN in out["invoke"] and PACKED_SHOWN in out["Packed12"] and ROLL_SHOWN in out["FlexRoll"]
+
+
+def test_aarch64_wheel_runs_in_emulated_python(wheels, model, work):
+    if shutil.which("qemu-aarch64") is None or "aarch64" not in wheels:
+        pytest.skip("needs qemu-aarch64 and aarch64-linux-gnu-gcc")
+    try:
+        from tests import aarch64_python as arm
+    except ImportError:
+        import aarch64_python as arm
+    arm.sysroot()
+    deps = arm.deps_site()
+    site = work / "arm_site"
+    # --no-deps: opaque_ops comes from this checkout (on the path), as the Pi flow tests run it.
+    arm.pip_install(site, "--no-deps", str(wheels["aarch64"]), wheels=arm.wheels_dir())
+    r = arm.run(ALLOCATE_AND_RUN.replace("import json, sys", "import json, sys, platform"), model, op_cases(),
+                NAME, pythonpath=[site, ROOT, deps])
+    out = result(r)
+    assert out["prebuilt"] == [True, True, True] and all("/prebuilt/aarch64/" in p for p in out["paths"])
+    assert SHRINK_B_SHOWN in out["Shrink"] and PACKED_SHOWN in out["Packed12"] and ROLL_SHOWN in out["FlexRoll"]
+
+
+# ------------------------------------------------------------ MediaPipe --
+
+def test_mediapipe_landmarks_to_transform_matrix(work):
+    from opaque_ops.cli.doctor import describe_options
+    from opaque_ops.model import read_model
+
+    spec = importlib.util.find_spec("mediapipe")
+    assert spec is not None, "mediapipe 0.10.14 is a test dependency (pip install --no-deps mediapipe==0.10.14)"
+    face = Path(next(iter(spec.submodule_search_locations))) / "modules" / "face_landmark" / \
+        "face_landmark_with_attention.tflite"
+    out = work / "mp"
+    r = cli("scaffold", face, "-o", out, "--name", "mp_l2t", "--op", "Landmarks2TransformMatrix")
+    assert r.returncode == 0, r.stderr
+    assert [p.name for p in (out / "mp_l2t" / "c").iterdir()] == ["landmarks2_transform_matrix.c"]
+    c_text = (out / "mp_l2t" / "c" / "landmarks2_transform_matrix.c").read_text()
+    assert 'OPAQUE_OP(OP_NAME, 2,' in c_text and "oo_sc_get_ints(d->buffer, d->length, \"subset_idxs\"" in c_text
+    r = run_pytest(out / "tests")
+    assert r.returncode == 1 and summary(r).startswith(("1 failed", "2 failed", "3 failed")), r.stdout
+    assert "error" not in summary(r) and "skipped" not in summary(r)
+    # Every option value, as the C parsed it, equals what the model holds.
+    info = read_model(face)
+    node = next(op for sg in info.subgraphs for op in sg.operators if op.op_name == "Landmarks2TransformMatrix")
+    entries = {e["key"]: e["value"] for e in describe_options(node.op_name, node.custom_options)["entries"]}
+    shown = re.search(r"Landmarks2TransformMatrix: not implemented yet \(options:(.*?)\)\n", r.stdout).group(1)
+    for key, value in entries.items():
+        if isinstance(value, list):
+            head = ", ".join(str(v) for v in value[:8])
+            assert f" {key}=[{head}" in shown, (key, shown)
+        elif isinstance(value, float):
+            assert re.search(rf" {key}=(\S+)", shown) and float(re.search(rf" {key}=(\S+)", shown).group(1)) \
+                == pytest.approx(value, rel=1e-5), (key, shown)
+        else:
+            assert f" {key}={value}" in shown, (key, shown)
+
+
+# ------------------------------------------------------- an author's work --
+
+SHRINK_INVOKE = r"""static TfLiteStatus ShrinkInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
+  const ShrinkData* d = (const ShrinkData*)TfLiteOpaqueNodeGetUserData(node);
+  const TfLiteOpaqueTensor* in = TfLiteOpaqueNodeGetInput(context, node, 0);
+  TfLiteOpaqueTensor* out = TfLiteOpaqueNodeGetOutput(context, node, 0);
+  const float* x = (const float*)TfLiteOpaqueTensorData(in);
+  float* y = (float*)TfLiteOpaqueTensorData(out);
+  int64_t i, n = oo_num_elements(in);
+  double scale = d->scales_n ? d->scales[0] : 1.0;
+  int soft = strcmp(d->mode, "soft") == 0;
+  for (i = 0; i < n; ++i) {
+    double v = x[i], a = v < 0 ? -v : v, r;
+    if (!d->enabled) r = v;
+    else if (soft) r = a > d->lambda ? (v < 0 ? -(a - d->lambda) : a - d->lambda) * scale : 0.0;
+    else r = a > d->lambda ? v * scale : 0.0;
+    y[i] = (float)r;
+  }
+  return kTfLiteOk;
+}
+"""
+
+SHRINK_REFERENCE = '''def reference(inputs, options):
+    (x,) = inputs
+    if not options["enabled"]:
+        return [x]
+    scale = options["scales"][0]
+    if options["mode"] == "soft":
+        return [(np.sign(x) * np.maximum(np.abs(x) - options["lambda"], 0) * scale).astype(np.float32)]
+    return [np.where(np.abs(x) > options["lambda"], x * scale, 0).astype(np.float32)]
+'''
+
+
+def test_an_author_writes_the_kernel_and_its_generated_test_passes(work, model):
+    start = time.monotonic()
+    out = work / "authored"
+    r = cli("scaffold", model, "-o", out, "--name", "authored", "--op", "Shrink")
+    assert r.returncode == 0, r.stderr
+    c_file = out / "authored" / "c" / "shrink.c"
+    text = c_file.read_text()
+    begin = text.index("static TfLiteStatus ShrinkInvoke(")
+    end = text.index("\n}\n", begin) + 3
+    c_file.write_text(text[:begin] + SHRINK_INVOKE + text[end:])
+    t_file = out / "tests" / "test_shrink.py"
+    text = t_file.read_text()
+    begin = text.index("def reference(inputs, options):")
+    end = text.index("\ndef make_inputs", begin)
+    t_file.write_text(text[:begin] + SHRINK_REFERENCE + "\n" + text[end:])
+    r = run_pytest(out / "tests")
+    assert r.returncode == 0 and summary(r).startswith("2 passed"), r.stdout + r.stderr
+    print(f"scaffold to a passing test: {time.monotonic() - start:.1f} s")
+    # A reference that disagrees makes the same test fail: it compares for real.
+    t_file.write_text(t_file.read_text().replace("options[\"lambda\"], 0) * scale", "options[\"lambda\"], 0) * 2"))
+    r = run_pytest(out / "tests")
+    assert r.returncode == 1 and "Mismatched elements" in r.stdout, r.stdout
