@@ -3,6 +3,7 @@
 
 A thin wrapper around :func:`opaque_ops.build.main` (also ``opaque-ops build``).
 """
+
 import sys
 
 from opaque_ops.build.standalone import main

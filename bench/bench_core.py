@@ -124,8 +124,7 @@ def tiny_loops() -> dict:
         bare.invoke()
         return bare.get_tensor(i_out)
 
-    loops = {"opaque_ops": ours, "opaque_ops_unlocked": ours_unlocked, "opaque_ops_views": ours_views,
-             "raw_cffi": raw}
+    loops = {"opaque_ops": ours, "opaque_ops_unlocked": ours_unlocked, "opaque_ops_views": ours_views, "raw_cffi": raw}
     for modname in ("ai_edge_litert.interpreter", "tflite_runtime.interpreter"):
         try:
             mod = __import__(modname, fromlist=["Interpreter"])
@@ -166,10 +165,18 @@ def bench_compile() -> dict:
 
 def bench_import(runs: int = 7) -> dict:
     code = "import time; t=time.perf_counter(); import opaque_ops; print(time.perf_counter()-t)"
-    times = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout) for _ in range(runs)]
+    times = [
+        float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout) for _ in range(runs)
+    ]
     code_np = "import time; t=time.perf_counter(); import opaque_ops, numpy; opaque_ops.Interpreter; print(time.perf_counter()-t)"
-    times_full = [float(subprocess.run([sys.executable, "-c", code_np], capture_output=True, text=True).stdout) for _ in range(runs)]
-    return {"import_ms": statistics.median(times) * 1e3, "import_with_numpy_and_interpreter_ms": statistics.median(times_full) * 1e3}
+    times_full = [
+        float(subprocess.run([sys.executable, "-c", code_np], capture_output=True, text=True).stdout)
+        for _ in range(runs)
+    ]
+    return {
+        "import_ms": statistics.median(times) * 1e3,
+        "import_with_numpy_and_interpreter_ms": statistics.median(times_full) * 1e3,
+    }
 
 
 def main(argv=None) -> None:
@@ -190,7 +197,9 @@ def main(argv=None) -> None:
     print("\n== compile_ops ==")
     print(f"cold {comp['compile_cold_ms']:.0f} ms, warm (cache hit) {comp['compile_warm_ms']:.2f} ms")
     print("\n== import ==")
-    print(f"import opaque_ops: {imp['import_ms']:.1f} ms; with numpy + Interpreter: {imp['import_with_numpy_and_interpreter_ms']:.1f} ms")
+    print(
+        f"import opaque_ops: {imp['import_ms']:.1f} ms; with numpy + Interpreter: {imp['import_with_numpy_and_interpreter_ms']:.1f} ms"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({"tiny_us": tiny, **comp, **imp}, indent=2))
 

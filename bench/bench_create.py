@@ -85,8 +85,9 @@ def _child(which: str, path: str) -> dict:
                 names = {n.decode() for _, n in _xnnpack._custom_code_fields(data)} & _xnnpack.XNNPACK_CUSTOM_OPS
                 aliases = {n: n + _xnnpack.ALIAS_SUFFIX for n in names}
                 self.model = _native.NativeModel(_xnnpack.alias_model(data, aliases))
-                self.native = _native.NativeInterpreter(self.model, kernels.operators(), use_xnnpack=True,
-                                                        aliases=aliases)
+                self.native = _native.NativeInterpreter(
+                    self.model, kernels.operators(), use_xnnpack=True, aliases=aliases
+                )
 
             def allocate_tensors(self):
                 assert self.native.allocate() == 0
@@ -98,6 +99,7 @@ def _child(which: str, path: str) -> dict:
 
         def make():
             return Interpreter(model_path=path, custom_ops=[kernels])
+
     c0, w0 = time.process_time(), time.perf_counter()
     it = make()
     it.allocate_tensors()
@@ -111,8 +113,13 @@ def first_creation(which: str, path: Path, verdicts: str | None = None) -> dict:
     env = dict(os.environ)
     if verdicts is not None:
         env[ENV_VERDICTS] = verdicts
-    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", which, str(path)],
-                         env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--child", which, str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"create child ({which}) failed: {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -135,8 +142,9 @@ def _verdicts_off():
 
 def bench(quick: bool = False) -> dict:
     """Medians in ms per model: new-process rows (wall and CPU) and in-process rows."""
-    import opaque_ops as oo
     from ai_edge_litert.interpreter import Interpreter as Ref
+
+    import opaque_ops as oo
     from opaque_ops.model import cache
 
     sys.path.insert(0, str(HERE))
@@ -156,8 +164,11 @@ def bench(quick: bool = False) -> dict:
                 r["disk"].append(first_creation("ours", path, warm))
                 r["native_first"].append(first_creation("native", path))
                 r["litert_first"].append(first_creation("litert", path))
-        res = {f"{k}_{unit}": statistics.median(x[f"{unit}_ms"] for x in v)
-               for k, v in r.items() for unit in ("wall", "cpu")}
+        res = {
+            f"{k}_{unit}": statistics.median(x[f"{unit}_ms"] for x in v)
+            for k, v in r.items()
+            for unit in ("wall", "cpu")
+        }
 
         def ours():
             oo.Interpreter(model_path=str(path), custom_ops=[kernels]).allocate_tensors()

@@ -33,11 +33,10 @@ import numpy as np
 
 import opaque_ops as oo
 import opaque_ops.kernels as K
-from opaque_ops.build import paths as _paths
-from opaque_ops.model import ModelBuilder
-
 from _timing import median_time
 from bench_models import interleaved
+from opaque_ops.build import paths as _paths
+from opaque_ops.model import ModelBuilder
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -71,32 +70,87 @@ def cases() -> list[dict]:
     # Sizes as in face_landmark_with_attention.tflite.
     img = rng.normal(size=(1, 48, 48, 32)).astype(np.float32)
     m = face.random_affine(rng, 48, 48, 16, 16)
-    out.append(dict(label="TransformTensorBilinear 48x48x32->16x16", file="transform_tensor_bilinear",
-                    op="TransformTensorBilinear", version=2, inputs=[img, m], n_out=1,
-                    options=face.flex({"output_height": 16, "output_width": 16}),
-                    ref=lambda: face.ttb_ref(img, m, 16, 16)[0], tol=1e-4))
+    out.append(
+        dict(
+            label="TransformTensorBilinear 48x48x32->16x16",
+            file="transform_tensor_bilinear",
+            op="TransformTensorBilinear",
+            version=2,
+            inputs=[img, m],
+            n_out=1,
+            options=face.flex({"output_height": 16, "output_width": 16}),
+            ref=lambda: face.ttb_ref(img, m, 16, 16)[0],
+            tol=1e-4,
+        )
+    )
     lm = (rng.normal(size=(1, 468, 3)) * 30 + 96).astype(np.float32)
-    o = dict(subset_idxs=rng.integers(0, 468, 80).tolist(), left_rotation_idx=61,
-             right_rotation_idx=291, output_height=16, output_width=16,
-             target_rotation_radians=0.0, scale_x=1.5, scale_y=1.5)
-    out.append(dict(label="Landmarks2TransformMatrix 468 pts, 80 idx", file="landmarks_to_transform_matrix",
-                    op="Landmarks2TransformMatrix", version=2, inputs=[lm], n_out=1, options=face.flex(o),
-                    ref=lambda: face.l2tm_ref(lm, o["subset_idxs"], 61, 291, 0.0, 16, 16, 1.5, 1.5)[None],
-                    tol=1e-3))
+    o = dict(
+        subset_idxs=rng.integers(0, 468, 80).tolist(),
+        left_rotation_idx=61,
+        right_rotation_idx=291,
+        output_height=16,
+        output_width=16,
+        target_rotation_radians=0.0,
+        scale_x=1.5,
+        scale_y=1.5,
+    )
+    out.append(
+        dict(
+            label="Landmarks2TransformMatrix 468 pts, 80 idx",
+            file="landmarks_to_transform_matrix",
+            op="Landmarks2TransformMatrix",
+            version=2,
+            inputs=[lm],
+            n_out=1,
+            options=face.flex(o),
+            ref=lambda: face.l2tm_ref(lm, o["subset_idxs"], 61, 291, 0.0, 16, 16, 1.5, 1.5)[None],
+            tol=1e-3,
+        )
+    )
     pts = rng.normal(size=(1, 80, 2)).astype(np.float32)
     mat = rng.normal(size=(1, 4, 4)).astype(np.float32)
-    out.append(dict(label="TransformLandmarks 80x2", file="transform_landmarks", op="TransformLandmarks",
-                    version=2, inputs=[pts, mat], n_out=1, options=None, ref=lambda: face.tl_ref(pts, mat),
-                    tol=1e-4))
+    out.append(
+        dict(
+            label="TransformLandmarks 80x2",
+            file="transform_landmarks",
+            op="TransformLandmarks",
+            version=2,
+            inputs=[pts, mat],
+            n_out=1,
+            options=None,
+            ref=lambda: face.tl_ref(pts, mat),
+            tol=1e-4,
+        )
+    )
     x = rng.normal(size=(1, 64, 64, 16)).astype(np.float32)
     po = pool.opts(2, 2, 2, 2, 2)
-    out.append(dict(label="MaxPoolingWithArgmax2D 64x64x16 2x2/2", file="max_pooling_with_argmax",
-                    op="MaxPoolingWithArgmax2D", version=1, inputs=[x], n_out=2, options=po,
-                    ref=lambda: pool.pool_ref(x, 2, 2, 2, 2, 2)[0], tol=0))
+    out.append(
+        dict(
+            label="MaxPoolingWithArgmax2D 64x64x16 2x2/2",
+            file="max_pooling_with_argmax",
+            op="MaxPoolingWithArgmax2D",
+            version=1,
+            inputs=[x],
+            n_out=2,
+            options=po,
+            ref=lambda: pool.pool_ref(x, 2, 2, 2, 2, 2)[0],
+            tol=0,
+        )
+    )
     v, idx = pool.pool_ref(x, 2, 2, 2, 2, 2)
-    out.append(dict(label="MaxUnpooling2D 32x32x16 2x2/2", file="max_unpooling", op="MaxUnpooling2D",
-                    version=1, inputs=[v, idx], n_out=1, options=po,
-                    ref=lambda: pool.unpool_ref(v, idx, 2, 2, 2, 2), tol=0))
+    out.append(
+        dict(
+            label="MaxUnpooling2D 32x32x16 2x2/2",
+            file="max_unpooling",
+            op="MaxUnpooling2D",
+            version=1,
+            inputs=[v, idx],
+            n_out=1,
+            options=po,
+            ref=lambda: pool.unpool_ref(v, idx, 2, 2, 2, 2),
+            tol=0,
+        )
+    )
     return out
 
 
@@ -114,16 +168,23 @@ def simd_vs_scalar(quick: bool) -> list[dict]:
     rows = []
     for c in cases():
         simd = K.kernel(c["file"])
-        scalar = oo.compile_ops(_paths.kernels_dir() / f"{c['file']}.c",
-                                define_macros=[("OPAQUE_OPS_SIMD_OFF", None)])
+        scalar = oo.compile_ops(_paths.kernels_dir() / f"{c['file']}.c", define_macros=[("OPAQUE_OPS_SIMD_OFF", None)])
         its = {"simd": _interp(c, simd), "scalar": _interp(c, scalar)}
-        same = all(np.array_equal(a, b, equal_nan=True)
-                   for a, b in zip(_outputs(its["simd"]), _outputs(its["scalar"])))
-        r = interleaved({k: it.invoke for k, it in its.items()}, 50 if quick else 400, 5 if quick else 11,
-                        clock=time.thread_time)
-        rows.append({"op": c["label"], "clone": simd.simd, "vectorized": simd.simd is not None,
-                     "same_bits": same, "simd_us": r["simd"], "scalar_us": r["scalar"],
-                     "simd/scalar": r["simd"] / r["scalar"]})
+        same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(_outputs(its["simd"]), _outputs(its["scalar"])))
+        r = interleaved(
+            {k: it.invoke for k, it in its.items()}, 50 if quick else 400, 5 if quick else 11, clock=time.thread_time
+        )
+        rows.append(
+            {
+                "op": c["label"],
+                "clone": simd.simd,
+                "vectorized": simd.simd is not None,
+                "same_bits": same,
+                "simd_us": r["simd"],
+                "scalar_us": r["scalar"],
+                "simd/scalar": r["simd"] / r["scalar"],
+            }
+        )
     return rows
 
 
@@ -139,8 +200,7 @@ def versus_numpy(runs: int) -> list[dict]:
         if not np.allclose(got, want.reshape(got.shape), rtol=c["tol"], atol=c["tol"]):
             raise AssertionError(f"{c['label']}: kernel disagrees with the numpy reference")
         t_r = median_time(c["ref"], n_ref)
-        rows.append({"op": c["label"], "kernel_us": t_k * 1e6, "numpy_us": t_r * 1e6,
-                     "numpy_over_kernel": t_r / t_k})
+        rows.append({"op": c["label"], "kernel_us": t_k * 1e6, "numpy_us": t_r * 1e6, "numpy_over_kernel": t_r / t_k})
     return rows
 
 
@@ -159,11 +219,15 @@ def main(argv=None) -> int:
         return 0
     print(f"{'op':42s} {'clone':>7s} {'SIMD us':>9s} {'scalar us':>10s} {'ratio':>6s}  same bits")
     for r in res["simd_vs_scalar"]:
-        print(f"{r['op']:42s} {r['clone'] or '-':>7s} {r['simd_us']:9.2f} {r['scalar_us']:10.2f} "
-              f"{r['simd/scalar']:6.2f}  {r['same_bits']}")
+        print(
+            f"{r['op']:42s} {r['clone'] or '-':>7s} {r['simd_us']:9.2f} {r['scalar_us']:10.2f} "
+            f"{r['simd/scalar']:6.2f}  {r['same_bits']}"
+        )
     for r in res.get("versus_numpy", []):
-        print(f"{r['op']:42s} kernel {r['kernel_us']:9.1f} us, numpy reference {r['numpy_us']:9.1f} us "
-              f"({r['numpy_over_kernel']:.0f}x)")
+        print(
+            f"{r['op']:42s} kernel {r['kernel_us']:9.1f} us, numpy reference {r['numpy_us']:9.1f} us "
+            f"({r['numpy_over_kernel']:.0f}x)"
+        )
     return 0
 
 

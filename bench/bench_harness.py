@@ -17,9 +17,8 @@ import argparse
 import numpy as np
 
 import opaque_ops as oo
-from opaque_ops.testing import build_op_model, run_op
-
 from _timing import median_time
+from opaque_ops.testing import build_op_model, run_op
 
 
 def prebuilt(ops, x):
@@ -49,9 +48,11 @@ def main() -> None:
         guarded = median_time(lambda: run_op(c_op, "Clamp", [x]), args.n)
         unguarded = median_time(lambda: run_op(c_op, "Clamp", [x], guard=False), args.n)
         py_base = median_time(prebuilt(py_op, x), args.n)
-        print(f"{size:6d} floats: prebuilt C invoke {base * 1e6:8.1f} us | run_op guard {guarded * 1e6:8.1f} us "
-              f"(+{(guarded - base) * 1e6:.0f}) | run_op no guard {unguarded * 1e6:8.1f} us | "
-              f"prebuilt Python op {py_base * 1e6:8.1f} us")
+        print(
+            f"{size:6d} floats: prebuilt C invoke {base * 1e6:8.1f} us | run_op guard {guarded * 1e6:8.1f} us "
+            f"(+{(guarded - base) * 1e6:.0f}) | run_op no guard {unguarded * 1e6:8.1f} us | "
+            f"prebuilt Python op {py_base * 1e6:8.1f} us"
+        )
 
 
 if __name__ == "__main__":

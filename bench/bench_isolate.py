@@ -37,7 +37,6 @@ sys.path.insert(0, str(HERE.parent))
 from bench_models import interleaved, package_dir  # noqa: E402
 from bench_selfie import cpu_summary  # noqa: E402
 
-
 _PONG = r"""
 import mmap, sys
 sys.path.insert(0, {root!r})
@@ -106,8 +105,11 @@ def bench_tiny(quick: bool) -> dict:
     x = np.ones(5, np.float32)
     ping, stop = semaphore_round_trip()
     try:
-        r = interleaved({"in_process": _loop(a, x), "isolated": _loop(b, x), "semaphore_round_trip": ping},
-                        2000 if quick else 10000, 7 if quick else 21)
+        r = interleaved(
+            {"in_process": _loop(a, x), "isolated": _loop(b, x), "semaphore_round_trip": ping},
+            2000 if quick else 10000,
+            7 if quick else 21,
+        )
     finally:
         stop()
         b.close()
@@ -128,8 +130,9 @@ def bench_selfie(quick: bool) -> dict:
     if mp is None:
         return {"error": "mediapipe (for the model file) is not installed"}
     x = np.random.default_rng(4).random((1, 256, 256, 3), dtype=np.float32)
-    p = _model_pair(mp / "modules" / "selfie_segmentation" / "selfie_segmentation.tflite", x,
-                    custom_ops=[oo.kernels.mediapipe()])
+    p = _model_pair(
+        mp / "modules" / "selfie_segmentation" / "selfie_segmentation.tflite", x, custom_ops=[oo.kernels.mediapipe()]
+    )
     try:
         r = interleaved(p["fns"], 3 if quick else 10, 5 if quick else 15)
     finally:
@@ -173,8 +176,13 @@ def bench_startup(quick: bool) -> dict:
 def run(quick: bool) -> dict:
     # The runtime's banner goes to fd 2 once per worker; keep the output readable.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return {"cpu": cpu_summary(), "tiny_us": bench_tiny(quick), "selfie_ms": bench_selfie(quick),
-            "embedding_us": bench_embedding(quick), "startup_s": bench_startup(quick)}
+    return {
+        "cpu": cpu_summary(),
+        "tiny_us": bench_tiny(quick),
+        "selfie_ms": bench_selfie(quick),
+        "embedding_us": bench_embedding(quick),
+        "startup_s": bench_startup(quick),
+    }
 
 
 def main(argv=None) -> dict:
@@ -185,15 +193,19 @@ def main(argv=None) -> dict:
     r = run(args.quick)
     print(f"CPU: {r['cpu']}; load average {os.getloadavg()[0]:.2f}")
     t = r["tiny_us"]
-    print(f"tiny set+invoke+get: isolated {t['isolated']:.2f} µs, in-process {t['in_process']:.2f} µs, "
-          f"semaphore round trip {t['semaphore_round_trip']:.2f} µs")
+    print(
+        f"tiny set+invoke+get: isolated {t['isolated']:.2f} µs, in-process {t['in_process']:.2f} µs, "
+        f"semaphore round trip {t['semaphore_round_trip']:.2f} µs"
+    )
     for name, unit in (("selfie_ms", "ms"), ("embedding_us", "µs")):
         m = r[name]
         if "error" in m:
             print(f"{name}: {m['error']}")
         else:
-            print(f"{name}: isolated {m['isolated']:.3f} {unit}, in-process {m['in_process']:.3f} {unit}, ratio "
-                  f"{m['isolated'] / m['in_process']:.3f}, bit-identical {m['bit_identical']}")
+            print(
+                f"{name}: isolated {m['isolated']:.3f} {unit}, in-process {m['in_process']:.3f} {unit}, ratio "
+                f"{m['isolated'] / m['in_process']:.3f}, bit-identical {m['bit_identical']}"
+            )
     s = r["startup_s"]
     print(f"start-up to first output: isolated {s['isolated'] * 1e3:.0f} ms, in-process {s['in_process'] * 1e3:.1f} ms")
     if args.json:

@@ -41,12 +41,12 @@ from numpy.lib.stride_tricks import as_strided
 
 import opaque_ops as oo
 import opaque_ops.kernels as K
-from opaque_ops.model import ModelBuilder
-
 from bench_models import interleaved, package_dir
 from bench_selfie import cpu_summary
+from opaque_ops.model import ModelBuilder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
 
 def _interpreter(op: str, shape, out_shape, lib, options=None, **kw) -> oo.Interpreter:
     b = ModelBuilder(description=f"bench {op}")
@@ -79,21 +79,21 @@ class NumpyPatches:
         sb, sh, sw, sc = self.padded.strides
         # [B, OH, OW, kr, kc, C]: the row-column-channel patch order is then
         # plain row-major, so one copy lays out the whole output.
-        self.windows = as_strided(self.padded, (bsz, self.oh, self.ow, k, k, c),
-                                  (sb, sh * s, sw * s, sh, sw, sc), writeable=False)
+        self.windows = as_strided(
+            self.padded, (bsz, self.oh, self.ow, k, k, c), (sb, sh * s, sw * s, sh, sw, sc), writeable=False
+        )
         self.out6 = self.out.reshape(bsz, self.oh, self.ow, k, k, c)
         self.h, self.w = h, w
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        self.padded[:, self.top:self.top + self.h, self.left:self.left + self.w] = x
+        self.padded[:, self.top : self.top + self.h, self.left : self.left + self.w] = x
         np.copyto(self.out6, self.windows)
         return self.out
 
 
 def bench_patches(quick: bool) -> dict:
     shape, k = (1, 256, 256, 3), 3
-    opts = {"T": 0, "ksizes": [1, k, k, 1], "strides": [1, 1, 1, 1], "rates": [1, 1, 1, 1],
-            "padding": "SAME"}
+    opts = {"T": 0, "ksizes": [1, k, k, 1], "strides": [1, 1, 1, 1], "rates": [1, 1, 1, 1], "padding": "SAME"}
     lib = K.extract_image_patches()
     it = _interpreter("ExtractImagePatches", list(shape), [1, 256, 256, k * k * 3], lib, opts)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -105,10 +105,16 @@ def bench_patches(quick: bool) -> dict:
     src = np.random.default_rng(1).standard_normal(ref.out.shape).astype(np.float32)
     dst = np.empty_like(src)
     r = _timed({"kernel": it.invoke, "numpy": lambda: ref(x), "memcpy": lambda: np.copyto(dst, src)}, quick)
-    return {"name": "ExtractImagePatches 1x256x256x3 f32, 3x3 s1 SAME", "simd": lib.simd,
-            "output_bytes": int(ref.out.nbytes), "kernel_us": r["kernel"], "numpy_us": r["numpy"],
-            "memcpy_us": r["memcpy"], "kernel/numpy": r["kernel"] / r["numpy"],
-            "kernel/memcpy": r["kernel"] / r["memcpy"]}
+    return {
+        "name": "ExtractImagePatches 1x256x256x3 f32, 3x3 s1 SAME",
+        "simd": lib.simd,
+        "output_bytes": int(ref.out.nbytes),
+        "kernel_us": r["kernel"],
+        "numpy_us": r["numpy"],
+        "memcpy_us": r["memcpy"],
+        "kernel/numpy": r["kernel"] / r["numpy"],
+        "kernel/memcpy": r["kernel"] / r["memcpy"],
+    }
 
 
 def bench_elementwise(op: str, lib, numpy_fn, quick: bool, n: int = 1 << 20) -> dict:
@@ -121,16 +127,25 @@ def bench_elementwise(op: str, lib, numpy_fn, quick: bool, n: int = 1 << 20) -> 
     # Atan is within 2 ulp of the float64 value, numpy's within 1: about 2e-7 relative.
     np.testing.assert_allclose(got, numpy_fn(x, out), rtol=5e-7, atol=0)
     r = _timed({"kernel": it.invoke, "numpy": lambda: numpy_fn(x, out)}, quick)
-    return {"name": f"{op} 1M f32", "simd": lib.simd, "kernel_us": r["kernel"], "numpy_us": r["numpy"],
-            "kernel/numpy": r["kernel"] / r["numpy"]}
+    return {
+        "name": f"{op} 1M f32",
+        "simd": lib.simd,
+        "kernel_us": r["kernel"],
+        "numpy_us": r["numpy"],
+        "kernel/numpy": r["kernel"] / r["numpy"],
+    }
 
 
 def bench_transpose_conv(quick: bool) -> list[dict]:
     """The selfie models' Convolution2DTransposeBias layer: our kernel vs XNNPACK's."""
     mp = package_dir("mediapipe")
     if mp is None:
-        return [{"name": "Convolution2DTransposeBias (selfie layer)",
-                 "error": "mediapipe (for the model files) is not installed: pip install --no-deps mediapipe==0.10.14"}]
+        return [
+            {
+                "name": "Convolution2DTransposeBias (selfie layer)",
+                "error": "mediapipe (for the model files) is not installed: pip install --no-deps mediapipe==0.10.14",
+            }
+        ]
     from bench_selfie import op_model  # puts the repository root on sys.path
     from tests.helpers.transpose_conv import reference
 
@@ -154,8 +169,9 @@ def bench_transpose_conv(quick: bool) -> list[dict]:
             peer.set_tensor(peer.get_input_details()[0]["index"], x)
             peer.invoke()
             # XNNPACK's deconvolution sums in its own order: close, not equal.
-            row["xnnpack_max_abs_diff"] = float(np.abs(peer.get_tensor(peer.get_output_details()[0]["index"])
-                                                       - want).max())
+            row["xnnpack_max_abs_diff"] = float(
+                np.abs(peer.get_tensor(peer.get_output_details()[0]["index"]) - want).max()
+            )
             fns["xnnpack"] = peer.invoke
         except Exception as exc:  # noqa: BLE001 - the peer is optional; say why it is missing
             row["xnnpack_error"] = f"{type(exc).__name__}: {exc}"[:160]
@@ -175,8 +191,9 @@ def run(quick: bool) -> dict:
         "atan": bench_elementwise("Atan", K.atan(), lambda x, o: np.arctan(x, out=o), quick),
         "patches": bench_patches(quick),
         "transpose_conv": bench_transpose_conv(quick),
-        "clamp": bench_elementwise("Clamp", K.clamp(), lambda x, o: np.clip(x, np.float32(0), np.float32(1), out=o),
-                                   quick),
+        "clamp": bench_elementwise(
+            "Clamp", K.clamp(), lambda x, o: np.clip(x, np.float32(0), np.float32(1), out=o), quick
+        ),
     }
 
 
@@ -190,8 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {res['cpu']}")
     print("median over rounds of the mean CPU time per call, ours and peer interleaved; times in µs")
     print(f"{'benchmark':<66} {'clone':>7} {'ours':>9} {'peer':>9}  ratio  peer")
-    rows = [(res["atan"], "numpy_us", "np.arctan"), (res["patches"], "memcpy_us", "memcpy of the output"),
-            (res["patches"], "numpy_us", "numpy strided copy")]
+    rows = [
+        (res["atan"], "numpy_us", "np.arctan"),
+        (res["patches"], "memcpy_us", "memcpy of the output"),
+        (res["patches"], "numpy_us", "numpy strided copy"),
+    ]
     rows += [(r, "xnnpack_us", "XNNPACK") for r in res["transpose_conv"]]
     rows += [(res["clamp"], "numpy_us", "np.clip")]
     for r, key, peer in rows:
@@ -199,8 +219,10 @@ def main(argv: list[str] | None = None) -> int:
             why = r.get("error") or r.get("xnnpack_error") or "n/a"
             print(f"{r['name']:<66} {r.get('simd') or '-':>7}  {peer}: {why}")
             continue
-        print(f"{r['name']:<66} {r['simd'] or '-':>7} {r['kernel_us']:9.1f} {r[key]:9.1f} "
-              f"{r['kernel_us'] / r[key]:6.2f}  {peer}")
+        print(
+            f"{r['name']:<66} {r['simd'] or '-':>7} {r['kernel_us']:9.1f} {r[key]:9.1f} "
+            f"{r['kernel_us'] / r[key]:6.2f}  {peer}"
+        )
     if args.json:
         meta = {"python": sys.version.split()[0], "numpy": np.__version__, "quick": args.quick}
         with open(args.json, "w") as f:

@@ -81,7 +81,7 @@ def interleaved(fns: dict, n: int, rounds: int, clock=time.perf_counter) -> dict
     keys = list(fns)
     for r in range(rounds):
         # Rotate who goes first, so no implementation always follows the same one.
-        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+        for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
             f = fns[k]
             t = clock()
             for _ in range(n):
@@ -140,8 +140,7 @@ def loops_for_model(data: bytes, shape=None, num_threads: int = 1, peers: bool =
 
             fns["ai_edge_litert"] = theirs
 
-        nat = _native.NativeInterpreter(_native.NativeModel(data), [], num_threads=num_threads,
-                                        use_xnnpack=True)
+        nat = _native.NativeInterpreter(_native.NativeModel(data), [], num_threads=num_threads, use_xnnpack=True)
         if shape is not None:
             nat.resize_input(0, shape)
         if nat.allocate() != 0:
@@ -162,8 +161,9 @@ def loops_for_model(data: bytes, shape=None, num_threads: int = 1, peers: bool =
         for k in ("ai_edge_litert", "raw_c_api"):
             if k in fns:
                 got = fns[k]()
-                if got.shape != ref.shape or not np.allclose(got.astype(np.float64), ref.astype(np.float64),
-                                                             rtol=1e-4, atol=1e-4 if ref.dtype.kind == "f" else 1):
+                if got.shape != ref.shape or not np.allclose(
+                    got.astype(np.float64), ref.astype(np.float64), rtol=1e-4, atol=1e-4 if ref.dtype.kind == "f" else 1
+                ):
                     print(f"warning: {k} output differs from opaque_ops", file=sys.stderr)
     return fns
 
@@ -286,8 +286,14 @@ def bench_atan_scaling(quick: bool) -> list:
         out = np.empty_like(x)
         n = max(1, int(2e6 // size)) if not quick else max(1, int(3e5 // size))
         r = interleaved({"kernel": it.invoke, "numpy": lambda: np.arctan(x, out=out)}, n, 5 if quick else 9)
-        rows.append({"elements": size, "kernel_ns_per_elem": r["kernel"] * 1e3 / size,
-                     "numpy_ns_per_elem": r["numpy"] * 1e3 / size, "kernel/numpy": r["kernel"] / r["numpy"]})
+        rows.append(
+            {
+                "elements": size,
+                "kernel_ns_per_elem": r["kernel"] * 1e3 / size,
+                "numpy_ns_per_elem": r["numpy"] * 1e3 / size,
+                "kernel/numpy": r["kernel"] / r["numpy"],
+            }
+        )
     return rows
 
 
@@ -406,8 +412,9 @@ def bench_python_op(quick: bool) -> dict:
     c_op = oo.kernels.clamp()
     py_op = oo.python_op("Clamp", invoke=lambda i, o: np.clip(i[0], 0.0, 1.0, out=o[0]))
     x = np.random.default_rng(0).uniform(-1, 2, 16).astype(np.float32)
-    return interleaved({"c_op": prebuilt(c_op, x), "python_op": prebuilt(py_op, x)},
-                       500 if quick else 3000, 5 if quick else 11)
+    return interleaved(
+        {"c_op": prebuilt(c_op, x), "python_op": prebuilt(py_op, x)}, 500 if quick else 3000, 5 if quick else 11
+    )
 
 
 def main(argv=None) -> dict:
@@ -415,15 +422,19 @@ def main(argv=None) -> dict:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
-    out = {"real_models_us": bench_real_models(args.quick),
-           "threads_sweep_us": bench_threads_sweep(args.quick),
-           "atan_scaling": bench_atan_scaling(args.quick),
-           "melspec_scaling": bench_melspec_scaling(args.quick)}
+    out = {
+        "real_models_us": bench_real_models(args.quick),
+        "threads_sweep_us": bench_threads_sweep(args.quick),
+        "atan_scaling": bench_atan_scaling(args.quick),
+        "melspec_scaling": bench_melspec_scaling(args.quick),
+    }
     for name, r in out["real_models_us"].items():
         peer, raw = r.get("ai_edge_litert"), r.get("raw_c_api")
-        print(f"{name:<30} ours {r['opaque_ops']:9.1f} µs  litert {peer or float('nan'):9.1f} µs  "
-              f"raw {raw or float('nan'):9.1f} µs  ours/litert {r['opaque_ops'] / peer if peer else float('nan'):.3f}  "
-              f"ours/raw {r['opaque_ops'] / raw if raw else float('nan'):.3f}")
+        print(
+            f"{name:<30} ours {r['opaque_ops']:9.1f} µs  litert {peer or float('nan'):9.1f} µs  "
+            f"raw {raw or float('nan'):9.1f} µs  ours/litert {r['opaque_ops'] / peer if peer else float('nan'):.3f}  "
+            f"ours/raw {r['opaque_ops'] / raw if raw else float('nan'):.3f}"
+        )
     print("threads:", {k: round(v, 1) for k, v in out["threads_sweep_us"].items()})
     for row in out["atan_scaling"]:
         print("atan", row)

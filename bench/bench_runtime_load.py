@@ -56,8 +56,9 @@ def _child(code: str, **subst) -> dict:
     for k, v in subst.items():
         code = code.replace(k, repr(v))
     env = {k: v for k, v in os.environ.items() if k != "OPAQUE_OPS_TFLITE_LIB"}
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                       check=True)
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, check=True
+    )
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
     ours, peer, parts = [], [], {}
     for i in range(args.rounds):
         pair = [("ours", OURS, {"LIBRARY": args.library}), ("peer", PEER, {"PATH": path})]
-        for name, code, subst in (pair if i % 2 == 0 else pair[::-1]):
+        for name, code, subst in pair if i % 2 == 0 else pair[::-1]:
             (ours if name == "ours" else peer).append(_child(code, **subst)["s"])
         for k, v in _child(PARTS, PATH=path).items():
             parts.setdefault(k, []).append(v)

@@ -23,6 +23,7 @@ timed inside its process); figures are medians over rounds.  Also: the op
 alone, our kernel against its numpy reference and XNNPACK's copy.  Numbers
 only, no assertions; the CPU's features are printed with them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,17 +45,23 @@ from opaque_ops.model import ModelBuilder, read_model
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # the repository root: the tests package's helpers
+from _timing import median_time  # noqa: E402
 from tests.helpers.synthetic_images import synthetic_person  # noqa: E402
 from tests.helpers.transpose_conv import reference  # noqa: E402
-
-from _timing import median_time  # noqa: E402
 
 MEDIAPIPE = "mediapipe==0.10.14"
 # What MediaPipe's solutions API imports.  Its declared dependencies also pull
 # jax, jaxlib and sounddevice (about 600 MB more), which this path never
 # imports; the headless OpenCV build provides the same cv2 module.
-MEDIAPIPE_DEPS = ["numpy<2", "protobuf>=4.25.3,<5", "absl-py", "attrs", "flatbuffers",
-                  "opencv-contrib-python-headless", "matplotlib"]
+MEDIAPIPE_DEPS = [
+    "numpy<2",
+    "protobuf>=4.25.3,<5",
+    "absl-py",
+    "attrs",
+    "flatbuffers",
+    "opencv-contrib-python-headless",
+    "matplotlib",
+]
 ENV_MEDIAPIPE = "OPAQUE_OPS_BENCH_MEDIAPIPE"
 
 
@@ -62,8 +69,8 @@ ENV_MEDIAPIPE = "OPAQUE_OPS_BENCH_MEDIAPIPE"
 
 from opaque_ops.build.cpu import cpu_summary  # noqa: E402,F401  (one definition; bench_kernels imports it from here)
 
-
 # ------------------------------------------------------------------ MediaPipe's own runtime
+
 
 def _cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "opaque_ops-bench"
@@ -83,9 +90,11 @@ def mediapipe_python(create: bool = True) -> tuple[str | None, str]:
     if not create:
         return None, "no MediaPipe venv (run bench/bench_selfie.py once to create it)"
     print(f"# creating a MediaPipe venv in {venv} (once; about 25 s)", file=sys.stderr, flush=True)
-    steps = [[sys.executable, "-m", "venv", "--clear", str(venv)],
-             [str(py), "-m", "pip", "install", "-q", "--no-deps", MEDIAPIPE],
-             [str(py), "-m", "pip", "install", "-q", *MEDIAPIPE_DEPS]]
+    steps = [
+        [sys.executable, "-m", "venv", "--clear", str(venv)],
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", MEDIAPIPE],
+        [str(py), "-m", "pip", "install", "-q", *MEDIAPIPE_DEPS],
+    ]
     for cmd in steps:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -101,8 +110,14 @@ class MediaPipePeer:
     def __init__(self, python: str, image: np.ndarray):
         self._err = tempfile.TemporaryFile()
         env = dict(os.environ, GLOG_minloglevel="2", TF_CPP_MIN_LOG_LEVEL="2")
-        self._proc = subprocess.Popen([python, str(HERE / "mediapipe_peer.py")], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=self._err, text=True, env=env)
+        self._proc = subprocess.Popen(
+            [python, str(HERE / "mediapipe_peer.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            text=True,
+            env=env,
+        )
         self.info = self._answer()
         self._dir = tempfile.mkdtemp(prefix="oo_mp_peer_")
         path = os.path.join(self._dir, "image.npy")
@@ -147,12 +162,17 @@ class MediaPipePeer:
 
 # ------------------------------------------------------------------ end to end
 
+
 def selfie_path() -> Path | None:
     spec = importlib.util.find_spec("mediapipe")
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0]) / "modules" / "selfie_segmentation" / \
-        "selfie_segmentation.tflite"
+    return (
+        Path(list(spec.submodule_search_locations)[0])
+        / "modules"
+        / "selfie_segmentation"
+        / "selfie_segmentation.tflite"
+    )
 
 
 def frame_fn(it, image: np.ndarray):
@@ -172,12 +192,11 @@ def frame_fn(it, image: np.ndarray):
 def end_to_end_fns(data: bytes, image: np.ndarray) -> dict:
     """The in-process implementations, by row name."""
     fns = {
-        "opaque_ops": frame_fn(oo.Interpreter(model_content=data, custom_ops=[K.mediapipe()], num_threads=1),
-                               image),
-        "opaque_ops_xnnpack_op": frame_fn(oo.Interpreter(model_content=data, num_threads=1, use_xnnpack=True),
-                                          image),
-        "opaque_ops_no_xnnpack": frame_fn(oo.Interpreter(model_content=data, custom_ops=[K.mediapipe()],
-                                                         num_threads=1, use_xnnpack=False), image),
+        "opaque_ops": frame_fn(oo.Interpreter(model_content=data, custom_ops=[K.mediapipe()], num_threads=1), image),
+        "opaque_ops_xnnpack_op": frame_fn(oo.Interpreter(model_content=data, num_threads=1, use_xnnpack=True), image),
+        "opaque_ops_no_xnnpack": frame_fn(
+            oo.Interpreter(model_content=data, custom_ops=[K.mediapipe()], num_threads=1, use_xnnpack=False), image
+        ),
     }
     try:
         from ai_edge_litert.interpreter import Interpreter as LiteRT
@@ -211,8 +230,9 @@ def bench_end_to_end(quick: bool = False, mediapipe: bool = True) -> dict:
         masks = {k: f() for k, f in fns.items()}
         if peer is not None:
             masks["mediapipe"] = peer.mask()
-        out["max_abs_diff_vs_opaque_ops"] = {k: float(np.abs(m - masks["opaque_ops"]).max())
-                                             for k, m in masks.items() if k != "opaque_ops"}
+        out["max_abs_diff_vs_opaque_ops"] = {
+            k: float(np.abs(m - masks["opaque_ops"]).max()) for k, m in masks.items() if k != "opaque_ops"
+        }
         n, rounds = (2, 3) if quick else (5, 9)
         for f in fns.values():
             for _ in range(2):
@@ -222,7 +242,7 @@ def bench_end_to_end(quick: bool = False, mediapipe: bool = True) -> dict:
         samples: dict = {k: [] for k in list(fns) + (["mediapipe"] if peer else [])}
         keys = list(samples)
         for r in range(rounds):
-            for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
                 if k == "mediapipe":
                     samples[k].append(peer.seconds(n) / n * 1e3)
                     continue
@@ -239,6 +259,7 @@ def bench_end_to_end(quick: bool = False, mediapipe: bool = True) -> dict:
 
 
 # ------------------------------------------------------------------ the op alone
+
 
 def op_model(path):
     sg = read_model(path).subgraphs[0]
@@ -278,10 +299,26 @@ def bench_op_alone(runs: int, warmup: int) -> list:
     t_opx = median_time(interp_fn(m, xo, kernel=False, use_xnnpack=True), runs, warmup)
     t_np = median_time(lambda: reference(xo, w, bias, 1, 2, 2), max(3, runs // 3), 1)
     case = f"Convolution2DTransposeBias alone {list(in_shape)}"
-    rows.append({"case": case, "baseline": "numpy reference", "baseline_ms": t_np * 1e3,
-                 "other": "our C kernel", "other_ms": t_op * 1e3, "ratio": t_np / t_op})
-    rows.append({"case": case, "baseline": "our C kernel", "baseline_ms": t_op * 1e3,
-                 "other": "XNNPACK's copy", "other_ms": t_opx * 1e3, "ratio": t_op / t_opx})
+    rows.append(
+        {
+            "case": case,
+            "baseline": "numpy reference",
+            "baseline_ms": t_np * 1e3,
+            "other": "our C kernel",
+            "other_ms": t_op * 1e3,
+            "ratio": t_np / t_op,
+        }
+    )
+    rows.append(
+        {
+            "case": case,
+            "baseline": "our C kernel",
+            "baseline_ms": t_op * 1e3,
+            "other": "XNNPACK's copy",
+            "other_ms": t_opx * 1e3,
+            "ratio": t_op / t_opx,
+        }
+    )
     return rows
 
 
@@ -323,8 +360,10 @@ def main(argv=None):
         print(f"{ROW_NAMES.get(k, k):46s} {ms:8.3f} {ms / base:8.2f} {'' if diff is None else f'{diff:17.2e}'}")
     print(f"\n{'case':52s} {'baseline':>16s} {'ms':>9s} {'other':>14s} {'ms':>9s} {'ratio':>7s}")
     for r in ops:
-        print(f"{r['case']:52s} {r['baseline']:>16s} {r['baseline_ms']:9.3f} {r['other']:>14s} "
-              f"{r['other_ms']:9.3f} {r['ratio']:7.2f}")
+        print(
+            f"{r['case']:52s} {r['baseline']:>16s} {r['baseline_ms']:9.3f} {r['other']:>14s} "
+            f"{r['other_ms']:9.3f} {r['ratio']:7.2f}"
+        )
 
 
 if __name__ == "__main__":

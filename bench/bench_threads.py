@@ -88,8 +88,14 @@ def bench_threads(quick: bool = False) -> dict:
             one[k].append(iters / t1)
             two[k].append(2 * iters / t2)
             ratios[k].append((2 * iters / t2) / (iters / t1))
-    return {k: {"one_thread_ips": statistics.median(one[k]), "two_threads_ips": statistics.median(two[k]),
-                "ratio": statistics.median(ratios[k])} for k in kinds}
+    return {
+        k: {
+            "one_thread_ips": statistics.median(one[k]),
+            "two_threads_ips": statistics.median(two[k]),
+            "ratio": statistics.median(ratios[k]),
+        }
+        for k in kinds
+    }
 
 
 def gil_probe(quick: bool = False) -> dict:
@@ -167,8 +173,10 @@ def main(argv=None) -> dict:
         if k == "gil_probe":
             continue
         if isinstance(r, dict):
-            print(f"{k:<16} 1 thread {r['one_thread_ips']:8.1f} inv/s   2 threads {r['two_threads_ips']:8.1f} inv/s"
-                  f"   ratio {r['ratio']:.2f}x (target >= 1.6x)")
+            print(
+                f"{k:<16} 1 thread {r['one_thread_ips']:8.1f} inv/s   2 threads {r['two_threads_ips']:8.1f} inv/s"
+                f"   ratio {r['ratio']:.2f}x (target >= 1.6x)"
+            )
         else:
             print(k, r)
     if args.json:

@@ -25,8 +25,8 @@ import time
 
 
 def main() -> int:
-    import numpy as np
     import mediapipe as mp
+    import numpy as np
 
     seg = mp.solutions.selfie_segmentation.SelfieSegmentation(model_selection=0)
     image = None

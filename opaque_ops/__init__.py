@@ -9,8 +9,10 @@ and numpy and the runtime load on first use.
 
 from __future__ import annotations
 
+# Light (no numpy, no cffi): it registers the isolated Interpreter with the
+# interpreter layer, which never imports the isolate layer above it.
+from . import isolate as _isolate  # noqa: E402,F401
 from ._version import __version__  # noqa: F401  (the lowest layer: model.cache reads it too)
-
 from .errors import (  # noqa: F401  (light: no numpy, no cffi)
     CacheError,
     ClosedError,
@@ -34,10 +36,6 @@ from .errors import (  # noqa: F401  (light: no numpy, no cffi)
     UnresolvedOpsError,
     UnsupportedError,
 )
-
-# Light (no numpy, no cffi): it registers the isolated Interpreter with the
-# interpreter layer, which never imports the isolate layer above it.
-from . import isolate as _isolate  # noqa: E402,F401
 
 _LAZY = {
     "Interpreter": ("interpreter.core", "Interpreter"),

@@ -50,8 +50,14 @@ from typing import Any, Optional
 from . import errors
 
 # The interpreter modules' public names, as tflite_runtime / ai-edge-litert define them.
-_INTERPRETER_NAMES = ("Interpreter", "InterpreterWithCustomOps", "load_delegate", "Delegate",
-                      "OpResolverType", "SignatureRunner")
+_INTERPRETER_NAMES = (
+    "Interpreter",
+    "InterpreterWithCustomOps",
+    "load_delegate",
+    "Delegate",
+    "OpResolverType",
+    "SignatureRunner",
+)
 
 # Arguments ai-edge-litert 2.x added to its Interpreter that the TFLite C API
 # does not reach.  False (their default) changes nothing; True is warned about.
@@ -85,17 +91,25 @@ def _interpreter_class() -> type:
         ``use_xnnpack`` may still be passed, and win over the defaults.
         """
 
-        def __init__(self, model_path: str | None = None, model_content: bytes | None = None,
-                     experimental_delegates: list | None = None, num_threads: int | None = None,
-                     *args: Any, **kwargs: Any) -> None:
+        def __init__(
+            self,
+            model_path: str | None = None,
+            model_content: bytes | None = None,
+            experimental_delegates: list | None = None,
+            num_threads: int | None = None,
+            *args: Any,
+            **kwargs: Any,
+        ) -> None:
             for flag in _LITERT_ONLY_FLAGS:
                 if kwargs.pop(flag, False):
-                    warnings.warn(f"opaque_ops.compat: {flag}=True has no effect on opaque_ops "
-                                  "(the TFLite C API has no such switch)", stacklevel=2)
+                    warnings.warn(
+                        f"opaque_ops.compat: {flag}=True has no effect on opaque_ops "
+                        "(the TFLite C API has no such switch)",
+                        stacklevel=2,
+                    )
             for key, value in _settings.items():
                 kwargs.setdefault(key, value)
-            super().__init__(model_path, model_content, experimental_delegates, num_threads,
-                             *args, **kwargs)
+            super().__init__(model_path, model_content, experimental_delegates, num_threads, *args, **kwargs)
 
     Interpreter.__module__ = __name__
     Interpreter.__qualname__ = "Interpreter"
@@ -129,7 +143,8 @@ def _with_custom_ops_class(base: Any) -> type:
 
 # ---------------------------------------------------------- the modules
 def _fill_interpreter_module(mod: Any) -> None:  # attributes set at run time
-    from .interpreter import core as interpreter, signature_runner
+    from .interpreter import core as interpreter
+    from .interpreter import signature_runner
     from .ops import delegates
 
     cls = _interpreter_class()
@@ -182,8 +197,9 @@ def _fill_tf_lite(mod: Any) -> None:
 
     mod.Interpreter = _interpreter_class()
     mod.OpResolverType = interpreter.OpResolverType
-    mod.experimental = types.SimpleNamespace(load_delegate=delegates.load_delegate,
-                                             OpResolverType=interpreter.OpResolverType)
+    mod.experimental = types.SimpleNamespace(
+        load_delegate=delegates.load_delegate, OpResolverType=interpreter.OpResolverType
+    )
     mod.__all__ = ["Interpreter", "experimental"]
 
 
@@ -211,8 +227,7 @@ class _Loader(importlib.abc.Loader):
         return None  # the default module type
 
     def exec_module(self, module: types.ModuleType) -> None:
-        module.__doc__ = (f"{module.__name__}, served by opaque_ops.compat "
-                          "(see `python -m opaque_ops.compat --help`)")
+        module.__doc__ = f"{module.__name__}, served by opaque_ops.compat (see `python -m opaque_ops.compat --help`)"
         if self._fill is not None:
             self._fill(module)
 
@@ -223,22 +238,29 @@ class _Finder(importlib.abc.MetaPathFinder):
     def __init__(self, names: dict[str, tuple[bool, _Fill]]) -> None:
         self.names = names
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
-                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         entry = self.names.get(fullname)
         if entry is None:
             return None
         is_package, fill = entry
-        spec = importlib.machinery.ModuleSpec(fullname, _Loader(fill), origin="opaque_ops.compat",
-                                              is_package=is_package)
+        spec = importlib.machinery.ModuleSpec(
+            fullname, _Loader(fill), origin="opaque_ops.compat", is_package=is_package
+        )
         if is_package:
             spec.submodule_search_locations = []
         return spec
 
 
 # ------------------------------------------------------------- the switch
-def install(*, custom_ops: Sequence[Any] | None = None, use_xnnpack: bool | None = None,
-            library: str | os.PathLike | None = None, tensorflow: bool = False) -> None:
+def install(
+    *,
+    custom_ops: Sequence[Any] | None = None,
+    use_xnnpack: bool | None = None,
+    library: str | os.PathLike | None = None,
+    tensorflow: bool = False,
+) -> None:
     """Make ``tflite_runtime.interpreter`` and ``ai_edge_litert.interpreter`` imports resolve to opaque_ops.
 
     Call it before the client code imports its runtime.  Calling it again
@@ -269,9 +291,13 @@ def install(*, custom_ops: Sequence[Any] | None = None, use_xnnpack: bool | None
     if tensorflow:
         names.update(_TENSORFLOW)
     with _lock:
-        foreign = sorted(n for n in names
-                         if n in sys.modules and getattr(sys.modules[n], "__spec__", None) is not None
-                         and getattr(sys.modules[n].__spec__, "origin", None) != "opaque_ops.compat")
+        foreign = sorted(
+            n
+            for n in names
+            if n in sys.modules
+            and getattr(sys.modules[n], "__spec__", None) is not None
+            and getattr(sys.modules[n].__spec__, "origin", None) != "opaque_ops.compat"
+        )
         if foreign:
             raise errors.OpaqueOpsError(
                 f"opaque_ops.compat.install() came too late: {', '.join(foreign)} is already imported "
@@ -282,8 +308,11 @@ def install(*, custom_ops: Sequence[Any] | None = None, use_xnnpack: bool | None
             from .interpreter.core import _as_op_libraries
 
             custom_ops = _as_op_libraries(custom_ops)  # validated (and loaded) now, not per interpreter
-        settings = {k: v for k, v in (("custom_ops", custom_ops), ("use_xnnpack", use_xnnpack),
-                                      ("library", library)) if v is not None}
+        settings = {
+            k: v
+            for k, v in (("custom_ops", custom_ops), ("use_xnnpack", use_xnnpack), ("library", library))
+            if v is not None
+        }
         _settings.clear()
         _settings.update(settings)
         if _finder is not None:
@@ -374,9 +403,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         custom_ops = None
         if ops:
-            from .cli.commands import _load_libs
+            from .cli.common import load_libs
 
-            custom_ops = _load_libs(ops)
+            custom_ops = load_libs(ops)
         install(custom_ops=custom_ops, use_xnnpack=use_xnnpack, library=library, tensorflow=tensorflow)
     except (errors.OpaqueOpsError, OSError, ValueError) as exc:
         sys.stderr.write(f"python -m opaque_ops.compat: error: {' '.join(str(exc).split())}\n")

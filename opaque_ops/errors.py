@@ -63,8 +63,13 @@ class UnresolvedOpsError(TFLiteError):
         What the interpreter's op libraries do provide.
     """
 
-    def __init__(self, message: str, missing: Iterable[str], registered: Iterable[tuple[str, int]],
-                 messages: list[str] | None = None):
+    def __init__(
+        self,
+        message: str,
+        missing: Iterable[str],
+        registered: Iterable[tuple[str, int]],
+        messages: list[str] | None = None,
+    ):
         super().__init__(message, status=7, messages=messages)
         self.missing = list(missing)
         self.registered = list(registered)
@@ -180,9 +185,20 @@ class RuntimeCrashError(OpaqueOpsError):
         The worker's process id.
     """
 
-    def __init__(self, message: str, *, signal: str | None = None, signum: int | None = None,
-                 exitcode: int | None = None, stage: str | None = None, node: int | None = None,
-                 op: str | None = None, backtrace: Iterable[str] = (), stderr: str = "", pid: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        signal: str | None = None,
+        signum: int | None = None,
+        exitcode: int | None = None,
+        stage: str | None = None,
+        node: int | None = None,
+        op: str | None = None,
+        backtrace: Iterable[str] = (),
+        stderr: str = "",
+        pid: int | None = None,
+    ):
         super().__init__(message)
         self.signal = signal
         self.signum = signum
@@ -213,8 +229,15 @@ class RuntimeTimeoutError(OpaqueOpsError, TimeoutError):
         backtrace printed on request just before it was killed).
     """
 
-    def __init__(self, message: str, *, stage: str | None = None, timeout: float | None = None, killed: bool = False,
-                 stderr: str = ""):
+    def __init__(
+        self,
+        message: str,
+        *,
+        stage: str | None = None,
+        timeout: float | None = None,
+        killed: bool = False,
+        stderr: str = "",
+    ):
         super().__init__(message)
         self.stage = stage
         self.timeout = timeout

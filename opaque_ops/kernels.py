@@ -32,11 +32,12 @@ compiled rule as the bundled kernels, on the package's own C files.
 
 from __future__ import annotations
 
-from functools import lru_cache
+import os
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .build import paths as _paths
 from .build.bundles import (  # noqa: F401  (public names of this module)
     BUNDLES,
     MEDIAPIPE,
@@ -73,17 +74,17 @@ def kernel(name: str) -> OpLibrary:
     return bundled_kernel(name)
 
 
-def bundle(*names: str) -> OpBundle:
+def bundle(*kernel_names: str) -> OpBundle:
     """Several bundled kernels (or bundles) as one ``custom_ops`` entry (all of them if no names)."""
     from .ops.library import OpBundle
 
     files: list[str] = []
-    for n in names or ("all",):
+    for n in kernel_names or ("all",):
         files += [f for f in expand(n) if f not in files]
-    return OpBundle([kernel(n) for n in files], name="+".join(names or ("all",)))
+    return OpBundle([kernel(n) for n in files], name="+".join(kernel_names or ("all",)))
 
 
-def by_name(name: str) -> OpLibrary | OpBundle:
+def by_name(name: str) -> OpProvider:
     """A kernel file, a bundle or an installed kernel package by name: what ``--ops kernels:NAME`` uses."""
     if name in BUNDLES:
         return bundle(name)
@@ -91,15 +92,16 @@ def by_name(name: str) -> OpLibrary | OpBundle:
         return kernel(name)
     if name in _entry_points():
         return package(name)
-    raise ValueError(f"no bundled kernel or kernel package {name!r}; available: "
-                     + ", ".join(names() + sorted(_entry_points())))
+    raise ValueError(
+        f"no bundled kernel or kernel package {name!r}; available: " + ", ".join(names() + sorted(_entry_points()))
+    )
 
 
 #: The entry point group under which kernel packages register (``opaque-ops scaffold`` writes it).
 ENTRY_POINT_GROUP = "opaque_ops.kernels"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _entry_points() -> dict:
     """``{name: entry point}`` of the installed kernel packages (read once per process)."""
     from importlib.metadata import entry_points
@@ -119,12 +121,12 @@ def installed_packages() -> dict[str, str]:
     return {name: _dist_name(ep) for name, ep in sorted(_entry_points().items())}
 
 
-def _dist_name(ep) -> str:
+def _dist_name(ep: Any) -> str:
     dist = getattr(ep, "dist", None)
     return getattr(dist, "name", None) or ep.value.split(":", 1)[0].split(".", 1)[0]
 
 
-@lru_cache(maxsize=None)
+@cache
 def package(name: str) -> OpProvider:
     """The op library of the installed kernel package registered as ``name``.
 
@@ -162,8 +164,8 @@ def package(name: str) -> OpProvider:
     return lib
 
 
-@lru_cache(maxsize=None)
-def package_kernels(name: str, root) -> object:
+@cache
+def package_kernels(name: str, root: str | os.PathLike) -> OpBundle:
     """A kernel package's C files as one ``custom_ops`` entry: prebuilt if its wheel has them, else compiled.
 
     What the ``__init__.py`` of an ``opaque-ops scaffold`` project calls.  One
@@ -200,10 +202,11 @@ def package_kernels(name: str, root) -> object:
     return OpBundle(libs, name=name)
 
 
-def __getattr__(attr: str):
+def __getattr__(attr: str) -> Callable[[], OpProvider]:
     # oo.kernels.NAME() for an installed kernel package, next to the bundled functions.
     if not attr.startswith("_") and attr in _entry_points():
-        def load():
+
+        def load() -> OpProvider:
             return package(attr)
 
         load.__name__ = load.__qualname__ = attr

@@ -13,7 +13,8 @@ with :class:`GuardError` instead of silently corrupting a neighbour.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -108,12 +109,32 @@ def run_op(
     if wants_isolation(isolate):
         from .isolate.run import run_op as run_isolated
 
-        return run_isolated(_as_op_list(ops), dict(
-            op_name=op_name, inputs=[np.asarray(a) for a in inputs], options=options, num_outputs=num_outputs,
-            version=version, guard=guard, constant_inputs=constant_inputs, num_threads=num_threads,
-        ), isolate=isolate, timeout=timeout)
-    return run_one_op(_as_op_list(ops), op_name, inputs, options=options, num_outputs=num_outputs,
-                      version=version, guard=guard, constant_inputs=constant_inputs, num_threads=num_threads)
+        return run_isolated(
+            _as_op_list(ops),
+            dict(
+                op_name=op_name,
+                inputs=[np.asarray(a) for a in inputs],
+                options=options,
+                num_outputs=num_outputs,
+                version=version,
+                guard=guard,
+                constant_inputs=constant_inputs,
+                num_threads=num_threads,
+            ),
+            isolate=isolate,
+            timeout=timeout,
+        )
+    return run_one_op(
+        _as_op_list(ops),
+        op_name,
+        inputs,
+        options=options,
+        num_outputs=num_outputs,
+        version=version,
+        guard=guard,
+        constant_inputs=constant_inputs,
+        num_threads=num_threads,
+    )
 
 
 __all__ = ["run_op", "build_op_model", "GuardError", "GUARD_BYTES"]

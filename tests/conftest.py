@@ -40,8 +40,9 @@ def pytest_make_collect_report(collector):
     report = outcome.get_result()
     if IN_CI and report.skipped:
         report.outcome = "failed"
-        report.longrepr = (f"{collector.nodeid} skipped under CI=true, where every test must run: "
-                           f"{_skip_reason(report.longrepr)}")
+        report.longrepr = (
+            f"{collector.nodeid} skipped under CI=true, where every test must run: {_skip_reason(report.longrepr)}"
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)

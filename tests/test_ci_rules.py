@@ -30,8 +30,9 @@ def test_runs():
 def _pytest(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess:
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
     (tmp_path / "test_probe.py").write_text(PROBE)
-    return run_python("-m", "pytest", "-q", "-p", "no:cacheprovider", tmp_path, env={"CI": ci}, cwd=tmp_path,
-                      timeout=120)
+    return run_python(
+        "-m", "pytest", "-q", "-p", "no:cacheprovider", tmp_path, env={"CI": ci}, cwd=tmp_path, timeout=120
+    )
 
 
 def test_a_skip_fails_the_run_under_ci(tmp_path):

@@ -18,7 +18,6 @@ from tests.helpers.atan import ATAN_INPUT
 from tests.helpers.child_process import crashed, run_child, run_python
 from tests.helpers.locations import ROOT, package_file
 
-
 # is given and prints its outputs and which Interpreter class it got.
 CLIENT = """
 import json, sys
@@ -75,8 +74,9 @@ def test_unmodified_tflite_runtime_client_matches_ai_edge_litert(client, tmp_pat
     model = package_file("pyopen_wakeword", "models", "embedding_model.tflite")
     x = np.random.default_rng(3).random((2, 76, 32, 1), dtype=np.float32) * 4
     np.save(tmp_path / "x.npy", x)
-    p = _run(["-m", "opaque_ops.compat", client, model, json.dumps([2, 76, 32, 1]), tmp_path / "x.npy",
-              tmp_path / "y.npy"])
+    p = _run(
+        ["-m", "opaque_ops.compat", client, model, json.dumps([2, 76, 32, 1]), tmp_path / "x.npy", tmp_path / "y.npy"]
+    )
     assert p.returncode == 0, crashed(p)
     assert json.loads(p.stdout.strip().splitlines()[-1]) == {"class": "opaque_ops.compat.Interpreter"}
     ours = np.load(tmp_path / "y.npy")
@@ -88,8 +88,7 @@ def test_unmodified_tflite_runtime_client_matches_ai_edge_litert(client, tmp_pat
 def test_without_compat_the_client_does_not_find_tflite_runtime(client, tmp_path):
     # The control: the same client, started without the hook, has no runtime
     # (tflite_runtime is not installed), so the test above really used the hook.
-    if _code("import importlib.util, sys; "
-             "sys.exit(importlib.util.find_spec('tflite_runtime') is not None)").returncode:
+    if _code("import importlib.util, sys; sys.exit(importlib.util.find_spec('tflite_runtime') is not None)").returncode:
         pytest.fail("tflite_runtime is installed in the test environment; this control needs it absent")
     p = _run([client, "m", "[1]", "x", "y"])
     assert p.returncode != 0 and "No module named 'tflite_runtime'" in p.stderr
@@ -139,8 +138,15 @@ def test_install_serves_both_names_and_find_spec():
     """)
     assert p.returncode == 0, crashed(p)
     first, second = p.stdout.strip().splitlines()[-2:]
-    assert json.loads(first) == {"same": True, "subclass": True, "load_delegate": True, "resolver": True,
-                                 "origin": "opaque_ops.compat", "version": True, "installed": True}
+    assert json.loads(first) == {
+        "same": True,
+        "subclass": True,
+        "load_delegate": True,
+        "resolver": True,
+        "origin": "opaque_ops.compat",
+        "version": True,
+        "installed": True,
+    }
     assert json.loads(second) == {"after_uninstall": "ImportError", "installed": False}
 
 
@@ -165,13 +171,13 @@ def test_install_defaults_reach_every_interpreter_and_arguments_win(atan_model_b
         import opaque_ops as oo, opaque_ops.compat as compat
         compat.install(custom_ops=[oo.kernels.atan()], use_xnnpack=False)
         from tflite_runtime.interpreter import Interpreter
-        a = Interpreter(model_path={str(tmp_path / 'atan.tflite')!r})
+        a = Interpreter(model_path={str(tmp_path / "atan.tflite")!r})
         a.allocate_tensors()
-        b = Interpreter(model_path={str(tmp_path / 'atan.tflite')!r}, use_xnnpack=True)
+        b = Interpreter(model_path={str(tmp_path / "atan.tflite")!r}, use_xnnpack=True)
         print(a.xnnpack, b.xnnpack)
         compat.install(use_xnnpack=False)   # again: replaces the defaults (no custom ops now)
         from tflite_runtime.interpreter import Interpreter
-        c = Interpreter(model_path={str(tmp_path / 'atan.tflite')!r})
+        c = Interpreter(model_path={str(tmp_path / "atan.tflite")!r})
         try:
             c.allocate_tensors()
         except oo.UnresolvedOpsError as e:
@@ -236,11 +242,13 @@ def test_interpreter_with_custom_ops_and_litert_only_flags():
 
 def test_runner_passes_argv_exit_codes_and_modules(tmp_path):
     script = tmp_path / "prog.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import sys, tflite_runtime.interpreter as t, helper
         print(sys.argv, helper.NAME, t.Interpreter.__module__)
         sys.exit(int(sys.argv[1]))
-    """))
+    """)
+    )
     (tmp_path / "helper.py").write_text("NAME = 'helper beside the script'\n")
     p = _run(["-m", "opaque_ops.compat", script, "3", "--flag"])
     assert p.returncode == 3, crashed(p)
@@ -248,20 +256,23 @@ def test_runner_passes_argv_exit_codes_and_modules(tmp_path):
     pkg = tmp_path / "mypkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "__main__.py").write_text("import sys, ai_edge_litert.interpreter as t\n"
-                                     "print(sys.argv[1:], t.Interpreter.__module__)\n")
-    p = run_python("-m", "opaque_ops.compat", "-m", "mypkg", "a", pythonpath=[ROOT, tmp_path], cwd=None,
-                   timeout=120)
+    (pkg / "__main__.py").write_text(
+        "import sys, ai_edge_litert.interpreter as t\nprint(sys.argv[1:], t.Interpreter.__module__)\n"
+    )
+    p = run_python("-m", "opaque_ops.compat", "-m", "mypkg", "a", pythonpath=[ROOT, tmp_path], cwd=None, timeout=120)
     assert p.returncode == 0, crashed(p)
     assert p.stdout.strip() == "['a'] opaque_ops.compat"
 
 
-@pytest.mark.parametrize("args, message", [
-    ([], "name a script or -m MODULE"),
-    (["--bogus", "x.py"], "unknown option --bogus"),
-    (["--ops"], "--ops needs a value"),
-    (["missing_script.py"], "no such script: missing_script.py"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "name a script or -m MODULE"),
+        (["--bogus", "x.py"], "unknown option --bogus"),
+        (["--ops"], "--ops needs a value"),
+        (["missing_script.py"], "no such script: missing_script.py"),
+    ],
+)
 def test_runner_usage_errors(args, message):
     p = _run(["-m", "opaque_ops.compat", *args])
     assert p.returncode == 2 and message in p.stderr, crashed(p)

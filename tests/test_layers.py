@@ -49,9 +49,12 @@ def test_a_circle_and_an_upward_import_added_to_a_copy_are_reported(tmp_path):
     found = layers.edges(pkg)
     assert ["opaque_ops.ops.library", "opaque_ops.ops.provider"] in layers.cycles(found)
     ups = layers.upward(found)
-    assert any(line.startswith("opaque_ops._native.kernel_library (_native) imports "
-                               "opaque_ops.interpreter.xnnpack (interpreter)") for line in ups), ups
-    p = subprocess.run([sys.executable, str(TOOL), "--root", str(pkg)], capture_output=True, text=True,
-                       timeout=120)
+    assert any(
+        line.startswith(
+            "opaque_ops._native.kernel_library (_native) imports opaque_ops.interpreter.xnnpack (interpreter)"
+        )
+        for line in ups
+    ), ups
+    p = subprocess.run([sys.executable, str(TOOL), "--root", str(pkg)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1
     assert "circle of 2 modules: opaque_ops.ops.library, opaque_ops.ops.provider" in p.stdout

@@ -31,8 +31,9 @@ def test_microwakeword_plugin_runs_unmodified_and_matches_ai_edge_litert(cache_d
     if shutil.which("espeak-ng") is None:
         pytest.skip("needs espeak-ng for the speech (Debian 12: apt-get install -y espeak-ng)")
     out = tmp_path / "results.json"
-    p = run_python(ROOT / "tools" / "run_clients.py", "microwakeword", "--cache-dir", cache_dir, "--json", out,
-                   timeout=1200)
+    p = run_python(
+        ROOT / "tools" / "run_clients.py", "microwakeword", "--cache-dir", cache_dir, "--json", out, timeout=1200
+    )
     assert p.returncode == 0, crashed(p)
     result = json.loads(out.read_text())["clients"]["microwakeword"]
     # Each run used the runtime it was meant to: the comparison is not litert with itself.

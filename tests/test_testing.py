@@ -109,8 +109,11 @@ def test_correct_kernel_passes(lib, shape):
 
 def test_write_past_end_is_caught(lib):
     x = np.arange(10, dtype=np.float32)
-    with pytest.raises(GuardError, match=r"kernel 'TwicePastEnd' wrote past the end of output 0 "
-                                         r"\(bytes 0\.\.3 after the 40-byte buffer changed\)"):
+    with pytest.raises(
+        GuardError,
+        match=r"kernel 'TwicePastEnd' wrote past the end of output 0 "
+        r"\(bytes 0\.\.3 after the 40-byte buffer changed\)",
+    ):
         run_op(lib, "TwicePastEnd", inputs=[x])
 
 
@@ -137,8 +140,7 @@ def test_without_guard_the_overrun_goes_unnoticed(lib):
 def test_output_specs_and_two_outputs(lib):
     a = np.array([1.5, 2.5, 3.0], np.float32)
     b = np.array([[1, 2], [3, 4]], np.int32)
-    s, o = run_op(lib, "TwoOut", inputs=[a, b],
-                  num_outputs=[([1], np.float32), {"shape": [2, 2], "dtype": "int32"}])
+    s, o = run_op(lib, "TwoOut", inputs=[a, b], num_outputs=[([1], np.float32), {"shape": [2, 2], "dtype": "int32"}])
     np.testing.assert_array_equal(s, [7.0])
     np.testing.assert_array_equal(o, b + 1)
     assert o.dtype == np.int32
@@ -146,35 +148,41 @@ def test_output_specs_and_two_outputs(lib):
 
 def test_count_outputs_take_shape_from_prepare(lib):
     # Declared shape defaults to input 0's; Prepare resizes output 1 to b's shape.
-    s, o = run_op(lib, "TwoOut", inputs=[np.ones(4, np.float32), np.zeros((3, 1), np.int32)],
-                  num_outputs=[{"dtype": np.float32}, {"dtype": np.int32}])
+    s, o = run_op(
+        lib,
+        "TwoOut",
+        inputs=[np.ones(4, np.float32), np.zeros((3, 1), np.int32)],
+        num_outputs=[{"dtype": np.float32}, {"dtype": np.int32}],
+    )
     assert s.shape == (1,) and o.shape == (3, 1)
 
 
 def test_constant_inputs(lib):
     a = np.array([1.0, 2.0], np.float32)
     b = np.array([5, 6, 7], np.int32)
-    s, o = run_op(lib, "TwoOut", inputs=[a, b], num_outputs=[([1], np.float32), ([3], np.int32)],
-                  constant_inputs=[1])
+    s, o = run_op(lib, "TwoOut", inputs=[a, b], num_outputs=[([1], np.float32), ([3], np.int32)], constant_inputs=[1])
     np.testing.assert_array_equal(o, [6, 7, 8])
     assert s[0] == 3.0
 
 
-@pytest.mark.parametrize("options,expected", [
-    (b"\x01\x00\x00\x00\x02\x00\x00\x00", b"\x01\x00\x00\x00\x02\x00\x00\x00"),
-    (None, b""),
-])
+@pytest.mark.parametrize(
+    "options,expected",
+    [
+        (b"\x01\x00\x00\x00\x02\x00\x00\x00", b"\x01\x00\x00\x00\x02\x00\x00\x00"),
+        (None, b""),
+    ],
+)
 def test_options_bytes_reach_init(lib, options, expected):
-    (y,) = run_op(lib, "Echo", inputs=[np.zeros(1, np.float32)], options=options,
-                  num_outputs=[([1], np.uint8)])
+    (y,) = run_op(lib, "Echo", inputs=[np.zeros(1, np.float32)], options=options, num_outputs=[([1], np.uint8)])
     assert y.tobytes() == expected
 
 
 def test_options_dict_is_flexbuffer(lib):
     from opaque_ops.model import decode_flex_options
 
-    (y,) = run_op(lib, "Echo", inputs=[np.zeros(1, np.float32)], options={"k": 3, "name": "x"},
-                  num_outputs=[([1], np.uint8)])
+    (y,) = run_op(
+        lib, "Echo", inputs=[np.zeros(1, np.float32)], options={"k": 3, "name": "x"}, num_outputs=[([1], np.uint8)]
+    )
     assert decode_flex_options(y.tobytes()) == {"k": 3, "name": "x"}
 
 
@@ -226,11 +234,13 @@ def test_guarded_buffers_go_through_the_one_path_that_moves_memory():
     del view
     buf = np.zeros(64 + 16, np.uint8)
     start = (-buf.ctypes.data) % 64
-    it._reshape("run_op: guarded outputs", allocate=True,
-                redirect=lambda native: attached.append(native.set_custom_allocation(out, buf[start:start + 16])))
+    it._reshape(
+        "run_op: guarded outputs",
+        allocate=True,
+        redirect=lambda native: attached.append(native.set_custom_allocation(out, buf[start : start + 16])),
+    )
     assert attached == [0]
     it.set_tensor(it.get_input_details()[0]["index"], x)
     it.invoke()
-    np.testing.assert_array_equal(buf[start:start + 16].view(np.float32), x * 0.5)
+    np.testing.assert_array_equal(buf[start : start + 16].view(np.float32), x * 0.5)
     it.close()
-

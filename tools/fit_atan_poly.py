@@ -57,8 +57,10 @@ def main() -> None:
     ap.add_argument("--terms", type=int, default=9, help="number of coefficients of P")
     args = ap.parse_args()
     c32, err, err32 = fit(args.terms)
-    print(f"/* relative error of the fit: {err / 2**-24:.3f} x 2^-24 (double coefficients), "
-          f"{err32 / 2**-24:.3f} x 2^-24 (float32) */")
+    print(
+        f"/* relative error of the fit: {err / 2**-24:.3f} x 2^-24 (double coefficients), "
+        f"{err32 / 2**-24:.3f} x 2^-24 (float32) */"
+    )
     print("static const float kAtanPoly[%d] = {" % len(c32))
     for c in c32:
         print(f"    {float(c):.9e}f,")

@@ -53,8 +53,12 @@ def structured(seed: int, i: int):
     from tools.fuzz_structured import make_case
 
     case = make_case(seed, i)
-    return case.data, {"use_xnnpack": case.xnnpack, "kernels": ["all"] if case.kernels else None,
-                       "resize": case.resize, "runner": case.runner}
+    return case.data, {
+        "use_xnnpack": case.xnnpack,
+        "kernels": ["all"] if case.kernels else None,
+        "resize": case.resize,
+        "runner": case.runner,
+    }
 
 
 def load_generator(spec: str):
@@ -119,7 +123,8 @@ def main(argv=None) -> int:
             stem.with_suffix(".txt").write_text(
                 f"case {i} (seed {args.seed}), options {dict((k, v) for k, v in options.items() if k != 'custom_ops')}\n"
                 f"{outcome.status} at {outcome.stage}\n\n{outcome.error}\n"
-                + (f"\n--- worker stderr ---\n{outcome.error.stderr}\n" if getattr(outcome.error, "stderr", "") else ""))
+                + (f"\n--- worker stderr ---\n{outcome.error.stderr}\n" if getattr(outcome.error, "stderr", "") else "")
+            )
         now = time.monotonic()
         if now - last[0] > 10:
             last[0] = now
@@ -133,14 +138,22 @@ def main(argv=None) -> int:
     counts = summary.counts
     report = {
         "generator": args.generator or "tools/fuzz_isolated.py:byte_mutator",
-        "seed": args.seed, "start": args.start, "cases": summary.cases,
-        "ok": counts.get("ok", 0), "rejected": counts.get("rejected", 0),
-        "child_crashes_caught": counts.get("crash", 0), "timeouts": counts.get("timeout", 0),
-        "other_errors": counts.get("error", 0), "caller_crashes": 0,
-        "worker_starts": summary.worker_starts, "seconds": round(summary.seconds, 1),
+        "seed": args.seed,
+        "start": args.start,
+        "cases": summary.cases,
+        "ok": counts.get("ok", 0),
+        "rejected": counts.get("rejected", 0),
+        "child_crashes_caught": counts.get("crash", 0),
+        "timeouts": counts.get("timeout", 0),
+        "other_errors": counts.get("error", 0),
+        "caller_crashes": 0,
+        "worker_starts": summary.worker_starts,
+        "seconds": round(summary.seconds, 1),
         "reasons": dict(sorted(summary.reasons.items(), key=lambda kv: -kv[1])),
-        "findings": [{"case": args.start + i, "status": o.status, "stage": o.stage, "reason": o.reason}
-                     for i, o in summary.findings[:200]],
+        "findings": [
+            {"case": args.start + i, "status": o.status, "stage": o.stage, "reason": o.reason}
+            for i, o in summary.findings[:200]
+        ],
     }
     print(json.dumps({k: v for k, v in report.items() if k not in ("reasons", "findings")}, indent=2))
     top = list(report["reasons"].items())[:25]

@@ -119,31 +119,55 @@ def seeds() -> dict[str, bytes]:
 
     out = dict(mediapipe_option_blobs())
     eip = [
-        {"T": 0, "ksizes": [1, 3, 3, 1], "padding": "SAME", "rates": [1, 1, 1, 1],
-         "strides": [1, 1, 1, 1]},
-        {"ksizes": [1, 2, 3, 1], "padding": "VALID", "rates": [1, 2, 1, 1],
-         "strides": [1, 2, 1, 1]},
-        {"T": 9, "ksizes": [1, 2**31 - 1, 1, 1], "padding": "SAME", "rates": [1, 2**31 - 1, 1, 1],
-         "strides": [1, 1, 2**31 - 1, 1]},
-        {"ksizes": [1.0, 3.0, 3.0, 1.0], "padding": "VALID", "rates": [1, 1, 1, 1],
-         "strides": [1, 1, 1, 1], "unknown": "x" * 40},
+        {"T": 0, "ksizes": [1, 3, 3, 1], "padding": "SAME", "rates": [1, 1, 1, 1], "strides": [1, 1, 1, 1]},
+        {"ksizes": [1, 2, 3, 1], "padding": "VALID", "rates": [1, 2, 1, 1], "strides": [1, 2, 1, 1]},
+        {
+            "T": 9,
+            "ksizes": [1, 2**31 - 1, 1, 1],
+            "padding": "SAME",
+            "rates": [1, 2**31 - 1, 1, 1],
+            "strides": [1, 1, 2**31 - 1, 1],
+        },
+        {
+            "ksizes": [1.0, 3.0, 3.0, 1.0],
+            "padding": "VALID",
+            "rates": [1, 1, 1, 1],
+            "strides": [1, 1, 1, 1],
+            "unknown": "x" * 40,
+        },
     ]
     for i, o in enumerate(eip):
         out[f"flex_eip_{i}"] = flex_options(o)
     out["flex_ttb"] = flex_options({"output_height": 64, "output_width": 64})
     out["flex_ttb_big"] = flex_options({"output_height": 70000, "output_width": -1})
-    out["flex_l2t"] = flex_options({
-        "left_rotation_idx": 0, "right_rotation_idx": 1, "output_height": 16,
-        "output_width": 16, "scale_x": 1.5, "scale_y": 1.5, "target_rotation_radians": 0.0,
-        "subset_idxs": [0, 1, 2, 3, 9]})
-    out["flex_l2t_odd"] = flex_options({
-        "left_rotation_idx": 2**40, "right_rotation_idx": -1, "output_height": 0,
-        "output_width": 2**31, "scale_x": float("inf"), "scale_y": -0.0,
-        "target_rotation_radians": float("nan"), "subset_idxs": list(range(300))})
+    out["flex_l2t"] = flex_options(
+        {
+            "left_rotation_idx": 0,
+            "right_rotation_idx": 1,
+            "output_height": 16,
+            "output_width": 16,
+            "scale_x": 1.5,
+            "scale_y": 1.5,
+            "target_rotation_radians": 0.0,
+            "subset_idxs": [0, 1, 2, 3, 9],
+        }
+    )
+    out["flex_l2t_odd"] = flex_options(
+        {
+            "left_rotation_idx": 2**40,
+            "right_rotation_idx": -1,
+            "output_height": 0,
+            "output_width": 2**31,
+            "scale_x": float("inf"),
+            "scale_y": -0.0,
+            "target_rotation_radians": float("nan"),
+            "subset_idxs": list(range(300)),
+        }
+    )
     raw = {
         "raw12_ctb": [1, 2, 2],
         "raw12_ctb_valid": [2, 1, 3],
-        "raw12_huge": [1, 2**31 - 1, -2**31],
+        "raw12_huge": [1, 2**31 - 1, -(2**31)],
         "raw24_pool": [1, 2, 2, 2, 2, 0],
         "raw32_pool": [2, 2, 2, 3, 3, 1, 0, 0],
         "raw40_pool": [1, 1, 1, 2, 2, 3, 0, 0, 0, 0],
@@ -174,19 +198,27 @@ def libfuzzer_available(cc: str = "clang") -> str | None:
         return f"{cc} is not installed ({APT_HINT})"
     with tempfile.TemporaryDirectory(prefix="oo_lf_probe_") as tmp:
         src = Path(tmp) / "probe.c"
-        src.write_text("#include <stdint.h>\n#include <stddef.h>\n"
-                       "int LLVMFuzzerTestOneInput(const uint8_t* d, size_t n)"
-                       "{(void)d;(void)n;return 0;}\n")
-        res = subprocess.run([cc, "-fsanitize=fuzzer,address,undefined", str(src), "-o",
-                              str(Path(tmp) / "probe")], capture_output=True, text=True)
+        src.write_text(
+            "#include <stdint.h>\n#include <stddef.h>\n"
+            "int LLVMFuzzerTestOneInput(const uint8_t* d, size_t n)"
+            "{(void)d;(void)n;return 0;}\n"
+        )
+        res = subprocess.run(
+            [cc, "-fsanitize=fuzzer,address,undefined", str(src), "-o", str(Path(tmp) / "probe")],
+            capture_output=True,
+            text=True,
+        )
         if res.returncode != 0:
-            return (f"{cc} cannot link with -fsanitize=fuzzer (libFuzzer runtime missing: "
-                    f"{APT_HINT}): {res.stderr.strip()[-300:]}")
+            return (
+                f"{cc} cannot link with -fsanitize=fuzzer (libFuzzer runtime missing: "
+                f"{APT_HINT}): {res.stderr.strip()[-300:]}"
+            )
     return None
 
 
-def build(out_dir: str | os.PathLike, *, cc: str = "clang", kernels=None,
-          kernels_dir: str | os.PathLike | None = None) -> Path:
+def build(
+    out_dir: str | os.PathLike, *, cc: str = "clang", kernels=None, kernels_dir: str | os.PathLike | None = None
+) -> Path:
     """Compile the fuzz target with every kernel; return the executable.
 
     Parameters
@@ -221,17 +253,41 @@ def build(out_dir: str | os.PathLike, *, cc: str = "clang", kernels=None,
     objs = []
     for k in kernels:
         obj = out / f"{k.stem}.o"
-        cmd = [cc, *SAN_FLAGS, "-std=c11", "-ffp-contract=off",
-               "-fsanitize=fuzzer-no-link,address,undefined", f"-I{INCLUDE}", f"-I{k.parent}",
-               "-c", str(k), "-o", str(obj)]
+        cmd = [
+            cc,
+            *SAN_FLAGS,
+            "-std=c11",
+            "-ffp-contract=off",
+            "-fsanitize=fuzzer-no-link,address,undefined",
+            f"-I{INCLUDE}",
+            f"-I{k.parent}",
+            "-c",
+            str(k),
+            "-o",
+            str(obj),
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
             raise BuildFailed(f"compiling {k} failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}")
         objs.append(str(obj))
     exe = out / "kernel_options_fuzz"
-    cmd = [cc, *SAN_FLAGS, "-std=c11", "-fsanitize=fuzzer,address,undefined", f"-I{INCLUDE}",
-           f"-I{SRC_DIR}", str(FUZZ_SRC), *objs, f"-L{libdir}", f"-l:{runtime.name}",
-           f"-Wl,-rpath,{libdir}", "-ldl", "-lm", "-o", str(exe)]
+    cmd = [
+        cc,
+        *SAN_FLAGS,
+        "-std=c11",
+        "-fsanitize=fuzzer,address,undefined",
+        f"-I{INCLUDE}",
+        f"-I{SRC_DIR}",
+        str(FUZZ_SRC),
+        *objs,
+        f"-L{libdir}",
+        f"-l:{runtime.name}",
+        f"-Wl,-rpath,{libdir}",
+        "-ldl",
+        "-lm",
+        "-o",
+        str(exe),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise BuildFailed(f"linking the fuzz target failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}")
@@ -240,8 +296,10 @@ def build(out_dir: str | os.PathLike, *, cc: str = "clang", kernels=None,
 
 _STAT = re.compile(r"^stat::(\w+):\s+(\d+)", re.M)
 _STATUS = re.compile(r"^#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/", re.M)
-_FINDING = re.compile(r"ERROR: (?:AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|"
-                      r"==\d+==ERROR|SUMMARY: (?:Address|Undefined|Leak)")
+_FINDING = re.compile(
+    r"ERROR: (?:AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|"
+    r"==\d+==ERROR|SUMMARY: (?:Address|Undefined|Leak)"
+)
 
 
 def summarize(output: str, returncode: int) -> dict:
@@ -268,9 +326,18 @@ def summarize(output: str, returncode: int) -> dict:
     }
 
 
-def run(exe: str | os.PathLike, corpus: str | os.PathLike, *, runs: int | None = None,
-        seconds: int | None = None, extra=(), ops: str | None = None, seed: int | None = None,
-        timeout: float | None = None, cwd: str | os.PathLike | None = None):
+def run(
+    exe: str | os.PathLike,
+    corpus: str | os.PathLike,
+    *,
+    runs: int | None = None,
+    seconds: int | None = None,
+    extra=(),
+    ops: str | None = None,
+    seed: int | None = None,
+    timeout: float | None = None,
+    cwd: str | os.PathLike | None = None,
+):
     """Run the fuzz target over ``corpus``; return ``(CompletedProcess, summary dict)``.
 
     ``runs`` and ``seconds`` map to ``-runs`` and ``-max_total_time`` (either
@@ -291,8 +358,7 @@ def run(exe: str | os.PathLike, corpus: str | os.PathLike, *, runs: int | None =
     env.setdefault("ASAN_OPTIONS", "detect_leaks=1")
     env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
     start = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                          cwd=str(cwd) if cwd else None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(cwd) if cwd else None)
     out = proc.stdout + proc.stderr
     summary = summarize(out, proc.returncode)
     summary["seconds"] = round(time.monotonic() - start, 1)
@@ -305,13 +371,14 @@ def run(exe: str | os.PathLike, corpus: str | os.PathLike, *, runs: int | None =
 
 def main(argv=None) -> int:
     """Command line; see the module docstring."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("budget", nargs="?", default="60",
-                   help="SECONDS to fuzz, or -runs=N (default 60 seconds)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("budget", nargs="?", default="60", help="SECONDS to fuzz, or -runs=N (default 60 seconds)")
     p.add_argument("--corpus", help="corpus directory to keep (default: a temporary one)")
-    p.add_argument("--workdir", help="where to build and where crash files go "
-                                     "(default: a temporary directory, kept on a finding)")
+    p.add_argument(
+        "--workdir", help="where to build and where crash files go (default: a temporary directory, kept on a finding)"
+    )
     p.add_argument("--ops", help="comma-separated op names to fuzz (default: all with an Init)")
     p.add_argument("--cc", default="clang")
     p.add_argument("--seed", type=int)
@@ -340,20 +407,19 @@ def main(argv=None) -> int:
     corpus = Path(args.corpus) if args.corpus else work / "corpus"
     n = len(write_seeds(corpus))
     print(f"built {exe}; {n} seeds in {corpus}", file=sys.stderr)
-    proc, s = run(exe, corpus, runs=runs, seconds=seconds, extra=args.extra, ops=args.ops,
-                  seed=args.seed, cwd=work)
+    proc, s = run(exe, corpus, runs=runs, seconds=seconds, extra=args.extra, ops=args.ops, seed=args.seed, cwd=work)
     out = proc.stdout + proc.stderr
     lines = out.splitlines()
-    tail = [l for l in lines if (l.startswith("#") and " cov: " in l)
-            or l.startswith(("stat::", "Done"))]
-    print("\n".join([l for l in lines if l.startswith("kernel_options_fuzz:")] + tail[-8:]),
-          file=sys.stderr)
+    tail = [l for l in lines if (l.startswith("#") and " cov: " in l) or l.startswith(("stat::", "Done"))]
+    print("\n".join([l for l in lines if l.startswith("kernel_options_fuzz:")] + tail[-8:]), file=sys.stderr)
     if s["findings"]:
         print(out[-8000:], file=sys.stderr)
         print(f"FINDING: inputs saved in {work}", file=sys.stderr)
     print(f"command: {s['command']}")
-    print("RESULT " + " ".join(f"{k}={s[k]}" for k in
-                               ("runs", "seconds", "exec_per_sec", "cov", "ft", "corpus", "findings")))
+    print(
+        "RESULT "
+        + " ".join(f"{k}={s[k]}" for k in ("runs", "seconds", "exec_per_sec", "cov", "ft", "corpus", "findings"))
+    )
     if not args.workdir and not s["findings"] and not args.corpus:
         shutil.rmtree(work, ignore_errors=True)
     return 1 if s["findings"] else 0

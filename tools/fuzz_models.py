@@ -48,8 +48,10 @@ def seed_models() -> list[bytes]:
     import make_model
 
     seeds = [make_model.build()]
-    for pkg, rel in (("pyopen_wakeword", "models/melspectrogram.tflite"),
-                     ("pymicro_wakeword", "models/okay_nabu.tflite")):
+    for pkg, rel in (
+        ("pyopen_wakeword", "models/melspectrogram.tflite"),
+        ("pymicro_wakeword", "models/okay_nabu.tflite"),
+    ):
         spec = importlib.util.find_spec(pkg)
         if spec and spec.submodule_search_locations:
             p = Path(list(spec.submodule_search_locations)[0]) / rel
@@ -73,8 +75,21 @@ def mutate(data: bytes, rng) -> bytes:
         elif kind in (3, 4) and pos + 4 <= len(b):
             # word overwrite with values that hit edge cases: offsets past
             # the end, huge shape dims, negative indices, small indices
-            val = rng.choice([0, 1, 0x7FFFFFFF, 0xFFFFFFFF, 0x80000000, len(b), len(b) - 4,
-                              rng.randrange(len(b)), rng.randrange(1 << 32), 0xFFFF, 1 << 20])
+            val = rng.choice(
+                [
+                    0,
+                    1,
+                    0x7FFFFFFF,
+                    0xFFFFFFFF,
+                    0x80000000,
+                    len(b),
+                    len(b) - 4,
+                    rng.randrange(len(b)),
+                    rng.randrange(1 << 32),
+                    0xFFFF,
+                    1 << 20,
+                ]
+            )
             struct.pack_into("<I", b, pos - pos % 4, val)
         elif kind == 5 and pos + 4 <= len(b):  # small delta to an aligned word (offset corruption)
             p = pos - pos % 4
@@ -83,7 +98,7 @@ def mutate(data: bytes, rng) -> bytes:
         else:  # splice: copy a chunk from elsewhere
             q = rng.randrange(len(b))
             ln = rng.randrange(1, 64)
-            b[pos:pos + ln] = b[q:q + ln]
+            b[pos : pos + ln] = b[q : q + ln]
     return bytes(b)
 
 
@@ -231,8 +246,7 @@ def run_child(code: str, start: int, stop: int, timeout: float) -> dict:
     env.setdefault("OPAQUE_OPS_VERDICT_CACHE", "off")
     res = {"done": start, "stats": None, "crash": None, "findings": []}
     try:
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                           timeout=timeout)
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
         stdout, stderr, rc = p.stdout, p.stderr, p.returncode
     except subprocess.TimeoutExpired as exc:
         stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -259,8 +273,9 @@ def run_child(code: str, start: int, stop: int, timeout: float) -> dict:
     return res
 
 
-def run(n: int, seed: int, workdir: Path, chunk: int = 1000, xnnpack: bool = False,
-        workers: int = 1, progress: bool = False) -> dict:
+def run(
+    n: int, seed: int, workdir: Path, chunk: int = 1000, xnnpack: bool = False, workers: int = 1, progress: bool = False
+) -> dict:
     """Run inputs 0..n-1 in child processes; return the totals.
 
     Returns
@@ -274,8 +289,7 @@ def run(n: int, seed: int, workdir: Path, chunk: int = 1000, xnnpack: bool = Fal
     from concurrent.futures import ThreadPoolExecutor
 
     seeds = seed_models()
-    totals = {"inputs": n, "ok": 0, "rejected": 0, "unaccounted": 0, "crashes": [], "findings": [],
-              "reasons": {}}
+    totals = {"inputs": n, "ok": 0, "rejected": 0, "unaccounted": 0, "crashes": [], "findings": [], "reasons": {}}
     lock = threading.Lock()
     todo = [(s, min(s + chunk, n)) for s in range(0, n, chunk)]
 
@@ -306,8 +320,12 @@ def run(n: int, seed: int, workdir: Path, chunk: int = 1000, xnnpack: bool = Fal
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         for i, _ in enumerate(pool.map(work, todo)):
             if progress:
-                print(f"chunk {i + 1}/{len(todo)}: ok {totals['ok']} rejected {totals['rejected']} "
-                      f"crashes {len(totals['crashes'])}", file=sys.stderr, flush=True)
+                print(
+                    f"chunk {i + 1}/{len(todo)}: ok {totals['ok']} rejected {totals['rejected']} "
+                    f"crashes {len(totals['crashes'])}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     return totals
 
 
@@ -330,8 +348,9 @@ def main(argv=None) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="oo_fuzz_"))
     workdir.mkdir(parents=True, exist_ok=True)
     t = time.time()
-    totals = run(args.n, args.seed, workdir, chunk=args.chunk, xnnpack=args.xnnpack,
-                 workers=args.workers, progress=args.progress)
+    totals = run(
+        args.n, args.seed, workdir, chunk=args.chunk, xnnpack=args.xnnpack, workers=args.workers, progress=args.progress
+    )
     totals["reason_groups"] = group_reasons(totals["reasons"])
     totals["crash_count"] = len(totals["crashes"])
     totals["finding_count"] = len(totals["findings"])

@@ -59,7 +59,6 @@ if str(ROOT) not in sys.path:  # run as a script: tools.* must import like in th
     sys.path.insert(0, str(ROOT))
 from tools.fuzz_models import run_child  # noqa: E402 - the one child runner of both fuzzers
 
-
 # ----------------------------------------------------------------- the seeds
 
 
@@ -82,8 +81,9 @@ def _one_op_models() -> dict[str, bytes]:
     def finish(b, ins, outs, name):
         b.set_inputs(ins)
         b.set_outputs(outs)
-        b.add_signature("serving_default", {f"in{k}": t for k, t in enumerate(ins)},
-                        {f"out{k}": t for k, t in enumerate(outs)})
+        b.add_signature(
+            "serving_default", {f"in{k}": t for k, t in enumerate(ins)}, {f"out{k}": t for k, t in enumerate(outs)}
+        )
         out[name] = b.build()
 
     b = ModelBuilder()
@@ -93,8 +93,12 @@ def _one_op_models() -> dict[str, bytes]:
     y = b.add_tensor("y", [1, 3, 3, 4], f32)
     b.add_op("CONV_2D", [x, w, bias], [y], {"padding": "VALID", "stride_w": 2, "stride_h": 2})
     p = b.add_tensor("p", [1, 1, 1, 4], f32)
-    b.add_op("AVERAGE_POOL_2D", [y], [p], {"padding": "VALID", "stride_w": 2, "stride_h": 2,
-                                            "filter_width": 3, "filter_height": 3})
+    b.add_op(
+        "AVERAGE_POOL_2D",
+        [y],
+        [p],
+        {"padding": "VALID", "stride_w": 2, "stride_h": 2, "filter_width": 3, "filter_height": 3},
+    )
     finish(b, [x], [p], "conv_pool")
 
     b = ModelBuilder()
@@ -102,11 +106,16 @@ def _one_op_models() -> dict[str, bytes]:
     w = b.add_constant("w", rng.standard_normal((1, 3, 3, 4)).astype(f32))
     bias = b.add_constant("b", np.zeros(4, f32))
     y = b.add_tensor("y", [1, 6, 6, 4], f32)
-    b.add_op("DEPTHWISE_CONV_2D", [x, w, bias], [y], {"padding": "SAME", "stride_w": 1, "stride_h": 1,
-                                                       "depth_multiplier": 2})
+    b.add_op(
+        "DEPTHWISE_CONV_2D", [x, w, bias], [y], {"padding": "SAME", "stride_w": 1, "stride_h": 1, "depth_multiplier": 2}
+    )
     m = b.add_tensor("m", [1, 3, 3, 4], f32)
-    b.add_op("MAX_POOL_2D", [y], [m], {"padding": "SAME", "stride_w": 2, "stride_h": 2,
-                                        "filter_width": 2, "filter_height": 2})
+    b.add_op(
+        "MAX_POOL_2D",
+        [y],
+        [m],
+        {"padding": "SAME", "stride_w": 2, "stride_h": 2, "filter_width": 2, "filter_height": 2},
+    )
     finish(b, [x], [m], "depthwise_maxpool")
 
     b = ModelBuilder()
@@ -153,13 +162,20 @@ def _one_op_models() -> dict[str, bytes]:
     b = ModelBuilder()
     x = b.add_tensor("audio", [1600, 1], f32)
     spec = b.add_tensor("spectrogram", [1, 9, 257], f32)
-    b.add_custom_op("AudioSpectrogram", [x], [spec],
-                    {"window_size": 400, "stride": 160, "magnitude_squared": True})
+    b.add_custom_op("AudioSpectrogram", [x], [spec], {"window_size": 400, "stride": 160, "magnitude_squared": True})
     rate = b.add_constant("rate", np.array([16000], np.int32))
     mf = b.add_tensor("mfcc", [1, 9, 13], f32)
-    b.add_custom_op("Mfcc", [spec, rate], [mf],
-                    {"upper_frequency_limit": 4000, "lower_frequency_limit": 20,
-                     "filterbank_channel_count": 40, "dct_coefficient_count": 13})
+    b.add_custom_op(
+        "Mfcc",
+        [spec, rate],
+        [mf],
+        {
+            "upper_frequency_limit": 4000,
+            "lower_frequency_limit": 20,
+            "filterbank_channel_count": 40,
+            "dct_coefficient_count": 13,
+        },
+    )
     finish(b, [x], [mf], "spectrogram_mfcc")
 
     b = ModelBuilder()
@@ -167,28 +183,46 @@ def _one_op_models() -> dict[str, bytes]:
     boxes = b.add_tensor("boxes", [1, n, 4], f32)
     scores = b.add_tensor("scores", [1, n, 3], f32)
     anchors = b.add_constant("anchors", np.abs(rng.standard_normal((n, 4))).astype(f32) + 0.1)
-    outs = [b.add_tensor(nm, sh, f32) for nm, sh in (("det_boxes", [1, 5, 4]), ("det_classes", [1, 5]),
-                                                     ("det_scores", [1, 5]), ("num", [1]))]
-    b.add_custom_op("TFLite_Detection_PostProcess", [boxes, scores, anchors], outs,
-                    {"max_detections": 5, "max_classes_per_detection": 1, "detections_per_class": 10,
-                     "use_regular_nms": False, "nms_score_threshold": 0.0, "nms_iou_threshold": 0.5,
-                     "num_classes": 2, "y_scale": 10.0, "x_scale": 10.0, "h_scale": 5.0, "w_scale": 5.0})
+    outs = [
+        b.add_tensor(nm, sh, f32)
+        for nm, sh in (("det_boxes", [1, 5, 4]), ("det_classes", [1, 5]), ("det_scores", [1, 5]), ("num", [1]))
+    ]
+    b.add_custom_op(
+        "TFLite_Detection_PostProcess",
+        [boxes, scores, anchors],
+        outs,
+        {
+            "max_detections": 5,
+            "max_classes_per_detection": 1,
+            "detections_per_class": 10,
+            "use_regular_nms": False,
+            "nms_score_threshold": 0.0,
+            "nms_iou_threshold": 0.5,
+            "num_classes": 2,
+            "y_scale": 10.0,
+            "x_scale": 10.0,
+            "h_scale": 5.0,
+            "w_scale": 5.0,
+        },
+    )
     finish(b, [boxes, scores], outs, "detection_postprocess")
 
     # The bundled kernels' ops, so that the "kernels" configuration runs them.
     b = ModelBuilder()
     x = b.add_tensor("x", [1, 6, 6, 2], f32)
     pt = b.add_tensor("patches", [1, 3, 3, 8], f32)
-    b.add_custom_op("ExtractImagePatches", [x], [pt],
-                    {"ksizes": [1, 2, 2, 1], "strides": [1, 2, 2, 1], "rates": [1, 1, 1, 1],
-                     "padding": "VALID", "T": 0})
+    b.add_custom_op(
+        "ExtractImagePatches",
+        [x],
+        [pt],
+        {"ksizes": [1, 2, 2, 1], "strides": [1, 2, 2, 1], "rates": [1, 1, 1, 1], "padding": "VALID", "T": 0},
+    )
     at = b.add_tensor("atan", [1, 3, 3, 8], f32)
     b.add_custom_op("Atan", [pt], [at])
     w = b.add_constant("w", rng.standard_normal((2, 3, 3, 8)).astype(f32))
     bias = b.add_constant("bias", np.zeros(2, f32))
     up = b.add_tensor("up", [1, 6, 6, 2], f32)
-    b.add_custom_op("Convolution2DTransposeBias", [at, w, bias], [up],
-                    np.array([1, 2, 2], "<i4").tobytes())
+    b.add_custom_op("Convolution2DTransposeBias", [at, w, bias], [up], np.array([1, 2, 2], "<i4").tobytes())
     finish(b, [x], [up], "bundled_custom_ops")
 
     # WHILE and IF need more than one subgraph: built from one-subgraph
@@ -351,22 +385,62 @@ _EDGE_INTS = [0, 1, 2, 3, -1, -2, 5, 7, 64, 127, 128, 255, 256, 1 << 16, (1 << 3
 _EDGE_DIMS = [0, 1, 2, 3, 5, -1, -2, 1000, 1 << 16, (1 << 31) - 1, -(1 << 31)]
 _EDGE_FLOATS = [0.0, -0.0, 1.0, -1.0, 0.5, 1e-45, 1e38, float("inf"), float("-inf"), float("nan"), 1e-7]
 
-_CUSTOM_NAMES = ["AudioSpectrogram", "Mfcc", "TFLite_Detection_PostProcess", "NumericVerify",
-                 "Convolution2DTransposeBias", "MaxPoolingWithArgmax2D", "MaxUnpooling2D",
-                 "TransformTensorBilinear", "Landmarks2TransformMatrix", "TransformLandmarks",
-                 "Atan", "ExtractImagePatches", "NoSuchOp"]
+_CUSTOM_NAMES = [
+    "AudioSpectrogram",
+    "Mfcc",
+    "TFLite_Detection_PostProcess",
+    "NumericVerify",
+    "Convolution2DTransposeBias",
+    "MaxPoolingWithArgmax2D",
+    "MaxUnpooling2D",
+    "TransformTensorBilinear",
+    "Landmarks2TransformMatrix",
+    "TransformLandmarks",
+    "Atan",
+    "ExtractImagePatches",
+    "NoSuchOp",
+]
+
 
 # Flexbuffer option maps to graft onto custom ops: valid, extreme and ill-typed.
 def _custom_option_variants(rng: random.Random) -> bytes | None:
     from opaque_ops.model import flex_options
 
-    keys = ["window_size", "stride", "magnitude_squared", "upper_frequency_limit",
-            "lower_frequency_limit", "filterbank_channel_count", "dct_coefficient_count",
-            "max_detections", "max_classes_per_detection", "detections_per_class", "use_regular_nms",
-            "nms_score_threshold", "nms_iou_threshold", "num_classes", "y_scale", "x_scale",
-            "h_scale", "w_scale", "output_height", "output_width", "subset_idxs", "ksizes", "strides",
-            "rates", "padding", "T", "tolerance", "log_if_failed", "left_rotation_idx",
-            "right_rotation_idx", "target_rotation_radians", "scale_x", "scale_y"]
+    keys = [
+        "window_size",
+        "stride",
+        "magnitude_squared",
+        "upper_frequency_limit",
+        "lower_frequency_limit",
+        "filterbank_channel_count",
+        "dct_coefficient_count",
+        "max_detections",
+        "max_classes_per_detection",
+        "detections_per_class",
+        "use_regular_nms",
+        "nms_score_threshold",
+        "nms_iou_threshold",
+        "num_classes",
+        "y_scale",
+        "x_scale",
+        "h_scale",
+        "w_scale",
+        "output_height",
+        "output_width",
+        "subset_idxs",
+        "ksizes",
+        "strides",
+        "rates",
+        "padding",
+        "T",
+        "tolerance",
+        "log_if_failed",
+        "left_rotation_idx",
+        "right_rotation_idx",
+        "target_rotation_radians",
+        "scale_x",
+        "scale_y",
+    ]
     kind = rng.randrange(6)
     if kind == 0:
         return None
@@ -374,9 +448,19 @@ def _custom_option_variants(rng: random.Random) -> bytes | None:
         return bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 2, 3, 4, 8, 12, 24, 40])))
     opts = {}
     for k in rng.sample(keys, rng.randrange(1, 8)):
-        v = rng.choice([rng.choice(_EDGE_INTS), rng.choice(_EDGE_FLOATS), True, "SAME", "x",
-                        [1, 2, 2, 1], [rng.choice(_EDGE_INTS) for _ in range(rng.randrange(5))],
-                        {"a": 1}, b"\x00\x01"])
+        v = rng.choice(
+            [
+                rng.choice(_EDGE_INTS),
+                rng.choice(_EDGE_FLOATS),
+                True,
+                "SAME",
+                "x",
+                [1, 2, 2, 1],
+                [rng.choice(_EDGE_INTS) for _ in range(rng.randrange(5))],
+                {"a": 1},
+                b"\x00\x01",
+            ]
+        )
         opts[k] = v
     try:
         data = flex_options(opts)
@@ -441,11 +525,24 @@ class Mutator:
 
     def apply(self) -> str:
         kinds = [
-            (self.shape, 10), (self.shape_signature, 4), (self.ttype, 4), (self.buffer, 4),
-            (self.buffer_data, 4), (self.op_io, 10), (self.opcode, 6), (self.version, 3),
-            (self.options_field, 14), (self.options_confusion, 3), (self.quantization, 5),
-            (self.sparsity, 2), (self.signature, 3), (self.graph_io, 4), (self.subgraph_index, 4),
-            (self.custom_options, 5), (self.variable, 1), (self.op_list, 3),
+            (self.shape, 10),
+            (self.shape_signature, 4),
+            (self.ttype, 4),
+            (self.buffer, 4),
+            (self.buffer_data, 4),
+            (self.op_io, 10),
+            (self.opcode, 6),
+            (self.version, 3),
+            (self.options_field, 14),
+            (self.options_confusion, 3),
+            (self.quantization, 5),
+            (self.sparsity, 2),
+            (self.signature, 3),
+            (self.graph_io, 4),
+            (self.subgraph_index, 4),
+            (self.custom_options, 5),
+            (self.variable, 1),
+            (self.op_list, 3),
         ]
         fns, weights = zip(*kinds)
         fn = self.rng.choices(fns, weights)[0]
@@ -483,8 +580,9 @@ class Mutator:
             sig[self.rng.randrange(len(sig))] = -1
             t.shapeSignature = np.array(sig, np.int32)
         else:
-            t.shapeSignature = np.array([self.rng.choice([-1, 1, 2, -5])
-                                         for _ in range(self.rng.randrange(6))], np.int32)
+            t.shapeSignature = np.array(
+                [self.rng.choice([-1, 1, 2, -5]) for _ in range(self.rng.randrange(6))], np.int32
+            )
         return f"shape_signature of {t.name!r}"
 
     def ttype(self):
@@ -512,8 +610,9 @@ class Mutator:
         if r < 0.35:
             b.data = np.asarray(b.data[: self.rng.randrange(n)], np.uint8)
         elif r < 0.6:
-            b.data = np.concatenate([np.asarray(b.data, np.uint8),
-                                     np.zeros(self.rng.choice([1, 4, 16, 1000]), np.uint8)])
+            b.data = np.concatenate(
+                [np.asarray(b.data, np.uint8), np.zeros(self.rng.choice([1, 4, 16, 1000]), np.uint8)]
+            )
         elif r < 0.8:
             b.data = None
         else:
@@ -521,7 +620,7 @@ class Mutator:
             # Hostile values inside int32 data (indices, shapes, pads).
             if len(d) >= 4:
                 k = self.rng.randrange(len(d) // 4) * 4
-                d[k:k + 4] = np.frombuffer(np.array([self.rng.choice(_EDGE_INTS)], "<i4").tobytes(), np.uint8)
+                d[k : k + 4] = np.frombuffer(np.array([self.rng.choice(_EDGE_INTS)], "<i4").tobytes(), np.uint8)
             b.data = d
         return f"buffer data length {n} -> {0 if b.data is None else len(b.data)}"
 
@@ -612,7 +711,9 @@ class Mutator:
         elif r < 0.6:
             q.quantizedDimension = self.rng.choice([0, 1, 3, 4, -1, 100])
         elif r < 0.8:
-            q.zeroPoint = np.array([self.rng.choice([0, 1, -1]) for _ in range(self.rng.choice([0, 1, 2, 5]))], np.int64)
+            q.zeroPoint = np.array(
+                [self.rng.choice([0, 1, -1]) for _ in range(self.rng.choice([0, 1, 2, 5]))], np.int64
+            )
         else:
             q.min = np.array([-1.0], np.float32)
             q.max = np.array([1.0], np.float32)
@@ -690,8 +791,14 @@ class Mutator:
         hits = []
         for sg in self.m.subgraphs:
             for op in sg.operators or []:
-                for f in ("condSubgraphIndex", "bodySubgraphIndex", "thenSubgraphIndex",
-                          "elseSubgraphIndex", "initSubgraphIndex", "subgraph"):
+                for f in (
+                    "condSubgraphIndex",
+                    "bodySubgraphIndex",
+                    "thenSubgraphIndex",
+                    "elseSubgraphIndex",
+                    "initSubgraphIndex",
+                    "subgraph",
+                ):
                     if op.builtinOptions is not None and hasattr(op.builtinOptions, f):
                         hits.append((op, f))
         if not hits:
@@ -768,8 +875,10 @@ class Case:
     runner: bool
 
     def config(self) -> str:
-        return (f"xnnpack={'on' if self.xnnpack else 'off'} kernels={'on' if self.kernels else 'off'} "
-                f"resize={self.resize is not None} runner={self.runner}")
+        return (
+            f"xnnpack={'on' if self.xnnpack else 'off'} kernels={'on' if self.kernels else 'off'} "
+            f"resize={self.resize is not None} runner={self.runner}"
+        )
 
 
 def _resize_for(rng: random.Random, model) -> list | None:
@@ -818,8 +927,17 @@ def make_case(seed: int, index: int) -> Case:
     except Exception as exc:  # noqa: BLE001 - the generated Pack rejects some edits (e.g. huge ints)
         muts.append(f"(pack failed: {type(exc).__name__}; the seed runs unchanged)")
         out = data
-    return Case(seed, index, name, muts, out, xnnpack=rng.random() < 0.6, kernels=rng.random() < 0.5,
-                resize=_resize_for(rng, model), runner=rng.random() < RUNNER_RATE)
+    return Case(
+        seed,
+        index,
+        name,
+        muts,
+        out,
+        xnnpack=rng.random() < 0.6,
+        kernels=rng.random() < 0.5,
+        resize=_resize_for(rng, model),
+        runner=rng.random() < RUNNER_RATE,
+    )
 
 
 def cases(seed: int, start: int = 0, stop: int | None = None):
@@ -869,8 +987,12 @@ def run_case(case: Case, library=None) -> str:
 
     rng = np.random.default_rng(case.index)
     try:
-        it = oo.Interpreter(model_content=case.data, use_xnnpack=case.xnnpack,
-                            custom_ops=[_kernels()] if case.kernels else None, library=library)
+        it = oo.Interpreter(
+            model_content=case.data,
+            use_xnnpack=case.xnnpack,
+            custom_ops=[_kernels()] if case.kernels else None,
+            library=library,
+        )
         if case.runner and it.get_signature_list():
             runner = it.get_signature_runner(next(iter(it.get_signature_list())))
             ins = {}
@@ -960,15 +1082,31 @@ out.write("STATS " + json.dumps(stats) + "\n")
 MEM_LIMIT = 8 << 30
 
 
-def _run_range(seed: int, start: int, stop: int, timeout: float, library=None,
-               case_timeout: float = 20.0) -> dict:
-    code = CHILD.format(root=str(ROOT), seed=seed, start=start, stop=stop, library=library,
-                        mem_limit=MEM_LIMIT, case_timeout=case_timeout)
+def _run_range(seed: int, start: int, stop: int, timeout: float, library=None, case_timeout: float = 20.0) -> dict:
+    code = CHILD.format(
+        root=str(ROOT),
+        seed=seed,
+        start=start,
+        stop=stop,
+        library=library,
+        mem_limit=MEM_LIMIT,
+        case_timeout=case_timeout,
+    )
     return run_child(code, start, stop, timeout)
 
 
-def run(n: int, seed: int, workdir: Path, chunk: int = 200, workers: int = 1, start: int = 0,
-        progress: bool = False, library=None, per_case_timeout: float = 20.0, snapshot=None) -> dict:
+def run(
+    n: int,
+    seed: int,
+    workdir: Path,
+    chunk: int = 200,
+    workers: int = 1,
+    start: int = 0,
+    progress: bool = False,
+    library=None,
+    per_case_timeout: float = 20.0,
+    snapshot=None,
+) -> dict:
     """Run cases ``start .. start+n-1`` in child processes and return the totals.
 
     A child that dies (signal, abort) or hangs is reported with the case it
@@ -978,8 +1116,19 @@ def run(n: int, seed: int, workdir: Path, chunk: int = 200, workers: int = 1, st
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    totals = {"cases": n, "seed": seed, "start": start, "ok": 0, "refused": 0, "unaccounted": 0,
-              "crashes": [], "findings": [], "reasons": {}, "configs": {}, "seeds": {}}
+    totals = {
+        "cases": n,
+        "seed": seed,
+        "start": start,
+        "ok": 0,
+        "refused": 0,
+        "unaccounted": 0,
+        "crashes": [],
+        "findings": [],
+        "reasons": {},
+        "configs": {},
+        "seeds": {},
+    }
     lock = threading.Lock()
     todo = [(s, min(s + chunk, start + n)) for s in range(start, start + n, chunk)]
     t0 = time.time()
@@ -991,8 +1140,9 @@ def run(n: int, seed: int, workdir: Path, chunk: int = 200, workers: int = 1, st
     def work(rng_range):
         a, b = rng_range
         while a < b:
-            res = _run_range(seed, a, b, timeout=60 + per_case_timeout * (b - a), library=library,
-                             case_timeout=per_case_timeout)
+            res = _run_range(
+                seed, a, b, timeout=60 + per_case_timeout * (b - a), library=library, case_timeout=per_case_timeout
+            )
             with lock:
                 st = res["stats"]
                 if st is not None:
@@ -1012,24 +1162,36 @@ def run(n: int, seed: int, workdir: Path, chunk: int = 200, workers: int = 1, st
                         case = make_case(seed, c["index"])
                         keep = workdir / f"crash-{seed}-{c['index']}.tflite"
                         keep.write_bytes(case.data)
-                        c.update(file=str(keep), seed_model=case.seed_model, mutations=case.mutations,
-                                 config=case.config(), resize=case.resize)
+                        c.update(
+                            file=str(keep),
+                            seed_model=case.seed_model,
+                            mutations=case.mutations,
+                            config=case.config(),
+                            resize=case.resize,
+                        )
                     totals["crashes"].append(c)
                     if progress:
-                        print(f"CRASH at case {c['index']} (rc {c['returncode']}): {c.get('mutations')} "
-                              f"{c.get('config')}", file=sys.stderr, flush=True)
+                        print(
+                            f"CRASH at case {c['index']} (rc {c['returncode']}): {c.get('mutations')} "
+                            f"{c.get('config')}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
             a = res["done"] if res["done"] > a else a + 1
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         for k, _ in enumerate(pool.map(work, todo)):
             if snapshot is not None:
                 with lock:
-                    Path(snapshot).write_text(json.dumps(dict(totals, seconds=round(time.time() - t0, 1)),
-                                                         default=str))
+                    Path(snapshot).write_text(json.dumps(dict(totals, seconds=round(time.time() - t0, 1)), default=str))
             if progress:
-                print(f"[{time.time() - t0:7.0f}s] chunk {k + 1}/{len(todo)}: ok {totals['ok']} "
-                      f"refused {totals['refused']} crashes {len(totals['crashes'])} "
-                      f"findings {len(totals['findings'])}", file=sys.stderr, flush=True)
+                print(
+                    f"[{time.time() - t0:7.0f}s] chunk {k + 1}/{len(todo)}: ok {totals['ok']} "
+                    f"refused {totals['refused']} crashes {len(totals['crashes'])} "
+                    f"findings {len(totals['findings'])}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     totals["seconds"] = round(time.time() - t0, 1)
     return totals
 
@@ -1053,17 +1215,33 @@ def main(argv=None) -> int:
         case = make_case(seed, index)
         if args.save:
             Path(args.save[1]).write_bytes(case.data)
-            print(json.dumps({"seed_model": case.seed_model, "mutations": case.mutations,
-                              "config": case.config(), "resize": case.resize}))
+            print(
+                json.dumps(
+                    {
+                        "seed_model": case.seed_model,
+                        "mutations": case.mutations,
+                        "config": case.config(),
+                        "resize": case.resize,
+                    }
+                )
+            )
             return 0
         print(case.seed_model, case.mutations, case.config(), case.resize, flush=True)
         print(run_case(case, library=args.library))
         return 0
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="oo_sfuzz_"))
     workdir.mkdir(parents=True, exist_ok=True)
-    totals = run(args.n, args.seed, workdir, chunk=args.chunk, workers=args.workers, start=args.start,
-                 progress=args.progress, library=args.library,
-                 snapshot=(args.json + ".partial") if args.json else None)
+    totals = run(
+        args.n,
+        args.seed,
+        workdir,
+        chunk=args.chunk,
+        workers=args.workers,
+        start=args.start,
+        progress=args.progress,
+        library=args.library,
+        snapshot=(args.json + ".partial") if args.json else None,
+    )
     totals["reasons"] = dict(sorted(totals["reasons"].items(), key=lambda kv: -kv[1]))
     totals["crash_count"] = len(totals["crashes"])
     totals["finding_count"] = len(totals["findings"])

@@ -107,8 +107,10 @@ def upward(found) -> list[str]:
         if lb > la:
             out.append(f"{a} ({_name(la)}) imports {b} ({_name(lb)}), a higher layer")
         elif _name(la) == "_native" and lb != la and b.split(".")[1] not in NATIVE_MAY_IMPORT:
-            out.append(f"{a} (_native) imports {b}: _native takes policy as arguments, "
-                       f"and imports only {sorted(NATIVE_MAY_IMPORT)}")
+            out.append(
+                f"{a} (_native) imports {b}: _native takes policy as arguments, "
+                f"and imports only {sorted(NATIVE_MAY_IMPORT)}"
+            )
     return out
 
 
@@ -156,8 +158,12 @@ def cycles(found) -> list[list[str]]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent / PACKAGE,
-                    help="the package directory (default: this checkout's opaque_ops/)")
+    ap.add_argument(
+        "--root",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent / PACKAGE,
+        help="the package directory (default: this checkout's opaque_ops/)",
+    )
     ap.add_argument("--edges", action="store_true", help="print every edge too")
     args = ap.parse_args(argv)
     found = edges(args.root)

@@ -54,8 +54,11 @@ def field_offset(data: bytes, subgraph: int, operator: int, slot: int) -> int:
 def write_patch(name: str, pkg: str, rel: str, patches: list) -> dict:
     base = _package_file(pkg, *rel.split("/"))
     data = base.read_bytes()
-    doc = {"base": [pkg, rel], "sha256": hashlib.sha256(data).hexdigest(),
-           "patch": [[off, bytes(b).hex()] for off, b in patches]}
+    doc = {
+        "base": [pkg, rel],
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "patch": [[off, bytes(b).hex()] for off, b in patches],
+    }
     (CORPUS / f"{name}.patch.json").write_text(json.dumps(doc, indent=1) + "\n")
     return doc
 
@@ -110,16 +113,18 @@ def main() -> None:
     conv = next(o for o in info.subgraphs[0].operators if o.op_name == "CONV_2D")
     off = field_offset(emb, 0, conv.index, 2)  # Conv2DOptions.stride_h
     assert struct.unpack_from("<i", emb, off)[0] == 1
-    write_patch("embedding_conv_stride_h_5", "pyopen_wakeword", "models/embedding_model.tflite",
-                [(off, struct.pack("<i", 5))])
+    write_patch(
+        "embedding_conv_stride_h_5", "pyopen_wakeword", "models/embedding_model.tflite", [(off, struct.pack("<i", 5))]
+    )
 
     # 6. Runtime-provided custom ops with absent or arbitrary options.
-    for opname, n_in, n_out in (("AudioSpectrogram", 1, 1), ("Mfcc", 2, 1),
-                                ("TFLite_Detection_PostProcess", 3, 4)):
+    for opname, n_in, n_out in (("AudioSpectrogram", 1, 1), ("Mfcc", 2, 1), ("TFLite_Detection_PostProcess", 3, 4)):
         for variant, opts in (("no_options", None), ("garbage_options", bytes(range(7, 40)))):
             b = ModelBuilder()
-            ins = [b.add_tensor(f"in{i}", [1, 16, 4] if opname != "AudioSpectrogram" else [64, 1], np.float32)
-                   for i in range(n_in)]
+            ins = [
+                b.add_tensor(f"in{i}", [1, 16, 4] if opname != "AudioSpectrogram" else [64, 1], np.float32)
+                for i in range(n_in)
+            ]
             outs = [b.add_tensor(f"out{i}", [1, 4], np.float32) for i in range(n_out)]
             b.add_custom_op(opname, ins, outs, opts)
             b.set_inputs(ins)
@@ -127,18 +132,32 @@ def main() -> None:
             (CORPUS / f"runtime_op_{opname}_{variant}.tflite").write_bytes(b.build())
 
     # 7. Detection post-processing whose options the kernel trusts.
-    base = dict(max_detections=5, max_classes_per_detection=1, detections_per_class=10,
-                use_regular_nms=True, nms_score_threshold=0.0, nms_iou_threshold=0.5, num_classes=2,
-                y_scale=10.0, x_scale=10.0, h_scale=5.0, w_scale=5.0)
-    for variant, edit in (("max_classes_0", {"max_classes_per_detection": 0}),
-                          ("num_classes_0", {"num_classes": 0, "use_regular_nms": False}),
-                          ("max_detections_negative", {"max_detections": -1})):
+    base = dict(
+        max_detections=5,
+        max_classes_per_detection=1,
+        detections_per_class=10,
+        use_regular_nms=True,
+        nms_score_threshold=0.0,
+        nms_iou_threshold=0.5,
+        num_classes=2,
+        y_scale=10.0,
+        x_scale=10.0,
+        h_scale=5.0,
+        w_scale=5.0,
+    )
+    for variant, edit in (
+        ("max_classes_0", {"max_classes_per_detection": 0}),
+        ("num_classes_0", {"num_classes": 0, "use_regular_nms": False}),
+        ("max_detections_negative", {"max_detections": -1}),
+    ):
         b = ModelBuilder()
         boxes = b.add_tensor("boxes", [1, 16, 4], np.float32)
         scores = b.add_tensor("scores", [1, 16, 3], np.float32)
         anchors = b.add_constant("anchors", np.full((16, 4), 0.5, np.float32))
-        outs = [b.add_tensor(n, sh, np.float32) for n, sh in
-                (("det_boxes", [1, 5, 4]), ("det_classes", [1, 5]), ("det_scores", [1, 5]), ("num", [1]))]
+        outs = [
+            b.add_tensor(n, sh, np.float32)
+            for n, sh in (("det_boxes", [1, 5, 4]), ("det_classes", [1, 5]), ("det_scores", [1, 5]), ("num", [1]))
+        ]
         b.add_custom_op("TFLite_Detection_PostProcess", [boxes, scores, anchors], outs, {**base, **edit})
         b.set_inputs([boxes, scores])
         b.set_outputs(outs)
@@ -148,12 +167,15 @@ def main() -> None:
     boxes = b.add_tensor("boxes", [1, 4000, 4], np.float32)
     scores = b.add_tensor("scores", [1, 4000, 3], np.float32)
     anchors = b.add_constant("anchors", np.full((4, 4), 0.5, np.float32))
-    outs = [b.add_tensor(n, sh, np.float32) for n, sh in
-            (("det_boxes", [1, 5, 4]), ("det_classes", [1, 5]), ("det_scores", [1, 5]), ("num", [1]))]
+    outs = [
+        b.add_tensor(n, sh, np.float32)
+        for n, sh in (("det_boxes", [1, 5, 4]), ("det_classes", [1, 5]), ("det_scores", [1, 5]), ("num", [1]))
+    ]
     b.add_custom_op("TFLite_Detection_PostProcess", [boxes, scores, anchors], outs, base)
     b.set_inputs([boxes, scores])
     b.set_outputs(outs)
     (CORPUS / "detection_postprocess_anchors_too_few.tflite").write_bytes(b.build())
+
     # 8. Crash classes tools/fuzz_structured.py found, reduced to one or two ops.
     def one(name, build):
         b = ModelBuilder()
@@ -188,15 +210,18 @@ def main() -> None:
         w = b.add_constant("w", np.ones((1, 3, 3, 2), np.float32))
         bias = b.add_constant("b", np.zeros(2, np.float32))
         y = b.add_tensor("y", [1, 6, 6, 2], np.float32)
-        b.add_op("DEPTHWISE_CONV_2D", [s, w, bias], [y], {"padding": "SAME", "stride_h": 1, "stride_w": 1,
-                                                         "depth_multiplier": 1})
+        b.add_op(
+            "DEPTHWISE_CONV_2D",
+            [s, w, bias],
+            [y],
+            {"padding": "SAME", "stride_h": 1, "stride_w": 1, "depth_multiplier": 1},
+        )
         return [x], [y]
 
     def huge_spectrogram(b):  # a 2**31-sample input: 8 GB planned, then std::vector of it
         x = b.add_tensor("audio", [2147483647, 1], np.float32)
         y = b.add_tensor("spectrogram", [1, 9, 257], np.float32)
-        b.add_custom_op("AudioSpectrogram", [x], [y], {"window_size": 400, "stride": 160,
-                                                       "magnitude_squared": True})
+        b.add_custom_op("AudioSpectrogram", [x], [y], {"window_size": 400, "stride": 160, "magnitude_squared": True})
         return [x], [y]
 
     one("conv_stride_65536", conv_stride)

@@ -96,8 +96,7 @@ def speech(text: str, rate: int = 16000) -> np.ndarray:
     exe = shutil.which("espeak-ng")
     if exe is None:
         sys.exit("the speech needs espeak-ng (Debian 12: apt-get update && apt-get install -y espeak-ng)")
-    wav = subprocess.run([exe, "-v", "en-us", "-s", "140", "--stdout", text],
-                         check=True, capture_output=True).stdout
+    wav = subprocess.run([exe, "-v", "en-us", "-s", "140", "--stdout", text], check=True, capture_output=True).stdout
     with wave.open(io.BytesIO(wav)) as w:
         src_rate = w.getframerate()
         x = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float64)
@@ -210,24 +209,41 @@ def compare(ref: dict, ours: dict, tol: float) -> dict:
         rows.append((k, a.size, exact, diff, scale))
         if diff > tol * scale:
             problems.append(f"{k}: differs by {diff:.3g} (> {tol:g} x scale {scale:.3g})")
-    return {"arrays": len(keys), "bit_exact": sum(r[2] for r in rows), "max_rel_diff": worst,
-            "rows": rows, "problems": problems, "ok": not problems}
+    return {
+        "arrays": len(keys),
+        "bit_exact": sum(r[2] for r in rows),
+        "max_rel_diff": worst,
+        "rows": rows,
+        "problems": problems,
+        "ok": not problems,
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("clients", nargs="*", metavar="CLIENT",
-                    help=f"which clients (default all: {', '.join(CLIENTS)})")
-    ap.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "opaque_ops-clients"),
-                    help="where the venvs live (default ~/.cache/opaque_ops-clients)")
-    ap.add_argument("--tol", type=float, default=1e-5,
-                    help="largest difference accepted, relative to each array's scale (default 1e-5)")
-    ap.add_argument("--tflite-lib", metavar="PATH",
-                    help="the TFLite C library of the opaque_ops runs (sets OPAQUE_OPS_TFLITE_LIB)")
+    ap.add_argument("clients", nargs="*", metavar="CLIENT", help=f"which clients (default all: {', '.join(CLIENTS)})")
+    ap.add_argument(
+        "--cache-dir",
+        default=os.path.join(os.path.expanduser("~"), ".cache", "opaque_ops-clients"),
+        help="where the venvs live (default ~/.cache/opaque_ops-clients)",
+    )
+    ap.add_argument(
+        "--tol",
+        type=float,
+        default=1e-5,
+        help="largest difference accepted, relative to each array's scale (default 1e-5)",
+    )
+    ap.add_argument(
+        "--tflite-lib", metavar="PATH", help="the TFLite C library of the opaque_ops runs (sets OPAQUE_OPS_TFLITE_LIB)"
+    )
     ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="run each client this many times on each runtime, in turn; the times shown are "
-                         "the fastest of each (default 1)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each client this many times on each runtime, in turn; the times shown are "
+        "the fastest of each (default 1)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="print every array's comparison")
     args = ap.parse_args(argv)
     names = args.clients or list(CLIENTS)
@@ -260,8 +276,10 @@ def main(argv=None) -> int:
     for name in names:
         spec = CLIENTS[name]
         python = ensure_venv(name, spec, cache, log)
-        log(f"[{name}] running on ai-edge-litert, then on opaque_ops" +
-            (f", {args.repeat} times in turn" if args.repeat > 1 else ""))
+        log(
+            f"[{name}] running on ai-edge-litert, then on opaque_ops"
+            + (f", {args.repeat} times in turn" if args.repeat > 1 else "")
+        )
         ref = ours = None
         times = {"litert": [], "opaque_ops": []}
         problems = []
@@ -286,19 +304,32 @@ def main(argv=None) -> int:
         t_ref, t_ours = min(times["litert"]), min(times["opaque_ops"])
         ratio = t_ours / t_ref if t_ref else float("nan")
         results[name] = {
-            "imports": spec["imports"], "ok": cmp["ok"], "arrays": cmp["arrays"], "bit_exact": cmp["bit_exact"],
-            "max_rel_diff": cmp["max_rel_diff"], "problems": cmp["problems"], "tflite": ours["tflite"],
-            "calls": ours.get("calls"), "litert_s": times["litert"], "opaque_ops_s": times["opaque_ops"],
-            "time_ratio": ratio, "info_litert": ref["info"], "info_opaque_ops": ours["info"],
+            "imports": spec["imports"],
+            "ok": cmp["ok"],
+            "arrays": cmp["arrays"],
+            "bit_exact": cmp["bit_exact"],
+            "max_rel_diff": cmp["max_rel_diff"],
+            "problems": cmp["problems"],
+            "tflite": ours["tflite"],
+            "calls": ours.get("calls"),
+            "litert_s": times["litert"],
+            "opaque_ops_s": times["opaque_ops"],
+            "time_ratio": ratio,
+            "info_litert": ref["info"],
+            "info_opaque_ops": ours["info"],
             "interpreters": [ref["interpreter"], ours["interpreter"]],
         }
         verdict = "MATCH" if cmp["ok"] else "DIFFER"
-        print(f"\n{name} (imports {spec['imports']}): {verdict}: {cmp['bit_exact']} of {cmp['arrays']} "
-              f"arrays bit-exact, largest difference {cmp['max_rel_diff']:.3g} of the array's scale")
+        print(
+            f"\n{name} (imports {spec['imports']}): {verdict}: {cmp['bit_exact']} of {cmp['arrays']} "
+            f"arrays bit-exact, largest difference {cmp['max_rel_diff']:.3g} of the array's scale"
+        )
         print(f"  interpreters: {ref['interpreter']} vs {ours['interpreter']} (TFLite {ours['tflite']})")
-        print(f"  time in the client's calls: ai-edge-litert {t_ref * 1e3:.1f} ms, opaque_ops {t_ours * 1e3:.1f} ms "
-              f"over {ours['calls']} calls (ratio {ratio:.2f}; fastest of {args.repeat} run(s) each, "
-              "not a benchmark)")
+        print(
+            f"  time in the client's calls: ai-edge-litert {t_ref * 1e3:.1f} ms, opaque_ops {t_ours * 1e3:.1f} ms "
+            f"over {ours['calls']} calls (ratio {ratio:.2f}; fastest of {args.repeat} run(s) each, "
+            "not a benchmark)"
+        )
         print(f"  what the client found (opaque_ops run): {json.dumps(ours['info'])[:600]}")
         for p in cmp["problems"]:
             print(f"  PROBLEM: {p}")
@@ -307,8 +338,9 @@ def main(argv=None) -> int:
                 what = "bit-exact" if exact else f"max diff {diff:.3g} (scale {scale:.3g})"
                 print(f"    {k:50s} {size:7d} values  {what}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"cpu": cpu_summary(), "inputs": inputs, "clients": results},
-                                              indent=1, default=float))
+        Path(args.json).write_text(
+            json.dumps({"cpu": cpu_summary(), "inputs": inputs, "clients": results}, indent=1, default=float)
+        )
     print("\nall clients match ai-edge-litert" if all_ok else "\nSOME CLIENTS DIFFER")
     return 0 if all_ok else 1
 

@@ -60,10 +60,20 @@ def main(argv=None) -> int:
         two = min(run_threads(its, args.iters) for _ in range(3))
         # Throughput ratio: invokes per second with two threads over one.
         ratio = (2 * args.iters / two) / (args.iters / one)
-        print(json.dumps({"model": args.model, "xnnpack": xnnpack, "iters_per_thread": args.iters,
-                          "one_thread_s": round(one, 3), "two_threads_s": round(two, 3),
-                          "ms_per_invoke": round(one / args.iters * 1e3, 2),
-                          "throughput_ratio": round(ratio, 2)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "model": args.model,
+                    "xnnpack": xnnpack,
+                    "iters_per_thread": args.iters,
+                    "one_thread_s": round(one, 3),
+                    "two_threads_s": round(two, 3),
+                    "ms_per_invoke": round(one / args.iters * 1e3, 2),
+                    "throughput_ratio": round(ratio, 2),
+                }
+            ),
+            flush=True,
+        )
     return 0
 
 

@@ -87,8 +87,22 @@ def suppressions(runtime_path: str | os.PathLike) -> str:
 def build_runner(workdir: Path) -> Path:
     exe = workdir / "oo_run"
     cc = os.environ.get("CC", "cc")
-    subprocess.run([cc, "-std=gnu11", "-O1", "-g", "-Wall", "-I", str(ROOT / "c" / "include"),
-                    str(ROOT / "c" / "tools" / "oo_run.c"), "-o", str(exe), "-ldl"], check=True)
+    subprocess.run(
+        [
+            cc,
+            "-std=gnu11",
+            "-O1",
+            "-g",
+            "-Wall",
+            "-I",
+            str(ROOT / "c" / "include"),
+            str(ROOT / "c" / "tools" / "oo_run.c"),
+            "-o",
+            str(exe),
+            "-ldl",
+        ],
+        check=True,
+    )
     return exe
 
 
@@ -100,9 +114,13 @@ def eip_case(workdir: Path):
     b = ModelBuilder()
     x = b.add_tensor("images", [1, 10, 10, 1], np.float32)
     y = b.add_tensor("patches", [1, 10, 10, 9], np.float32)
-    b.add_custom_op("ExtractImagePatches", inputs=[x], outputs=[y], version=1,
-                    options={"T": 0, "ksizes": [1, 3, 3, 1], "strides": [1, 1, 1, 1],
-                             "rates": [1, 1, 1, 1], "padding": "SAME"})
+    b.add_custom_op(
+        "ExtractImagePatches",
+        inputs=[x],
+        outputs=[y],
+        version=1,
+        options={"T": 0, "ksizes": [1, 3, 3, 1], "strides": [1, 1, 1, 1], "rates": [1, 1, 1, 1], "padding": "SAME"},
+    )
     b.set_inputs([x])
     b.set_outputs([y])
     image = np.arange(1, 101, dtype=np.float32).reshape(1, 10, 10, 1)
@@ -120,8 +138,12 @@ def atan_case(workdir: Path):
     sys.path.insert(0, str(ROOT / "examples" / "atan"))
     import make_model
 
-    lib = build_library([ROOT / "examples" / "atan" / "atan.c"], output=workdir / "atan.so",
-                        ops={"Atan": "AtanOpRegistrationExternal"}, debug=True)
+    lib = build_library(
+        [ROOT / "examples" / "atan" / "atan.c"],
+        output=workdir / "atan.so",
+        ops={"Atan": "AtanOpRegistrationExternal"},
+        debug=True,
+    )
     x = np.array([-8, 0.5, 2, 2.2, 201], np.float32)
     expected = np.arctan((x + np.float32(0.99999905)).astype(np.float64)).astype(np.float32)
 
@@ -153,11 +175,23 @@ def valgrind_run(lib: Path, model: bytes, x: np.ndarray, workdir: Path) -> tuple
     out0 = workdir / "out0.bin"
     if out0.exists():
         out0.unlink()
-    cmd = ["valgrind", "--error-exitcode=99", "--leak-check=full",
-           "--errors-for-leak-kinds=definite,possible", "--show-leak-kinds=definite,possible",
-           f"--suppressions={workdir / 'tflite.supp'}", "--num-callers=30",
-           str(exe), runtime_info().path, str(workdir / "model.tflite"), str(lib),
-           "--in", str(workdir / "in0.bin"), "--out-prefix", str(workdir / "out")]
+    cmd = [
+        "valgrind",
+        "--error-exitcode=99",
+        "--leak-check=full",
+        "--errors-for-leak-kinds=definite,possible",
+        "--show-leak-kinds=definite,possible",
+        f"--suppressions={workdir / 'tflite.supp'}",
+        "--num-callers=30",
+        str(exe),
+        runtime_info().path,
+        str(workdir / "model.tflite"),
+        str(lib),
+        "--in",
+        str(workdir / "in0.bin"),
+        "--out-prefix",
+        str(workdir / "out"),
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True)
     out = np.fromfile(out0, dtype=np.float32) if out0.exists() else None
     return p.returncode, p.stderr, out
@@ -180,8 +214,11 @@ def main(argv=None) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="oo_valgrind_"))
     workdir.mkdir(parents=True, exist_ok=True)
     rc, report = run(args.kernel, workdir)
-    summary = [ln for ln in report.splitlines() if "ERROR SUMMARY" in ln or "lost:" in ln
-               or "in use at exit" in ln or "suppressed:" in ln]
+    summary = [
+        ln
+        for ln in report.splitlines()
+        if "ERROR SUMMARY" in ln or "lost:" in ln or "in use at exit" in ln or "suppressed:" in ln
+    ]
     print("\n".join(summary))
     if rc != 0:
         print(report[-6000:], file=sys.stderr)

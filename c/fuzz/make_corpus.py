@@ -7,6 +7,7 @@ The buffers come from Python's flatbuffers.flexbuffers, so they follow the
 real format; between them they cover every value kind flex.h understands.
 `seeds()` is also imported by tests/c/test_flex.py.
 """
+
 import array
 import os
 import sys
@@ -56,15 +57,14 @@ def seeds():
     """name -> bytes."""
     out = {
         "tflite_extract_patches": fx.Dumps(
-            {"T": 1, "ksizes": [1, 3, 3, 1], "padding": "SAME",
-             "rates": [1, 1, 1, 1], "strides": [1, 1, 1, 1]}),
+            {"T": 1, "ksizes": [1, 3, 3, 1], "padding": "SAME", "rates": [1, 1, 1, 1], "strides": [1, 1, 1, 1]}
+        ),
         "mediapipe_out_hw": fx.Dumps({"output_height": 16, "output_width": 16}),
         "nested": fx.Dumps(
-            {"a": {"b": {"c": [1, "x", 2.5, True, None, {"d": [[], [0]]}]}},
-             "b": ["s1", "s2", ""], "z": -(2**62)}),
+            {"a": {"b": {"c": [1, "x", 2.5, True, None, {"d": [[], [0]]}]}}, "b": ["s1", "s2", ""], "z": -(2**62)}
+        ),
         "many_keys": fx.Dumps({"k%02d" % i: i * 1000 for i in range(50)}),
-        "wide": fx.Dumps({"big": "x" * 300, "v": list(range(-200, 200, 7)),
-                          "d": 1e-300}),
+        "wide": fx.Dumps({"big": "x" * 300, "v": list(range(-200, 200, 7)), "d": 1e-300}),
         "scalars": _build(_scalars),
         "typed_vectors": _build(_typed_vectors),
         "root_int": fx.Dumps(-123456789),
@@ -75,8 +75,7 @@ def seeds():
 
 
 def main(argv):
-    outdir = argv[1] if len(argv) > 1 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "corpus")
+    outdir = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
     os.makedirs(outdir, exist_ok=True)
     for name, data in sorted(seeds().items()):
         with open(os.path.join(outdir, name + ".flex"), "wb") as f:

@@ -20,7 +20,7 @@ from opaque_ops.testing import run_op
 HERE = Path(__file__).resolve().parent
 
 
-def python_clamp() -> "oo.pyop.PythonOp":
+def python_clamp() -> oo.pyop.PythonOp:
     """The prototype: outputs take input 0's shape (prepare=None), np.clip fills them."""
 
     def invoke(inputs, outputs):
@@ -37,8 +37,7 @@ def random_input(rng, shape) -> np.ndarray:
     """Values around [0, 1] plus the special cases that kernels get wrong."""
     x = rng.uniform(-2.0, 3.0, size=shape).astype(np.float32)
     flat = x.reshape(-1)
-    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, np.nextafter(1, 2, dtype=np.float32)],
-                        np.float32)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, np.nextafter(1, 2, dtype=np.float32)], np.float32)
     where = rng.choice(flat.size, size=min(flat.size, specials.size), replace=False)
     flat[where] = specials[: where.size]
     return x

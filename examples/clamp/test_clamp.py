@@ -8,6 +8,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import check  # noqa: E402
+
 from opaque_ops.testing import run_op  # noqa: E402
 
 

@@ -41,8 +41,7 @@ def build(height: int = 10, width: int = 10, channels: int = 1) -> bytes:
     x = b.add_tensor("images", [1, height, width, channels], np.float32)
     y = b.add_tensor("patches", [1, height, width, 9 * channels], np.float32)
     # The attributes TF's converter stores, with T as the TFLite TensorType (0 = FLOAT32).
-    options = {"T": 0, "ksizes": [1, 3, 3, 1], "strides": [1, 1, 1, 1],
-               "rates": [1, 1, 1, 1], "padding": "SAME"}
+    options = {"T": 0, "ksizes": [1, 3, 3, 1], "strides": [1, 1, 1, 1], "rates": [1, 1, 1, 1], "padding": "SAME"}
     b.add_custom_op("ExtractImagePatches", inputs=[x], outputs=[y], options=options, version=1)
     b.set_inputs([x])
     b.set_outputs([y])
@@ -62,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.save}")
     print("custom ops in the model:", read_model(model).custom_ops())
 
-    interpreter = opaque_ops.Interpreter(
-        model_content=model, custom_ops=[opaque_ops.kernels.extract_image_patches()])
+    interpreter = opaque_ops.Interpreter(model_content=model, custom_ops=[opaque_ops.kernels.extract_image_patches()])
     interpreter.allocate_tensors()
     image = np.arange(1, 101, dtype=np.float32).reshape(1, 10, 10, 1)
     interpreter.set_tensor(interpreter.get_input_details()[0]["index"], image)

@@ -25,6 +25,7 @@ process's objects.
 Each worker uses one thread for the model (``num_threads=1``): the
 parallelism is across photos.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,9 @@ import sys
 import time
 from pathlib import Path
 
-import opaque_ops as oo
 import selfie
+
+import opaque_ops as oo
 
 
 def progress(total: int, what: str):
@@ -88,13 +90,13 @@ def run_dask(it, photos, out_dir, photo_size, workers, scheduler=None):
 
     cluster = None
     if scheduler is None:
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None)
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
     with Client(cluster or scheduler) as client:
         client.upload_file(selfie.__file__)  # the workers import selfie.py
         shared = client.scatter(it, broadcast=True)  # pickled once per worker
-        futures = client.map(_dask_task, [shared] * len(photos), photos, out_dir=out_dir,
-                             photo_size=photo_size, pure=False)
+        futures = client.map(
+            _dask_task, [shared] * len(photos), photos, out_dir=out_dir, photo_size=photo_size, pure=False
+        )
         bar, rows = progress(len(photos), "dask"), []
         for fut in as_completed(futures):
             rows.append(fut.result())
@@ -134,8 +136,13 @@ def main(argv=None) -> int:
     ap.add_argument("--engine", choices=["dask", "processes", "serial"], default="dask")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--scheduler", help="with --engine dask: an existing scheduler's address")
-    ap.add_argument("--ops", action="append", default=[], metavar="LIB.so",
-                    help="a prebuilt kernel library instead of opaque_ops.kernels (repeatable)")
+    ap.add_argument(
+        "--ops",
+        action="append",
+        default=[],
+        metavar="LIB.so",
+        help="a prebuilt kernel library instead of opaque_ops.kernels (repeatable)",
+    )
     ap.add_argument("--model-size", action="store_true", help="keep the masks at the model's resolution")
     ap.add_argument("--landscape", action="store_true", help="use the 144x256 model")
     args = ap.parse_args(argv)
@@ -145,8 +152,9 @@ def main(argv=None) -> int:
         ap.error(f"no photos ({', '.join(sorted(selfie.IMAGE_SUFFIXES))}) in {args.photos}")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    it = oo.Interpreter(model_path=selfie.model_path(args.landscape),
-                        custom_ops=args.ops or [oo.kernels.mediapipe()], num_threads=1)
+    it = oo.Interpreter(
+        model_path=selfie.model_path(args.landscape), custom_ops=args.ops or [oo.kernels.mediapipe()], num_threads=1
+    )
     it.allocate_tensors()
     photo_size = not args.model_size
 
@@ -161,8 +169,10 @@ def main(argv=None) -> int:
     rows.sort(key=lambda r: r["image"])
     (out_dir / "summary.json").write_text(json.dumps(rows, indent=1))
     workers = 1 if args.engine == "serial" else args.workers
-    print(f"{len(rows)} photos in {seconds:.2f} s ({len(rows) / seconds:.1f} photos/s, engine {args.engine}, "
-          f"{workers} worker(s), start-up included); masks and summary.json in {out_dir}")
+    print(
+        f"{len(rows)} photos in {seconds:.2f} s ({len(rows) / seconds:.1f} photos/s, engine {args.engine}, "
+        f"{workers} worker(s), start-up included); masks and summary.json in {out_dir}"
+    )
     return 0
 
 

@@ -22,6 +22,7 @@ kernels (use_xnnpack=False).
 PHOTO (PNG/JPEG) needs Pillow; an .npy array (H x W x 3 uint8) does not;
 without a photo a synthetic person is drawn.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,22 +33,30 @@ import time
 from pathlib import Path
 
 import numpy as np
+from selfie import load_rgb, model_path, resize_bilinear, segment, synthetic_person, to_uint8, write_png
 
 import opaque_ops as oo
-from selfie import load_rgb, model_path, resize_bilinear, segment, synthetic_person, to_uint8, write_png
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("photo", nargs="?")
     ap.add_argument("--out", help="the mask PNG (default: PHOTO_mask.png in the temporary directory)")
-    ap.add_argument("--ops", action="append", default=[], metavar="LIB.so",
-                    help="a prebuilt kernel library instead of opaque_ops.kernels (repeatable)")
+    ap.add_argument(
+        "--ops",
+        action="append",
+        default=[],
+        metavar="LIB.so",
+        help="a prebuilt kernel library instead of opaque_ops.kernels (repeatable)",
+    )
     ap.add_argument("--model-size", action="store_true", help="keep the mask at the model's resolution")
     ap.add_argument("--landscape", action="store_true", help="use the 144x256 model")
     mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--xnnpack-op", action="store_true",
-                      help="no kernel: XNNPACK runs its own Convolution2DTransposeBias (use_xnnpack=True)")
+    mode.add_argument(
+        "--xnnpack-op",
+        action="store_true",
+        help="no kernel: XNNPACK runs its own Convolution2DTransposeBias (use_xnnpack=True)",
+    )
     mode.add_argument("--no-xnnpack", action="store_true", help="XNNPACK off (use_xnnpack=False)")
     ap.add_argument("--runs", type=int, default=10)
     args = ap.parse_args(argv)
@@ -56,8 +65,11 @@ def main(argv=None) -> int:
 
     # Prebuilt libraries go in as paths; Interpreter loads them with load_ops.
     custom_ops = [] if args.xnnpack_op else (args.ops or [oo.kernels.mediapipe()])
-    it = oo.Interpreter(model_path=model_path(args.landscape), custom_ops=custom_ops,
-                        use_xnnpack=True if args.xnnpack_op else False if args.no_xnnpack else None)
+    it = oo.Interpreter(
+        model_path=model_path(args.landscape),
+        custom_ops=custom_ops,
+        use_xnnpack=True if args.xnnpack_op else False if args.no_xnnpack else None,
+    )
     it.allocate_tensors()
     inp = it.get_input_details()[0]
     h, w = int(inp["shape"][1]), int(inp["shape"][2])
@@ -74,12 +86,20 @@ def main(argv=None) -> int:
     stem = Path(args.photo).stem if args.photo else "synthetic"
     out = args.out or os.path.join(tempfile.gettempdir(), f"{stem}_mask.png")
     write_png(out, to_uint8(mask))
-    who = ("XNNPACK (builtins and its own transposed convolution)" if args.xnnpack_op
-           else ("XNNPACK builtins + " if it.xnnpack else "TFLite's reference builtins + ")
-           + ("the prebuilt kernel " + ", ".join(os.path.basename(p) for p in args.ops) if args.ops
-              else "opaque_ops' kernel"))
-    print(f"{who}: {np.median(times) * 1e3:.2f} ms per invoke (median of {len(times)}); "
-          f"{(mask > 0.5).mean():.1%} of pixels are person; {mask.shape[1]}x{mask.shape[0]} mask -> {out}")
+    who = (
+        "XNNPACK (builtins and its own transposed convolution)"
+        if args.xnnpack_op
+        else ("XNNPACK builtins + " if it.xnnpack else "TFLite's reference builtins + ")
+        + (
+            "the prebuilt kernel " + ", ".join(os.path.basename(p) for p in args.ops)
+            if args.ops
+            else "opaque_ops' kernel"
+        )
+    )
+    print(
+        f"{who}: {np.median(times) * 1e3:.2f} ms per invoke (median of {len(times)}); "
+        f"{(mask > 0.5).mean():.1%} of pixels are person; {mask.shape[1]}x{mask.shape[0]} mask -> {out}"
+    )
     return 0
 
 

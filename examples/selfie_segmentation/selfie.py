@@ -124,5 +124,10 @@ def segment_file(interpreter, path, out_dir, photo_size: bool = True) -> dict:
         mask = resize_bilinear(mask, rgb.shape[0], rgb.shape[1])
     out = Path(out_dir) / f"{path.stem}_mask.png"
     write_png(out, to_uint8(mask))
-    return {"image": path.name, "width": rgb.shape[1], "height": rgb.shape[0],
-            "person": round(float((mask > 0.5).mean()), 4), "mask": str(out)}
+    return {
+        "image": path.name,
+        "width": rgb.shape[1],
+        "height": rgb.shape[0],
+        "person": round(float((mask > 0.5).mean()), 4),
+        "mask": str(out),
+    }

@@ -20,9 +20,19 @@ op aliases, the host architecture for a message) comes in as arguments
 
 from __future__ import annotations
 
-from .native_interpreter import STATUS_NAMES, TENSOR_ALIGNMENT, TFLITE_TO_NUMPY, ErrorSink, NativeHooks, NativeInterpreter, NativeModel, NativeSignatureRunner, TensorRef
-from .native_delegate import NativeDelegate
 from .kernel_library import ABI_VERSION, KernelLibrary, Operator, kernel_library, parse_stamp
+from .native_delegate import NativeDelegate
+from .native_interpreter import (
+    STATUS_NAMES,
+    TENSOR_ALIGNMENT,
+    TFLITE_TO_NUMPY,
+    ErrorSink,
+    NativeHooks,
+    NativeInterpreter,
+    NativeModel,
+    NativeSignatureRunner,
+    TensorRef,
+)
 from .pending import pop_pending_exception, stash_exception
 from .python_operator import OpaqueNodeView, PyOperator, live_python_operators, make_python_operator
 from .runtime_loader import ENV_LIBRARY, Runtime, load_runtime

@@ -45,19 +45,37 @@ _PYMICRO = "pymicro-wakeword {} wheel, pymicro_wakeword/lib/libtensorflowlite_c.
 _LITERT_LM = "litert-lm-api 0.18.1 wheel, litert_lm/liblitert-lm.so"
 
 KNOWN_BUILDS: tuple[KnownBuild, ...] = (
-    KnownBuild("25465edb5cd7aadd00249d4d28f1d922ce5cc90195ad4403458111dd63493bae", 4835320,
-               "2.17.1", "x86_64", _PYMICRO.format("2.0.0-2.5.0")),
-    KnownBuild("12062437bfde367b1be592ebc4a9fe64b8453f90b3b7dc21fade002c38e1ac1a", 3607232,
-               "2.17.1", "aarch64", _PYMICRO.format("2.0.0-2.5.0")),
+    KnownBuild(
+        "25465edb5cd7aadd00249d4d28f1d922ce5cc90195ad4403458111dd63493bae",
+        4835320,
+        "2.17.1",
+        "x86_64",
+        _PYMICRO.format("2.0.0-2.5.0"),
+    ),
+    KnownBuild(
+        "12062437bfde367b1be592ebc4a9fe64b8453f90b3b7dc21fade002c38e1ac1a",
+        3607232,
+        "2.17.1",
+        "aarch64",
+        _PYMICRO.format("2.0.0-2.5.0"),
+    ),
     # Built for Cortex-A7 (armv7-a, NEON, hard float) without the opaque
     # kernel API and without XNNPACK: builtin ops only.
-    KnownBuild("fcb6ef6f3f9c68889868fb55aba544d43d0fe9703c1efeb2756e82b553d032ab", 3612544,
-               "2.17.1", "armv7l", _PYMICRO.format("2.4.1-2.5.0"), custom_ops=False),
+    KnownBuild(
+        "fcb6ef6f3f9c68889868fb55aba544d43d0fe9703c1efeb2756e82b553d032ab",
+        3612544,
+        "2.17.1",
+        "armv7l",
+        _PYMICRO.format("2.4.1-2.5.0"),
+        custom_ops=False,
+    ),
     # CI's second pass: TFLite 2.23 (4-argument TfLiteOperatorCreate, no CreateWithData).
-    KnownBuild("b837c18cc98920ea0f979c454795dcabb6c1f132b9b4a4a309243e67d62e94b9", 131785976,
-               "2.23.0", "x86_64", _LITERT_LM),
-    KnownBuild("9a2ad189678a4c2148eb498ac4785272cb37f96dc07a3a6019553963b363c00c", 133496240,
-               "2.23.0", "aarch64", _LITERT_LM),
+    KnownBuild(
+        "b837c18cc98920ea0f979c454795dcabb6c1f132b9b4a4a309243e67d62e94b9", 131785976, "2.23.0", "x86_64", _LITERT_LM
+    ),
+    KnownBuild(
+        "9a2ad189678a4c2148eb498ac4785272cb37f96dc07a3a6019553963b363c00c", 133496240, "2.23.0", "aarch64", _LITERT_LM
+    ),
 )
 
 BY_DIGEST = {b.sha256: b for b in KNOWN_BUILDS}

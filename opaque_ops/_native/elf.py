@@ -70,7 +70,7 @@ class ElfInfo:
             return "armel (soft-float)"
         return name
 
-    def loadable_by(self, process: "ElfInfo") -> bool:
+    def loadable_by(self, process: ElfInfo) -> bool:
         """True if a process built as ``process`` can map this file."""
         if (self.bits, self.little_endian, self.machine) != (process.bits, process.little_endian, process.machine):
             return False
@@ -133,7 +133,7 @@ def _read_at(f, offset: int, size: int) -> bytes:
 
 def _cstr(blob: bytes, offset: int) -> bytes:
     end = blob.find(b"\0", offset)
-    return blob[offset:end if end >= 0 else len(blob)]
+    return blob[offset : end if end >= 0 else len(blob)]
 
 
 def glibc_needed(path: str | os.PathLike) -> tuple[int, ...] | None:
@@ -263,8 +263,10 @@ def _dotted(v: tuple[int, ...]) -> str:
 
 
 # What users meet most: the glibc of the systems a Raspberry Pi runs, and Debian/Ubuntu.
-GLIBC_OF_SYSTEMS = ("Debian 11 / Raspberry Pi OS bullseye ship glibc 2.31, Ubuntu 22.04 ships 2.35, "
-                    "Debian 12 / Raspberry Pi OS bookworm ships 2.36")
+GLIBC_OF_SYSTEMS = (
+    "Debian 11 / Raspberry Pi OS bullseye ship glibc 2.31, Ubuntu 22.04 ships 2.35, "
+    "Debian 12 / Raspberry Pi OS bookworm ships 2.36"
+)
 
 
 def load_problem(path: str | os.PathLike) -> str | None:
@@ -281,11 +283,15 @@ def load_problem(path: str | os.PathLike) -> str | None:
         return None
     proc = process()
     if proc is not None and not lib.loadable_by(proc):
-        return (f"is built for {lib.arch}, but this machine is {proc.arch}: "
-                f"this Python is a {proc.bits}-bit {proc.arch} process and loads only {proc.bits}-bit {proc.arch} code")
+        return (
+            f"is built for {lib.arch}, but this machine is {proc.arch}: "
+            f"this Python is a {proc.bits}-bit {proc.arch} process and loads only {proc.bits}-bit {proc.arch} code"
+        )
     need = glibc_needed(path)
     have = running_glibc()
     if need is not None and have is not None and need > have:
-        return (f"needs glibc {_dotted(need)} or newer (it uses GLIBC_{_dotted(need)} symbols), "
-                f"but this system has glibc {_dotted(have)}; {GLIBC_OF_SYSTEMS}")
+        return (
+            f"needs glibc {_dotted(need)} or newer (it uses GLIBC_{_dotted(need)} symbols), "
+            f"but this system has glibc {_dotted(have)}; {GLIBC_OF_SYSTEMS}"
+        )
     return None

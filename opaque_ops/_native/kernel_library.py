@@ -76,7 +76,7 @@ class KernelLibrary:
             return None
         return ffi.string(fn()).decode()
 
-    def make_operator(self, index: int) -> "Operator":
+    def make_operator(self, index: int) -> Operator:
         """The operator of op number ``index``, built on first request and then reused."""
         with self._ops_lock:
             op = self._ops.get(index)
@@ -140,4 +140,3 @@ class Operator:
 
     def release(self) -> None:
         """An interpreter that pointed at this operator has been deleted."""
-

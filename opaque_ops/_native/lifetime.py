@@ -24,8 +24,8 @@ class Shared:
     __slots__ = ("users", "abandoned", "_free")
 
     def __init__(self, free):
-        self.users = 0           # interpreters (not yet deleted) that point at it
-        self.abandoned = False   # its Python owner is gone
+        self.users = 0  # interpreters (not yet deleted) that point at it
+        self.abandoned = False  # its Python owner is gone
         self._free = free
 
     def hold(self) -> None:

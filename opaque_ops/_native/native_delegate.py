@@ -92,8 +92,10 @@ class NativeDelegate:
             ptr = lib.tflite_plugin_create_delegate(karr, varr, len(items), _report_cb)
             msgs = list(_messages)
         if ptr == ffi.NULL:
-            raise DelegateError(f"Failed to load delegate from {path}\n" + ("\n".join(msgs) or
-                                "tflite_plugin_create_delegate returned NULL"))
+            raise DelegateError(
+                f"Failed to load delegate from {path}\n"
+                + ("\n".join(msgs) or "tflite_plugin_create_delegate returned NULL")
+            )
         self.path = path
         self.messages = msgs
         self.pointer = ptr

@@ -16,7 +16,6 @@ from ..errors import ModelError
 from .ffi import ffi
 from .runtime_loader import Runtime, load_runtime
 
-
 # kTfLiteCustomAllocationFlagsSkipAlignCheck is never passed: the buffers
 # handed to set_custom_allocation are aligned to TFLite's kDefaultTensorAlignment.
 TENSOR_ALIGNMENT = 64
@@ -45,8 +44,8 @@ TFLITE_TO_NUMPY = {
 }
 
 # TfLiteAllocationType values (c_api_types.h).
-ALLOC_MMAP_RO = 1        # a constant, read in place from the model bytes
-ALLOC_DYNAMIC = 4        # (re)allocated by its kernel during invoke
+ALLOC_MMAP_RO = 1  # a constant, read in place from the model bytes
+ALLOC_DYNAMIC = 4  # (re)allocated by its kernel during invoke
 ALLOC_PERSISTENT_RO = 5  # computed once in Prepare, read-only afterwards
 _READ_ONLY = (ALLOC_MMAP_RO, ALLOC_PERSISTENT_RO)
 # TfLiteAllocationStrategy (None, MMap, Arena, Malloc) -> TfLiteAllocationType
@@ -150,7 +149,8 @@ class TensorRef:
             # the bytes are not an array of this shape.
             raise ModelError(
                 f"tensor {self.name!r} has shape {list(shape)} of {dtype} ({want} bytes), but the runtime "
-                f"holds {nbytes} bytes for it; the model's tensor does not hold what its shape says")
+                f"holds {nbytes} bytes for it; the model's tensor does not hold what its shape says"
+            )
         arr = _np.frombuffer(ffi.buffer(data, nbytes), dtype=dtype).reshape(shape)
         if self.is_read_only():
             arr.flags.writeable = False
@@ -163,17 +163,16 @@ class TensorRef:
 
     def write(self, array) -> int:
         """Copy a C-contiguous array of exactly ``nbytes`` bytes in; return the status."""
-        return int(
-            self._lib.TfLiteTensorCopyFromBuffer(self._t, ffi.from_buffer(array), array.nbytes)
-        )
+        return int(self._lib.TfLiteTensorCopyFromBuffer(self._t, ffi.from_buffer(array), array.nbytes))
 
 
 def _c_name(p, what: str, i: int) -> str:
     """A name the C API returned; NULL when a signature does not name each of its
     subgraph's inputs/outputs (check_model refuses those; this is the backstop)."""
     if p == ffi.NULL:
-        raise ModelError(f"the signature has no name for its {what} {i}; a signature must name each "
-                         f"{what} of its subgraph")
+        raise ModelError(
+            f"the signature has no name for its {what} {i}; a signature must name each {what} of its subgraph"
+        )
     return ffi.string(p).decode()
 
 
@@ -207,9 +206,7 @@ class NativeModel:
         # Keep-alive: the model reads these bytes for as long as it exists.
         self._data = ffi.from_buffer(data)
         self._bytes = data
-        self._ptr = rt.lib.TfLiteModelCreateWithErrorReporter(
-            self._data, len(data), rt._reporter, self._handle
-        )
+        self._ptr = rt.lib.TfLiteModelCreateWithErrorReporter(self._data, len(data), rt._reporter, self._handle)
         self.ok = self._ptr != ffi.NULL
 
     def close(self):
@@ -218,7 +215,6 @@ class NativeModel:
         self._ptr = None
 
     __del__ = close
-
 
 
 def _xnnpack_delegate(rt: Runtime, num_threads):
@@ -261,10 +257,10 @@ class NativeHooks:
     def creating(self) -> None:
         """Before ``TfLiteInterpreterCreate`` runs."""
 
-    def created(self, native: "NativeInterpreter") -> None:
+    def created(self, native: NativeInterpreter) -> None:
         """After it ran (``native.ok`` tells whether it succeeded)."""
 
-    def runner_created(self, runner: "NativeSignatureRunner") -> None:
+    def runner_created(self, runner: NativeSignatureRunner) -> None:
         """A signature runner of the interpreter was created."""
 
 
@@ -275,9 +271,18 @@ class NativeInterpreter:
     model and calls the operators' code until it is gone.
     """
 
-    def __init__(self, model: NativeModel, operators, num_threads=None, cancellable=True,
-                 use_xnnpack=False, delegates=(), aliases=None, rename_messages=None,
-                 hooks: NativeHooks | None = None):
+    def __init__(
+        self,
+        model: NativeModel,
+        operators,
+        num_threads=None,
+        cancellable=True,
+        use_xnnpack=False,
+        delegates=(),
+        aliases=None,
+        rename_messages=None,
+        hooks: NativeHooks | None = None,
+    ):
         """Create the interpreter; ``ok`` tells whether TFLite did.
 
         ``delegates`` are user delegates (applied before XNNPACK).
@@ -348,8 +353,7 @@ class NativeInterpreter:
         # invoke() is the hot path: a C-level partial, no Python frame between
         # the caller and TfLiteInterpreterInvoke.  close() swaps it out before
         # freeing the interpreter it points to.
-        self.invoke = (functools.partial(rt.lib.TfLiteInterpreterInvoke, self._interp)
-                       if self.ok else _closed_call)
+        self.invoke = functools.partial(rt.lib.TfLiteInterpreterInvoke, self._interp) if self.ok else _closed_call
         if hooks is not None:
             hooks.created(self)
 
@@ -448,7 +452,7 @@ class NativeInterpreter:
         n = lib.TfLiteInterpreterGetSignatureCount(self._interp)
         return [ffi.string(lib.TfLiteInterpreterGetSignatureKey(self._interp, i)).decode() for i in range(n)]
 
-    def signature_runner(self, key: str) -> "NativeSignatureRunner | None":
+    def signature_runner(self, key: str) -> NativeSignatureRunner | None:
         ptr = self.rt.lib.TfLiteInterpreterGetSignatureRunner(self._interp, key.encode())
         if ptr == ffi.NULL:
             return None

@@ -26,13 +26,13 @@ import weakref
 import numpy as _np
 
 from ..errors import OpLibraryError
+from . import runtime_loader as _rtmod
 from .ffi import ffi
-from .native_interpreter import TFLITE_TO_NUMPY
 from .kernel_library import Operator
 from .lifetime import Shared
+from .native_interpreter import TFLITE_TO_NUMPY
 from .pending import stash_exception
 from .runtime_loader import load_runtime
-from . import runtime_loader as _rtmod
 
 # kTfLiteBuiltinCustom: the builtin code of every custom operator.
 _BUILTIN_CUSTOM = 32
@@ -135,7 +135,7 @@ class _Record:
         self.cname = cname
         self.target = weakref.ref(target)
         self.shared = Shared(lambda: _delete(self))
-        self.callbacks = ()      # per-operator closures (registration-external runtimes only)
+        self.callbacks = ()  # per-operator closures (registration-external runtimes only)
 
 
 _records: dict[int, _Record] = {}
@@ -204,10 +204,8 @@ def _key_closures(key: int):
     return (
         ffi.callback("oo_py_init", lambda ctx, buf, n: _on_init(ud, ctx, buf, n), onerror=_init_failed),
         ffi.callback("oo_py_free", lambda ctx, data: _on_free(ud, ctx, data), onerror=_init_failed),
-        ffi.callback("oo_py_step", lambda ctx, node: _on_prepare(ud, ctx, node), error=_K_ERROR,
-                     onerror=_init_failed),
-        ffi.callback("oo_py_step", lambda ctx, node: _on_invoke(ud, ctx, node), error=_K_ERROR,
-                     onerror=_init_failed),
+        ffi.callback("oo_py_step", lambda ctx, node: _on_prepare(ud, ctx, node), error=_K_ERROR, onerror=_init_failed),
+        ffi.callback("oo_py_step", lambda ctx, node: _on_invoke(ud, ctx, node), error=_K_ERROR, onerror=_init_failed),
     )
 
 
@@ -224,12 +222,20 @@ def _create(rt, rec: _Record, version: int):
         # No user data to carry the key: per-operator closures hold it.
         if rt.generation == "operator":
             create = lib.TfLiteOperatorCreate
-            setters = (lib.TfLiteOperatorSetInit, lib.TfLiteOperatorSetFree,
-                       lib.TfLiteOperatorSetPrepare, lib.TfLiteOperatorSetInvoke)
+            setters = (
+                lib.TfLiteOperatorSetInit,
+                lib.TfLiteOperatorSetFree,
+                lib.TfLiteOperatorSetPrepare,
+                lib.TfLiteOperatorSetInvoke,
+            )
         else:
             create = lib.TfLiteRegistrationExternalCreate
-            setters = (lib.TfLiteRegistrationExternalSetInit, lib.TfLiteRegistrationExternalSetFree,
-                       lib.TfLiteRegistrationExternalSetPrepare, lib.TfLiteRegistrationExternalSetInvoke)
+            setters = (
+                lib.TfLiteRegistrationExternalSetInit,
+                lib.TfLiteRegistrationExternalSetFree,
+                lib.TfLiteRegistrationExternalSetPrepare,
+                lib.TfLiteRegistrationExternalSetInvoke,
+            )
         ptr = create(_BUILTIN_CUSTOM, rec.cname, int(version))
         if ptr != ffi.NULL:
             rec.callbacks = _key_closures(rec.key)

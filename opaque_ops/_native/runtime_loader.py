@@ -52,23 +52,40 @@ BY_SYSTEM = 'ctypes.util.find_library("tensorflowlite_c")'
 # C library (ai-edge-litert's and tflite-runtime's .so files export only a
 # handful of TfLite* helpers).
 REQUIRED = (
-    "TfLiteVersion", "TfLiteModelCreateWithErrorReporter", "TfLiteModelDelete",
-    "TfLiteInterpreterOptionsCreate", "TfLiteInterpreterOptionsDelete",
-    "TfLiteInterpreterOptionsSetNumThreads", "TfLiteInterpreterOptionsSetErrorReporter",
-    "TfLiteInterpreterCreate", "TfLiteInterpreterDelete", "TfLiteInterpreterAllocateTensors",
-    "TfLiteInterpreterInvoke", "TfLiteInterpreterGetInputTensorCount",
-    "TfLiteInterpreterGetOutputTensorCount", "TfLiteInterpreterGetInputTensor",
-    "TfLiteInterpreterGetOutputTensor", "TfLiteTensorData", "TfLiteTensorByteSize",
+    "TfLiteVersion",
+    "TfLiteModelCreateWithErrorReporter",
+    "TfLiteModelDelete",
+    "TfLiteInterpreterOptionsCreate",
+    "TfLiteInterpreterOptionsDelete",
+    "TfLiteInterpreterOptionsSetNumThreads",
+    "TfLiteInterpreterOptionsSetErrorReporter",
+    "TfLiteInterpreterCreate",
+    "TfLiteInterpreterDelete",
+    "TfLiteInterpreterAllocateTensors",
+    "TfLiteInterpreterInvoke",
+    "TfLiteInterpreterGetInputTensorCount",
+    "TfLiteInterpreterGetOutputTensorCount",
+    "TfLiteInterpreterGetInputTensor",
+    "TfLiteInterpreterGetOutputTensor",
+    "TfLiteTensorData",
+    "TfLiteTensorByteSize",
 )
 # The opaque kernel API every kernel library and python_op calls back into.
 # pymicro-wakeword's armv7l build exports the operator functions but none of
 # these: builtin ops run, custom ones cannot.
 KERNEL_API = (
-    "TfLiteOpaqueNodeNumberOfInputs", "TfLiteOpaqueNodeNumberOfOutputs",
-    "TfLiteOpaqueNodeGetInput", "TfLiteOpaqueNodeGetOutput", "TfLiteOpaqueNodeGetUserData",
+    "TfLiteOpaqueNodeNumberOfInputs",
+    "TfLiteOpaqueNodeNumberOfOutputs",
+    "TfLiteOpaqueNodeGetInput",
+    "TfLiteOpaqueNodeGetOutput",
+    "TfLiteOpaqueNodeGetUserData",
     "TfLiteOpaqueContextResizeTensor",
-    "TfLiteOpaqueContextReportError", "TfLiteOpaqueTensorType", "TfLiteOpaqueTensorNumDims",
-    "TfLiteOpaqueTensorDim", "TfLiteOpaqueTensorData", "TfLiteOpaqueTensorByteSize",
+    "TfLiteOpaqueContextReportError",
+    "TfLiteOpaqueTensorType",
+    "TfLiteOpaqueTensorNumDims",
+    "TfLiteOpaqueTensorDim",
+    "TfLiteOpaqueTensorData",
+    "TfLiteOpaqueTensorByteSize",
 )
 
 
@@ -140,14 +157,18 @@ class Runtime:
         self.custom_ops_problem = None
         if lacking:
             self.custom_ops_problem = (
-                f"the TFLite runtime {path} (TFLite {self.version}) exports none of the opaque "
-                f"kernel API it needs ({', '.join(lacking[:3])}, ...): it was built without it, as "
-                "pymicro-wakeword's armv7l (32-bit Raspberry Pi OS) build is. Builtin-only "
-                "models run on it; custom ops need a libtensorflowlite_c built with the opaque "
-                f"API (a 64-bit OS and the aarch64 wheel, or your own build named in {ENV_LIBRARY})"
-            ) if len(lacking) == len(KERNEL_API) else (
-                f"the TFLite runtime {path} (TFLite {self.version}) lacks part of the opaque "
-                f"kernel API ({', '.join(lacking)}), so kernel libraries and python_ops cannot run on it"
+                (
+                    f"the TFLite runtime {path} (TFLite {self.version}) exports none of the opaque "
+                    f"kernel API it needs ({', '.join(lacking[:3])}, ...): it was built without it, as "
+                    "pymicro-wakeword's armv7l (32-bit Raspberry Pi OS) build is. Builtin-only "
+                    "models run on it; custom ops need a libtensorflowlite_c built with the opaque "
+                    f"API (a 64-bit OS and the aarch64 wheel, or your own build named in {ENV_LIBRARY})"
+                )
+                if len(lacking) == len(KERNEL_API)
+                else (
+                    f"the TFLite runtime {path} (TFLite {self.version}) lacks part of the opaque "
+                    f"kernel API ({', '.join(lacking)}), so kernel libraries and python_ops cannot run on it"
+                )
             )
         self._digest: str | None = None
         self._digest_lock = threading.Lock()
@@ -327,7 +348,7 @@ def _wheel_record_build(path: str) -> builds.KnownBuild | None:
             continue
         for line in record.splitlines():
             if line.startswith(member):
-                b64, _, size = line[len(member):].partition(",")
+                b64, _, size = line[len(member) :].partition(",")
                 try:
                     digest = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
                     build = builds.BY_DIGEST.get(digest)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from . import paths as _paths
@@ -83,7 +83,7 @@ def prebuilt_dir() -> Path | None:
     return d if (d / PREBUILT_MANIFEST).is_file() else None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _manifest() -> dict:
     d = prebuilt_dir()
     if d is None:

@@ -42,8 +42,13 @@ def _python_flags_off(cc):
     configured = build_ext.build_extensions
 
     def build_extensions(self):
-        self.compiler.set_executables(preprocessor=cc + ["-E"], compiler=list(cc), compiler_so=list(cc),
-                                      linker_so=cc + ["-shared"], linker_exe=list(cc))
+        self.compiler.set_executables(
+            preprocessor=cc + ["-E"],
+            compiler=list(cc),
+            compiler_so=list(cc),
+            linker_so=cc + ["-shared"],
+            linker_exe=list(cc),
+        )
         configured(self)
 
     build_ext.build_extensions = build_extensions

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from . import store as _cache, paths as _paths
 from ..errors import CompileError
+from . import paths as _paths
+from . import store as _cache
 
 # Part of every cache key: bump it when what a build produces changes.
 BUILD_PATH_VERSION = "2"
@@ -53,8 +54,14 @@ _SANITIZER_SYMBOL = re.compile(r"__(?:asan|ubsan|tsan|lsan|msan|sanitizer)_[A-Za
 # not as an "undefined symbol" when the library is loaded.
 # -ffp-contract=off keeps float results identical across x86-64 and AArch64
 # (which would otherwise fuse multiply-adds).
-BASE_CFLAGS = ["-std=gnu11", "-fPIC", "-Wall", "-Wno-unused-function", "-ffp-contract=off",
-               "-Werror=implicit-function-declaration"]
+BASE_CFLAGS = [
+    "-std=gnu11",
+    "-fPIC",
+    "-Wall",
+    "-Wno-unused-function",
+    "-ffp-contract=off",
+    "-Werror=implicit-function-declaration",
+]
 BASE_LDFLAGS = ["-Wl,-Bsymbolic"]
 # The TfLite* symbols are undefined on purpose (they bind to the runtime at
 # load time).  -z defs + warn-unresolved makes the linker list every
@@ -102,10 +109,7 @@ def native_compiler() -> list[str]:
     for name in ("cc", "gcc", "clang"):
         if shutil.which(name):
             return [name]
-    raise CompileError(
-        "no C compiler found (looked for $CC, cc, gcc, clang); install one, e.g. "
-        "`apt-get install gcc`"
-    )
+    raise CompileError("no C compiler found (looked for $CC, cc, gcc, clang); install one, e.g. `apt-get install gcc`")
 
 
 @lru_cache(maxsize=32)
@@ -147,9 +151,7 @@ def read_source(source: str | os.PathLike) -> tuple[str, str, Path | None]:
     if not isinstance(source, str):
         raise TypeError(f"source must be a path or a str of C code, not {type(source).__name__}")
     if "\n" not in source and "{" not in source and ";" not in source and len(source) < 4096:
-        raise CompileError(
-            f"kernel source {source!r} does not exist; pass a path to a .c file or the C text itself"
-        )
+        raise CompileError(f"kernel source {source!r} does not exist; pass a path to a .c file or the C text itself")
     return source, "<string>", None
 
 
@@ -274,10 +276,17 @@ class BuildSpec:
     def key(self) -> str:
         """Digest of everything the build reads except the compiler (see :func:`compiler_identity`)."""
         h = hashlib.sha256()
-        parts = [BUILD_PATH_VERSION, self.text or "", factory_lines(self.ops),
-                 _paths.runtime_source().read_text(), repr(self.defines), repr(self.compile_flags()),
-                 repr(self.link_flags()), repr(self.all_include_dirs()),
-                 _headers_digest(self.all_include_dirs())]
+        parts = [
+            BUILD_PATH_VERSION,
+            self.text or "",
+            factory_lines(self.ops),
+            _paths.runtime_source().read_text(),
+            repr(self.defines),
+            repr(self.compile_flags()),
+            repr(self.link_flags()),
+            repr(self.all_include_dirs()),
+            _headers_digest(self.all_include_dirs()),
+        ]
         for p in self.sources:
             parts += [str(Path(p).resolve()), Path(p).read_text()]
         for part in parts:
@@ -331,8 +340,14 @@ def build(spec: BuildSpec, workdir: str | os.PathLike, *, verbose: bool = False)
     # put on the child's sys.path (it holds modules named like others').
     boot = f"import runpy; runpy.run_path({str(_CHILD)!r}, run_name='__main__')"
     try:
-        proc = subprocess.run([sys.executable, "-c", boot], input=json.dumps(request), cwd=work,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-c", boot],
+            input=json.dumps(request),
+            cwd=work,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     except OSError as exc:
         raise CompileError(f"{spec.label} failed: could not start the build process: {exc}") from None
     log = proc.stdout

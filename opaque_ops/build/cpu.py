@@ -9,8 +9,24 @@ from __future__ import annotations
 import os
 import platform
 
-_WANTED = ["sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-           "avx512_bf16", "amx_tile", "asimd", "asimdhp", "asimddp", "sve", "sve2"]
+_WANTED = [
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "asimd",
+    "asimdhp",
+    "asimddp",
+    "sve",
+    "sve2",
+]
 
 
 def cpu_summary() -> str:

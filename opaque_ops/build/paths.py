@@ -6,21 +6,20 @@ package; a wheel carries the same tree as package data in ``opaque_ops/c``.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent.parent  # opaque_ops/, whose c/ (or ../c/) this finds
 
 
-@lru_cache(maxsize=None)
+@cache
 def c_dir() -> Path:
     """Return the directory holding ``include/``, ``src/`` and ``kernels/``."""
     for candidate in (_PKG / "c", _PKG.parent / "c"):
         if (candidate / "include" / "opaque_ops.h").is_file():
             return candidate
     raise FileNotFoundError(
-        f"opaque_ops' C files are missing (looked in {_PKG / 'c'} and {_PKG.parent / 'c'}); "
-        "reinstall the package"
+        f"opaque_ops' C files are missing (looked in {_PKG / 'c'} and {_PKG.parent / 'c'}); reinstall the package"
     )
 
 

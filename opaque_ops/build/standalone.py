@@ -44,9 +44,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from . import compiler as _cbuild, paths as _paths
-from .compiler import host_arch
 from ..errors import CompileError, OpaqueOpsError
+from . import compiler as _cbuild
+from . import paths as _paths
+from .compiler import host_arch
 
 __all__ = ["BuildError", "build_library", "build_prebuilt", "main", "TARGETS", "CROSS_COMPILERS"]
 
@@ -273,8 +274,9 @@ def build_library(
     return out
 
 
-def build_prebuilt(target: str, out_dir: str | os.PathLike, *, cc: str | None = None,
-                   kernels_dir: str | os.PathLike | None = None) -> dict:
+def build_prebuilt(
+    target: str, out_dir: str | os.PathLike, *, cc: str | None = None, kernels_dir: str | os.PathLike | None = None
+) -> dict:
     """Build every bundled kernel for ``target`` into ``out_dir``, as the platform wheels carry them.
 
     One library per kernel file (``<name>.so``), so ``opaque_ops.kernels.kernel(name)``
@@ -311,8 +313,9 @@ def build_prebuilt(target: str, out_dir: str | os.PathLike, *, cc: str | None = 
     out.mkdir(parents=True)
     manifest = {"arch": arch, "build_path": _cbuild.BUILD_PATH_VERSION, "kernels": {}}
     for source in kernel_sources(["all"], kernels_dir):
-        lib = build_library([], out / f"{source.stem}.so", target=target, kernels=[source.stem],
-                            kernels_dir=kernels_dir, cc=cc)
+        lib = build_library(
+            [], out / f"{source.stem}.so", target=target, kernels=[source.stem], kernels_dir=kernels_dir, cc=cc
+        )
         manifest["kernels"][source.stem] = {
             "sha256": hashlib.sha256(lib.read_bytes()).hexdigest(),
             "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
@@ -342,20 +345,36 @@ def make_parser(prog: str = "build.py") -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="library to write (default: <first source>.so here)")
     p.add_argument("--target", default="native", choices=TARGETS, help="architecture to build for")
     p.add_argument("--debug", action="store_true", help="-O0 -g instead of -O2")
-    p.add_argument("--sanitize", action="append", default=[], metavar="LIST",
-                   help="sanitizers, e.g. address,undefined")
-    p.add_argument("--op", action="append", default=[], type=_parse_op, metavar="MODEL_NAME=FACTORY",
-                   help="export a guide-style factory function under the model's op name")
-    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR",
-                   help="add an include directory")
-    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VAL]",
-                   help="define a macro")
-    p.add_argument("--kernels", nargs="+", default=[], metavar="NAME",
-                   help="bundled kernels to include: a kernel file (c/kernels/NAME.c) or a bundle, "
-                   "as in opaque_ops.kernels: 'mediapipe', 'all'")
+    p.add_argument("--sanitize", action="append", default=[], metavar="LIST", help="sanitizers, e.g. address,undefined")
+    p.add_argument(
+        "--op",
+        action="append",
+        default=[],
+        type=_parse_op,
+        metavar="MODEL_NAME=FACTORY",
+        help="export a guide-style factory function under the model's op name",
+    )
+    p.add_argument(
+        "-I", dest="include_dirs", action="append", default=[], metavar="DIR", help="add an include directory"
+    )
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VAL]", help="define a macro")
+    p.add_argument(
+        "--kernels",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="bundled kernels to include: a kernel file (c/kernels/NAME.c) or a bundle, "
+        "as in opaque_ops.kernels: 'mediapipe', 'all'",
+    )
     p.add_argument("--kernels-dir", help="take --kernels from this directory instead")
-    p.add_argument("--cflag", dest="extra_cflags", action="append", default=[], metavar="FLAG",
-                   help="extra compiler flag (repeatable)")
+    p.add_argument(
+        "--cflag",
+        dest="extra_cflags",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="extra compiler flag (repeatable)",
+    )
     p.add_argument("--cc", help="compiler command to use")
     p.add_argument("-v", "--verbose", action="store_true", help="print the compiler command")
     return p

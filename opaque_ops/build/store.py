@@ -175,8 +175,9 @@ class Cache:
         What the directory is, for error messages.
     """
 
-    def __init__(self, root: str | os.PathLike, suffix: str = _SUFFIX, mode: int = 0o700,
-                 what: str = "cache directory"):
+    def __init__(
+        self, root: str | os.PathLike, suffix: str = _SUFFIX, mode: int = 0o700, what: str = "cache directory"
+    ):
         self.root = private_dir(root, what)
         self.suffix = suffix
         self.mode = mode
@@ -185,12 +186,14 @@ class Cache:
         st = path.lstat()
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
             raise CacheError(
-                f"refusing cache entry {path}: it is not a regular file (a link or a device); "
-                f"delete it (`rm {path}`)"
+                f"refusing cache entry {path}: it is not a regular file (a link or a device); delete it (`rm {path}`)"
             )
         if st.st_uid != os.geteuid() or _writable_by_others(st.st_mode):
-            who = (f"owned by {_owner(st.st_uid)}" if st.st_uid != os.geteuid()
-                   else f"writable by other users (mode {stat.S_IMODE(st.st_mode):04o})")
+            who = (
+                f"owned by {_owner(st.st_uid)}"
+                if st.st_uid != os.geteuid()
+                else f"writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+            )
             raise CacheError(
                 f"refusing cache entry {path}: it is {who}, so it may not be what opaque_ops "
                 f"built. Delete it (`rm {path}`) and compile again"

@@ -33,8 +33,11 @@ def run_suite(argv: list[str] | None = None) -> int:
     """
     path = suite_path()
     if path is None:
-        print("opaque-ops bench --suite needs a source checkout of opaque_ops (bench/suite.py is not "
-              "part of the installed package); run `python bench/suite.py` there", file=sys.stderr)
+        print(
+            "opaque-ops bench --suite needs a source checkout of opaque_ops (bench/suite.py is not "
+            "part of the installed package); run `python bench/suite.py` there",
+            file=sys.stderr,
+        )
         return 2
     old = sys.argv
     sys.argv = [str(path)] + list(argv or [])

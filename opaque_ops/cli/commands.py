@@ -21,33 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-PROG = "opaque-ops"
-
-
-class CliError(Exception):
-    """A usage problem found after argument parsing (bad --input, unknown name...)."""
-
+from .common import CHECK_OK, CHECK_REFUSED, CHECK_UNSAFE, PROG, CliError, load_libs
 
 # --------------------------------------------------------------- helpers --
-
-
-def _load_libs(specs) -> list:
-    """Turn ``--ops`` values into op libraries."""
-    from .. import kernels
-    from ..ops.library import compile_ops, load_ops
-
-    libs = []
-    for spec in specs or ():
-        if spec.startswith("kernels:"):
-            # The names of opaque_ops.kernels: a kernel file or a bundle (kernels:mediapipe).
-            libs.append(kernels.by_name(spec.split(":", 1)[1]))
-        elif spec.endswith(".c"):
-            if not Path(spec).is_file():
-                raise CliError(f"C source {spec} does not exist")
-            libs.append(compile_ops(spec))
-        else:
-            libs.append(load_ops(spec))
-    return libs
 
 
 def _describe_options(raw: bytes | None) -> str:
@@ -64,7 +40,7 @@ def _describe_options(raw: bytes | None) -> str:
         pass
     text = f"raw {len(raw)} bytes"
     if len(raw) % 4 == 0 and len(raw) <= 64:
-        ints = [int.from_bytes(raw[i:i + 4], "little", signed=True) for i in range(0, len(raw), 4)]
+        ints = [int.from_bytes(raw[i : i + 4], "little", signed=True) for i in range(0, len(raw), 4)]
         text += f" (int32 {ints})"
     else:
         text += f" ({raw[:16].hex()}{'...' if len(raw) > 16 else ''})"
@@ -99,13 +75,14 @@ def cmd_inspect(args) -> int:
     if not path.is_file():
         raise CliError(f"model file {path} does not exist")
     info = read_model(path)
-    libs = _load_libs(args.ops)
+    libs = load_libs(args.ops)
     from .doctor import NOBODY, RUNTIME, resolve_custom_ops
 
     sg = info.subgraphs[0]
     out = []
-    out.append(f"model: {path} ({path.stat().st_size} bytes, schema v{info.version}, "
-               f"{len(info.subgraphs)} subgraph(s))")
+    out.append(
+        f"model: {path} ({path.stat().st_size} bytes, schema v{info.version}, {len(info.subgraphs)} subgraph(s))"
+    )
     if info.description:
         out.append(f"description: {info.description}")
     for title, idxs in (("inputs", sg.inputs), ("outputs", sg.outputs)):
@@ -137,11 +114,20 @@ def cmd_inspect(args) -> int:
             missing += 1
             others = r["other_versions"]
             status = "MISSING" + (f" (libraries have it as v{', v'.join(map(str, others))})" if others else "")
-        opts = sorted({_describe_options(op.custom_options)
-                       for g in info.subgraphs for op in g.operators
-                       if op.is_custom and op.op_name == name and op.version == version})
-        n_uses = sum(1 for g in info.subgraphs for op in g.operators
-                     if op.is_custom and op.op_name == name and op.version == version)
+        opts = sorted(
+            {
+                _describe_options(op.custom_options)
+                for g in info.subgraphs
+                for op in g.operators
+                if op.is_custom and op.op_name == name and op.version == version
+            }
+        )
+        n_uses = sum(
+            1
+            for g in info.subgraphs
+            for op in g.operators
+            if op.is_custom and op.op_name == name and op.version == version
+        )
         out.append(f"  {name} v{version}  x{n_uses}  {status}")
         for o in opts[:4]:
             out.append(f"      options: {o}")
@@ -162,7 +148,6 @@ def cmd_inspect(args) -> int:
 
 
 # inspect --check exit statuses: ran cleanly / refused with a reason / crashed or hung.
-CHECK_OK, CHECK_REFUSED, CHECK_UNSAFE = 0, 1, 3
 
 
 def _check_isolated(path, libs, args) -> int:
@@ -170,23 +155,30 @@ def _check_isolated(path, libs, args) -> int:
     from ..isolate.run import run_model
 
     sys.stdout.flush()
-    outcome = run_model(path, custom_ops=libs, timeout=args.timeout, memory_limit=args.memory_limit,
-                        num_threads=args.threads)
+    outcome = run_model(
+        path, custom_ops=libs, timeout=args.timeout, memory_limit=args.memory_limit, num_threads=args.threads
+    )
     ms = outcome.seconds * 1e3
     if outcome.status == "ok":
-        print(f"check: SAFE: created, allocated and invoked once on random inputs in an isolated "
-              f"worker ({ms:.0f} ms); it can be loaded in-process")
+        print(
+            f"check: SAFE: created, allocated and invoked once on random inputs in an isolated "
+            f"worker ({ms:.0f} ms); it can be loaded in-process"
+        )
         return CHECK_OK
     if outcome.status == "rejected":
-        print(f"check: REFUSED CLEANLY at {outcome.stage} (no crash; loading it in-process raises the "
-              f"same error): {outcome.reason}")
+        print(
+            f"check: REFUSED CLEANLY at {outcome.stage} (no crash; loading it in-process raises the "
+            f"same error): {outcome.reason}"
+        )
         return CHECK_REFUSED
     if outcome.status == "error":
         print(f"check: ERROR at {outcome.stage}: {outcome.reason}")
         return CHECK_REFUSED
     what = "CRASHED" if outcome.status == "crash" else "HUNG"
-    print(f"check: NOT SAFE: the runtime {what} at {outcome.stage} in the isolated worker; loading this "
-          "model in-process would take the process down with it.")
+    print(
+        f"check: NOT SAFE: the runtime {what} at {outcome.stage} in the isolated worker; loading this "
+        "model in-process would take the process down with it."
+    )
     print(str(outcome.error))
     return CHECK_UNSAFE
 
@@ -210,8 +202,13 @@ def _make_interpreter(args, **options):
     extra = {}
     if getattr(args, "isolate", False):
         extra = {"isolate": True, "timeout": args.timeout, "memory_limit": args.memory_limit}
-    return Interpreter(model_path=str(path), custom_ops=_load_libs(args.ops),
-                       num_threads=getattr(args, "threads", None), **options, **extra)
+    return Interpreter(
+        model_path=str(path),
+        custom_ops=load_libs(args.ops),
+        num_threads=getattr(args, "threads", None),
+        **options,
+        **extra,
+    )
 
 
 def _find_input(details, key: str) -> dict:
@@ -344,19 +341,24 @@ def cmd_bench(args) -> int:
 
     threads = args.threads if args.threads is not None else "default"
     print(f"model: {args.model}  runs: {args.runs}  warmup: {args.warmup}  threads: {threads}")
-    print(f"xnnpack: {'used' if it.xnnpack else 'not used'} (--xnnpack {args.xnnpack}: "
-          f"{_XNNPACK_MEANING[args.xnnpack]})")
+    print(
+        f"xnnpack: {'used' if it.xnnpack else 'not used'} (--xnnpack {args.xnnpack}: {_XNNPACK_MEANING[args.xnnpack]})"
+    )
     ops = sorted({f"{n} v{v}" for lib in it._libs for n, v in lib.ops})
     if ops:
         print(f"registered kernels (they run their ops' nodes): {', '.join(ops)}")
     provided = {op for lib in it._libs for op in lib.ops}
     others = sorted(f"{n} v{v}" for n, v in it._info.custom_ops() if (n, v) not in provided)
     if others:
-        print(f"custom ops run by the runtime itself ({'XNNPACK or ' if it.xnnpack else ''}"
-              f"TFLite's builtin custom ops): {', '.join(others)}")
+        print(
+            f"custom ops run by the runtime itself ({'XNNPACK or ' if it.xnnpack else ''}"
+            f"TFLite's builtin custom ops): {', '.join(others)}"
+        )
     print(f"cpu: {cpu_summary()}")
-    print(f"invoke: median {_fmt_time(np.median(times))}  p90 {_fmt_time(np.percentile(times, 90))}  "
-          f"min {_fmt_time(times.min())}")
+    print(
+        f"invoke: median {_fmt_time(np.median(times))}  p90 {_fmt_time(np.percentile(times, 90))}  "
+        f"min {_fmt_time(times.min())}"
+    )
     return 0
 
 
@@ -385,15 +387,20 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Inspect, run and benchmark TFLite models with custom ops.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    ops_help = ("op library: a .so, a .c source (compiled, cached) or kernels:NAME, a bundled kernel "
-                "or bundle such as kernels:mediapipe (repeatable)")
+    ops_help = (
+        "op library: a .so, a .c source (compiled, cached) or kernels:NAME, a bundled kernel "
+        "or bundle such as kernels:mediapipe (repeatable)"
+    )
 
     pi = sub.add_parser("inspect", help="show a model's inputs, outputs, ops and which custom ops resolve")
     pi.add_argument("model")
     pi.add_argument("--ops", action="append", default=[], metavar="LIB", help=ops_help)
-    pi.add_argument("--check", action="store_true",
-                    help="also run the model once in an isolated worker and report whether it is safe to "
-                         "load in-process (exit status 0: ran, 1: refused with a reason, 3: crashed or hung)")
+    pi.add_argument(
+        "--check",
+        action="store_true",
+        help="also run the model once in an isolated worker and report whether it is safe to "
+        "load in-process (exit status 0: ran, 1: refused with a reason, 3: crashed or hung)",
+    )
     pi.add_argument("--threads", type=int, default=None, help="threads for builtin kernels (--check)")
     _isolation_args(pi, default_timeout=60.0)
     pi.set_defaults(func=cmd_inspect)
@@ -401,12 +408,18 @@ def _parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("run", help="run a model on .npy inputs")
     pr.add_argument("model")
     pr.add_argument("--ops", action="append", default=[], metavar="LIB", help=ops_help)
-    pr.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
-                    help="an input by tensor name (or position); repeat for each input")
+    pr.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="an input by tensor name (or position); repeat for each input",
+    )
     pr.add_argument("--output-dir", metavar="DIR", help="write each output as NAME.npy here")
     pr.add_argument("--threads", type=int, default=None, help="threads for builtin kernels")
-    pr.add_argument("--isolate", action="store_true",
-                    help="run the runtime in a worker process: a crash is reported, not fatal")
+    pr.add_argument(
+        "--isolate", action="store_true", help="run the runtime in a worker process: a crash is reported, not fatal"
+    )
     _isolation_args(pr, default_timeout=None)
     pr.set_defaults(func=cmd_run)
 
@@ -416,8 +429,12 @@ def _parser() -> argparse.ArgumentParser:
     pb.add_argument("--runs", type=int, default=50, help="timed runs (default 50)")
     pb.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     pb.add_argument("--threads", type=int, default=None, help="threads for builtin kernels")
-    pb.add_argument("--xnnpack", choices=list(_XNNPACK_CHOICES), default="auto",
-                    help="XNNPACK for the builtins: auto (default), on, off; the output says whether it was used")
+    pb.add_argument(
+        "--xnnpack",
+        choices=list(_XNNPACK_CHOICES),
+        default="auto",
+        help="XNNPACK for the builtins: auto (default), on, off; the output says whether it was used",
+    )
     pb.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     pb.set_defaults(func=cmd_bench)
 
@@ -429,8 +446,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_scaffold(sub)
 
-    sub.add_parser("build", help="build kernel libraries ahead of time (opaque-ops build --help)",
-                   add_help=False)
+    sub.add_parser("build", help="build kernel libraries ahead of time (opaque-ops build --help)", add_help=False)
     return p
 
 
@@ -445,8 +461,10 @@ def _unresolved_message(exc) -> str:
     text = str(exc).replace(_PYTHON_ADVICE, "").rstrip()
     bundled = provided_ops()
     files = sorted({bundled[op] for op in exc.missing if op in bundled})
-    advice = ("Give a library that provides them with --ops: a .so (from opaque-ops build), a .c "
-              "source, or a bundled kernel (kernels:NAME).")
+    advice = (
+        "Give a library that provides them with --ops: a .so (from opaque-ops build), a .c "
+        "source, or a bundled kernel (kernels:NAME)."
+    )
     if files:
         advice += " Bundled kernels that do: " + " ".join(f"--ops kernels:{f}" for f in files)
         if all(f in MEDIAPIPE for f in files):
@@ -456,11 +474,20 @@ def _unresolved_message(exc) -> str:
 
 
 def _isolation_args(p, default_timeout) -> None:
-    p.add_argument("--timeout", type=float, default=default_timeout, metavar="S",
-                   help="isolated: seconds a call may take before the worker is stopped"
-                        + (f" (default {default_timeout:g})" if default_timeout else ""))
-    p.add_argument("--memory-limit", default=None, metavar="SIZE",
-                   help="isolated: memory the model may use in the worker, e.g. 512M or 2G")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=default_timeout,
+        metavar="S",
+        help="isolated: seconds a call may take before the worker is stopped"
+        + (f" (default {default_timeout:g})" if default_timeout else ""),
+    )
+    p.add_argument(
+        "--memory-limit",
+        default=None,
+        metavar="SIZE",
+        help="isolated: memory the model may use in the worker, e.g. 512M or 2G",
+    )
 
 
 def _error(message: str) -> int:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from flatbuffers import flexbuffers
 
-from .commands import CHECK_OK, CHECK_REFUSED
+from .common import CHECK_OK, CHECK_REFUSED
 
 # What the report calls each provider of an op.
 RUNTIME, BUNDLED, LIBRARY, NOBODY = "the runtime", "a bundled kernel", "a library given with --ops", "nobody"
@@ -39,13 +39,15 @@ RUNTIME, BUNDLED, LIBRARY, NOBODY = "the runtime", "a bundled kernel", "a librar
 # (xnnpack_delegate.cc, Subgraph::VisitNode), with the tensor types it takes.
 # The delegate also checks shapes and parameters node by node when the
 # interpreter is created, so a count from this table is an upper bound.
-_XNNPACK_BUILTINS = frozenset("""
+_XNNPACK_BUILTINS = frozenset(
+    """
 ABS ADD ASSIGN_VARIABLE AVERAGE_POOL_2D BATCH_MATMUL CEIL CONCATENATION CONV_2D DEPTH_TO_SPACE
 DEPTHWISE_CONV_2D DEQUANTIZE DIV ELU FLOOR FULLY_CONNECTED GELU HARD_SWISH LEAKY_RELU LOGISTIC
 MAX_POOL_2D MAXIMUM MEAN MINIMUM MUL NEG PAD PADV2 PRELU QUANTIZE READ_VARIABLE RELU RELU_N1_TO_1
 RELU6 RESHAPE RESIZE_BILINEAR ROUND RSQRT SLICE SOFTMAX SPACE_TO_DEPTH SPLIT SQRT SQUARE
 SQUARED_DIFFERENCE STRIDED_SLICE SUB SUM TANH TRANSPOSE TRANSPOSE_CONV VAR_HANDLE
-""".split())
+""".split()
+)
 _XNNPACK_TYPES = frozenset({"FLOAT32", "FLOAT16", "INT8", "UINT8", "INT32", "RESOURCE"})
 
 # How many values of raw bytes, vectors and option sets the text shows.
@@ -61,7 +63,7 @@ def _flex_type(ref) -> str:
     name = ref._type.name  # flexbuffers.Type: INT, VECTOR_FLOAT, INDIRECT_UINT, VECTOR_INT3...
     name = name.replace("INDIRECT_", "")
     if name.startswith("VECTOR_"):
-        elem = re.sub(r"\d$", "", name[len("VECTOR_"):]).replace("_DEPRECATED", "")
+        elem = re.sub(r"\d$", "", name[len("VECTOR_") :]).replace("_DEPRECATED", "")
         width = name[-1] if name[-1].isdigit() else ""
         return f"vector of {elem.lower()}" + (f" [{width}]" if width else "")
     return name.lower()
@@ -85,15 +87,22 @@ def _flex_entries(raw: bytes) -> dict | None:
             keys, values = m.Keys, m.Values
             if len(m) * 2 > len(raw) or len(keys) != len(m):
                 return None
-            entries = [{"key": _flex_value(keys[i], budget, 1, len(raw)), "type": _flex_type(values[i]),
-                        "value": _flex_value(values[i], budget, 1, len(raw))} for i in range(len(m))]
+            entries = [
+                {
+                    "key": _flex_value(keys[i], budget, 1, len(raw)),
+                    "type": _flex_type(values[i]),
+                    "value": _flex_value(values[i], budget, 1, len(raw)),
+                }
+                for i in range(len(m))
+            ]
             return {"kind": "flexbuffer map", "entries": entries}
         if root.IsVector:
             v = root.AsVector
             if len(v) > len(raw):
                 return None
-            entries = [{"type": _flex_type(v[i]), "value": _flex_value(v[i], budget, 1, len(raw))}
-                       for i in range(len(v))]
+            entries = [
+                {"type": _flex_type(v[i]), "value": _flex_value(v[i], budget, 1, len(raw))} for i in range(len(v))
+            ]
             return {"kind": "flexbuffer vector", "entries": entries}
     except (ModelError, Exception, RecursionError):  # noqa: BLE001 - not a flexbuffer: shown raw
         return None
@@ -137,8 +146,12 @@ def describe_options(name: str, raw: bytes | None) -> dict:
             node = decode_flex_op(raw)
         except ModelError as exc:
             return {**_raw(raw), "problem": str(exc)}
-        return {"kind": "flex", "tf_op": node.op, "node": node.name,
-                "attrs": {k: {"kind": kind, "value": value} for k, (kind, value) in node.attrs.items()}}
+        return {
+            "kind": "flex",
+            "tf_op": node.op,
+            "node": node.name,
+            "attrs": {k: {"kind": kind, "value": value} for k, (kind, value) in node.attrs.items()},
+        }
     return _flex_entries(raw) or _raw(raw)
 
 
@@ -213,14 +226,15 @@ def _missing_builtins(builtins, runtime_version: str) -> dict:
         if "out of range" in message:
             problems[(code, version)] = (
                 f"this runtime (TFLite {runtime_version}) does not know builtin code {code}: the model was "
-                "made for a newer TFLite; use a runtime that has it (OPAQUE_OPS_TFLITE_LIB)")
+                "made for a newer TFLite; use a runtime that has it (OPAQUE_OPS_TFLITE_LIB)"
+            )
         elif version > 1 and _runtime_has([(code, 1)]) is None:
             problems[(code, version)] = (
                 f"this runtime (TFLite {runtime_version}) has {name} but not version {version}: the model was "
-                "made for a newer TFLite; use a runtime that has it (OPAQUE_OPS_TFLITE_LIB)")
+                "made for a newer TFLite; use a runtime that has it (OPAQUE_OPS_TFLITE_LIB)"
+            )
         else:
-            problems[(code, version)] = (
-                f"this runtime (TFLite {runtime_version}) was built without a kernel for {name}")
+            problems[(code, version)] = f"this runtime (TFLite {runtime_version}) was built without a kernel for {name}"
     return problems
 
 
@@ -232,9 +246,17 @@ def _runtime_facts() -> tuple[dict, object]:
         rt = runtime_info()
     except OpaqueOpsError as exc:
         return {"loaded": False, "problem": str(exc)}, None
-    return {"loaded": True, "version": rt.version, "path": rt.path, "found_by": rt.found_by,
-            "known_build": rt.known_build, "build": rt.build, "custom_ops": rt.custom_ops,
-            "custom_ops_problem": rt.custom_ops_problem, "xnnpack": rt.xnnpack}, rt
+    return {
+        "loaded": True,
+        "version": rt.version,
+        "path": rt.path,
+        "found_by": rt.found_by,
+        "known_build": rt.known_build,
+        "build": rt.build,
+        "custom_ops": rt.custom_ops,
+        "custom_ops_problem": rt.custom_ops_problem,
+        "xnnpack": rt.xnnpack,
+    }, rt
 
 
 # ---------------------------------------------------------------- providers --
@@ -301,13 +323,20 @@ def _xnnpack(info, rt) -> dict:
             if op.is_custom or op.op_name not in _XNNPACK_BUILTINS:
                 continue
             tensors = [sg.tensors[t] for t in list(op.inputs) + list(op.outputs) if t >= 0]
-            if all(t.type_name in _XNNPACK_TYPES and (t.data is not None or -1 not in (t.shape_signature or ()))
-                   for t in tensors):
+            if all(
+                t.type_name in _XNNPACK_TYPES and (t.data is not None or -1 not in (t.shape_signature or ()))
+                for t in tensors
+            ):
                 taken += 1
     available = bool(rt is not None and rt.xnnpack)
     mediapipe = sorted({n for n, _ in info.custom_ops()} & XNNPACK_CUSTOM_OPS)
-    return {"available": available, "nodes": taken if available else 0, "of": total,
-            "estimate": True, "own_copies_unused": mediapipe}
+    return {
+        "available": available,
+        "nodes": taken if available else 0,
+        "of": total,
+        "estimate": True,
+        "own_copies_unused": mediapipe,
+    }
 
 
 def _state(info) -> dict:
@@ -315,13 +344,25 @@ def _state(info) -> dict:
     for sg in info.subgraphs:
         for t in sg.tensors:
             if t.is_variable:
-                variables.append({"subgraph": sg.index, "tensor": t.index, "name": t.name,
-                                  "shape": list(t.shape), "type": t.type_name})
+                variables.append(
+                    {
+                        "subgraph": sg.index,
+                        "tensor": t.index,
+                        "name": t.name,
+                        "shape": list(t.shape),
+                        "type": t.type_name,
+                    }
+                )
         for op in sg.operators:
             if op.op_name == "VAR_HANDLE" and not op.is_custom:
                 opts = op.builtin_options or {}
-                resources.append({"subgraph": sg.index, "operator": op.index,
-                                  "shared_name": opts.get("shared_name") or opts.get("container") or ""})
+                resources.append(
+                    {
+                        "subgraph": sg.index,
+                        "operator": op.index,
+                        "shared_name": opts.get("shared_name") or opts.get("container") or "",
+                    }
+                )
     return {"variable_tensors": variables, "resource_variables": resources}
 
 
@@ -330,9 +371,15 @@ def _dynamic(info) -> list:
     for sg in info.subgraphs:
         for t in sg.tensors:
             if t.shape_signature and -1 in t.shape_signature:
-                out.append({"subgraph": sg.index, "tensor": t.index, "name": t.name,
-                            "shape_signature": list(t.shape_signature),
-                            "input": t.index in sg.inputs})
+                out.append(
+                    {
+                        "subgraph": sg.index,
+                        "tensor": t.index,
+                        "name": t.name,
+                        "shape_signature": list(t.shape_signature),
+                        "input": t.index in sg.inputs,
+                    }
+                )
     return out
 
 
@@ -340,8 +387,14 @@ def _tensor_facts(sg, idxs) -> list:
     out = []
     for i in idxs:
         t = sg.tensors[i]
-        out.append({"name": t.name, "tensor": i, "type": t.dtype.name if t.dtype is not None else t.type_name,
-                    "shape": list(t.shape_signature) if t.shape_signature else list(t.shape)})
+        out.append(
+            {
+                "name": t.name,
+                "tensor": i,
+                "type": t.dtype.name if t.dtype is not None else t.type_name,
+                "shape": list(t.shape_signature) if t.shape_signature else list(t.shape),
+            }
+        )
     return out
 
 
@@ -369,19 +422,24 @@ def gather(model, ops=(), libraries=None) -> dict:
     from ..errors import ModelError
     from ..kernels import provided_ops
     from ..model import check_model, read_model
-    from .commands import CliError, _load_libs
+    from .common import CliError, load_libs
 
     path = Path(model)
     if not path.is_file():
         raise CliError(f"model file {path} does not exist")
     info = read_model(path)
     if libraries is None:
-        libraries = list(zip(ops, _load_libs(ops)))
+        libraries = list(zip(ops, load_libs(ops)))
     runtime, rt = _runtime_facts()
     sg0 = info.subgraphs[0] if info.subgraphs else None
     facts: dict = {
-        "model": {"path": str(path), "bytes": path.stat().st_size, "schema_version": info.version,
-                  "subgraphs": len(info.subgraphs), "description": info.description or ""},
+        "model": {
+            "path": str(path),
+            "bytes": path.stat().st_size,
+            "schema_version": info.version,
+            "subgraphs": len(info.subgraphs),
+            "description": info.description or "",
+        },
         "runtime": runtime,
         "libraries": [{"spec": s, "ops": sorted(f"{n} v{v}" for n, v in lib.ops)} for s, lib in libraries],
         "inputs": _tensor_facts(sg0, sg0.inputs) if sg0 else [],
@@ -396,10 +454,19 @@ def gather(model, ops=(), libraries=None) -> dict:
             key = (op.is_custom, op.op_name, op.version)
             e = entries.get(key)
             if e is None:
-                e = entries[key] = {"name": op.op_name, "kind": "custom" if op.is_custom else "builtin",
-                                    "code": op.builtin_code, "version": op.version, "count": 0,
-                                    "provider": RUNTIME, "by": None, "problem": None, "next_step": None,
-                                    "options": [], "_raw": set()}
+                e = entries[key] = {
+                    "name": op.op_name,
+                    "kind": "custom" if op.is_custom else "builtin",
+                    "code": op.builtin_code,
+                    "version": op.version,
+                    "count": 0,
+                    "provider": RUNTIME,
+                    "by": None,
+                    "problem": None,
+                    "next_step": None,
+                    "options": [],
+                    "_raw": set(),
+                }
                 if not op.is_custom:
                     builtins[(op.builtin_code, op.version)] = op.op_name
             e["count"] += 1
@@ -422,7 +489,9 @@ def gather(model, ops=(), libraries=None) -> dict:
         if r["provider"] == NOBODY:
             e["problem"] = "no kernel for it" + (
                 f" (the libraries given have it as v{', v'.join(map(str, r['other_versions']))})"
-                if r["other_versions"] else "")
+                if r["other_versions"]
+                else ""
+            )
             if (name, version) in bundled:
                 e["next_step"] = f"--ops kernels:{bundled[(name, version)]}"
             else:
@@ -434,15 +503,20 @@ def gather(model, ops=(), libraries=None) -> dict:
     facts["scaffold_all"] = scaffold_command(path, missing_names) if len(missing_names) > 1 else None
     from ..kernels import MEDIAPIPE
 
-    files = {bundled[(e["name"], e["version"])] for e in entries.values()
-             if e["next_step"] and e["next_step"].startswith("--ops kernels:")}
+    files = {
+        bundled[(e["name"], e["version"])]
+        for e in entries.values()
+        if e["next_step"] and e["next_step"].startswith("--ops kernels:")
+    }
     # Several of MediaPipe's ops: the bundle is one --ops.
     facts["bundle_all"] = "--ops kernels:mediapipe" if len(files) > 1 and files <= set(MEDIAPIPE) else None
     facts["xnnpack"] = _xnnpack(info, rt)
     facts["state"] = _state(info)
     facts["dynamic"] = _dynamic(info)
-    facts["signatures"] = [{"key": s.key, "subgraph": s.subgraph_index, "inputs": sorted(s.inputs),
-                            "outputs": sorted(s.outputs)} for s in info.signatures]
+    facts["signatures"] = [
+        {"key": s.key, "subgraph": s.subgraph_index, "inputs": sorted(s.inputs), "outputs": sorted(s.outputs)}
+        for s in info.signatures
+    ]
     registered = {n for _, lib in libraries for n, _ in lib.ops}
     try:
         check_model(info, registered=registered)
@@ -458,8 +532,7 @@ def gather(model, ops=(), libraries=None) -> dict:
             reasons.append(f"{e['kind']} op {e['name']} v{e['version']}: {e['problem']}")
     if not facts["checks"]["passed"]:
         reasons.append(f"the model checks refuse it: {facts['checks']['refused']}")
-    facts["verdict"] = {"runs": not reasons, "exit": CHECK_OK if not reasons else CHECK_REFUSED,
-                        "reasons": reasons}
+    facts["verdict"] = {"runs": not reasons, "exit": CHECK_OK if not reasons else CHECK_REFUSED, "reasons": reasons}
     return _jsonable(facts)
 
 
@@ -506,15 +579,18 @@ def _options_lines(o: dict) -> list[str]:
             lines.append(f"  {label}: {e['type']} = {_value(e['value'])}")
         return lines
     if kind == "flex":
-        lines = [f"options: Flex op, TensorFlow op {o['tf_op']}"
-                 + (f" (node {o['node']!r})" if o["node"] else "") + f", {len(o['attrs'])} attribute(s)"]
+        lines = [
+            f"options: Flex op, TensorFlow op {o['tf_op']}"
+            + (f" (node {o['node']!r})" if o["node"] else "")
+            + f", {len(o['attrs'])} attribute(s)"
+        ]
         for k, a in o["attrs"].items():
             # A type attribute reads as TensorFlow writes it: Tcomplex: complex64.
             shown = a["value"] if a["kind"] == "type" else f"{a['kind']} = {_value(a['value'])}"
             lines.append(f"  {k}: {shown}")
         return lines
     hexs = o["hex"]
-    shown = " ".join(hexs[i:i + 8] for i in range(0, min(len(hexs), 8 * _SHOW_VALUES), 8))
+    shown = " ".join(hexs[i : i + 8] for i in range(0, min(len(hexs), 8 * _SHOW_VALUES), 8))
     lines = [f"options: raw {o['length']} bytes: {shown}{' ...' if o['length'] > 4 * _SHOW_VALUES else ''}"]
     if "int32" in o:
         lines.append(f"  as int32: {_value(o['int32'])}")
@@ -531,16 +607,17 @@ def render(facts: dict) -> str:
     """The doctor's report as text, from :func:`gather`'s facts."""
     out = []
     m = facts["model"]
-    out.append(f"model: {m['path']} ({m['bytes']} bytes, schema v{m['schema_version']}, "
-               f"{m['subgraphs']} subgraph(s))")
+    out.append(f"model: {m['path']} ({m['bytes']} bytes, schema v{m['schema_version']}, {m['subgraphs']} subgraph(s))")
     if m["description"]:
         out.append(f"description: {m['description']}")
     r = facts["runtime"]
     if r["loaded"]:
         known = f"known build: {r['build']}" if r["known_build"] else "NOT a known build"
-        out.append(f"runtime: TFLite {r['version']} at {r['path']} (found by {r['found_by']}; {known}; "
-                   f"XNNPACK {'yes' if r['xnnpack'] else 'no'}; custom kernels "
-                   f"{'yes' if r['custom_ops'] else 'NO: ' + str(r['custom_ops_problem'])})")
+        out.append(
+            f"runtime: TFLite {r['version']} at {r['path']} (found by {r['found_by']}; {known}; "
+            f"XNNPACK {'yes' if r['xnnpack'] else 'no'}; custom kernels "
+            f"{'yes' if r['custom_ops'] else 'NO: ' + str(r['custom_ops_problem'])})"
+        )
     else:
         out.append(f"runtime: NOT LOADED: {r['problem']}")
     for lib in facts["libraries"]:
@@ -569,19 +646,25 @@ def render(facts: dict) -> str:
         out.append(f"  all missing ops in one project: {facts['scaffold_all']}")
     x = facts["xnnpack"]
     if x["available"]:
-        line = (f"xnnpack: takes up to {x['nodes']} of {x['of']} nodes (by op and tensor type; the delegate "
-                "checks each node's parameters when the interpreter is created)")
+        line = (
+            f"xnnpack: takes up to {x['nodes']} of {x['of']} nodes (by op and tensor type; the delegate "
+            "checks each node's parameters when the interpreter is created)"
+        )
     else:
         line = f"xnnpack: not available in this runtime; TFLite's own kernels run all {x['of']} nodes"
     out.append(line)
     if x["own_copies_unused"]:
-        out.append(f"  XNNPACK's own copies of {', '.join(x['own_copies_unused'])} run only with "
-                   "use_xnnpack=True and no kernel given; by default they need a kernel (kernels:mediapipe)")
+        out.append(
+            f"  XNNPACK's own copies of {', '.join(x['own_copies_unused'])} run only with "
+            "use_xnnpack=True and no kernel given; by default they need a kernel (kernels:mediapipe)"
+        )
     s = facts["state"]
     if s["variable_tensors"] or s["resource_variables"]:
-        out.append(f"state: {len(s['variable_tensors'])} variable tensor(s), "
-                   f"{len(s['resource_variables'])} resource variable(s) (VAR_HANDLE): the model keeps state "
-                   "between invoke() calls")
+        out.append(
+            f"state: {len(s['variable_tensors'])} variable tensor(s), "
+            f"{len(s['resource_variables'])} resource variable(s) (VAR_HANDLE): the model keeps state "
+            "between invoke() calls"
+        )
         for v in s["variable_tensors"][:_SHOW_VALUES]:
             out.append(f"  {v['name']}  {v['shape']}  {v['type']}  (subgraph {v['subgraph']} tensor {v['tensor']})")
     else:
@@ -590,15 +673,18 @@ def render(facts: dict) -> str:
     if d:
         out.append(f"dynamic shapes: {len(d)} tensor(s) with -1 in shape_signature")
         for t in d[:_SHOW_VALUES]:
-            out.append(f"  {t['name']}  {t['shape_signature']}" + ("  (input: resize it before allocating)"
-                                                                 if t["input"] else ""))
+            out.append(
+                f"  {t['name']}  {t['shape_signature']}"
+                + ("  (input: resize it before allocating)" if t["input"] else "")
+            )
     else:
         out.append("dynamic shapes: none")
     if facts["signatures"]:
         out.append("signatures:")
         for sig in facts["signatures"]:
-            out.append(f"  {sig['key']} (subgraph {sig['subgraph']}): inputs {sig['inputs']} -> "
-                       f"outputs {sig['outputs']}")
+            out.append(
+                f"  {sig['key']} (subgraph {sig['subgraph']}): inputs {sig['inputs']} -> outputs {sig['outputs']}"
+            )
     else:
         out.append("signatures: none")
     c = facts["checks"]
@@ -621,8 +707,11 @@ def cmd_doctor(args) -> int:
 
 def add_parser(sub, ops_help: str) -> None:
     """Register ``doctor`` on the ``opaque-ops`` subcommand parser."""
-    p = sub.add_parser("doctor", help="will this model run here, and if not, what is needed "
-                                      "(exit status 0: it would run as given, 1: it would not)")
+    p = sub.add_parser(
+        "doctor",
+        help="will this model run here, and if not, what is needed "
+        "(exit status 0: it would run as given, 1: it would not)",
+    )
     p.add_argument("model")
     p.add_argument("--ops", action="append", default=[], metavar="LIB", help=ops_help)
     p.add_argument("--json", action="store_true", help="print the report's facts as JSON")

@@ -39,16 +39,16 @@ class OpFacts:
     name: str
     versions: set = field(default_factory=set)
     count: int = 0
-    inputs: list = field(default_factory=list)    # [(type name, shape or None when nodes differ)]
+    inputs: list = field(default_factory=list)  # [(type name, shape or None when nodes differ)]
     outputs: list = field(default_factory=list)
-    input_types: list = field(default_factory=list)   # [set of type names]
+    input_types: list = field(default_factory=list)  # [set of type names]
     output_types: list = field(default_factory=list)
-    option_sets: list = field(default_factory=list)   # [(raw bytes, described, node tensors)]
+    option_sets: list = field(default_factory=list)  # [(raw bytes, described, node tensors)]
     options_kind: str = "none"
-    map_keys: dict = field(default_factory=dict)      # {key: (class, sets having it)}
+    map_keys: dict = field(default_factory=dict)  # {key: (class, sets having it)}
     raw_lengths: set = field(default_factory=set)
     tf_op: str = ""
-    flex_attrs: dict = field(default_factory=dict)    # {attr: kind}
+    flex_attrs: dict = field(default_factory=dict)  # {attr: kind}
     c_prefix: str = ""
     file_stem: str = ""
 
@@ -62,8 +62,9 @@ class OpFacts:
         if self.options_kind == "raw":
             return f"raw bytes ({' or '.join(map(str, sorted(self.raw_lengths)))}), {sets}"
         if self.options_kind == "flex":
-            return (f"a Flex op: TensorFlow op {self.tf_op}, NodeDef attributes "
-                    + ", ".join(f"{k} ({v})" for k, v in self.flex_attrs.items()))
+            return f"a Flex op: TensorFlow op {self.tf_op}, NodeDef attributes " + ", ".join(
+                f"{k} ({v})" for k, v in self.flex_attrs.items()
+            )
         if self.options_kind == "none":
             return "none"
         return f"{self.options_kind}, {sets}, kept as bytes"
@@ -96,7 +97,7 @@ def gather_ops(model, only=()) -> tuple[list[OpFacts], list[str]]:
     from ..kernels import provided_ops
     from ..model import read_model
     from ..model.runtime_ops import RUNTIME_CUSTOM_OPS
-    from .commands import CliError
+    from .common import CliError
     from .doctor import describe_options
 
     info = read_model(model)
@@ -116,8 +117,11 @@ def gather_ops(model, only=()) -> tuple[list[OpFacts], list[str]]:
                 f.input_types = [{t} for t, _ in tensors[0]]
                 f.output_types = [{t} for t, _ in tensors[1]]
             else:
-                for have, types, new in ((f.inputs, f.input_types, tensors[0]), (f.outputs, f.output_types, tensors[1])):
-                    for i, (t, shape) in enumerate(new[:len(have)]):
+                for have, types, new in (
+                    (f.inputs, f.input_types, tensors[0]),
+                    (f.outputs, f.output_types, tensors[1]),
+                ):
+                    for i, (t, shape) in enumerate(new[: len(have)]):
                         types[i].add(t)
                         if have[i][1] != shape:
                             have[i] = (have[i][0], None)
@@ -127,16 +131,21 @@ def gather_ops(model, only=()) -> tuple[list[OpFacts], list[str]]:
     if only:
         unknown = [n for n in only if n not in ops]
         if unknown:
-            raise CliError(f"the model has no custom op {', '.join(map(repr, unknown))}; its custom ops: "
-                           + (", ".join(sorted(ops)) or "none"))
+            raise CliError(
+                f"the model has no custom op {', '.join(map(repr, unknown))}; its custom ops: "
+                + (", ".join(sorted(ops)) or "none")
+            )
         chosen = [ops[n] for n in dict.fromkeys(only)]
     else:
         bundled = provided_ops()
-        chosen = [f for n, f in ops.items()
-                  if n not in RUNTIME_CUSTOM_OPS and not all((n, v) in bundled for v in f.versions)]
+        chosen = [
+            f for n, f in ops.items() if n not in RUNTIME_CUSTOM_OPS and not all((n, v) in bundled for v in f.versions)
+        ]
         if not chosen:
-            raise CliError("nothing to scaffold: every custom op of the model has a provider "
-                           "(the runtime or a bundled kernel); name ops with --op to scaffold them anyway")
+            raise CliError(
+                "nothing to scaffold: every custom op of the model has a provider "
+                "(the runtime or a bundled kernel); name ops with --op to scaffold them anyway"
+            )
     left_out = sorted(set(ops) - {f.name for f in chosen})
     used_prefixes, used_stems = set(), set()
     for f in chosen:
@@ -186,6 +195,7 @@ def _settle_options(f: OpFacts) -> None:
 
 # --------------------------------------------------------------- Python --
 
+
 def py_literal(v) -> str:
     """A Python literal for a decoded option value (NaN and infinities spelled as float(...))."""
     if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
@@ -209,7 +219,7 @@ def _bytes_literal(raw: bytes) -> str:
     hexs = raw.hex()
     if len(hexs) <= 64:
         return f'bytes.fromhex("{hexs}")'
-    parts = "\n".join(f'            "{hexs[i:i + 64]}"' for i in range(0, len(hexs), 64))
+    parts = "\n".join(f'            "{hexs[i : i + 64]}"' for i in range(0, len(hexs), 64))
     return f"bytes.fromhex(\n{parts}\n        )"
 
 
@@ -217,12 +227,14 @@ def pytest_source(op: OpFacts, package: str, model_name: str) -> str:
     """The pytest file of one op."""
     cases = []
     for raw, d, (ins, outs) in op.option_sets[:16]:
-        cases.append("    {\n"
-                     f"        \"options\": {_bytes_literal(raw)},\n"
-                     f"        \"decoded\": {py_literal(_decoded(d)) if _decoded(d) is not None else 'None'},\n"
-                     f"        \"inputs\": {py_literal([(t.lower(), list(s)) for t, s in ins])},\n"
-                     f"        \"outputs\": {py_literal([(t.lower(), list(s)) for t, s in outs])},\n"
-                     "    },")
+        cases.append(
+            "    {\n"
+            f'        "options": {_bytes_literal(raw)},\n'
+            f'        "decoded": {py_literal(_decoded(d)) if _decoded(d) is not None else "None"},\n'
+            f'        "inputs": {py_literal([(t.lower(), list(s)) for t, s in ins])},\n'
+            f'        "outputs": {py_literal([(t.lower(), list(s)) for t, s in outs])},\n'
+            "    },"
+        )
     version = max(op.versions)
     return f'''"""{op.name}: the kernel in ../{package}/c/{op.file_stem}.c against a numpy reference.
 
@@ -308,6 +320,7 @@ def test_matches_reference(ops, case):
 
 
 # ---------------------------------------------------------- packaging ---
+
 
 def _init_py(package: str, ops: list[OpFacts], model_name: str) -> str:
     names = ", ".join(f.name for f in ops)
@@ -427,8 +440,7 @@ setup(distclass=PlatformDistribution, cmdclass={"build_py": BuildPyWithKernels, 
 
 
 def _readme(package: str, ops: list[OpFacts], model_name: str, command: str) -> str:
-    files = "\n".join(f"- `{package}/c/{f.file_stem}.c`: {f.name} (test: `tests/test_{f.file_stem}.py`)"
-                      for f in ops)
+    files = "\n".join(f"- `{package}/c/{f.file_stem}.c`: {f.name} (test: `tests/test_{f.file_stem}.py`)" for f in ops)
     return f"""# {package}: opaque_ops kernels for {model_name}
 
 Written by `{command}`.
@@ -492,7 +504,7 @@ def write_project(model, out_dir, name: str, only=(), force: bool = False, comma
         A bad name, a non-empty directory without ``force``, an unknown op, or nothing to do.
     """
     from ..kernels import names as bundled_names
-    from .commands import CliError
+    from .common import CliError
 
     model = Path(model)
     if not model.is_file():
@@ -505,12 +517,16 @@ def write_project(model, out_dir, name: str, only=(), force: bool = False, comma
     if out.exists() and not out.is_dir():
         raise CliError(f"{out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise CliError(f"{out} is not empty: scaffold refuses to overwrite what may be your work "
-                       "(use --force to write the generated files over it)")
+        raise CliError(
+            f"{out} is not empty: scaffold refuses to overwrite what may be your work "
+            "(use --force to write the generated files over it)"
+        )
     ops, _ = gather_ops(model, only)
-    command = command or " ".join(shlex.quote(p) for p in
-                                  ["opaque-ops", "scaffold", model.name, "-o", str(out), "--name", name]
-                                  + [x for f in (only or ()) for x in ("--op", f)])
+    command = command or " ".join(
+        shlex.quote(p)
+        for p in ["opaque-ops", "scaffold", model.name, "-o", str(out), "--name", name]
+        + [x for f in (only or ()) for x in ("--op", f)]
+    )
     files = {
         out / "pyproject.toml": _pyproject(name, name.replace("_", "-")),
         out / "setup.py": _SETUP_PY % {"package": name},
@@ -539,12 +555,18 @@ def cmd_scaffold(args) -> int:
 
 def add_parser(sub) -> None:
     """Register ``scaffold`` on the ``opaque-ops`` subcommand parser."""
-    p = sub.add_parser("scaffold", help="write a kernel package project (C, tests, packaging) for a model's "
-                                        "missing custom ops")
+    p = sub.add_parser(
+        "scaffold", help="write a kernel package project (C, tests, packaging) for a model's missing custom ops"
+    )
     p.add_argument("model")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the project directory to write")
     p.add_argument("--name", required=True, help="the package name (a Python identifier): kernels:NAME")
-    p.add_argument("--op", action="append", default=[], metavar="OP",
-                   help="scaffold this custom op (repeatable; default: every custom op nobody provides)")
+    p.add_argument(
+        "--op",
+        action="append",
+        default=[],
+        metavar="OP",
+        help="scaffold this custom op (repeatable; default: every custom op nobody provides)",
+    )
     p.add_argument("--force", action="store_true", help="write into a non-empty directory")
     p.set_defaults(func=cmd_scaffold)

@@ -17,11 +17,24 @@ SHOW = 8
 
 # TFLite tensor type names (schema) -> the C enum of opaque_ops.h.
 C_TYPES = {
-    "FLOAT32": "kTfLiteFloat32", "INT32": "kTfLiteInt32", "UINT8": "kTfLiteUInt8", "INT64": "kTfLiteInt64",
-    "STRING": "kTfLiteString", "BOOL": "kTfLiteBool", "INT16": "kTfLiteInt16", "COMPLEX64": "kTfLiteComplex64",
-    "INT8": "kTfLiteInt8", "FLOAT16": "kTfLiteFloat16", "FLOAT64": "kTfLiteFloat64",
-    "COMPLEX128": "kTfLiteComplex128", "UINT64": "kTfLiteUInt64", "RESOURCE": "kTfLiteResource",
-    "VARIANT": "kTfLiteVariant", "UINT32": "kTfLiteUInt32", "UINT16": "kTfLiteUInt16", "INT4": "kTfLiteInt4",
+    "FLOAT32": "kTfLiteFloat32",
+    "INT32": "kTfLiteInt32",
+    "UINT8": "kTfLiteUInt8",
+    "INT64": "kTfLiteInt64",
+    "STRING": "kTfLiteString",
+    "BOOL": "kTfLiteBool",
+    "INT16": "kTfLiteInt16",
+    "COMPLEX64": "kTfLiteComplex64",
+    "INT8": "kTfLiteInt8",
+    "FLOAT16": "kTfLiteFloat16",
+    "FLOAT64": "kTfLiteFloat64",
+    "COMPLEX128": "kTfLiteComplex128",
+    "UINT64": "kTfLiteUInt64",
+    "RESOURCE": "kTfLiteResource",
+    "VARIANT": "kTfLiteVariant",
+    "UINT32": "kTfLiteUInt32",
+    "UINT16": "kTfLiteUInt16",
+    "INT4": "kTfLiteInt4",
     "BFLOAT16": "kTfLiteBFloat16",
 }
 
@@ -276,9 +289,17 @@ static inline void oo_nd_append(char* msg, size_t cap, size_t* pos, const OoNdVa
 """
 
 # NodeDef attribute kinds (opaque_ops.model.nodedef) -> the C reader's kinds.
-_ND_KINDS = {"int": "OO_ND_INT", "float": "OO_ND_FLOAT", "bool": "OO_ND_BOOL", "type": "OO_ND_TYPE",
-             "string": "OO_ND_STRING", "list(int)": "OO_ND_LIST_INT", "list(float)": "OO_ND_LIST_FLOAT",
-             "list(bool)": "OO_ND_LIST_BOOL", "list(type)": "OO_ND_LIST_TYPE"}
+_ND_KINDS = {
+    "int": "OO_ND_INT",
+    "float": "OO_ND_FLOAT",
+    "bool": "OO_ND_BOOL",
+    "type": "OO_ND_TYPE",
+    "string": "OO_ND_STRING",
+    "list(int)": "OO_ND_LIST_INT",
+    "list(float)": "OO_ND_LIST_FLOAT",
+    "list(bool)": "OO_ND_LIST_BOOL",
+    "list(type)": "OO_ND_LIST_TYPE",
+}
 
 
 def c_string(text: str) -> str:
@@ -308,6 +329,7 @@ def c_ident(text: str, used: set) -> str:
 
 
 # ------------------------------------------------------ flexbuffer maps --
+
 
 def value_class(entry_type: str, value) -> str:
     """What C reads a flexbuffer map entry as: int, float, bool, string, ints, floats, bools, strings or ref."""
@@ -342,8 +364,12 @@ def merge_classes(classes: set) -> str:
     """One C reading that accepts every node's value of a key (their union)."""
     if len(classes) == 1:
         return next(iter(classes))
-    for wide, narrow in (("float", {"int", "float", "bool"}), ("floats", {"ints", "floats", "bools"}),
-                         ("int", {"int", "bool"}), ("ints", {"ints", "bools"})):
+    for wide, narrow in (
+        ("float", {"int", "float", "bool"}),
+        ("floats", {"ints", "floats", "bools"}),
+        ("int", {"int", "bool"}),
+        ("ints", {"ints", "bools"}),
+    ):
         if classes <= narrow:
             return "int" if classes == {"int", "bool"} else "ints" if classes == {"ints", "bools"} else wide
     return "ref"
@@ -360,9 +386,17 @@ def _flex_map_parts(keys: dict, n_sets: int) -> tuple[list, list, list, list]:
         f = c_ident(key, used)
         k = c_string(key)
         optional = count < n_sets
-        what = {"int": "an int", "float": "a number", "bool": "a bool", "string": "a string",
-                "ints": "a vector of ints", "floats": "a vector of numbers", "bools": "a vector of bools",
-                "strings": "a vector of strings", "ref": "a value"}[cls]
+        what = {
+            "int": "an int",
+            "float": "a number",
+            "bool": "a bool",
+            "string": "a string",
+            "ints": "a vector of ints",
+            "floats": "a vector of numbers",
+            "bools": "a vector of bools",
+            "strings": "a vector of strings",
+            "ref": "a value",
+        }[cls]
         if cls == "int":
             fields.append(f"int64_t {f};")
             call = f"oo_flex_get_int(d->buffer, d->length, {k}, &d->{f})"
@@ -385,22 +419,28 @@ def _flex_map_parts(keys: dict, n_sets: int) -> tuple[list, list, list, list]:
             fields.append(f"size_t {f}_n;")
             call = f"oo_sc_get_ints(d->buffer, d->length, {k}, &d->{f}, &d->{f}_n)"
             free.append(f"free(d->{f});")
-            fmt = [f'oo_sc_append(msg, sizeof msg, &pos, " %s=", {k});',
-                   f"oo_sc_append_ints(msg, sizeof msg, &pos, d->{f}, d->{f}_n, {int(cls == 'bools')});"]
+            fmt = [
+                f'oo_sc_append(msg, sizeof msg, &pos, " %s=", {k});',
+                f"oo_sc_append_ints(msg, sizeof msg, &pos, d->{f}, d->{f}_n, {int(cls == 'bools')});",
+            ]
         elif cls == "floats":
             fields.append(f"double* {f}; /* malloc'd */")
             fields.append(f"size_t {f}_n;")
             call = f"oo_sc_get_doubles(d->buffer, d->length, {k}, &d->{f}, &d->{f}_n)"
             free.append(f"free(d->{f});")
-            fmt = [f'oo_sc_append(msg, sizeof msg, &pos, " %s=", {k});',
-                   f"oo_sc_append_doubles(msg, sizeof msg, &pos, d->{f}, d->{f}_n);"]
+            fmt = [
+                f'oo_sc_append(msg, sizeof msg, &pos, " %s=", {k});',
+                f"oo_sc_append_doubles(msg, sizeof msg, &pos, d->{f}, d->{f}_n);",
+            ]
         elif cls == "strings":
             fields.append(f"const char** {f}; /* malloc'd array of strings inside buffer */")
             fields.append(f"size_t {f}_n;")
             call = f"oo_sc_get_strings(d->buffer, d->length, {k}, &d->{f}, &d->{f}_n)"
             free.append(f"free((void*)d->{f});")
-            fmt = [f'oo_sc_append(msg, sizeof msg, &pos, " %s=", {k});',
-                   f"oo_sc_append_strings(msg, sizeof msg, &pos, d->{f}, d->{f}_n);"]
+            fmt = [
+                f'oo_sc_append(msg, sizeof msg, &pos, " %s=", {k});',
+                f"oo_sc_append_strings(msg, sizeof msg, &pos, d->{f}, d->{f}_n);",
+            ]
         else:  # the nodes disagree on its type, or a nested map: kept as a reference
             fields.append(f"oo_flex_ref {f}; /* the model's nodes give it different types: read it as needed */")
             call = f"oo_flex_get(d->buffer, d->length, {k}, &d->{f})"
@@ -414,7 +454,7 @@ def _flex_map_parts(keys: dict, n_sets: int) -> tuple[list, list, list, list]:
             init.append("if (rc != OO_FLEX_OK && rc != OO_FLEX_NOT_FOUND)")
         else:
             init.append("if (rc != OO_FLEX_OK)")
-        init.append(f'  oo_opts_fail(&d->opts, OP_NAME, "option \'%s\' ({what}): %s", {k}, oo_flex_strerror(rc));')
+        init.append(f"  oo_opts_fail(&d->opts, OP_NAME, \"option '%s' ({what}): %s\", {k}, oo_flex_strerror(rc));")
         if optional:
             show.append(f"if (d->has_{f}) {{")
             show += ["  " + line for line in fmt]
@@ -427,6 +467,7 @@ def _flex_map_parts(keys: dict, n_sets: int) -> tuple[list, list, list, list]:
 
 
 # ----------------------------------------------------------------- a file --
+
 
 def kernel_source(op, model_name: str, command: str) -> str:
     """The C file of one op: the options it parses, its checks and its placeholder Invoke.
@@ -442,9 +483,11 @@ def kernel_source(op, model_name: str, command: str) -> str:
     """
     p = op.c_prefix
     kind = op.options_kind
-    lines_doc = [f"/* {op.name} v{', v'.join(map(str, sorted(op.versions)))}: written by `{command}`.",
-                 " *",
-                 f" * {model_name} uses it in {op.count} node(s), with these tensors:"]
+    lines_doc = [
+        f"/* {op.name} v{', v'.join(map(str, sorted(op.versions)))}: written by `{command}`.",
+        " *",
+        f" * {model_name} uses it in {op.count} node(s), with these tensors:",
+    ]
     for i, (t, shape) in enumerate(op.inputs):
         lines_doc.append(f" *   input {i}: {t.lower()} {list(shape) if shape is not None else 'shapes differ'}")
     for i, (t, shape) in enumerate(op.outputs):
@@ -459,18 +502,31 @@ def kernel_source(op, model_name: str, command: str) -> str:
         f" * {p}Invoke, and its numpy reference in the test file.",
         " */",
     ]
-    out = ["\n".join(lines_doc), "",
-           "#include <stdarg.h>", "#include <stdint.h>", "#include <stdio.h>", "#include <stdlib.h>",
-           "#include <string.h>", "",
-           '#include "opaque_ops.h"', '#include "opaque_ops/flex.h"', '#include "opaque_ops/kernel_util.h"',
-           '#include "opaque_ops/rawopts.h"', "",
-           f"#define OP_NAME {c_string(op.name)}", HELPERS.replace("@SHOW@", str(SHOW))]
+    out = [
+        "\n".join(lines_doc),
+        "",
+        "#include <stdarg.h>",
+        "#include <stdint.h>",
+        "#include <stdio.h>",
+        "#include <stdlib.h>",
+        "#include <string.h>",
+        "",
+        '#include "opaque_ops.h"',
+        '#include "opaque_ops/flex.h"',
+        '#include "opaque_ops/kernel_util.h"',
+        '#include "opaque_ops/rawopts.h"',
+        "",
+        f"#define OP_NAME {c_string(op.name)}",
+        HELPERS.replace("@SHOW@", str(SHOW)),
+    ]
     if kind == "flex":
         out.append(NODEDEF_HELPERS)
 
-    fields = ["OoOptsStatus opts; /* the first problem with the options, reported by Prepare */",
-              "uint8_t* buffer;   /* a copy of the options: what is read points into it */",
-              "size_t length;"]
+    fields = [
+        "OoOptsStatus opts; /* the first problem with the options, reported by Prepare */",
+        "uint8_t* buffer;   /* a copy of the options: what is read points into it */",
+        "size_t length;",
+    ]
     init, free, show = [], [], []
     if kind == "flexbuffer map":
         f, init, free, show = _flex_map_parts(op.map_keys, len(op.option_sets))
@@ -480,63 +536,85 @@ def kernel_source(op, model_name: str, command: str) -> str:
         cond = " && ".join(f"d->length != {n}" for n in lengths)
         fields.append(f"int32_t i32[{max(lengths) // 4 or 1}]; /* the bytes as little-endian int32s */")
         fields.append("size_t n_i32;")
-        init += [f"/* raw bytes: {' or '.join(map(str, lengths))} in the model */",
-                 f"if ({cond})",
-                 (f'  oo_opts_fail(&d->opts, OP_NAME, "options must be {" or ".join(map(str, lengths))} bytes '
-                 f'(as in the model), got %zu", d->length);'),
-                 "d->n_i32 = d->length / 4;",
-                 "if (d->n_i32 > sizeof d->i32 / sizeof d->i32[0]) d->n_i32 = sizeof d->i32 / sizeof d->i32[0];",
-                 "if (oo_raw_i32s(d->buffer, d->length, d->i32, d->n_i32) != OO_RAW_OK)",
-                 '  oo_opts_fail(&d->opts, OP_NAME, "cannot read the options as int32s");']
-        show += ['oo_sc_append(msg, sizeof msg, &pos, " %zu bytes ", d->length);',
-                 "{",
-                 "  size_t i;",
-                 "  for (i = 0; i < d->length && i < 4 * OO_SC_SHOW; ++i)",
-                 '    oo_sc_append(msg, sizeof msg, &pos, "%02x", d->buffer[i]);',
-                 '  if (d->length > 4 * OO_SC_SHOW) oo_sc_append(msg, sizeof msg, &pos, "...");',
-                 '  oo_sc_append(msg, sizeof msg, &pos, " int32=[");',
-                 "  for (i = 0; i < d->n_i32 && i < OO_SC_SHOW; ++i)",
-                 '    oo_sc_append(msg, sizeof msg, &pos, "%s%d", i ? ", " : "", (int)d->i32[i]);',
-                 '  oo_sc_append(msg, sizeof msg, &pos, "%s]", d->n_i32 > OO_SC_SHOW ? ", ..." : "");',
-                 "}"]
+        init += [
+            f"/* raw bytes: {' or '.join(map(str, lengths))} in the model */",
+            f"if ({cond})",
+            (
+                f'  oo_opts_fail(&d->opts, OP_NAME, "options must be {" or ".join(map(str, lengths))} bytes '
+                f'(as in the model), got %zu", d->length);'
+            ),
+            "d->n_i32 = d->length / 4;",
+            "if (d->n_i32 > sizeof d->i32 / sizeof d->i32[0]) d->n_i32 = sizeof d->i32 / sizeof d->i32[0];",
+            "if (oo_raw_i32s(d->buffer, d->length, d->i32, d->n_i32) != OO_RAW_OK)",
+            '  oo_opts_fail(&d->opts, OP_NAME, "cannot read the options as int32s");',
+        ]
+        show += [
+            'oo_sc_append(msg, sizeof msg, &pos, " %zu bytes ", d->length);',
+            "{",
+            "  size_t i;",
+            "  for (i = 0; i < d->length && i < 4 * OO_SC_SHOW; ++i)",
+            '    oo_sc_append(msg, sizeof msg, &pos, "%02x", d->buffer[i]);',
+            '  if (d->length > 4 * OO_SC_SHOW) oo_sc_append(msg, sizeof msg, &pos, "...");',
+            '  oo_sc_append(msg, sizeof msg, &pos, " int32=[");',
+            "  for (i = 0; i < d->n_i32 && i < OO_SC_SHOW; ++i)",
+            '    oo_sc_append(msg, sizeof msg, &pos, "%s%d", i ? ", " : "", (int)d->i32[i]);',
+            '  oo_sc_append(msg, sizeof msg, &pos, "%s]", d->n_i32 > OO_SC_SHOW ? ", ..." : "");',
+            "}",
+        ]
     elif kind == "flex":
-        fields += ["const char* tf_op; /* the TensorFlow op name */", "size_t tf_op_len;",
-                   "const uint8_t* node_def; /* the serialized NodeDef */", "size_t node_def_len;"]
+        fields += [
+            "const char* tf_op; /* the TensorFlow op name */",
+            "size_t tf_op_len;",
+            "const uint8_t* node_def; /* the serialized NodeDef */",
+            "size_t node_def_len;",
+        ]
         used = set()
         attr_fields = []
         for name, akind in op.flex_attrs.items():
             f = "attr_" + c_ident(name, used)
             attr_fields.append((name, akind, f))
             fields.append(f"OoNdValue {f}; /* {name}: {akind} */")
-        init += ["/* a Flex op: a flexbuffer vector [TensorFlow op name, NodeDef] */",
-                 "{",
-                 "  oo_flex_ref root, e;",
-                 "  size_t n = 0;",
-                 "  rc = oo_flex_root(d->buffer, d->length, &root);",
-                 "  if (rc == OO_FLEX_OK) rc = oo_flex_vector_size(root, &n);",
-                 "  if (rc == OO_FLEX_OK && n != 2) rc = OO_FLEX_ERR_MALFORMED;",
-                 "  if (rc == OO_FLEX_OK) rc = oo_flex_vector_at(root, 0, &e);",
-                 "  if (rc == OO_FLEX_OK) rc = oo_flex_as_string(e, &d->tf_op, &d->tf_op_len);",
-                 "  if (rc == OO_FLEX_OK) rc = oo_flex_vector_at(root, 1, &e);",
-                 "  if (rc == OO_FLEX_OK) rc = oo_flex_as_blob(e, &d->node_def, &d->node_def_len);",
-                 "  if (rc != OO_FLEX_OK)",
-                 ('    oo_opts_fail(&d->opts, OP_NAME, "options must be [TensorFlow op name, NodeDef]: %s", '
-                 "oo_flex_strerror(rc));"),
-                 f"  else if (strcmp(d->tf_op, {c_string(op.tf_op)}) != 0)",
-                 (f'    oo_opts_fail(&d->opts, OP_NAME, "the TensorFlow op must be %s, got %s", {c_string(op.tf_op)}, '
-                 "d->tf_op);"),
-                 "}"]
+        init += [
+            "/* a Flex op: a flexbuffer vector [TensorFlow op name, NodeDef] */",
+            "{",
+            "  oo_flex_ref root, e;",
+            "  size_t n = 0;",
+            "  rc = oo_flex_root(d->buffer, d->length, &root);",
+            "  if (rc == OO_FLEX_OK) rc = oo_flex_vector_size(root, &n);",
+            "  if (rc == OO_FLEX_OK && n != 2) rc = OO_FLEX_ERR_MALFORMED;",
+            "  if (rc == OO_FLEX_OK) rc = oo_flex_vector_at(root, 0, &e);",
+            "  if (rc == OO_FLEX_OK) rc = oo_flex_as_string(e, &d->tf_op, &d->tf_op_len);",
+            "  if (rc == OO_FLEX_OK) rc = oo_flex_vector_at(root, 1, &e);",
+            "  if (rc == OO_FLEX_OK) rc = oo_flex_as_blob(e, &d->node_def, &d->node_def_len);",
+            "  if (rc != OO_FLEX_OK)",
+            (
+                '    oo_opts_fail(&d->opts, OP_NAME, "options must be [TensorFlow op name, NodeDef]: %s", '
+                "oo_flex_strerror(rc));"
+            ),
+            f"  else if (strcmp(d->tf_op, {c_string(op.tf_op)}) != 0)",
+            (
+                f'    oo_opts_fail(&d->opts, OP_NAME, "the TensorFlow op must be %s, got %s", {c_string(op.tf_op)}, '
+                "d->tf_op);"
+            ),
+            "}",
+        ]
         for name, akind, f in attr_fields:
             ckind = _ND_KINDS.get(akind, "OO_ND_OTHER")
-            init += [f"if (!d->opts.failed) {{ /* {name}: {akind} in the model */",
-                     f"  if (oo_nd_attr(d->node_def, d->node_def_len, {c_string(name)}, &d->{f}) != 0)",
-                     '    oo_opts_fail(&d->opts, OP_NAME, "malformed NodeDef");',
-                     f"  else if (d->{f}.kind != {ckind})",
-                     (f'    oo_opts_fail(&d->opts, OP_NAME, "attribute %s must be {akind} (as in the model)", '
-                     f"{c_string(name)});"),
-                     "}"]
-            show += [f'oo_sc_append(msg, sizeof msg, &pos, " %s=", {c_string(name)});',
-                     f"oo_nd_append(msg, sizeof msg, &pos, &d->{f});"]
+            init += [
+                f"if (!d->opts.failed) {{ /* {name}: {akind} in the model */",
+                f"  if (oo_nd_attr(d->node_def, d->node_def_len, {c_string(name)}, &d->{f}) != 0)",
+                '    oo_opts_fail(&d->opts, OP_NAME, "malformed NodeDef");',
+                f"  else if (d->{f}.kind != {ckind})",
+                (
+                    f'    oo_opts_fail(&d->opts, OP_NAME, "attribute %s must be {akind} (as in the model)", '
+                    f"{c_string(name)});"
+                ),
+                "}",
+            ]
+            show += [
+                f'oo_sc_append(msg, sizeof msg, &pos, " %s=", {c_string(name)});',
+                f"oo_nd_append(msg, sizeof msg, &pos, &d->{f});",
+            ]
         show.insert(0, 'oo_sc_append(msg, sizeof msg, &pos, " op=%s", d->tf_op ? d->tf_op : "?");')
     elif kind == "none":
         show.append('oo_sc_append(msg, sizeof msg, &pos, " none");')
@@ -574,50 +652,62 @@ def kernel_source(op, model_name: str, command: str) -> str:
 }}
 """)
     checks = []
-    for i, (t, _shape) in enumerate(op.inputs):
+    for i in range(len(op.inputs)):
         types = sorted(op.input_types[i])
         cond = " && ".join(f"ty != {C_TYPES.get(x, 'kTfLiteNoType')}" for x in types)
-        checks += [f"  {{ /* input {i}: {' or '.join(x.lower() for x in types)} in the model */",
-                   f"    const TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetInput(context, node, {i});",
-                   "    TfLiteType ty;",
-                   "    if (t == NULL) {",
-                   f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: input {i} is missing", OP_NAME);',
-                   "      return kTfLiteError;",
-                   "    }",
-                   "    ty = TfLiteOpaqueTensorType(t);",
-                   f"    if ({cond}) {{",
-                   (f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: input {i} must be {" or ".join(x.lower() for x in types)}'
-                   ', got %s", OP_NAME, TfLiteTypeGetName(ty));'),
-                   "      return kTfLiteError;",
-                   "    }",
-                   "  }"]
-    for i, (t, shape) in enumerate(op.outputs):
+        checks += [
+            f"  {{ /* input {i}: {' or '.join(x.lower() for x in types)} in the model */",
+            f"    const TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetInput(context, node, {i});",
+            "    TfLiteType ty;",
+            "    if (t == NULL) {",
+            f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: input {i} is missing", OP_NAME);',
+            "      return kTfLiteError;",
+            "    }",
+            "    ty = TfLiteOpaqueTensorType(t);",
+            f"    if ({cond}) {{",
+            (
+                f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: input {i} must be {" or ".join(x.lower() for x in types)}'
+                ', got %s", OP_NAME, TfLiteTypeGetName(ty));'
+            ),
+            "      return kTfLiteError;",
+            "    }",
+            "  }",
+        ]
+    for i, (_t, shape) in enumerate(op.outputs):
         types = sorted(op.output_types[i])
         cond = " && ".join(f"ty != {C_TYPES.get(x, 'kTfLiteNoType')}" for x in types)
-        checks += [f"  {{ /* output {i}: {' or '.join(x.lower() for x in types)} in the model */",
-                   f"    TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetOutput(context, node, {i});",
-                   "    TfLiteType ty;",
-                   "    if (t == NULL) {",
-                   f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: output {i} is missing", OP_NAME);',
-                   "      return kTfLiteError;",
-                   "    }",
-                   "    ty = TfLiteOpaqueTensorType(t);",
-                   f"    if ({cond}) {{",
-                   (f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: output {i} must be {" or ".join(x.lower() for x in types)}'
-                   ', got %s", OP_NAME, TfLiteTypeGetName(ty));'),
-                   "      return kTfLiteError;",
-                   "    }"]
+        checks += [
+            f"  {{ /* output {i}: {' or '.join(x.lower() for x in types)} in the model */",
+            f"    TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetOutput(context, node, {i});",
+            "    TfLiteType ty;",
+            "    if (t == NULL) {",
+            f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: output {i} is missing", OP_NAME);',
+            "      return kTfLiteError;",
+            "    }",
+            "    ty = TfLiteOpaqueTensorType(t);",
+            f"    if ({cond}) {{",
+            (
+                f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: output {i} must be {" or ".join(x.lower() for x in types)}'
+                ', got %s", OP_NAME, TfLiteTypeGetName(ty));'
+            ),
+            "      return kTfLiteError;",
+            "    }",
+        ]
         if shape is None:
-            checks.append("    /* The model's nodes record different shapes for this output: compute it from the\n"
-                          "       inputs here (oo_resize). */")
+            checks.append(
+                "    /* The model's nodes record different shapes for this output: compute it from the\n"
+                "       inputs here (oo_resize). */"
+            )
         elif len(shape) == 0:
             checks.append("    TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize(context, t, 0, NULL)); /* a scalar */")
         else:
             dims = ", ".join(str(int(x)) for x in shape)
-            checks += ["    { /* the shape the model records; derive it from the inputs for other shapes */",
-                       f"      static const int dims[{len(shape)}] = {{{dims}}};",
-                       f"      TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize(context, t, {len(shape)}, dims));",
-                       "    }"]
+            checks += [
+                "    { /* the shape the model records; derive it from the inputs for other shapes */",
+                f"      static const int dims[{len(shape)}] = {{{dims}}};",
+                f"      TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize(context, t, {len(shape)}, dims));",
+                "    }",
+            ]
         checks.append("  }")
     checks_text = "\n".join(checks)
     out.append(f"""static TfLiteStatus {p}Prepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {{
@@ -643,6 +733,8 @@ def kernel_source(op, model_name: str, command: str) -> str:
 }}
 """)
     for v in sorted(op.versions):
-        out.append(f"OPAQUE_OP(OP_NAME, {v}, .init = {p}Init, .free = {p}Free, .prepare = {p}Prepare,\n"
-                   f"          .invoke = {p}Invoke);")
+        out.append(
+            f"OPAQUE_OP(OP_NAME, {v}, .init = {p}Init, .free = {p}Free, .prepare = {p}Prepare,\n"
+            f"          .invoke = {p}Invoke);"
+        )
     return "\n".join(out) + "\n"

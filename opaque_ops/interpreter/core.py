@@ -29,20 +29,35 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import fork_guard as _fork, tensors as _tensors, xnnpack as _xnnpack
 from .. import _native
-from ..ops.provider import OpProvider, not_an_op_provider
-from .call_lock import CallLock, get_ident
-from .reshape_target import Graph as _Graph, as_shape as _as_shape
-from .isolation_default import isolated_class, wants_isolation
-from .sigint import WATCH_AFTER_S, invoke_watched
+from ..errors import (
+    ClosedError,
+    InvalidInputError,
+    KernelError,
+    LiveViewsError,
+    ModelError,
+    NotAllocatedError,
+    OpaqueOpsError,
+    ResizeError,
+    TFLiteError,
+    UnresolvedOpsError,
+    UnsupportedError,
+)
 from ..model import cache as model_cache
-from ..model.cache import checked_model
-from ..errors import ClosedError, InvalidInputError, KernelError, LiveViewsError, ModelError, NotAllocatedError, OpaqueOpsError, ResizeError, TFLiteError, UnresolvedOpsError, UnsupportedError
 from ..model import check_allocated, check_resize
+from ..model.cache import checked_model
 
 # Custom ops that TFLite's own builtin resolver provides (and their option rules).
 from ..model.runtime_ops import RUNTIME_CUSTOM_OPS as _RUNTIME_CUSTOM_OPS  # noqa: E402
+from ..ops.provider import OpProvider, not_an_op_provider
+from . import fork_guard as _fork
+from . import tensors as _tensors
+from . import xnnpack as _xnnpack
+from .call_lock import CallLock, get_ident
+from .isolation_default import isolated_class, wants_isolation
+from .reshape_target import Graph as _Graph
+from .reshape_target import as_shape as _as_shape
+from .sigint import WATCH_AFTER_S, invoke_watched
 
 if TYPE_CHECKING:  # imported where used: signature_runner imports this module
     from .signature_runner import SignatureRunner
@@ -71,8 +86,9 @@ def _resolver_type(value) -> OpResolverType:
     try:
         return OpResolverType[name]
     except (KeyError, TypeError):
-        raise ValueError(f"Unrecognized passed in op resolver type: {value!r}; "
-                         f"use one of {[m.name for m in OpResolverType]}") from None
+        raise ValueError(
+            f"Unrecognized passed in op resolver type: {value!r}; use one of {[m.name for m in OpResolverType]}"
+        ) from None
 
 
 def _as_op_libraries(custom_ops) -> list:
@@ -125,6 +141,7 @@ def _as_delegates(experimental_delegates) -> list:
 # Tensors for which preserved buffers are made (kTfLiteArenaRw): what the
 # arena planner would otherwise let later tensors overwrite.
 _ARENA_RW = 2
+
 
 class Interpreter:
     """Run a TFLite model, including custom ops from C or Python.
@@ -212,7 +229,7 @@ class Interpreter:
     _hooks = None
 
     @classmethod
-    def _with_hooks(cls, hooks, **kwargs) -> "Interpreter":
+    def _with_hooks(cls, hooks, **kwargs) -> Interpreter:
         """An in-process interpreter whose native objects are created with ``hooks``.
 
         The isolated worker composes its instrumentation in this way, for
@@ -257,8 +274,8 @@ class Interpreter:
             )
         delegates = _as_delegates(experimental_delegates)
         no_xnnpack = {
-            "experimental_op_resolver_type=BUILTIN_WITHOUT_DEFAULT_DELEGATES":
-                resolver is OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+            "experimental_op_resolver_type=BUILTIN_WITHOUT_DEFAULT_DELEGATES": resolver
+            is OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
             "experimental_preserve_all_tensors=True": bool(experimental_preserve_all_tensors),
             "experimental_disable_delegate_clustering=True": bool(experimental_disable_delegate_clustering),
         }
@@ -305,8 +322,9 @@ class Interpreter:
         self._model_bytes = data
         operators = _collect_operators(self._libs)
         # XNNPACK for the builtins; registered kernels keep their nodes (see _xnnpack).
-        self.xnnpack, aliases = _xnnpack.plan(self._info, {op.name for op in operators}, use_xnnpack,
-                                              _native.load_runtime())
+        self.xnnpack, aliases = _xnnpack.plan(
+            self._info, {op.name for op in operators}, use_xnnpack, _native.load_runtime()
+        )
         model = _native.NativeModel(_xnnpack.alias_model(data, aliases))
         if not model.ok:
             msgs = model.sink.take()
@@ -314,18 +332,22 @@ class Interpreter:
                 f"TFLite rejected the model {self._model_name}: "
                 + ("; ".join(msgs) if msgs else "not a valid TFLite flatbuffer")
             )
-        native = _native.NativeInterpreter(model, operators, num_threads=num_threads,
-                                           use_xnnpack=self.xnnpack, aliases=aliases,
-                                           rename_messages=(functools.partial(_xnnpack.real_names,
-                                                                              aliases=dict(aliases))
-                                                            if aliases else None),
-                                           hooks=self._hooks,
-                                           delegates=[d._native for d in delegates])
+        native = _native.NativeInterpreter(
+            model,
+            operators,
+            num_threads=num_threads,
+            use_xnnpack=self.xnnpack,
+            aliases=aliases,
+            rename_messages=(functools.partial(_xnnpack.real_names, aliases=dict(aliases)) if aliases else None),
+            hooks=self._hooks,
+            delegates=[d._native for d in delegates],
+        )
         self.xnnpack = native.xnnpack
         if not native.ok:
             msgs = native.sink.take()
-            raise TFLiteError(f"could not create an interpreter for {self._model_name}: " + "; ".join(msgs),
-                              messages=msgs)
+            raise TFLiteError(
+                f"could not create an interpreter for {self._model_name}: " + "; ".join(msgs), messages=msgs
+            )
         self._native = native
         self._delegates = delegates
         # What the planned shapes depend on besides the model and the input
@@ -335,8 +357,7 @@ class Interpreter:
         self._lock = self._calls.lock  # the same lock, one attribute hop less on the hot paths
         self._views: weakref.WeakSet = weakref.WeakSet()
         self._input_positions = {idx: pos for pos, idx in enumerate(native.input_indices())}
-        self._main = _Graph(0, dict(self._input_positions), native.resize_input, native.allocate,
-                            native.input_tensor)
+        self._main = _Graph(0, dict(self._input_positions), native.resize_input, native.allocate, native.input_tensor)
         # Whether subgraph 0 is planned (allocated since the last change, and
         # the model checks passed on what was planned); other subgraphs that
         # signature runners planned; the native layout version it was for.
@@ -395,10 +416,13 @@ class Interpreter:
             if declared.get(d["index"]) != shape:
                 resized.append((d["index"], shape))
         state = {"allocated": bool(self._allocated), "resized": resized}
-        return restore_interpreter, (self._model_bytes, dict(args, custom_ops=list(self._libs),
-                                                             experimental_delegates=list(self._delegates)), state)
+        return restore_interpreter, (
+            self._model_bytes,
+            dict(args, custom_ops=list(self._libs), experimental_delegates=list(self._delegates)),
+            state,
+        )
 
-    def _live(self) -> "_native.NativeInterpreter":
+    def _live(self) -> _native.NativeInterpreter:
         native = self._native
         if native is None:
             raise ClosedError(self._closed_reason)
@@ -460,7 +484,9 @@ class Interpreter:
         lower = {n.lower(): n for n in reg_names}
         for n, _ in missing:
             if n not in reg_names and n.lower() in lower:
-                hint += f" {lower[n.lower()]!r} differs from {n!r} only in case: {self._rename_hint(lower[n.lower()], n)}"
+                hint += (
+                    f" {lower[n.lower()]!r} differs from {n!r} only in case: {self._rename_hint(lower[n.lower()], n)}"
+                )
         hint += _xnnpack.unresolved_hint(n for n, _ in missing)
         return UnresolvedOpsError(
             f"the model needs custom ops that no library provides: {miss}. Registered: {reg}.{hint} "
@@ -469,7 +495,6 @@ class Interpreter:
             registered=registered,
             messages=msgs,
         )
-
 
     def _rename_hint(self, registered: str, wanted: str) -> str:
         """How to register ``registered`` under the model's name ``wanted``.
@@ -485,17 +510,22 @@ class Interpreter:
                 continue
             if origin[0] == "compile" and registered in (origin[2].get("ops") or {}):
                 factory = origin[2]["ops"][registered]
-                return (f"name it as the model does in compile_ops(ops={{{wanted!r}: {factory!r}}}) "
-                        f"instead of {registered!r}.")
+                return (
+                    f"name it as the model does in compile_ops(ops={{{wanted!r}: {factory!r}}}) "
+                    f"instead of {registered!r}."
+                )
             if origin[0] == "kernel":
                 break
-            return (f'the kernel declares {registered!r} itself: change its OPAQUE_OP("{registered}", ...) '
-                    f'line to OPAQUE_OP("{wanted}", ...) in the C source and build it again.')
+            return (
+                f'the kernel declares {registered!r} itself: change its OPAQUE_OP("{registered}", ...) '
+                f'line to OPAQUE_OP("{wanted}", ...) in the C source and build it again.'
+            )
         return f"register the op under the model's name {wanted!r}."
 
     # ------------------------------------------------ the one path that moves memory
-    def _reshape(self, what: str, graph: _Graph | None = None, resizes=(), allocate: bool = False,
-                 then=None, redirect=None):
+    def _reshape(
+        self, what: str, graph: _Graph | None = None, resizes=(), allocate: bool = False, then=None, redirect=None
+    ):
         """Resize inputs and/or allocate, for every public entry point that may move memory.
 
         Takes the lock, and while holding it: checks every new shape
@@ -604,7 +634,7 @@ class Interpreter:
                     continue
                 raw = np.zeros(need + _native.TENSOR_ALIGNMENT, np.uint8)
                 start = (-raw.ctypes.data) % _native.TENSOR_ALIGNMENT
-                buf = raw[start:start + need]
+                buf = raw[start : start + need]
                 if native.set_custom_allocation(i, buf) != 0:
                     return 1
                 self._preserved[i] = buf
@@ -637,8 +667,10 @@ class Interpreter:
         t = self._info.subgraphs[subgraph].tensors[index]
         sig = tuple(t.shape_signature) if t.shape_signature else tuple(current)
         if len(sig) != len(shape):
-            raise ResizeError(f"strict resize of tensor {index}: shape {list(shape)} has rank {len(shape)}, "
-                              f"the signature {list(sig)} has rank {len(sig)}")
+            raise ResizeError(
+                f"strict resize of tensor {index}: shape {list(shape)} has rank {len(shape)}, "
+                f"the signature {list(sig)} has rank {len(sig)}"
+            )
         for dim, (s, d) in enumerate(zip(sig, shape)):
             if s != -1 and s != d:
                 raise ResizeError(
@@ -755,6 +787,7 @@ class Interpreter:
         NotAllocatedError
             Before ``allocate_tensors()``: the variables have no memory yet.
         """
+
         def reset(native):
             # Before allocation the variables have no memory, and TFLite's
             # reset would write through a null pointer.
@@ -801,8 +834,10 @@ class Interpreter:
             )
         with self._calls.held("get_tensor_details"):
             native = self._live()
-            return [self._details(i, native, int(subgraph_index))
-                    for i in range(len(self._info.subgraphs[subgraph_index].tensors))]
+            return [
+                self._details(i, native, int(subgraph_index))
+                for i in range(len(self._info.subgraphs[subgraph_index].tensors))
+            ]
 
     def num_subgraphs(self) -> int:
         """How many subgraphs the model has."""
@@ -815,8 +850,7 @@ class Interpreter:
         t = native.tensor(int(index))
         if t is None:
             raise InvalidInputError(
-                f"tensor index {index} is out of range: the model has "
-                f"{len(self._info.subgraphs[0].tensors)} tensors"
+                f"tensor index {index} is out of range: the model has {len(self._info.subgraphs[0].tensors)} tensors"
             )
         return t
 
@@ -850,8 +884,12 @@ class Interpreter:
             slot = self._slots.get(tensor_index)
             # Builtin dtypes are singletons, so `is` settles the usual case
             # without numpy's slower dtype __eq__.
-            if (slot is not None and type(value) is np.ndarray and value.shape == slot[2]
-                    and (value.dtype is slot[1] or value.dtype == slot[1])):
+            if (
+                slot is not None
+                and type(value) is np.ndarray
+                and value.shape == slot[2]
+                and (value.dtype is slot[1] or value.dtype == slot[1])
+            ):
                 slot[0][...] = value
                 return
             native = self._live()
@@ -930,8 +968,9 @@ class Interpreter:
 
         return view
 
-    def resize_tensor_input(self, input_index: int, tensor_size: list[int] | tuple[int, ...] | np.ndarray,
-                            strict: bool = False) -> None:
+    def resize_tensor_input(
+        self, input_index: int, tensor_size: list[int] | tuple[int, ...] | np.ndarray, strict: bool = False
+    ) -> None:
         """Change an input's shape; call ``allocate_tensors()`` afterwards.
 
         Resizing to the current shape does nothing.
@@ -990,7 +1029,7 @@ class Interpreter:
             out[sig.key] = {"inputs": sorted(sig.inputs), "outputs": sorted(sig.outputs)}
         return out
 
-    def get_signature_runner(self, signature_key: str | None = None) -> "SignatureRunner":
+    def get_signature_runner(self, signature_key: str | None = None) -> SignatureRunner:
         """Return a runner for one signature (the only one if ``signature_key`` is None)."""
         from .signature_runner import SignatureRunner
 

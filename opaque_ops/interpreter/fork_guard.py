@@ -41,13 +41,20 @@ def _after_fork_in_child() -> None:
         busy = lock is not None and lock.locked()
         if threads <= 1 and not busy:
             continue
-        why = (f"it runs {threads} threads, which a fork does not copy" if threads > 1
-               else "another thread was using it at the fork")
-        it._forked(native, (
-            f"this Interpreter was created in process {parent} and reached this process through a "
-            f"fork; {why}, so it would hang here. Create the interpreter in the worker (a pool's "
-            "initializer), or send it pickled: multiprocessing.get_context('spawn') or 'forkserver' "
-            "re-creates it in the worker"))
+        why = (
+            f"it runs {threads} threads, which a fork does not copy"
+            if threads > 1
+            else "another thread was using it at the fork"
+        )
+        it._forked(
+            native,
+            (
+                f"this Interpreter was created in process {parent} and reached this process through a "
+                f"fork; {why}, so it would hang here. Create the interpreter in the worker (a pool's "
+                "initializer), or send it pickled: multiprocessing.get_context('spawn') or 'forkserver' "
+                "re-creates it in the worker"
+            ),
+        )
 
 
 def _keep(native) -> None:

@@ -58,6 +58,8 @@ def register_isolated(factory: Callable[[], type]) -> None:
 def isolated_class() -> type:
     """The registered isolated Interpreter class (see :func:`register_isolated`)."""
     if _isolated_class is None:  # pragma: no cover - opaque_ops/__init__ imports opaque_ops.isolate
-        raise RuntimeError("isolate=True needs opaque_ops.isolate, which registers the isolated "
-                           "Interpreter; import opaque_ops.isolate first")
+        raise RuntimeError(
+            "isolate=True needs opaque_ops.isolate, which registers the isolated "
+            "Interpreter; import opaque_ops.isolate first"
+        )
     return _isolated_class()

@@ -10,7 +10,8 @@ the isolated worker both call it, so neither imports the other.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,9 +44,7 @@ def _norm_spec(spec, default_shape, default_dtype) -> tuple[list[int], np.dtype]
         try:
             shape, dtype = spec
         except (TypeError, ValueError):
-            raise ValueError(
-                f"output spec {spec!r} is not (shape, dtype) or a dict with 'shape'/'dtype'"
-            ) from None
+            raise ValueError(f"output spec {spec!r} is not (shape, dtype) or a dict with 'shape'/'dtype'") from None
     return [int(d) for d in shape], np.dtype(dtype)
 
 
@@ -66,7 +65,7 @@ def _aligned_guarded(nbytes: int) -> tuple[np.ndarray, int]:
 
 def _check_guards(op_name: str, pos: int, raw: np.ndarray, start: int, nbytes: int, expected: np.ndarray) -> None:
     before = np.nonzero(raw[:start] != expected[:start])[0]
-    after = np.nonzero(raw[start + nbytes:] != expected[start + nbytes:])[0]
+    after = np.nonzero(raw[start + nbytes :] != expected[start + nbytes :])[0]
     if after.size:
         raise GuardError(
             f"kernel {op_name!r} wrote past the end of output {pos} (bytes {int(after[0])}..{int(after[-1])} "
@@ -162,8 +161,7 @@ def run_one_op(
         specs = [_norm_spec(s, default_shape, default_dtype) for s in num_outputs]
         if not specs:
             raise ValueError("num_outputs must name at least one output")
-    data = build_op_model(op_name, arrays, specs, options=options, version=version,
-                          constant_inputs=constant_inputs)
+    data = build_op_model(op_name, arrays, specs, options=options, version=version, constant_inputs=constant_inputs)
     it = Interpreter._with_hooks(hooks, model_content=data, custom_ops=list(ops), num_threads=num_threads)
     it.allocate_tensors()
     native = it._live()
@@ -177,7 +175,7 @@ def run_one_op(
         for pos, idx in enumerate(out_indices):
             nbytes = native.tensor(idx).nbytes
             raw, start = _aligned_guarded(nbytes)
-            status = native.set_custom_allocation(idx, raw[start:start + max(nbytes, 1)])
+            status = native.set_custom_allocation(idx, raw[start : start + max(nbytes, 1)])
             if status != 0:
                 msgs = native.sink.take()
                 raise OpaqueOpsError(
@@ -189,8 +187,9 @@ def run_one_op(
 
     if guard:
         it._reshape(f"run_op({op_name!r}): guarded outputs", allocate=True, redirect=attach)
-    for det, arr in zip(it.get_input_details(), [a for i, a in enumerate(arrays)
-                                                 if i not in {int(c) for c in constant_inputs}]):
+    for det, arr in zip(
+        it.get_input_details(), [a for i, a in enumerate(arrays) if i not in {int(c) for c in constant_inputs}]
+    ):
         it.set_tensor(det["index"], arr)
     it.invoke()
     results = []

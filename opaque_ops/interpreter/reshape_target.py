@@ -21,11 +21,11 @@ class Graph:
 
     def __init__(self, subgraph: int, names: dict[int, object], resize, allocate, tensor, shape_of=None):
         self.subgraph = subgraph
-        self.names = names          # tensor index -> what the resize call takes (position or name)
-        self.resize = resize        # (handle, shape) -> status
-        self.allocate = allocate    # () -> status
-        self.tensor = tensor        # handle -> TensorRef
-        self.shape_of = shape_of    # tensor index -> planned shape or None (subgraphs other than 0)
+        self.names = names  # tensor index -> what the resize call takes (position or name)
+        self.resize = resize  # (handle, shape) -> status
+        self.allocate = allocate  # () -> status
+        self.tensor = tensor  # handle -> TensorRef
+        self.shape_of = shape_of  # tensor index -> planned shape or None (subgraphs other than 0)
 
 
 def as_shape(tensor_size, what: str) -> tuple[int, ...]:

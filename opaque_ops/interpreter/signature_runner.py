@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InvalidInputError, OpaqueOpsError
 from . import tensors as _tensors
 from .reshape_target import Graph, as_shape
 from .sigint import WATCH_AFTER_S, invoke_watched
-from ..errors import InvalidInputError, OpaqueOpsError
 
 
 class SignatureRunner:
@@ -29,7 +29,7 @@ class SignatureRunner:
         self.key = key
         if sig is None:  # pragma: no cover - TFLite and our reader read the same SignatureDefs
             raise OpaqueOpsError(f"signature {key!r} is not in the model's SignatureDefs")
-        self._inputs = dict(sig.inputs)    # name -> tensor index (in the signature's subgraph)
+        self._inputs = dict(sig.inputs)  # name -> tensor index (in the signature's subgraph)
         self._outputs = dict(sig.outputs)
         self._index_of = {name: idx for name, idx in self._inputs.items()}
         tensor_for = {idx: (native_runner.input_tensor, name) for name, idx in self._inputs.items()}
@@ -42,9 +42,14 @@ class SignatureRunner:
             t = got[0](got[1])
             return None if t.is_dynamic() else t.shape
 
-        self._graph = Graph(sig.subgraph_index, {idx: name for name, idx in self._inputs.items()},
-                             native_runner.resize_input, native_runner.allocate, native_runner.input_tensor,
-                             shape_of)
+        self._graph = Graph(
+            sig.subgraph_index,
+            {idx: name for name, idx in self._inputs.items()},
+            native_runner.resize_input,
+            native_runner.allocate,
+            native_runner.input_tensor,
+            shape_of,
+        )
         self._watch = True
 
     def _details(self, names, get):
@@ -78,22 +83,27 @@ class SignatureRunner:
         """Allocate the signature's tensors (nothing to do if nothing changed)."""
         self._interpreter._reshape(f"signature {self.key!r}: allocate_tensors", self._graph, allocate=True)
 
-    def resize_tensor_input(self, input_name: str, tensor_size: list[int] | tuple[int, ...] | np.ndarray,
-                            strict: bool = False) -> None:
+    def resize_tensor_input(
+        self, input_name: str, tensor_size: list[int] | tuple[int, ...] | np.ndarray, strict: bool = False
+    ) -> None:
         """Change the shape of input ``input_name``; ``allocate_tensors()`` (or a call) follows.
 
         The same rules as :meth:`Interpreter.resize_tensor_input`.
         """
         self._require_names([input_name], what="resize_tensor_input")
         shape = as_shape(tensor_size, f"signature {self.key!r}: resize {input_name!r}")
-        self._interpreter._reshape(f"signature {self.key!r}: resize_tensor_input", self._graph,
-                                   resizes=[(self._index_of[input_name], shape, bool(strict))])
+        self._interpreter._reshape(
+            f"signature {self.key!r}: resize_tensor_input",
+            self._graph,
+            resizes=[(self._index_of[input_name], shape, bool(strict))],
+        )
 
     def _require_names(self, names, what="call") -> None:
         unknown = set(names) - set(self._inputs)
         if unknown:
-            raise InvalidInputError(f"signature {self.key!r} has no input(s) {sorted(unknown)}; "
-                             f"its inputs are {sorted(self._inputs)}")
+            raise InvalidInputError(
+                f"signature {self.key!r} has no input(s) {sorted(unknown)}; its inputs are {sorted(self._inputs)}"
+            )
 
     def __reduce__(self):
         # Its interpreter (re-created from its own pickle) and the key.
@@ -115,8 +125,10 @@ class SignatureRunner:
                 f"unknown: {sorted(unknown)}, missing: {sorted(missing)}"
             )
         arrays = {n: v if isinstance(v, np.ndarray) else np.asarray(v) for n, v in inputs.items()}
-        resizes = [(self._index_of[n], as_shape(a.shape, f"signature {self.key!r} input {n!r}"), False)
-                   for n, a in arrays.items()]
+        resizes = [
+            (self._index_of[n], as_shape(a.shape, f"signature {self.key!r} input {n!r}"), False)
+            for n, a in arrays.items()
+        ]
         it = self._interpreter
         what = f"signature {self.key!r}"
 

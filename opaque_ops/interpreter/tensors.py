@@ -133,9 +133,7 @@ def read(t, what: str) -> np.ndarray:
         raise InvalidInputError(f"{what} has type {type_name(t)}, which has no numpy value")
     out = t.read()
     if out is None:
-        raise NotAllocatedError(
-            f"{what} has no data yet: call allocate_tensors() (and invoke() for outputs) first"
-        )
+        raise NotAllocatedError(f"{what} has no data yet: call allocate_tensors() (and invoke() for outputs) first")
     return out
 
 

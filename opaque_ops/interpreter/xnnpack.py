@@ -157,7 +157,7 @@ def _custom_code_fields(buf) -> list[tuple[int, bytes]]:
         name_field = field(code, 1)  # OperatorCode.custom_code
         if name_field:
             s = name_field + u32(buf, name_field)[0]
-            out.append((name_field, bytes(buf[s + 4:s + 4 + u32(buf, s)[0]])))
+            out.append((name_field, bytes(buf[s + 4 : s + 4 + u32(buf, s)[0]])))
     return out
 
 
@@ -196,8 +196,10 @@ def unresolved_hint(names) -> str:
     known = sorted(set(names) & XNNPACK_CUSTOM_OPS)
     if not known:
         return ""
-    return (f" opaque_ops.kernels.mediapipe() provides {', '.join(known)}; XNNPACK's own "
-            "copy runs only with use_xnnpack=True and no kernel registered.")
+    return (
+        f" opaque_ops.kernels.mediapipe() provides {', '.join(known)}; XNNPACK's own "
+        "copy runs only with use_xnnpack=True and no kernel registered."
+    )
 
 
 def real_names(message: str, aliases: dict[str, str]) -> str:

@@ -41,7 +41,7 @@ def extract_backtrace(stderr: str, last: bool = False) -> list[str]:
     if not starts:
         return []
     frames = []
-    for line in lines[(starts[-1] if last else starts[0]) + 1:]:
+    for line in lines[(starts[-1] if last else starts[0]) + 1 :]:
         if line == _BT_END:
             break
         if "_cffi_backend" in line:
@@ -64,8 +64,9 @@ def _symbolize(frames: list[str]) -> list[str]:
             if not _has_symtab(obj):  # stripped: addr2line would name a wrong neighbour
                 continue
             try:
-                out = subprocess.run([tool, "-f", "-C", "-e", obj, *offs], capture_output=True, text=True,
-                                     timeout=10).stdout.splitlines()
+                out = subprocess.run(
+                    [tool, "-f", "-C", "-e", obj, *offs], capture_output=True, text=True, timeout=10
+                ).stdout.splitlines()
             except (OSError, subprocess.SubprocessError):
                 continue
             for off, fn in zip(offs, out[0::2]):
@@ -108,7 +109,7 @@ def _has_symtab(path: str) -> bool:
             if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit ELF only
                 return False
             end = "<" if head[5] == 1 else ">"
-            shoff, = struct.unpack_from(end + "Q", head, 0x28)
+            (shoff,) = struct.unpack_from(end + "Q", head, 0x28)
             shentsize, shnum, shstrndx = struct.unpack_from(end + "HHH", head, 0x3A)
             f.seek(shoff)
             table = f.read(shentsize * shnum)
@@ -118,8 +119,17 @@ def _has_symtab(path: str) -> bool:
         return False
 
 
-def crash_error(*, returncode: int | None, record: dict, stage: str | None, stderr: str, pid: int | None,
-                helper_path: str | None, helper_missing: str | None, memory_limit: int | None) -> RuntimeCrashError:
+def crash_error(
+    *,
+    returncode: int | None,
+    record: dict,
+    stage: str | None,
+    stderr: str,
+    pid: int | None,
+    helper_path: str | None,
+    helper_missing: str | None,
+    memory_limit: int | None,
+) -> RuntimeCrashError:
     """Build the error for a worker that died (``returncode`` from ``Popen``)."""
     signum = record.get("signo") or (-returncode if returncode is not None and returncode < 0 else None)
     name = signal_name(signum) if signum else None
@@ -135,24 +145,39 @@ def crash_error(*, returncode: int | None, record: dict, stage: str | None, stde
     if node is not None:
         where += f", in node {node}" + (f" ({op})" if op else "")
     backtrace = extract_backtrace(stderr)
-    parts = [f"the TFLite runtime crashed in the isolated worker (pid {pid}): {what}{where}. "
-             "The interpreter is closed; create a new one to continue."]
+    parts = [
+        f"the TFLite runtime crashed in the isolated worker (pid {pid}): {what}{where}. "
+        "The interpreter is closed; create a new one to continue."
+    ]
     # A malloc that failed under the cap returns NULL, and TFLite writes near
     # it; C++ allocations abort.
     near_null = name == "SIGSEGV" and record.get("signo") and record.get("addr", 1 << 62) < (1 << 20)
     if memory_limit is not None and (name in ("SIGABRT", "SIGKILL") or near_null):
-        parts.append(f"The worker runs with memory_limit={memory_limit} bytes: if the model needs more, TFLite's "
-                     "unchecked allocations fail like this (raise the limit to tell).")
+        parts.append(
+            f"The worker runs with memory_limit={memory_limit} bytes: if the model needs more, TFLite's "
+            "unchecked allocations fail like this (raise the limit to tell)."
+        )
     if backtrace:
-        parts.append("C backtrace (most recent call first):\n" + "\n".join(f"  #{i} {f}" for i, f in enumerate(backtrace[:30])))
+        parts.append(
+            "C backtrace (most recent call first):\n" + "\n".join(f"  #{i} {f}" for i, f in enumerate(backtrace[:30]))
+        )
     elif helper_missing:
         parts.append(f"(no C backtrace: the crash helper could not be built: {helper_missing})")
     tail = _tail_without_backtrace(stderr)
     if tail:
         parts.append("worker stderr (last lines):\n" + tail)
-    return RuntimeCrashError("\n".join(parts), signal=name, signum=signum,
-                             exitcode=returncode if not signum else None, stage=stage, node=node, op=op,
-                             backtrace=backtrace, stderr=stderr, pid=pid)
+    return RuntimeCrashError(
+        "\n".join(parts),
+        signal=name,
+        signum=signum,
+        exitcode=returncode if not signum else None,
+        stage=stage,
+        node=node,
+        op=op,
+        backtrace=backtrace,
+        stderr=stderr,
+        pid=pid,
+    )
 
 
 def _tail_without_backtrace(stderr: str, n: int = 40) -> str:

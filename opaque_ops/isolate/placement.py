@@ -61,6 +61,7 @@ class Placement:
 
     def wrap_resize(self, orig):
         """``orig`` (the native resize_input) noting which input it resized."""
+
         def resize_input(position, shape) -> int:
             status = orig(position, shape)
             if status == 0:
@@ -131,8 +132,9 @@ class Placement:
                 continue
             out[i] = (seg.id, off, v.dtype.str, v.shape)
             placed.append((t, v.ctypes.data, v.nbytes))
-        self.watch = [(t, t.shape) for t in (self.native.tensor(i) for i in self._io() if i not in out)
-                      if t is not None]
+        self.watch = [
+            (t, t.shape) for t in (self.native.tensor(i) for i in self._io() if i not in out) if t is not None
+        ]
         outputs = set(self.native.output_indices())
         self.moved = moved_probe([p for p, i in zip(placed, out) if i in outputs]) if outputs & set(out) else _never
         return out

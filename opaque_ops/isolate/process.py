@@ -20,8 +20,9 @@ import weakref
 from pathlib import Path
 
 from ..errors import ClosedError, OpaqueOpsError, RuntimeTimeoutError
-from . import crash as _crash, stderr_drain as _stderr
+from . import crash as _crash
 from . import protocol as P
+from . import stderr_drain as _stderr
 
 # How long a worker may take to start (import numpy, load the runtime, maybe
 # compile its helper once).
@@ -109,12 +110,25 @@ class WorkerProcess:
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         life_r, life_w = os.pipe()
         err_r, err_w = os.pipe()
-        cmd = [sys.executable, "-m", "opaque_ops.isolate.server", "--socket", str(child_sock.fileno()),
-               "--control", str(ctrl_fd), "--lifeline", str(life_r)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "opaque_ops.isolate.server",
+            "--socket",
+            str(child_sock.fileno()),
+            "--control",
+            str(ctrl_fd),
+            "--lifeline",
+            str(life_r),
+        ]
         try:
             self.proc = subprocess.Popen(
-                cmd, pass_fds=(child_sock.fileno(), ctrl_fd, life_r), stdin=subprocess.DEVNULL, stderr=err_w,
-                env=_worker_env(), close_fds=True,
+                cmd,
+                pass_fds=(child_sock.fileno(), ctrl_fd, life_r),
+                stdin=subprocess.DEVNULL,
+                stderr=err_w,
+                env=_worker_env(),
+                close_fds=True,
                 # Its own session: the terminal's Ctrl-C reaches only the parent,
                 # which turns it into a cancel.
                 start_new_session=True,
@@ -133,17 +147,21 @@ class WorkerProcess:
         self._lifeline = [life_w]
         self.tail = _stderr.watch(err_r, self.proc.pid, forward_stderr, self.live.on_exit)
         self._finalizer = weakref.finalize(self, _reap, self.proc, self._lifeline)
-        self.channel = P.Channel(parent_sock, copy_in=True, ids=iter(range(1, 1 << 62)),
-                                 budget=self._outbox_budget)
+        self.channel = P.Channel(parent_sock, copy_in=True, ids=iter(range(1, 1 << 62)), budget=self._outbox_budget)
         self.closed = False
         self.cancels = 0
         self.info = {}
         try:
-            reply = self.call("init", {
-                "sys_path": list(sys.path),
-                "library": os.fspath(library) if library is not None else None,
-                "memory_limit": memory_limit,
-            }, stage="start", timeout=STARTUP_TIMEOUT)
+            reply = self.call(
+                "init",
+                {
+                    "sys_path": list(sys.path),
+                    "library": os.fspath(library) if library is not None else None,
+                    "memory_limit": memory_limit,
+                },
+                stage="start",
+                timeout=STARTUP_TIMEOUT,
+            )
         except BaseException:
             self.kill()
             raise
@@ -155,8 +173,10 @@ class WorkerProcess:
     def _outbox_budget(self, size: int, growth: int) -> None:
         """Arrays sent to the worker land in its memory too: not more than its memory_limit."""
         if self.memory_limit is not None and size > self.memory_limit:
-            raise MemoryError(f"{size} bytes of arrays cannot be sent to an isolated worker with "
-                              f"memory_limit={self.memory_limit} bytes")
+            raise MemoryError(
+                f"{size} bytes of arrays cannot be sent to an isolated worker with "
+                f"memory_limit={self.memory_limit} bytes"
+            )
 
     # -------------------------------------------------------------- state
     @property
@@ -259,7 +279,11 @@ class WorkerProcess:
                 self._await_cancel(acks)
                 return RuntimeTimeoutError(
                     f"invoke() ran longer than its timeout of {timeout} s and was cancelled; "
-                    "the interpreter is still usable", stage=stage, timeout=timeout, killed=False)
+                    "the interpreter is still usable",
+                    stage=stage,
+                    timeout=timeout,
+                    killed=False,
+                )
         self._where()
         stderr = self.tail.text()
         self.kill()
@@ -267,7 +291,12 @@ class WorkerProcess:
             f"{stage} ran longer than its timeout of {timeout} s"
             + (" and did not stop when cancelled" if stage == "invoke" else "")
             + "; the isolated worker was killed and the interpreter is closed."
-            + _where_text(stderr), stage=stage, timeout=timeout, killed=True, stderr=stderr)
+            + _where_text(stderr),
+            stage=stage,
+            timeout=timeout,
+            killed=True,
+            stderr=stderr,
+        )
 
     def _await_cancel(self, acks: int) -> None:
         """Wait until the worker has acted on every cancel sent, so a late one cannot
@@ -318,9 +347,15 @@ class WorkerProcess:
         if closing:
             return ClosedError("the isolated interpreter was closed while a call was running")
         return _crash.crash_error(
-            returncode=rc, record=P.read_crash_record(self.control), stage=stage, stderr=self.tail.text(),
-            pid=self.pid, helper_path=self.info.get("helper_path"), helper_missing=self.info.get("helper_missing"),
-            memory_limit=self.memory_limit)
+            returncode=rc,
+            record=P.read_crash_record(self.control),
+            stage=stage,
+            stderr=self.tail.text(),
+            pid=self.pid,
+            helper_path=self.info.get("helper_path"),
+            helper_missing=self.info.get("helper_missing"),
+            memory_limit=self.memory_limit,
+        )
 
     def kill(self) -> None:
         """Kill the worker now and reap it."""
@@ -368,9 +403,10 @@ def _where_text(stderr: str) -> str:
     frames = _crash.extract_backtrace(stderr, last=True)
     if frames:
         return "\nWhere it was (C backtrace, most recent call first):\n" + "\n".join(
-            f"  #{i} {f}" for i, f in enumerate(frames[:30]))
+            f"  #{i} {f}" for i, f in enumerate(frames[:30])
+        )
     lines = stderr.splitlines()
     for i in range(len(lines) - 1, -1, -1):
         if lines[i].startswith("Current thread") or lines[i].startswith("Thread "):
-            return "\nWhere it was (Python):\n" + "\n".join("  " + l for l in lines[i:i + 20])
+            return "\nWhere it was (Python):\n" + "\n".join("  " + l for l in lines[i : i + 20])
     return ""

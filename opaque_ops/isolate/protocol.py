@@ -221,7 +221,7 @@ class Outbox:
                     dst[...] = np.ascontiguousarray(item).reshape(-1).view(np.uint8)
                 table.append(("a", off, item.dtype.str, item.shape))
             else:
-                mm[off:off + len(item)] = item
+                mm[off : off + len(item)] = item
                 table.append(("b", off, len(item)))
             off += size
         return (out.getvalue(), (self.segment.id, table)), fds
@@ -294,7 +294,7 @@ class Inbox:
                 items.append(arr)
             else:
                 _, off, n = entry
-                items.append(bytes(mm[off:off + n]))
+                items.append(bytes(mm[off : off + n]))
         return _LoadingUnpickler(io.BytesIO(data), items).load()
 
 

@@ -81,8 +81,10 @@ class IsolatedInterpreter(Interpreter):
         # libraries, python_ops and delegates pickle themselves), and the inputs
         # resized since.  A shared Worker cannot travel; its memory cap does.
         self._pickled_args = dict(params)
-        self._pickled_limits = {"timeout": timeout, "memory_limit": (
-            isolate.memory_limit if isinstance(isolate, Worker) else memory_limit)}
+        self._pickled_limits = {
+            "timeout": timeout,
+            "memory_limit": (isolate.memory_limit if isinstance(isolate, Worker) else memory_limit),
+        }
         self._resized: dict = {}
         # Ops and delegates cross by their own __reduce__, as in any pickle (see .shipping).
         if params.get("experimental_delegates"):
@@ -102,8 +104,9 @@ class IsolatedInterpreter(Interpreter):
             self._owns = True
         try:
             self._proc = self._worker._attach(self)
-            reply = self._request("create", {"kwargs": params, "ops": specs, "main_path": main_path},
-                                  stage="create", raw=True)
+            reply = self._request(
+                "create", {"kwargs": params, "ops": specs, "main_path": main_path}, stage="create", raw=True
+            )
         except BaseException:
             self._end(keep=False)
             raise
@@ -155,8 +158,9 @@ class IsolatedInterpreter(Interpreter):
     def _call(self, name: str, args=(), kwargs=None, stage: str = "call"):
         with self._lock:
             self._live()
-            return self._request("call", {"name": name, "args": tuple(args), "kwargs": dict(kwargs or {}),
-                                          "stage": stage}, stage=stage)
+            return self._request(
+                "call", {"name": name, "args": tuple(args), "kwargs": dict(kwargs or {}), "stage": stage}, stage=stage
+            )
 
     def _apply(self, reply) -> None:
         """Adopt a new tensor layout: the fast-path views over the shared buffers."""
@@ -182,7 +186,8 @@ class IsolatedInterpreter(Interpreter):
         if not self._closed:
             self._closed_why = (
                 f"this isolated Interpreter is closed: its worker {'crashed' if isinstance(exc, RuntimeCrashError) else 'was stopped'} "
-                f"({type(exc).__name__}); create a new one")
+                f"({type(exc).__name__}); create a new one"
+            )
         self._closed = True
         self._slots = {}
         self._end(keep=False)
@@ -261,8 +266,9 @@ class IsolatedInterpreter(Interpreter):
         with self._lock:
             self._live()
             self._no_views("allocate_tensors")
-            self._request("call", {"name": "allocate_tensors", "args": (), "kwargs": {}, "stage": "allocate"},
-                          stage="allocate")
+            self._request(
+                "call", {"name": "allocate_tensors", "args": (), "kwargs": {}, "stage": "allocate"}, stage="allocate"
+            )
 
     def invoke(self, timeout: float | None = None) -> None:
         """Run the model in the worker.
@@ -309,8 +315,12 @@ class IsolatedInterpreter(Interpreter):
         message to the worker; anything else is checked and done there.
         """
         slot = self._slots.get(tensor_index)
-        if (slot is not None and type(value) is np.ndarray and value.shape == slot[2]
-                and (value.dtype is slot[1] or value.dtype == slot[1])):
+        if (
+            slot is not None
+            and type(value) is np.ndarray
+            and value.shape == slot[2]
+            and (value.dtype is slot[1] or value.dtype == slot[1])
+        ):
             with self._lock:
                 if self._slots.get(tensor_index) is slot:
                     slot[0][...] = value
@@ -324,8 +334,9 @@ class IsolatedInterpreter(Interpreter):
             with self._lock:
                 if self._slots.get(tensor_index) is slot:
                     return slot[0].copy()
-        return self._call("get_tensor", (tensor_index,), {"subgraph_index": subgraph_index}
-                          if subgraph_index != 0 else None)
+        return self._call(
+            "get_tensor", (tensor_index,), {"subgraph_index": subgraph_index} if subgraph_index != 0 else None
+        )
 
     def tensor(self, tensor_index: int):
         """Return a function that gives a zero-copy view of an input or output tensor.
@@ -348,7 +359,8 @@ class IsolatedInterpreter(Interpreter):
                 raise ValueError(
                     f"tensor {tensor_index} is not in shared memory: an isolated interpreter maps the "
                     "model's inputs and outputs once allocate_tensors() has run; use get_tensor() "
-                    "for other tensors (it copies)")
+                    "for other tensors (it copies)"
+                )
             holder = _View(slot[0])
             self._views.add(holder)
             return np.asarray(holder)
@@ -360,8 +372,16 @@ class IsolatedInterpreter(Interpreter):
         with self._lock:
             self._live()
             self._no_views("resize_tensor_input")
-            self._request("call", {"name": "resize_tensor_input", "args": (input_index, tensor_size),
-                                   "kwargs": {"strict": strict}, "stage": "resize"}, stage="resize")
+            self._request(
+                "call",
+                {
+                    "name": "resize_tensor_input",
+                    "args": (input_index, tensor_size),
+                    "kwargs": {"strict": strict},
+                    "stage": "resize",
+                },
+                stage="resize",
+            )
             self._details = {}
             self._resized[input_index] = tuple(int(n) for n in tensor_size)
 
@@ -384,7 +404,7 @@ class IsolatedInterpreter(Interpreter):
         return self._cached("get_output_details")
 
     # ---------------------------------------------------------- signatures
-    def get_signature_runner(self, signature_key: str | None = None) -> "IsolatedSignatureRunner":
+    def get_signature_runner(self, signature_key: str | None = None) -> IsolatedSignatureRunner:
         """Return a runner for one signature; its calls run in the worker."""
         with self._lock:
             self._live()
@@ -395,8 +415,9 @@ class IsolatedInterpreter(Interpreter):
         stage = "invoke" if name in ("__call__", "invoke") else "call"
         with self._lock:
             self._live()
-            out = self._request("runner_call", {"rid": rid, "name": name, "args": tuple(args),
-                                                "kwargs": dict(kwargs)}, stage=stage)
+            out = self._request(
+                "runner_call", {"rid": rid, "name": name, "args": tuple(args), "kwargs": dict(kwargs)}, stage=stage
+            )
             self._details = {}
             return out
 
@@ -433,9 +454,9 @@ def _forward_public(cls, base, call) -> None:
         if name.startswith("_") or name in vars(cls):
             continue
         if isinstance(attr, property):
-            setattr(cls, name, property(lambda self, _n=name: call(self, "__getattr__", (_n,), {}),
-                                        doc=attr.__doc__))
+            setattr(cls, name, property(lambda self, _n=name: call(self, "__getattr__", (_n,), {}), doc=attr.__doc__))
         elif callable(attr):
+
             def method(self, *args, _n=name, **kwargs):
                 return call(self, _n, args, kwargs)
 

@@ -29,8 +29,12 @@ import pytest
 
 def pytest_addoption(parser):
     group = parser.getgroup("opaque_ops")
-    group.addoption("--oo-isolate", action="store_true", default=False,
-                    help="run every test's opaque_ops interpreters and run_op calls in isolated workers")
+    group.addoption(
+        "--oo-isolate",
+        action="store_true",
+        default=False,
+        help="run every test's opaque_ops interpreters and run_op calls in isolated workers",
+    )
 
 
 def pytest_configure(config):

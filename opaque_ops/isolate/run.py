@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
 from ..errors import OpaqueOpsError, RuntimeCrashError, RuntimeTimeoutError
-from .workers import Worker
 from .shipping import pack_ops
+from .workers import Worker
 
 
 class _Token:
@@ -25,8 +25,9 @@ def run_op(ops: list, kwargs: dict, *, isolate=True, timeout=None) -> list:
     clean = False
     try:
         proc = worker._attach(token)
-        reply = proc.call("run_op", {"ops": specs, "kwargs": kwargs, "main_path": main_path},
-                          stage="run_op", timeout=timeout)
+        reply = proc.call(
+            "run_op", {"ops": specs, "kwargs": kwargs, "main_path": main_path}, stage="run_op", timeout=timeout
+        )
         clean = reply.interrupt is None
     finally:
         if worker is isolate:
@@ -102,9 +103,19 @@ def random_inputs(details, seed: int = 0) -> list:
     return out
 
 
-def run_model(model, *, worker: Worker | None = None, custom_ops=None, use_xnnpack=None, num_threads=None,
-              resize=None, runner: bool = False, seed: int = 0, timeout: float | None = 10.0,
-              **kwargs) -> Outcome:
+def run_model(
+    model,
+    *,
+    worker: Worker | None = None,
+    custom_ops=None,
+    use_xnnpack=None,
+    num_threads=None,
+    resize=None,
+    runner: bool = False,
+    seed: int = 0,
+    timeout: float | None = 10.0,
+    **kwargs,
+) -> Outcome:
     """Create, allocate and invoke a model once in an isolated worker, and say how it went.
 
     Parameters
@@ -144,8 +155,15 @@ def run_model(model, *, worker: Worker | None = None, custom_ops=None, use_xnnpa
     try:
         from ..interpreter.core import Interpreter
 
-        it = Interpreter(**src, custom_ops=custom_ops, use_xnnpack=use_xnnpack, num_threads=num_threads,
-                         isolate=worker, timeout=timeout, **kwargs)
+        it = Interpreter(
+            **src,
+            custom_ops=custom_ops,
+            use_xnnpack=use_xnnpack,
+            num_threads=num_threads,
+            isolate=worker,
+            timeout=timeout,
+            **kwargs,
+        )
         if runner and it.get_signature_list():
             stage = "invoke"
             _run_signature(it, resize, seed)
@@ -222,8 +240,9 @@ class Summary:
     seconds: float = 0.0
 
 
-def run_models(models: Iterable, *, worker: Worker | None = None, on_outcome=None, keep_findings: int = 1000,
-               **defaults) -> Summary:
+def run_models(
+    models: Iterable, *, worker: Worker | None = None, on_outcome=None, keep_findings: int = 1000, **defaults
+) -> Summary:
     """Run every model of ``models`` through :func:`run_model`, reusing one worker.
 
     Parameters
@@ -250,7 +269,7 @@ def run_models(models: Iterable, *, worker: Worker | None = None, on_outcome=Non
     t0 = time.perf_counter()
     try:
         for index, item in enumerate(models):
-            data, options = (item if isinstance(item, tuple) else (item, {}))
+            data, options = item if isinstance(item, tuple) else (item, {})
             outcome = run_model(data, worker=worker, **{**defaults, **options})
             summary.cases += 1
             summary.counts[outcome.status] = summary.counts.get(outcome.status, 0) + 1

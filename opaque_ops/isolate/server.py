@@ -55,8 +55,9 @@ class Server:
         self.rep = SharedSemaphore(control, P.REP_SEM)
         self.ids = itertools.count(1)
         self.budget = Budget()
-        self.channel = P.Channel(sock, copy_in=False, ids=self.ids,
-                                 budget=lambda size, growth: self.budget.charge(growth))
+        self.channel = P.Channel(
+            sock, copy_in=False, ids=self.ids, budget=lambda size, growth: self.budget.charge(growth)
+        )
         self.it = None
         self.placement: Placement | None = None
         self.runners: dict = {}
@@ -152,9 +153,18 @@ class Server:
         except MemoryError as exc:  # the outbox would pass memory_limit
             self.channel.send((("err", P.pack_exception(exc)), layout), share=share)
         except Exception as exc:  # noqa: BLE001 - an unpicklable result: say so instead
-            self.channel.send((("err", P.pack_exception(TypeError(
-                f"the result cannot cross the process boundary: {type(exc).__name__}: {exc}"))), layout),
-                share=share)
+            self.channel.send(
+                (
+                    (
+                        "err",
+                        P.pack_exception(
+                            TypeError(f"the result cannot cross the process boundary: {type(exc).__name__}: {exc}")
+                        ),
+                    ),
+                    layout,
+                ),
+                share=share,
+            )
 
     def current_layout(self):
         """The tensor layout, if it changed since it was last sent (else None)."""
@@ -162,9 +172,12 @@ class Server:
         if p is None or not p.changed:
             return None
         p.changed = False
-        layout = {"tensors": p.layout(), "allocated": bool(getattr(self.it, "_allocated", True)),
-                  "segments": sorted({seg.id for seg, _o, _c in p.slots.values()}),
-                  "shapes": [shape for _t, shape in p.watch]}
+        layout = {
+            "tensors": p.layout(),
+            "allocated": bool(getattr(self.it, "_allocated", True)),
+            "segments": sorted({seg.id for seg, _o, _c in p.slots.values()}),
+            "shapes": [shape for _t, shape in p.watch],
+        }
         if layout == self.layout_sent:
             return None
         self.layout_sent = layout
@@ -186,9 +199,14 @@ class Server:
             if _profiler_supported(_native.load_runtime().version):
                 self.helper.attach_profiler()
         self.budget.set(memory_limit)
-        return {"pid": os.getpid(), "runtime": _native.load_runtime().version, "where": True,
-                "helper": self.helper is not None, "helper_missing": why,
-                "helper_path": self.helper.path if self.helper is not None else None}
+        return {
+            "pid": os.getpid(),
+            "runtime": _native.load_runtime().version,
+            "where": True,
+            "helper": self.helper is not None,
+            "helper_missing": why,
+            "helper_path": self.helper.path if self.helper is not None else None,
+        }
 
     def do_create(self, kwargs, ops, main_path):
         from ..interpreter.core import Interpreter
@@ -230,8 +248,13 @@ class Server:
         refusal is given here, which also keeps a write inside the buffer.
         """
         p = self.placement
-        return (p is not None and bool(args) and args[0] in p.resized and args[0] in p.slots
-                and not kwargs.get("subgraph_index", 0))
+        return (
+            p is not None
+            and bool(args)
+            and args[0] in p.resized
+            and args[0] in p.slots
+            and not kwargs.get("subgraph_index", 0)
+        )
 
     def _unplanned(self, name, args):
         from ..interpreter import tensors as _tensors
@@ -338,8 +361,8 @@ def _load_helper():
     It goes through ``compile_ops``, the kernels' one build path (cached,
     verified, the compiler in a child process); it declares no ops.
     """
-    from ..build import paths as _paths
     from .._native.isolation_helper import load_helper
+    from ..build import paths as _paths
     from ..ops.library import compile_ops
 
     src = _paths.c_dir() / "src" / "isolate_helper.c"
@@ -356,8 +379,10 @@ def _profiler_supported(version: str) -> bool:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m opaque_ops.isolate.server",
-                                 description="opaque_ops' isolated worker (started by opaque_ops itself)")
+    ap = argparse.ArgumentParser(
+        prog="python -m opaque_ops.isolate.server",
+        description="opaque_ops' isolated worker (started by opaque_ops itself)",
+    )
     ap.add_argument("--socket", type=int, required=True)
     ap.add_argument("--control", type=int, required=True)
     ap.add_argument("--lifeline", type=int, required=True)

@@ -67,7 +67,8 @@ def _main_script(op: PythonOp) -> str | None:
         if path is None:
             raise OpaqueOpsError(
                 f"python_op {op.name!r}: its {what} function is defined in an interactive "
-                "session, which the isolated worker cannot import; define it in a module")
+                "session, which the isolated worker cannot import; define it in a module"
+            )
         return os.path.abspath(path)
     return None
 
@@ -97,8 +98,9 @@ def pack_delegates(delegates) -> bytes:
 
     for d in delegates:
         if not isinstance(d, Delegate):
-            raise TypeError("experimental_delegates must hold delegates from opaque_ops.load_delegate(), "
-                            f"not {type(d).__name__}")
+            raise TypeError(
+                f"experimental_delegates must hold delegates from opaque_ops.load_delegate(), not {type(d).__name__}"
+            )
     return pickle.dumps(list(delegates))
 
 

@@ -92,8 +92,9 @@ class Worker:
                 if self._proc is not None:
                     self._proc.close()
                 self._proc = None
-                self._proc = WorkerProcess(memory_limit=self.memory_limit, library=self.library,
-                                           forward_stderr=self.forward_stderr)
+                self._proc = WorkerProcess(
+                    memory_limit=self.memory_limit, library=self.library, forward_stderr=self.forward_stderr
+                )
                 self.starts += 1
             self._owner = weakref.ref(owner)
             return self._proc

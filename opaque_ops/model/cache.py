@@ -208,16 +208,26 @@ def _allocated_slot(info: ModelInfo, shape_of, config):
         # The model itself: its verdicts live in its Verdicts (and on disk),
         # keyed without reading the model again.
         ins, outs, customs = store.io
-        key = (config, tuple(shape_of(t) for t in ins), tuple(shape_of(t) for t in outs),
-               tuple(shape_of(t) for t in customs))
+        key = (
+            config,
+            tuple(shape_of(t) for t in ins),
+            tuple(shape_of(t) for t in outs),
+            tuple(shape_of(t) for t in customs),
+        )
         known, err = store.allocated(key)
         return key, known, err, store.remember
     # A copy with another subgraph first (the interpreter checks signature
     # runners' subgraphs that way); it shares the verdicts dict, so the
     # subgraph is part of the key.
     sg = info.subgraphs[0]
-    key = ("allocated", id(sg), config, tuple(shape_of(t) for t in sg.inputs),
-           tuple(shape_of(t) for t in sg.outputs), tuple(shape_of(t) for t in _custom_outputs(info)))
+    key = (
+        "allocated",
+        id(sg),
+        config,
+        tuple(shape_of(t) for t in sg.inputs),
+        tuple(shape_of(t) for t in sg.outputs),
+        tuple(shape_of(t) for t in _custom_outputs(info)),
+    )
 
     def remember(key, verdict):
         _remember(info, key, verdict)
@@ -279,11 +289,17 @@ class Verdicts:
         self._allocated: dict = {}
 
     @classmethod
-    def of(cls, key: bytes, info: ModelInfo) -> "Verdicts":
+    def of(cls, key: bytes, info: ModelInfo) -> Verdicts:
         sg = info.subgraphs[0] if info.subgraphs else None
-        io = ((), (), ()) if sg is None else (
-            tuple(sg.inputs), tuple(sg.outputs),
-            tuple(t for op in sg.operators if op.is_custom for t in op.outputs if t >= 0))
+        io = (
+            ((), (), ())
+            if sg is None
+            else (
+                tuple(sg.inputs),
+                tuple(sg.outputs),
+                tuple(t for op in sg.operators if op.is_custom for t in op.outputs if t >= 0),
+            )
+        )
         return cls(key, info, io, info.custom_ops(), info.has_identifier)
 
     def allocated(self, key):
@@ -307,18 +323,21 @@ class Verdicts:
 
     # ---------------------------------------------------------------- disk
     def to_json(self) -> dict:
-        return {"format": 1, "has_identifier": self.has_identifier, "custom_ops": self.custom_ops,
-                "io": self.io,
-                "model": [[sorted(reg), _dump(v)] for reg, v in self.model.items()],
-                "allocated": [[list(k), _dump(v)] for k, v in self._allocated.items()]}
+        return {
+            "format": 1,
+            "has_identifier": self.has_identifier,
+            "custom_ops": self.custom_ops,
+            "io": self.io,
+            "model": [[sorted(reg), _dump(v)] for reg, v in self.model.items()],
+            "allocated": [[list(k), _dump(v)] for k, v in self._allocated.items()],
+        }
 
     @classmethod
-    def from_json(cls, key: bytes, owner: ModelInfo, doc: dict) -> "Verdicts":
+    def from_json(cls, key: bytes, owner: ModelInfo, doc: dict) -> Verdicts:
         io = tuple(tuple(int(t) for t in part) for part in doc["io"])
         if len(io) != 3:
             raise ValueError("io")
-        self = cls(key, owner, io, [(str(n), int(v)) for n, v in doc["custom_ops"]],
-                   bool(doc["has_identifier"]))
+        self = cls(key, owner, io, [(str(n), int(v)) for n, v in doc["custom_ops"]], bool(doc["has_identifier"]))
         for reg, v in doc["model"]:
             self.model[frozenset(map(str, reg))] = _load_verdict(v)
         for k, v in doc["allocated"]:
@@ -437,8 +456,11 @@ def _directory() -> _files.Cache | None:
 def _warn_once(root, exc) -> None:
     if str(root) not in _warned:
         _warned.add(str(root))
-        warnings.warn(f"opaque_ops: model verdicts are not kept on disk: {exc} (set "
-                      f"{ENV_VERDICTS}=off to silence this)", RuntimeWarning, stacklevel=4)
+        warnings.warn(
+            f"opaque_ops: model verdicts are not kept on disk: {exc} (set {ENV_VERDICTS}=off to silence this)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 def _lookup(key: bytes) -> dict | None:

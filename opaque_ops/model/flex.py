@@ -5,12 +5,14 @@ package; the decoder treats its input as untrusted and bounds the work it does."
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from flatbuffers import flexbuffers
 
 from ..errors import ModelError
+
 
 def _flex_normalize(value: Any, where: str) -> Any:
     """Convert numpy values to Python ones and reject unsupported types.

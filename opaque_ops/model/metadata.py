@@ -69,7 +69,8 @@ def check_metadata(info: ModelInfo) -> None:
             raise ModelError(
                 f"metadata {CONTROL_DEPENDENCIES!r} (buffer {bidx}, {len(data)} bytes) {fault}; TFLite "
                 "allocates that many entries before it reads them, whenever it creates an interpreter. "
-                "Remove the entry or write it again (SerializeModelControlDependencies)")
+                "Remove the entry or write it again (SerializeModelControlDependencies)"
+            )
     bidx = info.metadata.get(CONVERSION_METADATA)
     if bidx is None:
         return
@@ -80,7 +81,8 @@ def check_metadata(info: ModelInfo) -> None:
             f"metadata {CONVERSION_METADATA!r} (buffer {bidx}, {len(data)} bytes) is not a readable "
             f"ConversionMetadata flatbuffer: {fault} lies outside it. TFLite reads this entry unverified "
             "while it creates an interpreter with a telemetry profiler (as in opaque_ops.isolate); "
-            "remove the entry or convert the model again")
+            "remove the entry or convert the model again"
+        )
 
 
 def conversion_metadata_fault(data: bytes) -> str | None:

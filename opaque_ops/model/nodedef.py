@@ -39,10 +39,29 @@ from ..errors import ModelError
 
 #: TensorFlow's DataType enum (types.proto) as numpy-style names.
 DATA_TYPES: dict[int, str] = {
-    1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string",
-    8: "complex64", 9: "int64", 10: "bool", 11: "qint8", 12: "quint8", 13: "qint32",
-    14: "bfloat16", 15: "qint16", 16: "quint16", 17: "uint16", 18: "complex128", 19: "float16",
-    20: "resource", 21: "variant", 22: "uint32", 23: "uint64",
+    1: "float32",
+    2: "float64",
+    3: "int32",
+    4: "uint8",
+    5: "int16",
+    6: "int8",
+    7: "string",
+    8: "complex64",
+    9: "int64",
+    10: "bool",
+    11: "qint8",
+    12: "quint8",
+    13: "qint32",
+    14: "bfloat16",
+    15: "qint16",
+    16: "quint16",
+    17: "uint16",
+    18: "complex128",
+    19: "float16",
+    20: "resource",
+    21: "variant",
+    22: "uint32",
+    23: "uint64",
 }
 # types.proto: each DT_X_REF is DT_X + 100.
 _REF_OFFSET = 100
@@ -89,16 +108,17 @@ def _fields(buf: bytes, start: int = 0, end: int | None = None):
         elif wire == _I64:
             if pos + 8 > end:
                 raise ModelError("malformed NodeDef: a 64-bit field runs past the end of its message")
-            value, pos = buf[pos:pos + 8], pos + 8
+            value, pos = buf[pos : pos + 8], pos + 8
         elif wire == _I32:
             if pos + 4 > end:
                 raise ModelError("malformed NodeDef: a 32-bit field runs past the end of its message")
-            value, pos = buf[pos:pos + 4], pos + 4
+            value, pos = buf[pos : pos + 4], pos + 4
         elif wire == _LEN:
             n, pos = _varint(buf, pos, end)
             if pos + n > end:
-                raise ModelError(f"malformed NodeDef: field {number} claims {n} bytes, "
-                                 f"{end - pos} are left in its message")
+                raise ModelError(
+                    f"malformed NodeDef: field {number} claims {n} bytes, {end - pos} are left in its message"
+                )
             value, pos = (pos, pos + n), pos + n
         else:
             # Groups (3, 4) are proto2-only; no TensorFlow message uses them.
@@ -111,7 +131,7 @@ def _int64(v: int) -> int:
 
 
 def _text(buf: bytes, span) -> str:
-    return buf[span[0]:span[1]].decode("utf-8", errors="backslashreplace")
+    return buf[span[0] : span[1]].decode("utf-8", errors="backslashreplace")
 
 
 def _repeated(buf: bytes, wire: int, value, scalar: str) -> list:
@@ -211,7 +231,7 @@ def _attr_value(buf: bytes, span) -> tuple[str, object]:
         if number == 1 and wire == _LEN:
             kind, val = _list(buf, value)
         elif number == 2 and wire == _LEN:
-            raw = buf[value[0]:value[1]]
+            raw = buf[value[0] : value[1]]
             try:
                 kind, val = "string", raw.decode("utf-8")
             except UnicodeDecodeError:

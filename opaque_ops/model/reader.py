@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,16 +17,17 @@ import numpy as np
 from ..errors import ModelError
 from .flex import decode_flex_options
 from .schema import (
-    ACTIVATIONS,
-    BUILTIN_OPERATOR_NAMES,
-    FILE_IDENTIFIER,
-    TENSOR_TYPE_NAMES,
     _CUSTOM,
     _OPTION_FIELDS,
     _OPTIONS_TYPE_NAMES,
     _PADDINGS,
     _TYPE_TO_NUMPY,
+    ACTIVATIONS,
+    BUILTIN_OPERATOR_NAMES,
+    FILE_IDENTIFIER,
+    TENSOR_TYPE_NAMES,
 )
+
 
 @dataclass
 class TensorInfo:
@@ -132,7 +133,7 @@ class ModelInfo:
         return sorted(used)
 
     @classmethod
-    def _read_later(cls, source: bytes, has_identifier: bool, custom_ops) -> "ModelInfo":
+    def _read_later(cls, source: bytes, has_identifier: bool, custom_ops) -> ModelInfo:
         """A ModelInfo whose parts are read from ``source`` on first use.
 
         For bytes that :func:`read_model` has read before (the verdicts kept
@@ -144,8 +145,9 @@ class ModelInfo:
         is first asked for (``get_input_details()`` reads the inputs only).
         """
         self = cls.__new__(cls)
-        self.__dict__.update(verdicts={}, has_identifier=has_identifier, _source=source,
-                             _custom_ops=[tuple(x) for x in custom_ops])
+        self.__dict__.update(
+            verdicts={}, has_identifier=has_identifier, _source=source, _custom_ops=[tuple(x) for x in custom_ops]
+        )
         return self
 
     def __getattr__(self, name: str):
@@ -177,24 +179,37 @@ _F32 = struct.Struct("<f").unpack_from
 # checked once per (vtable, layout) to lie inside its table; flatbuffers
 # share one vtable among all tables of the same shape, so a model with 300
 # tensors has a handful of tensor vtables.
-_MODEL = (4, 4, 4, 4, 4, 0, 4, 4)       # version, operator_codes, subgraphs, description, buffers, ..,
+_MODEL = (4, 4, 4, 4, 4, 0, 4, 4)  # version, operator_codes, subgraphs, description, buffers, ..,
 #                                          metadata, signature_defs
-_OPCODE = (1, 4, 4, 4)                   # deprecated_builtin_code, custom_code, version, builtin_code
-_SUBGRAPH = (4, 4, 4, 4, 4)              # tensors, inputs, outputs, operators, name
-_TENSOR = (4, 1, 4, 4, 4, 1, 4, 4)       # shape, type, buffer, name, quantization, is_variable, sparsity, shape_signature
-_QUANT = (0, 0, 4, 4, 0, 0, 4)           # scale, zero_point, quantized_dimension
+_OPCODE = (1, 4, 4, 4)  # deprecated_builtin_code, custom_code, version, builtin_code
+_SUBGRAPH = (4, 4, 4, 4, 4)  # tensors, inputs, outputs, operators, name
+_TENSOR = (4, 1, 4, 4, 4, 1, 4, 4)  # shape, type, buffer, name, quantization, is_variable, sparsity, shape_signature
+_QUANT = (0, 0, 4, 4, 0, 0, 4)  # scale, zero_point, quantized_dimension
 _OPERATOR = (4, 4, 4, 1, 4, 4, 0, 0, 0, 8, 8)  # opcode_index, inputs, outputs, options type, options,
 #                                               custom_options, large_custom_options_offset / _size
-_BUFFER = (4, 8, 8)                      # data, offset, size
-_SIGDEF = (4, 4, 4, 0, 4)                # inputs, outputs, signature_key, subgraph_index
-_TENSORMAP = (4, 4)                      # name, tensor_index
-_SPARSITY = (4, 4, 4)                    # traversal_order, block_map, dim_metadata
-_DIMMETA = (1, 4, 1, 4, 1, 4)            # format, dense_size, segments type / table, indices type / table
-_INDEXVEC = (4,)                         # values
-_METADATA = (4, 4)                       # name, buffer
+_BUFFER = (4, 8, 8)  # data, offset, size
+_SIGDEF = (4, 4, 4, 0, 4)  # inputs, outputs, signature_key, subgraph_index
+_TENSORMAP = (4, 4)  # name, tensor_index
+_SPARSITY = (4, 4, 4)  # traversal_order, block_map, dim_metadata
+_DIMMETA = (1, 4, 1, 4, 1, 4)  # format, dense_size, segments type / table, indices type / table
+_INDEXVEC = (4,)  # values
+_METADATA = (4, 4)  # name, buffer
 # Layout ids (part of the layout cache key); option tables use 16 + their union type.
-_IDS = {_MODEL: 0, _OPCODE: 1, _SUBGRAPH: 2, _TENSOR: 3, _QUANT: 4, _OPERATOR: 5, _BUFFER: 6, _SIGDEF: 7,
-        _TENSORMAP: 8, _SPARSITY: 9, _DIMMETA: 10, _INDEXVEC: 11, _METADATA: 12}
+_IDS = {
+    _MODEL: 0,
+    _OPCODE: 1,
+    _SUBGRAPH: 2,
+    _TENSOR: 3,
+    _QUANT: 4,
+    _OPERATOR: 5,
+    _BUFFER: 6,
+    _SIGDEF: 7,
+    _TENSORMAP: 8,
+    _SPARSITY: 9,
+    _DIMMETA: 10,
+    _INDEXVEC: 11,
+    _METADATA: 12,
+}
 
 
 def _w(base: str, index=None, name=None) -> str:
@@ -227,12 +242,15 @@ class _Flat:
     def charge(self, n: int, what) -> None:
         self.budget -= n
         if self.budget < 0:
-            raise ModelError(f"{_w(*what) if isinstance(what, tuple) else what}: the model references far "
-                             "more data than it contains (overlapping or self-referencing offsets)")
+            raise ModelError(
+                f"{_w(*what) if isinstance(what, tuple) else what}: the model references far "
+                "more data than it contains (overlapping or self-referencing offsets)"
+            )
 
     def _truncated(self, what: str, pos: int, n: int):
-        return ModelError(f"truncated: {what} at offset {pos} (+{n} bytes) points past "
-                          f"the end of the {self.size}-byte buffer")
+        return ModelError(
+            f"truncated: {what} at offset {pos} (+{n} bytes) points past the end of the {self.size}-byte buffer"
+        )
 
     def table(self, pos: int, layout: tuple, lid: int, base: str, index=None, name=None) -> tuple:
         """Field offsets of the table at ``pos`` for each slot of ``layout`` (0 where absent)."""
@@ -266,8 +284,7 @@ class _Flat:
         for slot, size in enumerate(layout):
             off = entries[slot] if slot < n and size else 0
             if off and off + size > tbl_size:
-                raise ModelError(f"{what}: field {slot} at offset {pos + off} lies "
-                                 f"outside its {tbl_size}-byte table")
+                raise ModelError(f"{what}: field {slot} at offset {pos + off} lies outside its {tbl_size}-byte table")
             offs.append(off)
         lay = (tbl_size, tuple(offs))
         self.layouts[vt * 512 + lid] = lay
@@ -278,14 +295,18 @@ class _Flat:
         size = self.size
         t = p + _U32(self.buf, p)[0]
         if t >= size:
-            raise ModelError(f"truncated: {_w(base, index, name)} at offset {p} points to offset {t}, "
-                             f"past the end of the {size}-byte buffer")
+            raise ModelError(
+                f"truncated: {_w(base, index, name)} at offset {p} points to offset {t}, "
+                f"past the end of the {size}-byte buffer"
+            )
         if t + 4 > size:
             raise self._truncated(f"length of {_w(base, index, name)}", t, 4)
         n = _U32(self.buf, t)[0]
         if n * elem_size > size - t - 4:
-            raise ModelError(f"truncated: {_w(base, index, name)} at offset {t} claims {n} elements of "
-                             f"{elem_size} bytes, past the end of the {size}-byte buffer")
+            raise ModelError(
+                f"truncated: {_w(base, index, name)} at offset {t} claims {n} elements of "
+                f"{elem_size} bytes, past the end of the {size}-byte buffer"
+            )
         self.budget -= n
         if self.budget < 0:
             self.charge(0, (base, index, name))
@@ -304,7 +325,7 @@ class _Flat:
     def string(self, p: int, base: str, index=None, name=None) -> str:
         start, n = self.vector(p, 1, base, index, name)
         try:
-            return self.buf[start:start + n].decode("utf-8")
+            return self.buf[start : start + n].decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ModelError(f"{_w(base, index, name)} at offset {start - 4} is not valid UTF-8: {exc}") from None
 
@@ -319,16 +340,20 @@ class _Flat:
         out = [start + 4 * i + o for i, o in enumerate(offs)]
         if n and max(out) >= self.size:
             i = next(i for i, t in enumerate(out) if t >= self.size)
-            raise ModelError(f"truncated: {_w(base, index, name)}[{i}] at offset {start + 4 * i} points to "
-                             f"offset {out[i]}, past the end of the {self.size}-byte buffer")
+            raise ModelError(
+                f"truncated: {_w(base, index, name)}[{i}] at offset {start + 4 * i} points to "
+                f"offset {out[i]}, past the end of the {self.size}-byte buffer"
+            )
         return out
 
     def sub(self, p: int, base: str, index=None, name=None) -> int:
         """Position of the table whose offset is stored at ``p`` (its bounds are checked by :meth:`table`)."""
         t = p + _U32(self.buf, p)[0]
         if t >= self.size:
-            raise ModelError(f"truncated: {_w(base, index, name)} at offset {p} points to offset {t}, "
-                             f"past the end of the {self.size}-byte buffer")
+            raise ModelError(
+                f"truncated: {_w(base, index, name)} at offset {p} points to offset {t}, "
+                f"past the end of the {self.size}-byte buffer"
+            )
         return t
 
 
@@ -365,19 +390,28 @@ def _sparsity(f: _Flat, pos: int, what: str) -> dict:
             fmt = _I8(buf, dp + d[0])[0] if d[0] else 0
             dense = _I32(buf, dp + d[1])[0] if d[1] else 0
             dims.append((fmt, dense, vecs[0], vecs[1]))
-    return {"traversal_order": list(f.ints(pos + s[0], what, None, "traversal_order")) if s[0] else [],
-            # None when absent: ai-edge-litert lists a stored block_map even if empty.
-            "block_map": list(f.ints(pos + s[1], what, None, "block_map")) if s[1] else None,
-            "dim_metadata": dims}
+    return {
+        "traversal_order": list(f.ints(pos + s[0], what, None, "traversal_order")) if s[0] else [],
+        # None when absent: ai-edge-litert lists a stored block_map even if empty.
+        "block_map": list(f.ints(pos + s[1], what, None, "block_map")) if s[1] else None,
+        "dim_metadata": dims,
+    }
 
 
 # Builtin option tables, per union type: (layout, [(field, slot, kind code, default, names)]).
 _ACT_NAMES = {v: k for k, v in ACTIVATIONS.items()}
 _PAD_NAMES = {v: k for k, v in _PADDINGS.items()}
 _K_INTS, _K_I8, _K_U8, _K_I32, _K_F32, _K_BOOL = range(6)
-_KINDS = {"[i32]": (_K_INTS, 4, None), "act": (_K_I8, 1, _ACT_NAMES), "pad": (_K_I8, 1, _PAD_NAMES),
-          "dtype": (_K_I8, 1, TENSOR_TYPE_NAMES), "u8": (_K_U8, 1, None), "i32": (_K_I32, 4, None),
-          "f32": (_K_F32, 4, None), "bool": (_K_BOOL, 1, None)}
+_KINDS = {
+    "[i32]": (_K_INTS, 4, None),
+    "act": (_K_I8, 1, _ACT_NAMES),
+    "pad": (_K_I8, 1, _PAD_NAMES),
+    "dtype": (_K_I8, 1, TENSOR_TYPE_NAMES),
+    "u8": (_K_U8, 1, None),
+    "i32": (_K_I32, 4, None),
+    "f32": (_K_F32, 4, None),
+    "bool": (_K_BOOL, 1, None),
+}
 
 
 def _option_readers() -> dict[int, tuple]:
@@ -432,8 +466,7 @@ def _check_indices(values: list, ntens: int, optional_ok: bool, si: int, what: s
         for v in values:
             if not ((v == -1 and optional_ok) or 0 <= v < ntens):
                 where = what if oi is None else f"operator {oi} {what}"
-                raise ModelError(f"subgraph {si} {where} refers to tensor {v}, "
-                                 f"but the subgraph has {ntens} tensors")
+                raise ModelError(f"subgraph {si} {where} refers to tensor {v}, but the subgraph has {ntens} tensors")
     return values
 
 
@@ -449,8 +482,9 @@ def _buffer(f: _Flat, bp: int, i: int) -> tuple[int, int] | None:
     if off <= 1:
         return None
     if off + n > f.size:
-        raise ModelError(f"truncated: buffer {i} data at offset {off} (+{n} bytes) "
-                         f"points past the end of the {f.size}-byte buffer")
+        raise ModelError(
+            f"truncated: buffer {i} data at offset {off} (+{n} bytes) points past the end of the {f.size}-byte buffer"
+        )
     return off, n
 
 
@@ -464,8 +498,9 @@ def _tensor(f: _Flat, tp: int, si: int, ti: int, base: str, buffers) -> TensorIn
     tname = f.string(tp + o3, base, ti, "name") if o3 else ""
     sig = f.ints(tp + o7, base, ti, "shape_signature") if o7 else None
     if bidx >= max(len(buffers), 1):
-        raise ModelError(f"subgraph {si} tensor {ti} ({tname!r}) refers to buffer "
-                         f"{bidx} but the model has {len(buffers)} buffers")
+        raise ModelError(
+            f"subgraph {si} tensor {ti} ({tname!r}) refers to buffer {bidx} but the model has {len(buffers)} buffers"
+        )
     scales, zps, qdim = _NO_SCALES, _NO_ZERO_POINTS, 0
     if o4:
         qp = f.sub(tp + o4, base, ti, "quantization")
@@ -478,7 +513,13 @@ def _tensor(f: _Flat, tp: int, si: int, ti: int, base: str, buffers) -> TensorIn
             zps = zps.astype(np.int64, copy=False) if len(zps) else _NO_ZERO_POINTS
         qdim = _I32(buf, qp + q[6])[0] if q[6] else 0
     return TensorInfo(
-        ti, tname, shape, sig, _DTYPE[ttype], _TYPE_NAME[ttype], bidx,
+        ti,
+        tname,
+        shape,
+        sig,
+        _DTYPE[ttype],
+        _TYPE_NAME[ttype],
+        bidx,
         buffers[bidx] if buffers else None,
         {"scales": scales, "zero_points": zps, "quantized_dimension": qdim},
         bool(_U8(buf, tp + o5)[0]) if o5 else False,
@@ -494,27 +535,31 @@ def _operator(f: _Flat, op: int, si: int, oi: int, base: str, codes, ntens: int)
     o = f.table(op, _OPERATOR, _IDS[_OPERATOR], base, oi)
     opcode_index = _U32(buf, op + o[0])[0] if o[0] else 0
     if opcode_index >= len(opcodes):
-        raise ModelError(f"subgraph {si} operator {oi} uses opcode index {opcode_index} "
-                         f"but the model has {len(opcodes)} operator codes")
+        raise ModelError(
+            f"subgraph {si} operator {oi} uses opcode index {opcode_index} "
+            f"but the model has {len(opcodes)} operator codes"
+        )
     code, _custom, ver = opcodes[opcode_index]
-    op_in = _check_indices(list(f.ints(op + o[1], base, oi, "inputs")) if o[1] else [],
-                           ntens, True, si, "inputs", oi)
-    op_out = _check_indices(list(f.ints(op + o[2], base, oi, "outputs")) if o[2] else [],
-                            ntens, True, si, "outputs", oi)
+    op_in = _check_indices(list(f.ints(op + o[1], base, oi, "inputs")) if o[1] else [], ntens, True, si, "inputs", oi)
+    op_out = _check_indices(
+        list(f.ints(op + o[2], base, oi, "outputs")) if o[2] else [], ntens, True, si, "outputs", oi
+    )
     opt_type = _U8(buf, op + o[3])[0] if o[3] else 0
     custom_options = None
     if o[5]:
         start, n = f.vector(op + o[5], 1, base, oi, "custom_options")
-        custom_options = bytes(buf[start:start + n])
+        custom_options = bytes(buf[start : start + n])
     else:
         off = _U64(buf, op + o[9])[0] if o[9] else 0
         n = _U64(buf, op + o[10])[0] if o[10] else 0
         if off > 1:
             if off + n > f.size:
-                raise ModelError(f"truncated: operator {oi} custom options at offset {off} "
-                                 f"(+{n} bytes) point past the end of the {f.size}-byte buffer")
+                raise ModelError(
+                    f"truncated: operator {oi} custom options at offset {off} "
+                    f"(+{n} bytes) point past the end of the {f.size}-byte buffer"
+                )
             f.charge(n, "custom options")
-            custom_options = bytes(buf[off:off + n])
+            custom_options = bytes(buf[off : off + n])
     options = None
     if custom_options:
         try:
@@ -522,10 +567,22 @@ def _operator(f: _Flat, op: int, si: int, oi: int, base: str, codes, ntens: int)
         except ModelError:
             options = None
     return OpInfo(
-        oi, opcode_index, code, op_names[opcode_index], code == _CUSTOM, ver, op_in, op_out,
-        custom_options, options, opt_type,
-        (_builtin_options(f, f.sub(op + o[4], base, oi, "builtin_options"), opt_type, base, oi)
-         if opt_type and o[4] else None),
+        oi,
+        opcode_index,
+        code,
+        op_names[opcode_index],
+        code == _CUSTOM,
+        ver,
+        op_in,
+        op_out,
+        custom_options,
+        options,
+        opt_type,
+        (
+            _builtin_options(f, f.sub(op + o[4], base, oi, "builtin_options"), opt_type, base, oi)
+            if opt_type and o[4]
+            else None
+        ),
     )
 
 
@@ -578,12 +635,13 @@ def _parse(buf: bytes, later: bool = False) -> ModelInfo:
     # Buffers first: tensors refer to them by index.
     bpos = f.tables(root + m[4], "Model", None, "buffers") if m[4] else []
     if later:
+
         def read_buffer(i):
             ext = _buffer(f, bpos[i], i)
             if ext is None or not ext[1]:
                 return None
             f.charge(ext[1], f"buffer {i}")
-            return bytes(buf[ext[0]:ext[0] + ext[1]])
+            return bytes(buf[ext[0] : ext[0] + ext[1]])
 
         buffers = _ReadOnDemand(len(bpos), read_buffer)
     else:
@@ -597,7 +655,7 @@ def _parse(buf: bytes, later: bool = False) -> ModelInfo:
             data = data_cache.get(ext)
             if data is None:
                 f.charge(ext[1], f"buffer {i}")
-                data = data_cache[ext] = bytes(buf[ext[0]:ext[0] + ext[1]])
+                data = data_cache[ext] = bytes(buf[ext[0] : ext[0] + ext[1]])
             buffers.append(data if ext[1] else None)
 
     opcodes = []
@@ -611,8 +669,13 @@ def _parse(buf: bytes, later: bool = False) -> ModelInfo:
         # Old converters only fill the int8 field; newer ones fill both, and
         # codes >= 127 only live in builtin_code.
         opcodes.append((max(code, dep), custom, ver))
-    codes = (opcodes, [(custom or "") if code == _CUSTOM else BUILTIN_OPERATOR_NAMES.get(code, f"BUILTIN_{code}")
-                       for code, custom, _ in opcodes])
+    codes = (
+        opcodes,
+        [
+            (custom or "") if code == _CUSTOM else BUILTIN_OPERATOR_NAMES.get(code, f"BUILTIN_{code}")
+            for code, custom, _ in opcodes
+        ],
+    )
 
     subgraphs = []
     for si, sp in enumerate(f.tables(root + m[2], "Model", None, "subgraphs") if m[2] else ()):
@@ -623,17 +686,24 @@ def _parse(buf: bytes, later: bool = False) -> ModelInfo:
         opos = f.tables(sp + s[3], "Model.subgraphs", si, "operators") if s[3] else []
         ntens = len(tpos)
         if later:
-            tensors = _ReadOnDemand(ntens, lambda ti, tpos=tpos, si=si, tbase=tbase:
-                                    _tensor(f, tpos[ti], si, ti, tbase, buffers))
+            tensors = _ReadOnDemand(
+                ntens, lambda ti, tpos=tpos, si=si, tbase=tbase: _tensor(f, tpos[ti], si, ti, tbase, buffers)
+            )
         else:
             tensors = [_tensor(f, tp, si, ti, tbase, buffers) for ti, tp in enumerate(tpos)]
-        inputs = _check_indices(list(f.ints(sp + s[1], "Model.subgraphs", si, "inputs")) if s[1] else [],
-                                ntens, False, si, "inputs")
-        outputs = _check_indices(list(f.ints(sp + s[2], "Model.subgraphs", si, "outputs")) if s[2] else [],
-                                 ntens, False, si, "outputs")
+        inputs = _check_indices(
+            list(f.ints(sp + s[1], "Model.subgraphs", si, "inputs")) if s[1] else [], ntens, False, si, "inputs"
+        )
+        outputs = _check_indices(
+            list(f.ints(sp + s[2], "Model.subgraphs", si, "outputs")) if s[2] else [], ntens, False, si, "outputs"
+        )
         if later:
-            ops = _ReadOnDemand(len(opos), lambda oi, opos=opos, si=si, obase=obase, ntens=ntens:
-                                _operator(f, opos[oi], si, oi, obase, codes, ntens))
+            ops = _ReadOnDemand(
+                len(opos),
+                lambda oi, opos=opos, si=si, obase=obase, ntens=ntens: _operator(
+                    f, opos[oi], si, oi, obase, codes, ntens
+                ),
+            )
         else:
             ops = [_operator(f, op, si, oi, obase, codes, ntens) for oi, op in enumerate(opos)]
         subgraphs.append(SubgraphInfo(si, sname, tensors, inputs, outputs, ops))
@@ -645,8 +715,7 @@ def _parse(buf: bytes, later: bool = False) -> ModelInfo:
         key = f.string(gp + g[2], "Model.signature_defs", gi, "signature_key") if g[2] else ""
         sub = _U32(buf, gp + g[4])[0] if g[4] else 0
         if sub >= len(subgraphs):
-            raise ModelError(f"signature {key!r} refers to subgraph {sub} but the model has "
-                             f"{len(subgraphs)} subgraphs")
+            raise ModelError(f"signature {key!r} refers to subgraph {sub} but the model has {len(subgraphs)} subgraphs")
         ntens = len(subgraphs[sub].tensors)
         maps = []
         for slot, what in ((0, "inputs"), (1, "outputs")):
@@ -657,8 +726,10 @@ def _parse(buf: bytes, later: bool = False) -> ModelInfo:
                 nm = f.string(tp + t[0], mbase, k, "name") if t[0] else ""
                 idx = _U32(buf, tp + t[1])[0] if t[1] else 0
                 if idx >= ntens:
-                    raise ModelError(f"signature {key!r} {what} {nm!r} refers to tensor {idx}, "
-                                     f"but subgraph {sub} has {ntens} tensors")
+                    raise ModelError(
+                        f"signature {key!r} {what} {nm!r} refers to tensor {idx}, "
+                        f"but subgraph {sub} has {ntens} tensors"
+                    )
                 mp[nm] = idx
             maps.append(mp)
         signatures.append(SignatureInfo(key, sub, maps[0], maps[1]))
@@ -672,13 +743,20 @@ def _parse(buf: bytes, later: bool = False) -> ModelInfo:
             continue
         # Names are compared as bytes by TFLite: no UTF-8 requirement here.
         start, n = f.vector(mp + t[0], 1, "Model.metadata", k, "name")
-        name = buf[start:start + n].decode("utf-8", "backslashreplace")
+        name = buf[start : start + n].decode("utf-8", "backslashreplace")
         b = f.table(bpos[bidx], _BUFFER, _IDS[_BUFFER], "Model.buffers", bidx)
         if b[0] and f.vector(bpos[bidx] + b[0], 1, "Model.buffers", bidx, "data")[1]:
             metadata[name] = bidx
 
-    return ModelInfo(version=version, description=description, operator_codes=opcodes,
-                     subgraphs=subgraphs, signatures=signatures, buffers=buffers, metadata=metadata)
+    return ModelInfo(
+        version=version,
+        description=description,
+        operator_codes=opcodes,
+        subgraphs=subgraphs,
+        signatures=signatures,
+        buffers=buffers,
+        metadata=metadata,
+    )
 
 
 def read_model(source: bytes | bytearray | memoryview | str | os.PathLike) -> ModelInfo:
@@ -726,8 +804,10 @@ def _read(buf: bytes, later: bool = False) -> ModelInfo:
     except ModelError as exc:
         if has_id:
             raise
-        raise ModelError(f"not a TFLite model: no 'TFL3' file identifier (found {buf[4:8]!r}) "
-                         f"and the root table does not parse: {exc}") from None
+        raise ModelError(
+            f"not a TFLite model: no 'TFL3' file identifier (found {buf[4:8]!r}) "
+            f"and the root table does not parse: {exc}"
+        ) from None
     except RecursionError:
         raise ModelError("model structure is nested too deeply") from None
     except _UNEXPECTED as exc:

@@ -93,8 +93,7 @@ _REQUIRED = {
 
 # Inputs and outputs each kernel's Prepare insists on (it reads them by
 # position before counting them in some versions).
-_ARITY = {"AudioSpectrogram": (1, 1), "Mfcc": (2, 1), "TFLite_Detection_PostProcess": (3, 4),
-          "NumericVerify": (2, 1)}
+_ARITY = {"AudioSpectrogram": (1, 1), "Mfcc": (2, 1), "TFLite_Detection_PostProcess": (3, 4), "NumericVerify": (2, 1)}
 
 
 def check_runtime_op(sg_index: int, op) -> dict:
@@ -116,11 +115,15 @@ def check_runtime_op(sg_index: int, op) -> dict:
     where = f"subgraph {sg_index} operator {op.index} ({op.op_name}, provided by the TFLite runtime)"
     n_in, n_out = _ARITY[op.op_name]
     if len(op.inputs) != n_in or len(op.outputs) != n_out or -1 in op.inputs:
-        raise ModelError(f"{where} has {len(op.inputs)} input(s) and {len(op.outputs)} output(s); "
-                         f"the runtime's kernel takes exactly {n_in} and {n_out}, none omitted")
+        raise ModelError(
+            f"{where} has {len(op.inputs)} input(s) and {len(op.outputs)} output(s); "
+            f"the runtime's kernel takes exactly {n_in} and {n_out}, none omitted"
+        )
     if not op.custom_options:
-        raise ModelError(f"{where} has no custom options; its kernel reads a flexbuffer map "
-                         f"with {sorted(RULES[op.op_name])}. Re-export the model with its options")
+        raise ModelError(
+            f"{where} has no custom options; its kernel reads a flexbuffer map "
+            f"with {sorted(RULES[op.op_name])}. Re-export the model with its options"
+        )
     try:
         opts = decode_flex_options(op.custom_options)
     except ModelError as exc:
@@ -138,18 +141,22 @@ def check_runtime_op(sg_index: int, op) -> dict:
                 continue
             v = int(v)
         if not isinstance(v, (int, float)):
-            raise ModelError(f"{where}: custom option {key!r} is {type(v).__name__} {v!r:.40}; "
-                             f"the kernel reads it as a {kind}")
+            raise ModelError(
+                f"{where}: custom option {key!r} is {type(v).__name__} {v!r:.40}; the kernel reads it as a {kind}"
+            )
         if kind == "int" and lo is not None and not (lo <= v <= hi):
             raise ModelError(f"{where}: custom option {key}={v!r} is outside [{lo}, {hi}]")
     if op.op_name == "Mfcc" and opts["dct_coefficient_count"] > opts["filterbank_channel_count"]:
-        raise ModelError(f"{where}: dct_coefficient_count={opts['dct_coefficient_count']} exceeds "
-                         f"filterbank_channel_count={opts['filterbank_channel_count']}")
+        raise ModelError(
+            f"{where}: dct_coefficient_count={opts['dct_coefficient_count']} exceeds "
+            f"filterbank_channel_count={opts['filterbank_channel_count']}"
+        )
     if op.op_name == "TFLite_Detection_PostProcess":
         boxes = opts["max_detections"] * opts["max_classes_per_detection"]
         if boxes > 1 << 20:
-            raise ModelError(f"{where}: max_detections * max_classes_per_detection = {boxes} "
-                             "output boxes is more than 2**20")
+            raise ModelError(
+                f"{where}: max_detections * max_classes_per_detection = {boxes} output boxes is more than 2**20"
+            )
     return opts
 
 
@@ -167,11 +174,15 @@ def check_runtime_op_shapes(op, opts: dict, shape_of) -> None:
         if boxes is None or anchors is None:
             return
         if len(boxes) != 3 or len(anchors) != 2:
-            raise ModelError(f"{where}: box encodings must be [1, boxes, >=4] and anchors [boxes, 4]; "
-                             f"got {list(boxes)} and {list(anchors)}")
+            raise ModelError(
+                f"{where}: box encodings must be [1, boxes, >=4] and anchors [boxes, 4]; "
+                f"got {list(boxes)} and {list(anchors)}"
+            )
         if boxes[0] != 1 or boxes[2] < 4 or list(anchors) != [boxes[1], 4]:
-            raise ModelError(f"{where}: box encodings {list(boxes)} need anchors of shape "
-                             f"[{boxes[1]}, 4] and a batch of 1; the anchors are {list(anchors)}")
+            raise ModelError(
+                f"{where}: box encodings {list(boxes)} need anchors of shape "
+                f"[{boxes[1]}, 4] and a batch of 1; the anchors are {list(anchors)}"
+            )
         if scores is not None and (len(scores) != 3 or scores[0] != 1 or scores[1] != boxes[1]):
             raise ModelError(f"{where}: class predictions {list(scores)} must be [1, {boxes[1]}, classes]")
     elif op.op_name == "AudioSpectrogram":

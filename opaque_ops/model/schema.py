@@ -70,11 +70,29 @@ _PLACEHOLDER_FOR_GREATER_OP_CODES = BUILTIN_OPERATORS["PLACEHOLDER_FOR_GREATER_O
 
 #: TensorType enum of the TFLite schema: type name -> value.
 TENSOR_TYPES: dict[str, int] = {
-    "FLOAT32": 0, "FLOAT16": 1, "INT32": 2, "UINT8": 3, "INT64": 4,
-    "STRING": 5, "BOOL": 6, "INT16": 7, "COMPLEX64": 8, "INT8": 9,
-    "FLOAT64": 10, "COMPLEX128": 11, "UINT64": 12, "RESOURCE": 13,
-    "VARIANT": 14, "UINT32": 15, "UINT16": 16, "INT4": 17, "BFLOAT16": 18,
-    "INT2": 19, "UINT4": 20, "FLOAT8_E4M3FN": 21, "FLOAT8_E5M2": 22,
+    "FLOAT32": 0,
+    "FLOAT16": 1,
+    "INT32": 2,
+    "UINT8": 3,
+    "INT64": 4,
+    "STRING": 5,
+    "BOOL": 6,
+    "INT16": 7,
+    "COMPLEX64": 8,
+    "INT8": 9,
+    "FLOAT64": 10,
+    "COMPLEX128": 11,
+    "UINT64": 12,
+    "RESOURCE": 13,
+    "VARIANT": 14,
+    "UINT32": 15,
+    "UINT16": 16,
+    "INT4": 17,
+    "BFLOAT16": 18,
+    "INT2": 19,
+    "UINT4": 20,
+    "FLOAT8_E4M3FN": 21,
+    "FLOAT8_E5M2": 22,
 }
 #: Inverse of :data:`TENSOR_TYPES`.
 TENSOR_TYPE_NAMES: dict[int, str] = {v: k for k, v in TENSOR_TYPES.items()}
@@ -82,18 +100,36 @@ TENSOR_TYPE_NAMES: dict[int, str] = {v: k for k, v in TENSOR_TYPES.items()}
 # Types without a numpy equivalent (STRING, RESOURCE, VARIANT, packed
 # sub-byte ints, BFLOAT16, FLOAT8) map to None.
 _TYPE_TO_NUMPY: dict[int, np.dtype | None] = {
-    0: np.dtype(np.float32), 1: np.dtype(np.float16), 2: np.dtype(np.int32),
-    3: np.dtype(np.uint8), 4: np.dtype(np.int64), 5: None, 6: np.dtype(np.bool_),
-    7: np.dtype(np.int16), 8: np.dtype(np.complex64), 9: np.dtype(np.int8),
-    10: np.dtype(np.float64), 11: np.dtype(np.complex128), 12: np.dtype(np.uint64),
-    13: None, 14: None, 15: np.dtype(np.uint32), 16: np.dtype(np.uint16),
-    17: None, 18: None,
+    0: np.dtype(np.float32),
+    1: np.dtype(np.float16),
+    2: np.dtype(np.int32),
+    3: np.dtype(np.uint8),
+    4: np.dtype(np.int64),
+    5: None,
+    6: np.dtype(np.bool_),
+    7: np.dtype(np.int16),
+    8: np.dtype(np.complex64),
+    9: np.dtype(np.int8),
+    10: np.dtype(np.float64),
+    11: np.dtype(np.complex128),
+    12: np.dtype(np.uint64),
+    13: None,
+    14: None,
+    15: np.dtype(np.uint32),
+    16: np.dtype(np.uint16),
+    17: None,
+    18: None,
 }
 _NUMPY_TO_TYPE: dict[np.dtype, int] = {d: t for t, d in _TYPE_TO_NUMPY.items() if d is not None}
 
 #: ActivationFunctionType enum: name -> value.
 ACTIVATIONS: dict[str, int] = {
-    "NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3, "TANH": 4, "SIGN_BIT": 5,
+    "NONE": 0,
+    "RELU": 1,
+    "RELU_N1_TO_1": 2,
+    "RELU6": 3,
+    "TANH": 4,
+    "SIGN_BIT": 5,
 }
 _PADDINGS: dict[str, int] = {"SAME": 0, "VALID": 1}
 
@@ -139,23 +175,35 @@ _OPTIONS_TYPE_NAMES: dict[int, str] = {i: n for n, i in _OPTIONS_TYPE.items()}
 # enums, "i32", "f32", "bool", "[i32]".
 _OPTION_FIELDS: dict[str, list[tuple[str, int, str, Any]]] = {
     "Conv2DOptions": [
-        ("padding", 0, "pad", 0), ("stride_w", 1, "i32", 0), ("stride_h", 2, "i32", 0),
+        ("padding", 0, "pad", 0),
+        ("stride_w", 1, "i32", 0),
+        ("stride_h", 2, "i32", 0),
         ("fused_activation_function", 3, "act", 0),
-        ("dilation_w_factor", 4, "i32", 1), ("dilation_h_factor", 5, "i32", 1),
+        ("dilation_w_factor", 4, "i32", 1),
+        ("dilation_h_factor", 5, "i32", 1),
     ],
     "DepthwiseConv2DOptions": [
-        ("padding", 0, "pad", 0), ("stride_w", 1, "i32", 0), ("stride_h", 2, "i32", 0),
-        ("depth_multiplier", 3, "i32", 0), ("fused_activation_function", 4, "act", 0),
-        ("dilation_w_factor", 5, "i32", 1), ("dilation_h_factor", 6, "i32", 1),
+        ("padding", 0, "pad", 0),
+        ("stride_w", 1, "i32", 0),
+        ("stride_h", 2, "i32", 0),
+        ("depth_multiplier", 3, "i32", 0),
+        ("fused_activation_function", 4, "act", 0),
+        ("dilation_w_factor", 5, "i32", 1),
+        ("dilation_h_factor", 6, "i32", 1),
     ],
     "Pool2DOptions": [
-        ("padding", 0, "pad", 0), ("stride_w", 1, "i32", 0), ("stride_h", 2, "i32", 0),
-        ("filter_width", 3, "i32", 0), ("filter_height", 4, "i32", 0),
+        ("padding", 0, "pad", 0),
+        ("stride_w", 1, "i32", 0),
+        ("stride_h", 2, "i32", 0),
+        ("filter_width", 3, "i32", 0),
+        ("filter_height", 4, "i32", 0),
         ("fused_activation_function", 5, "act", 0),
     ],
     "FullyConnectedOptions": [
-        ("fused_activation_function", 0, "act", 0), ("weights_format", 1, "u8", 0),
-        ("keep_num_dims", 2, "bool", False), ("asymmetric_quantize_inputs", 3, "bool", False),
+        ("fused_activation_function", 0, "act", 0),
+        ("weights_format", 1, "u8", 0),
+        ("keep_num_dims", 2, "bool", False),
+        ("asymmetric_quantize_inputs", 3, "bool", False),
     ],
     "SoftmaxOptions": [("beta", 0, "f32", 0.0)],
     "ConcatenationOptions": [("axis", 0, "i32", 0), ("fused_activation_function", 1, "act", 0)],
@@ -174,29 +222,41 @@ _OPTION_FIELDS: dict[str, list[tuple[str, int, str, Any]]] = {
     "SplitOptions": [("num_splits", 0, "i32", 0)],
     "SplitVOptions": [("num_splits", 0, "i32", 0)],
     "StridedSliceOptions": [
-        ("begin_mask", 0, "i32", 0), ("end_mask", 1, "i32", 0), ("ellipsis_mask", 2, "i32", 0),
-        ("new_axis_mask", 3, "i32", 0), ("shrink_axis_mask", 4, "i32", 0), ("offset", 5, "bool", False),
+        ("begin_mask", 0, "i32", 0),
+        ("end_mask", 1, "i32", 0),
+        ("ellipsis_mask", 2, "i32", 0),
+        ("new_axis_mask", 3, "i32", 0),
+        ("shrink_axis_mask", 4, "i32", 0),
+        ("offset", 5, "bool", False),
     ],
     "TransposeConvOptions": [
-        ("padding", 0, "pad", 0), ("stride_w", 1, "i32", 0), ("stride_h", 2, "i32", 0),
+        ("padding", 0, "pad", 0),
+        ("stride_w", 1, "i32", 0),
+        ("stride_h", 2, "i32", 0),
         ("fused_activation_function", 3, "act", 0),
     ],
     "PackOptions": [("values_count", 0, "i32", 0), ("axis", 1, "i32", 0)],
     "UnpackOptions": [("num", 0, "i32", 0), ("axis", 1, "i32", 0)],
     "DepthToSpaceOptions": [("block_size", 0, "i32", 0)],
     "SpaceToDepthOptions": [("block_size", 0, "i32", 0)],
-    "BatchMatMulOptions": [("adj_x", 0, "bool", False), ("adj_y", 1, "bool", False),
-                           ("asymmetric_quantize_inputs", 2, "bool", False)],
+    "BatchMatMulOptions": [
+        ("adj_x", 0, "bool", False),
+        ("adj_y", 1, "bool", False),
+        ("asymmetric_quantize_inputs", 2, "bool", False),
+    ],
     "ResizeBilinearOptions": [("align_corners", 2, "bool", False), ("half_pixel_centers", 3, "bool", False)],
-    "ResizeNearestNeighborOptions": [("align_corners", 0, "bool", False),
-                                     ("half_pixel_centers", 1, "bool", False)],
+    "ResizeNearestNeighborOptions": [("align_corners", 0, "bool", False), ("half_pixel_centers", 1, "bool", False)],
     "WhileOptions": [("cond_subgraph_index", 0, "i32", 0), ("body_subgraph_index", 1, "i32", 0)],
     "IfOptions": [("then_subgraph_index", 0, "i32", 0), ("else_subgraph_index", 1, "i32", 0)],
     "CallOnceOptions": [("init_subgraph_index", 0, "i32", 0)],
     "MirrorPadOptions": [("mode", 0, "u8", 0)],
     "L2NormOptions": [("fused_activation_function", 0, "act", 0)],
-    "LocalResponseNormalizationOptions": [("radius", 0, "i32", 0), ("bias", 1, "f32", 0.0),
-                                          ("alpha", 2, "f32", 0.0), ("beta", 3, "f32", 0.0)],
+    "LocalResponseNormalizationOptions": [
+        ("radius", 0, "i32", 0),
+        ("bias", 1, "f32", 0.0),
+        ("alpha", 2, "f32", 0.0),
+        ("beta", 3, "f32", 0.0),
+    ],
 }
 
 # Which options table a builtin op uses when options are given.
@@ -247,9 +307,19 @@ _OP_OPTIONS: dict[str, str] = {
 # TFLite's kernels read fused activations and strides from these tables and
 # some crash or misbehave when the table is absent, so write it even when the
 # caller passes no options.
-_OPTIONS_ALWAYS = {"ADD", "SUB", "MUL", "DIV", "CONV_2D", "DEPTHWISE_CONV_2D",
-                   "AVERAGE_POOL_2D", "MAX_POOL_2D", "FULLY_CONNECTED",
-                   "CONCATENATION", "SOFTMAX"}
+_OPTIONS_ALWAYS = {
+    "ADD",
+    "SUB",
+    "MUL",
+    "DIV",
+    "CONV_2D",
+    "DEPTHWISE_CONV_2D",
+    "AVERAGE_POOL_2D",
+    "MAX_POOL_2D",
+    "FULLY_CONNECTED",
+    "CONCATENATION",
+    "SOFTMAX",
+}
 
 
 def _enum_value(kind: str, value: Any, field_name: str) -> int:

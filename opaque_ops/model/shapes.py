@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 
-
 from ..errors import ModelError
 
 
@@ -35,31 +34,46 @@ class ShapeError(ModelError):
     """The operator's input shapes do not fit together."""
 
 
-_UNARY = set("""
+_UNARY = set(
+    """
 ABS CEIL COS ELU EXP FLOOR GELU HARD_SWISH LEAKY_RELU LOG LOGISTIC NEG RELU RELU6 RELU_N1_TO_1
 RELU_0_TO_1 ROUND RSQRT SIN SQRT SQUARE TANH DEQUANTIZE QUANTIZE CAST SOFTMAX LOG_SOFTMAX
 L2_NORMALIZATION ZEROS_LIKE SIGN LOCAL_RESPONSE_NORMALIZATION LOGICAL_NOT
-""".split())
+""".split()
+)
 
-_BINARY = set("""
+_BINARY = set(
+    """
 ADD SUB MUL DIV MAXIMUM MINIMUM SQUARED_DIFFERENCE POW FLOOR_DIV FLOOR_MOD LESS LESS_EQUAL
 GREATER GREATER_EQUAL EQUAL NOT_EQUAL LOGICAL_AND LOGICAL_OR ATAN2
-""".split())
+""".split()
+)
 
-_NHWC_OPS = {"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D",
-             "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH"}
+_NHWC_OPS = {
+    "CONV_2D",
+    "DEPTHWISE_CONV_2D",
+    "AVERAGE_POOL_2D",
+    "MAX_POOL_2D",
+    "L2_POOL_2D",
+    "RESIZE_BILINEAR",
+    "RESIZE_NEAREST_NEIGHBOR",
+    "DEPTH_TO_SPACE",
+    "SPACE_TO_DEPTH",
+}
 
 # Ops whose output shape can depend on the *values* of an input (a shape, a
 # size, paddings, axes, begin/end, a count): without constants there, the
 # shape is known only at invoke.
-_VALUE_DEPENDENT = set("""
+_VALUE_DEPENDENT = set(
+    """
 RESHAPE RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR PAD PADV2 MIRROR_PAD SLICE STRIDED_SLICE TILE FILL
 BROADCAST_TO RANGE TRANSPOSE EXPAND_DIMS SPLIT SPLIT_V MEAN SUM REDUCE_MAX REDUCE_MIN REDUCE_PROD
 REDUCE_ANY REDUCE_ALL ONE_HOT TOPK_V2 WHERE UNIQUE NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5
 RFFT2D SPARSE_TO_DENSE SCATTER_ND SEGMENT_SUM UNSORTED_SEGMENT_SUM UNSORTED_SEGMENT_PROD
 UNSORTED_SEGMENT_MAX UNSORTED_SEGMENT_MIN TRANSPOSE_CONV DYNAMIC_UPDATE_SLICE BROADCAST_ARGS
 MATRIX_DIAG GATHER_ND SHAPE ARG_MAX ARG_MIN DENSIFY WHILE IF
-""".split())
+""".split()
+)
 # Not listed: CALL_ONCE has no outputs, so it cannot leave anything unknown
 # (listing it made every tensor of a streaming model with state variables
 # unknown, and a VALID window larger than its input went unchecked).
@@ -108,7 +122,8 @@ def _window(op, x, kh, kw, sh, sw, dh, dw, padding, where):
         raise ShapeError(
             f"{where} has VALID padding and a {eh}x{ew} window, but its input {op.inputs[0]} is "
             f"{x[1]}x{x[2]} (shape {list(x)}): the output would be empty. Resize the model's input "
-            "(resize_tensor_input) to a larger size.")
+            "(resize_tensor_input) to a larger size."
+        )
     return (x[1] - eh + sh) // sh, (x[2] - ew + sw) // sw
 
 
@@ -171,7 +186,8 @@ def _op_shapes(sg, op, ins, where):  # noqa: C901 - one branch per op, on purpos
             # from [1, 76, 32, 1] to [1, 76, 32]).
             raise ShapeError(
                 f"{where} has {len(p) // 2} rows of paddings, but its input {op.inputs[0]} has shape "
-                f"{list(x)} (rank {len(x)}); resize the input with the model's rank")
+                f"{list(x)} (rank {len(x)}); resize the input with the model's rank"
+            )
         if p is None or min(p, default=0) < 0:
             return None
         return [tuple(d + p[2 * k] + p[2 * k + 1] for k, d in enumerate(x))]
@@ -213,8 +229,9 @@ def _op_shapes(sg, op, ins, where):  # noqa: C901 - one branch per op, on purpos
             return None
         count = math.prod(x)
         if count % w[1]:
-            raise ShapeError(f"{where}: input {list(x)} has {count} elements, not a multiple of the "
-                             f"weights' {w[1]} inputs")
+            raise ShapeError(
+                f"{where}: input {list(x)} has {count} elements, not a multiple of the weights' {w[1]} inputs"
+            )
         if o.get("keep_num_dims"):
             if x[-1] != w[1]:
                 raise ShapeError(f"{where}: input {list(x)} does not end in the weights' {w[1]} inputs")
@@ -339,7 +356,7 @@ def _op_shapes(sg, op, ins, where):  # noqa: C901 - one branch per op, on purpos
         a = _axis(o.get("axis", 0), len(x))
         if not 0 <= a < len(x):
             raise ShapeError(f"{where}: axis {o.get('axis')} is outside the input's rank {len(x)}")
-        return [tuple(x[:a]) + tuple(idx) + tuple(x[a + 1:])]
+        return [tuple(x[:a]) + tuple(idx) + tuple(x[a + 1 :])]
     return None
 
 
@@ -351,8 +368,7 @@ def _strided_slice(sg, op, x, o, where):
     if None in (begin, end, strides) or not (len(begin) == len(end) == len(strides)):
         return None
     bm, em = o.get("begin_mask", 0) or 0, o.get("end_mask", 0) or 0
-    sm, nm, el = (o.get("shrink_axis_mask", 0) or 0, o.get("new_axis_mask", 0) or 0,
-                  o.get("ellipsis_mask", 0) or 0)
+    sm, nm, el = (o.get("shrink_axis_mask", 0) or 0, o.get("new_axis_mask", 0) or 0, o.get("ellipsis_mask", 0) or 0)
     if bin(el).count("1") > 1:
         return None
     n = len(begin)
@@ -438,8 +454,12 @@ def infer_shapes(info, shape_of) -> dict:
         outs = None if op.is_custom else _op_shapes(sg, op, ins, where)
         if outs is not None and len(outs) != len(op.outputs):
             outs = None
-        if (outs is None and (op.op_name in _VALUE_DEPENDENT or op.is_custom) and None not in ins
-                and any(t >= 0 for t in op.outputs)):
+        if (
+            outs is None
+            and (op.op_name in _VALUE_DEPENDENT or op.is_custom)
+            and None not in ins
+            and any(t >= 0 for t in op.outputs)
+        ):
             # The output shape depends on values only known at invoke: 2.17.1
             # marks it dynamic and stops preparing, 2.22+ plans a placeholder
             # in the arena and replans during invoke.  Either way, what the

@@ -2,27 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import flatbuffers
 import numpy as np
 
+from .flex import flex_options
 from .schema import (
-    BUILTIN_OPERATOR_NAMES,
-    BUILTIN_OPERATORS,
-    FILE_IDENTIFIER,
-    SCHEMA_VERSION,
     _CUSTOM,
     _OP_OPTIONS,
     _OPTION_FIELDS,
     _OPTIONS_ALWAYS,
     _OPTIONS_TYPE,
     _PLACEHOLDER_FOR_GREATER_OP_CODES,
+    BUILTIN_OPERATOR_NAMES,
+    BUILTIN_OPERATORS,
+    FILE_IDENTIFIER,
+    SCHEMA_VERSION,
     _enum_value,
     _tensor_type,
 )
-from .flex import flex_options
+
 
 @dataclass
 class _TensorSpec:
@@ -81,10 +83,15 @@ class ModelBuilder:
 
     # -- tensors -----------------------------------------------------------
 
-    def add_tensor(self, name: str, shape: Sequence[int], dtype: Any = np.float32,
-                   shape_signature: Sequence[int] | None = None,
-                   quantization: Mapping[str, Any] | None = None,
-                   is_variable: bool = False) -> int:
+    def add_tensor(
+        self,
+        name: str,
+        shape: Sequence[int],
+        dtype: Any = np.float32,
+        shape_signature: Sequence[int] | None = None,
+        quantization: Mapping[str, Any] | None = None,
+        is_variable: bool = False,
+    ) -> int:
         """Add a tensor without data (an input, output or intermediate).
 
         Parameters
@@ -112,12 +119,11 @@ class ModelBuilder:
         int
             Index of the new tensor in the subgraph.
         """
-        return self._add_tensor(name, shape, _tensor_type(dtype), 0,
-                                shape_signature, quantization, is_variable)
+        return self._add_tensor(name, shape, _tensor_type(dtype), 0, shape_signature, quantization, is_variable)
 
-    def add_constant(self, name: str, array: Any,
-                     quantization: Mapping[str, Any] | None = None,
-                     dtype: Any = None) -> int:
+    def add_constant(
+        self, name: str, array: Any, quantization: Mapping[str, Any] | None = None, dtype: Any = None
+    ) -> int:
         """Add a constant tensor whose data is stored in the model.
 
         Parameters
@@ -142,11 +148,9 @@ class ModelBuilder:
         # The flatbuffer stores raw little-endian, row-major element data.
         data = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
         self._buffers.append(data)
-        return self._add_tensor(name, list(arr.shape), ttype, len(self._buffers) - 1,
-                                None, quantization, False)
+        return self._add_tensor(name, list(arr.shape), ttype, len(self._buffers) - 1, None, quantization, False)
 
-    def _add_tensor(self, name, shape, ttype, buffer, shape_signature, quantization,
-                    is_variable) -> int:
+    def _add_tensor(self, name, shape, ttype, buffer, shape_signature, quantization, is_variable) -> int:
         shape = [int(d) for d in shape]
         sig = None if shape_signature is None else [int(d) for d in shape_signature]
         if sig is not None and len(sig) != len(shape):
@@ -181,13 +185,18 @@ class ModelBuilder:
                 out.append(i)
                 continue
             if not 0 <= i < len(self._tensors):
-                raise ValueError(f"{what}: tensor index {i} does not exist "
-                                 f"({len(self._tensors)} tensors so far)")
+                raise ValueError(f"{what}: tensor index {i} does not exist ({len(self._tensors)} tensors so far)")
             out.append(i)
         return out
 
-    def add_op(self, op: str | int, inputs: Sequence[int], outputs: Sequence[int],
-               options: Mapping[str, Any] | None = None, version: int = 1) -> int:
+    def add_op(
+        self,
+        op: str | int,
+        inputs: Sequence[int],
+        outputs: Sequence[int],
+        options: Mapping[str, Any] | None = None,
+        version: int = 1,
+    ) -> int:
         """Add a builtin operator.
 
         Parameters
@@ -229,9 +238,11 @@ class ModelBuilder:
             name = BUILTIN_OPERATOR_NAMES[code]
         if code == _CUSTOM:
             raise ValueError("use add_custom_op() for custom operators")
-        spec = _OpSpec(self._opcode(code, None, version),
-                       self._check_tensors(inputs, name, True),
-                       self._check_tensors(outputs, name, False))
+        spec = _OpSpec(
+            self._opcode(code, None, version),
+            self._check_tensors(inputs, name, True),
+            self._check_tensors(outputs, name, False),
+        )
         table = _OP_OPTIONS.get(name)
         if options:
             if table is None:
@@ -246,9 +257,14 @@ class ModelBuilder:
         self._ops.append(spec)
         return len(self._ops) - 1
 
-    def add_custom_op(self, name: str, inputs: Sequence[int], outputs: Sequence[int],
-                      options: Mapping[str, Any] | bytes | bytearray | None = None,
-                      version: int = 1) -> int:
+    def add_custom_op(
+        self,
+        name: str,
+        inputs: Sequence[int],
+        outputs: Sequence[int],
+        options: Mapping[str, Any] | bytes | bytearray | None = None,
+        version: int = 1,
+    ) -> int:
         """Add a custom operator.
 
         Parameters
@@ -276,10 +292,12 @@ class ModelBuilder:
             raw = bytes(options)
         else:
             raw = flex_options(options)
-        spec = _OpSpec(self._opcode(_CUSTOM, name, version),
-                       self._check_tensors(inputs, name, True),
-                       self._check_tensors(outputs, name, False),
-                       custom_options=raw)
+        spec = _OpSpec(
+            self._opcode(_CUSTOM, name, version),
+            self._check_tensors(inputs, name, True),
+            self._check_tensors(outputs, name, False),
+            custom_options=raw,
+        )
         self._ops.append(spec)
         return len(self._ops) - 1
 
@@ -293,8 +311,7 @@ class ModelBuilder:
         """Set the subgraph's output tensor indices."""
         self._outputs = self._check_tensors(outputs, "outputs", False)
 
-    def add_signature(self, key: str, inputs: Mapping[str, int],
-                      outputs: Mapping[str, int]) -> None:
+    def add_signature(self, key: str, inputs: Mapping[str, int], outputs: Mapping[str, int]) -> None:
         """Add a SignatureDef for the subgraph.
 
         Parameters
@@ -400,7 +417,7 @@ class ModelBuilder:
             # can use constant data in place (SIMD loads, mmap).
             b.StartVector(1, len(data), 16)
             b.head = b.head - len(data)
-            b.Bytes[b.head:b.head + len(data)] = data
+            b.Bytes[b.head : b.head + len(data)] = data
             vec = b.EndVector()
         b.StartObject(3)
         if vec is not None:

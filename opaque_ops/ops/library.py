@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 import threading
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
-from ..build import bundles as _bundles, compiler as _cbuild, paths as _paths, store as _store
 from .. import _native
+from ..build import bundles as _bundles
+from ..build import compiler as _cbuild
+from ..build import paths as _paths
+from ..build import store as _store
+from ..errors import CacheError, CompileError, OpaqueOpsError, OpLibraryError
 from . import sanitizers as _sanitizers
 from .provider import OpProvider
-from ..errors import CacheError, CompileError, OpaqueOpsError, OpLibraryError
 
 
 class OpLibrary(OpProvider):
@@ -177,10 +180,18 @@ def compile_ops(
     )
     lib_path, hit, log = _cbuild.compile_cached(spec, cache_dir)
     lib = OpLibrary(lib_path, cache_hit=hit, build_log=log)
-    lib._origin = ("compile", source, {"ops": ops, "include_dirs": list(include_dirs),
-                                       "define_macros": list(define_macros),
-                                       "extra_compile_args": list(extra_compile_args),
-                                       "cache_dir": cache_dir, "debug": debug})
+    lib._origin = (
+        "compile",
+        source,
+        {
+            "ops": ops,
+            "include_dirs": list(include_dirs),
+            "define_macros": list(define_macros),
+            "extra_compile_args": list(extra_compile_args),
+            "cache_dir": cache_dir,
+            "debug": debug,
+        },
+    )
     return lib
 
 
@@ -208,7 +219,7 @@ def load_ops(path: str | os.PathLike) -> OpLibrary:
     return OpLibrary(p)
 
 
-@lru_cache(maxsize=None)
+@cache
 def bundled_kernel(name: str) -> OpLibrary:
     """One bundled kernel file as an op library: prebuilt if the package has it, else compiled.
 

@@ -47,8 +47,7 @@ class PythonOp(OpProvider):
     version : int
     """
 
-    def __init__(self, name: str, version: int, invoke: Callable, prepare: Callable | None,
-                 init: Callable | None):
+    def __init__(self, name: str, version: int, invoke: Callable, prepare: Callable | None, init: Callable | None):
         self.name = name
         self.version = version
         self._invoke = invoke
@@ -216,8 +215,9 @@ def _as_shape_list(result, n_out: int) -> list[tuple[int, ...]]:
     return shapes
 
 
-def python_op(name: str, invoke: Callable, prepare: Callable | None = None,
-              init: Callable | None = None, version: int = 1) -> PythonOp:
+def python_op(
+    name: str, invoke: Callable, prepare: Callable | None = None, init: Callable | None = None, version: int = 1
+) -> PythonOp:
     """Register a custom op implemented in Python (numpy).
 
     Parameters

@@ -25,8 +25,14 @@ from .._native import elf
 # environment for the suggested command line).
 # UBSan is absent on purpose: its runtime loads fine through dlopen.
 _SANITIZERS = [
-    ("AddressSanitizer", "libasan.so", "libclang_rt.asan-{arch}.so", "__asan_", "__asan_init",
-     "ASAN_OPTIONS=detect_leaks=0 "),
+    (
+        "AddressSanitizer",
+        "libasan.so",
+        "libclang_rt.asan-{arch}.so",
+        "__asan_",
+        "__asan_init",
+        "ASAN_OPTIONS=detect_leaks=0 ",
+    ),
     ("ThreadSanitizer", "libtsan.so", "libclang_rt.tsan-{arch}.so", "__tsan_", "__tsan_init", ""),
     ("LeakSanitizer", "liblsan.so", "libclang_rt.lsan-{arch}.so", "__lsan_", "__lsan_init", ""),
 ]
@@ -48,8 +54,9 @@ def _locate(name: str, compilers: tuple[str, ...]) -> str | None:
         if exe is None:
             continue
         try:
-            out = subprocess.run([exe, f"-print-file-name={name}"], capture_output=True, text=True,
-                                 timeout=30).stdout.strip()
+            out = subprocess.run(
+                [exe, f"-print-file-name={name}"], capture_output=True, text=True, timeout=30
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             continue
         if os.path.isabs(out) and os.path.exists(out):

@@ -34,15 +34,13 @@ import opaque_ops as oo
 from opaque_ops import kernels
 from opaque_ops._native import elf
 from opaque_ops.build import standalone as oob
-
 from tests.helpers import aarch64_python as arm
 from tests.helpers.atan import make_model, reference
 from tests.helpers.child_process import run_child, run_python
 from tests.helpers.locations import ROOT, package_file
 
 pytestmark = [
-    pytest.mark.skipif(shutil.which("qemu-aarch64") is None,
-                       reason="needs qemu-aarch64 (apt-get install qemu-user)"),
+    pytest.mark.skipif(shutil.which("qemu-aarch64") is None, reason="needs qemu-aarch64 (apt-get install qemu-user)"),
     pytest.mark.skipif(oob.host_arch() != "x86_64", reason="emulates aarch64 on an x86_64 host"),
 ]
 
@@ -140,9 +138,13 @@ def deps() -> Path:
 
 # ------------------------------------------------------------- the Pi flow --
 
+
 def test_emulated_python_is_aarch64_without_a_compiler(deps):
-    r = arm.run("import platform, shutil, sys, numpy; print(platform.machine(), sys.version_info[:2], "
-                "shutil.which('cc'), shutil.which('gcc'), numpy.__version__)", pythonpath=[deps])
+    r = arm.run(
+        "import platform, shutil, sys, numpy; print(platform.machine(), sys.version_info[:2], "
+        "shutil.which('cc'), shutil.which('gcc'), numpy.__version__)",
+        pythonpath=[deps],
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[:1] == ["aarch64"] and "(3, 11)" in r.stdout and "None None" in r.stdout
     assert r.stdout.split()[-1] == arm.host_versions()["numpy"]
@@ -176,8 +178,11 @@ def test_pi_flow_selfie_cross_built_equals_x86(work, deps, selfie, photo):
     rng = np.random.default_rng(5)
     opts = np.array([1, 2, 2], "<i4").tobytes()  # SAME, stride 2x2 (MediaPipe's raw options)
     conv = work / "conv.tflite"
-    conv.write_bytes(one_op_model((1, 16, 16, 8), rng.standard_normal((4, 3, 3, 8)), rng.standard_normal(4),
-                                  opts, out_shape=(1, 32, 32, 4)))
+    conv.write_bytes(
+        one_op_model(
+            (1, 16, 16, 8), rng.standard_normal((4, 3, 3, 8)), rng.standard_normal(4), opts, out_shape=(1, 32, 32, 4)
+        )
+    )
     x = rng.standard_normal((1, 16, 16, 8)).astype(np.float32)
     np.save(work / "conv_x.npy", x)
     info_line(arm.run(_RUN_MODEL, arm_lib, conv, work / "conv_x.npy", work / "conv_arm.npy", pythonpath=[ROOT, deps]))
@@ -195,6 +200,7 @@ def test_pi_flow_selfie_cross_built_equals_x86(work, deps, selfie, photo):
 
 # ------------------------------------------------------- the platform wheels --
 
+
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory) -> dict[str, Path]:
     """Both platform wheels, built the way a release builds them (pip wheel, build isolation)."""
@@ -202,8 +208,20 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("dist")
     built = {}
     for arch in ("x86_64", "aarch64"):
-        r = run_python("-m", "pip", "wheel", "--no-deps", "-q", "-w", out, ROOT, env={"OPAQUE_OPS_WHEEL_ARCH": arch},
-                       pythonpath=(), cwd=None, timeout=900)
+        r = run_python(
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            out,
+            ROOT,
+            env={"OPAQUE_OPS_WHEEL_ARCH": arch},
+            pythonpath=(),
+            cwd=None,
+            timeout=900,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         [built[arch]] = out.glob(f"opaque_ops-*-py3-none-manylinux_2_35_{arch}.whl")
     return built
@@ -236,13 +254,33 @@ _X86_WHEEL = _RUN_MODEL
 
 def test_x86_64_wheel_runs_prebuilt_kernels_without_a_compiler(wheels, work, selfie, photo):
     target = work / "x86_site"
-    r = run_python("-m", "pip", "install", "-q", "--no-deps", "--target", target, wheels["x86_64"],
-                   pythonpath=(), cwd=None, timeout=600)
+    r = run_python(
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--target",
+        target,
+        wheels["x86_64"],
+        pythonpath=(),
+        cwd=None,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     # Only the installed wheel on the path: the checkout's opaque_ops must not be found.
     env = {"PATH": "/nonexistent", "OPAQUE_OPS_CACHE_DIR": str(work / "never_used_cache"), "CC": None}
-    r = run_child(_X86_WHEEL, "bundle", selfie, photo, work / "selfie_wheel_x86.npy", env=env,
-                  pythonpath=[target], timeout=600, cwd=work)
+    r = run_child(
+        _X86_WHEEL,
+        "bundle",
+        selfie,
+        photo,
+        work / "selfie_wheel_x86.npy",
+        env=env,
+        pythonpath=[target],
+        timeout=600,
+        cwd=work,
+    )
     info = info_line(r)
     assert info["oo"].startswith(str(target))
     assert info["prebuilt"] == [True] * len(kernels.MEDIAPIPE)
@@ -259,8 +297,18 @@ def test_x86_64_wheel_runs_prebuilt_kernels_without_a_compiler(wheels, work, sel
     victim = target / "opaque_ops" / "prebuilt" / "x86_64" / "convolution2d_transpose_bias.so"
     victim.write_bytes(victim.read_bytes()[:1000])
     env.update(PATH=os.environ["PATH"])
-    r = run_child(_X86_WHEEL, "bundle", selfie, photo, work / "selfie_wheel_x86b.npy", "--compiler-allowed",
-                  env=env, pythonpath=[target], timeout=600, cwd=work)
+    r = run_child(
+        _X86_WHEEL,
+        "bundle",
+        selfie,
+        photo,
+        work / "selfie_wheel_x86b.npy",
+        "--compiler-allowed",
+        env=env,
+        pythonpath=[target],
+        timeout=600,
+        cwd=work,
+    )
     info = info_line(r)
     assert info["prebuilt"] == [name != "convolution2d_transpose_bias" for name in kernels.MEDIAPIPE]
     np.testing.assert_array_equal(np.load(work / "selfie_wheel_x86b.npy"), compiled)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import re
 import os
+import re
 import shutil
 import subprocess
 import textwrap
@@ -26,7 +26,6 @@ from opaque_ops.build import paths as _paths
 from opaque_ops.build import standalone as oob
 from opaque_ops.errors import OpLibraryError
 from opaque_ops.model import ModelBuilder
-
 from tests.helpers.child_process import run_child, run_python
 from tests.helpers.locations import ROOT
 
@@ -38,8 +37,7 @@ X = np.array([-3.0, -1.5, 0.0, 0.25, 7.5], dtype=np.float32)
 HOST = oob.host_arch()
 CROSS_CC = "aarch64-linux-gnu-gcc"
 
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
-                                reason="no C compiler")
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler")
 
 
 def atan_reference(x: np.ndarray) -> np.ndarray:
@@ -97,8 +95,7 @@ def atan_so(work) -> Path:
 @pytest.fixture(scope="module")
 def oo_run(work) -> Path:
     exe = work / "oo_run"
-    r = run(["cc", "-std=gnu11", "-O2", "-Wall", "-Werror", f"-I{_paths.include_dir()}", OO_RUN_C,
-             "-o", exe, "-ldl"])
+    r = run(["cc", "-std=gnu11", "-O2", "-Wall", "-Werror", f"-I{_paths.include_dir()}", OO_RUN_C, "-o", exe, "-ldl"])
     assert r.returncode == 0, r.stderr
     return exe
 
@@ -140,8 +137,13 @@ def test_library_loads_without_compiler_and_with_runtime_elsewhere(tmp_path, ata
     elsewhere.mkdir(parents=True)
     runtime_copy = elsewhere / "libtensorflowlite_c.so"
     shutil.copyfile(tflite_lib(), runtime_copy)
-    env = {"CC": None, "LD_LIBRARY_PATH": None, "PATH": "/nonexistent", "OPAQUE_OPS_TFLITE_LIB": str(runtime_copy),
-           "OPAQUE_OPS_CACHE_DIR": str(tmp_path / "empty_cache")}
+    env = {
+        "CC": None,
+        "LD_LIBRARY_PATH": None,
+        "PATH": "/nonexistent",
+        "OPAQUE_OPS_TFLITE_LIB": str(runtime_copy),
+        "OPAQUE_OPS_CACHE_DIR": str(tmp_path / "empty_cache"),
+    }
     r = run_child(_NO_COMPILER_SCRIPT, out, atan_model, json.dumps(X.tolist()), env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])
@@ -162,12 +164,17 @@ def test_library_is_plain_shared_object_not_tied_to_runtime(atan_so):
     assert "RPATH" not in dyn and "RUNPATH" not in dyn
     assert "SYMBOLIC" in dyn
     syms = run([readelf, "--dyn-syms", "-W", atan_so]).stdout
-    for name in ("OpaqueOps_Stamp", "OpaqueOps_NumOps", "OpaqueOps_OpName", "OpaqueOps_OpVersion",
-                 "OpaqueOps_MakeOperator", "OpaqueOps_LastError"):
+    for name in (
+        "OpaqueOps_Stamp",
+        "OpaqueOps_NumOps",
+        "OpaqueOps_OpName",
+        "OpaqueOps_OpVersion",
+        "OpaqueOps_MakeOperator",
+        "OpaqueOps_LastError",
+    ):
         assert any(l.split()[-1] == name and " UND " not in l for l in syms.splitlines() if l.strip()), name
     # The opaque API stays undefined: it binds to whichever runtime is loaded.
-    assert any(l.split()[-1].startswith("TfLiteOpaque") and " UND " in l
-               for l in syms.splitlines() if l.strip())
+    assert any(l.split()[-1].startswith("TfLiteOpaque") and " UND " in l for l in syms.splitlines() if l.strip())
     assert "PyInit_" not in syms
 
 
@@ -179,6 +186,7 @@ def test_stamp_and_ops(atan_so):
 
 
 # ----------------------------------------------------- version / arch checks --
+
 
 def test_abi_mismatch_is_rejected(tmp_path, oo_run, atan_model, input_bin):
     out = build_atan(tmp_path / "atan_abi99.so", "-D", "OPAQUE_OPS_ABI_VERSION=99")
@@ -201,15 +209,20 @@ def test_wrong_arch_rejected_elf_header(tmp_path, atan_so, oo_run, atan_model, i
     data[18:20] = code.to_bytes(2, "little")
     fake = tmp_path / "fake_other_arch.so"
     fake.write_bytes(bytes(data))
-    with pytest.raises(OpLibraryError, match=rf"built for {other}, but this machine is {HOST}.*"
-                       rf"`opaque-ops build SOURCE.c --target {HOST}`"):
+    with pytest.raises(
+        OpLibraryError,
+        match=rf"built for {other}, but this machine is {HOST}.*"
+        rf"`opaque-ops build SOURCE.c --target {HOST}`",
+    ):
         oo.load_ops(fake)
     r = run([oo_run, tflite_lib(), atan_model, fake, "--in", input_bin])
     assert r.returncode == 1 and f"built for {other}, but this oo_run runs on {HOST}" in r.stderr
 
 
-@pytest.mark.skipif(HOST != "x86_64" or shutil.which(CROSS_CC) is None,
-                    reason=f"needs an x86_64 host with {CROSS_CC} (apt-get install gcc-aarch64-linux-gnu)")
+@pytest.mark.skipif(
+    HOST != "x86_64" or shutil.which(CROSS_CC) is None,
+    reason=f"needs an x86_64 host with {CROSS_CC} (apt-get install gcc-aarch64-linux-gnu)",
+)
 def test_real_aarch64_library_rejected_on_x86(tmp_path):
     out = build_atan(tmp_path / "atan_arm.so", "--target", "aarch64")
     assert out.read_bytes()[18:20] == (0xB7).to_bytes(2, "little")
@@ -229,16 +242,19 @@ def test_missing_cross_compiler_says_what_to_install(tmp_path, monkeypatch, caps
 
 # ------------------------------------------------------------ diagnostics --
 
+
 def test_compile_errors_one_line_each(tmp_path):
     bad = tmp_path / "bad_kernel.c"
-    bad.write_text(textwrap.dedent("""\
+    bad.write_text(
+        textwrap.dedent("""\
         #include "opaque_ops.h"
         static TfLiteStatus BadInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
           return undeclared_thing;
         }
         int broken( {
         OPAQUE_OP("Bad", 1, .invoke = BadInvoke);
-        """))
+        """)
+    )
     out = tmp_path / "bad.so"
     r = build(bad, "-o", out)
     assert r.returncode == 1
@@ -264,14 +280,16 @@ def test_undefined_symbols_reported(tmp_path):
     # only fail at dlopen on the target machine; build.py must catch it now,
     # while leaving the runtime's TfLite* symbols undefined.
     src = tmp_path / "typo.c"
-    src.write_text(textwrap.dedent("""\
+    src.write_text(
+        textwrap.dedent("""\
         #include "opaque_ops.h"
         int oo_helper_that_does_not_exist(int);
         static TfLiteStatus TInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
           return oo_helper_that_does_not_exist(TfLiteOpaqueNodeNumberOfInputs(n)) ? kTfLiteOk : kTfLiteError;
         }
         OPAQUE_OP("T", 1, .invoke = TInvoke);
-        """))
+        """)
+    )
     r = build(src, "-o", tmp_path / "typo.so")
     assert r.returncode == 1, r.stderr
     assert "undefined symbol(s) oo_helper_that_does_not_exist" in r.stderr
@@ -362,11 +380,14 @@ def _declared_ops(files) -> list[tuple[str, int]]:
     return sorted(found)
 
 
-@pytest.mark.parametrize("names, files", [
-    (["all"], None),
-    (["mediapipe"], ["MEDIAPIPE"]),
-    (["atan", "mediapipe", "atan.c"], ["atan", "MEDIAPIPE"]),
-])
+@pytest.mark.parametrize(
+    "names, files",
+    [
+        (["all"], None),
+        (["mediapipe"], ["MEDIAPIPE"]),
+        (["atan", "mediapipe", "atan.c"], ["atan", "MEDIAPIPE"]),
+    ],
+)
 def test_bundled_kernels_build_by_file_and_bundle_name(tmp_path, names, files):
     from opaque_ops import kernels
 
@@ -459,6 +480,7 @@ def test_sanitize_build_runs_under_asan(tmp_path, atan_model):
 
 # ----------------------------------------------------------------- oo_run --
 
+
 def test_oo_run_native_matches_python(tmp_path, oo_run, atan_so, atan_model, input_bin):
     prefix = tmp_path / "x86_"
     r = run([oo_run, tflite_lib(), atan_model, atan_so, "--in", input_bin, "--out-prefix", prefix])
@@ -491,9 +513,12 @@ def test_oo_run_errors(tmp_path, oo_run, atan_so, atan_model, input_bin):
 
 # ------------------------------------------------------- aarch64 for real --
 
-@pytest.mark.skipif(shutil.which("qemu-aarch64") is None or shutil.which(CROSS_CC) is None,
-                    reason="needs qemu-aarch64 and aarch64-linux-gnu-gcc "
-                    "(apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)")
+
+@pytest.mark.skipif(
+    shutil.which("qemu-aarch64") is None or shutil.which(CROSS_CC) is None,
+    reason="needs qemu-aarch64 and aarch64-linux-gnu-gcc "
+    "(apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)",
+)
 def test_aarch64_under_qemu_matches_x86(tmp_path, oo_run, atan_so, atan_model, input_bin):
     from tests.helpers import aarch64_python
 
@@ -501,13 +526,38 @@ def test_aarch64_under_qemu_matches_x86(tmp_path, oo_run, atan_so, atan_model, i
     arm_so = build_atan(tmp_path / "atan_arm64.so", "--target", "aarch64")
     assert arm_so.read_bytes()[18:20] == (0xB7).to_bytes(2, "little")
     arm_run = tmp_path / "oo_run_arm64"
-    r = run([CROSS_CC, "-std=gnu11", "-O2", "-Wall", "-Werror", f"-I{_paths.include_dir()}", OO_RUN_C,
-             "-o", arm_run, "-ldl"])
+    r = run(
+        [
+            CROSS_CC,
+            "-std=gnu11",
+            "-O2",
+            "-Wall",
+            "-Werror",
+            f"-I{_paths.include_dir()}",
+            OO_RUN_C,
+            "-o",
+            arm_run,
+            "-ldl",
+        ]
+    )
     assert r.returncode == 0, r.stderr
 
     sysroot = "/usr/aarch64-linux-gnu"
-    r = run(["qemu-aarch64", "-L", sysroot, arm_run, arm_tflite, atan_model, arm_so,
-             "--in", input_bin, "--out-prefix", tmp_path / "arm_"])
+    r = run(
+        [
+            "qemu-aarch64",
+            "-L",
+            sysroot,
+            arm_run,
+            arm_tflite,
+            atan_model,
+            arm_so,
+            "--in",
+            input_bin,
+            "--out-prefix",
+            tmp_path / "arm_",
+        ]
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "TFLite 2.17.1" in r.stderr
     arm = (tmp_path / "arm_0.bin").read_bytes()

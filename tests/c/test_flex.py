@@ -5,6 +5,7 @@ buffers come from Python's flatbuffers.flexbuffers, which is the ground truth.
 Hostile-input runs use a gcc ASan/UBSan build of the standalone fuzz driver in
 a subprocess, and (when clang + libFuzzer are installed) a libFuzzer build.
 """
+
 import array
 import importlib.util
 import math
@@ -75,8 +76,7 @@ T_BLOB, T_BOOL, T_VECTOR_BOOL = 25, 26, 36
 
 
 def _load_make_corpus():
-    spec = importlib.util.spec_from_file_location(
-        "oo_make_corpus", os.path.join(ROOT, "c", "fuzz", "make_corpus.py"))
+    spec = importlib.util.spec_from_file_location("oo_make_corpus", os.path.join(ROOT, "c", "fuzz", "make_corpus.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -95,8 +95,8 @@ def lib(tmp_path_factory):
         "_oo_flex_test",
         '#include "opaque_ops/flex.h"\n#include "opaque_ops/rawopts.h"\n',
         include_dirs=[INCLUDE],
-        extra_compile_args=["-std=c99", "-Wall", "-Wextra", "-Werror",
-                            "-Wno-unused-function"])
+        extra_compile_args=["-std=c99", "-Wall", "-Wextra", "-Werror", "-Wno-unused-function"],
+    )
     so_path = ffi.compile(tmpdir=str(tmp), verbose=False)
     spec = importlib.util.spec_from_file_location("_oo_flex_test", so_path)
     mod = importlib.util.module_from_spec(spec)
@@ -258,11 +258,29 @@ def same(a, b):
 
 # ---------------------------------------------------------------- scalars
 
-@pytest.mark.parametrize("value,width", [
-    (0, 1), (5, 1), (-5, 1), (127, 1), (-128, 1), (300, 2), (-300, 2),
-    (32767, 2), (-32768, 2), (70000, 4), (-70000, 4), (2**31 - 1, 4),
-    (-(2**31), 4), (2**40, 8), (-(2**40), 8), (2**63 - 1, 8), (-(2**63), 8),
-])
+
+@pytest.mark.parametrize(
+    "value,width",
+    [
+        (0, 1),
+        (5, 1),
+        (-5, 1),
+        (127, 1),
+        (-128, 1),
+        (300, 2),
+        (-300, 2),
+        (32767, 2),
+        (-32768, 2),
+        (70000, 4),
+        (-70000, 4),
+        (2**31 - 1, 4),
+        (-(2**31), 4),
+        (2**40, 8),
+        (-(2**40), 8),
+        (2**63 - 1, 8),
+        (-(2**63), 8),
+    ],
+)
 def test_root_int_every_width(lib, value, width):
     data = bytes(fx.Dumps(value))
     r = lib.root(data)
@@ -278,13 +296,13 @@ def test_root_int_every_width(lib, value, width):
 @pytest.mark.parametrize("width", [1, 2, 4, 8])
 @pytest.mark.parametrize("kind", ["Int", "UInt", "IndirectInt", "IndirectUInt"])
 def test_forced_width_ints_in_map(lib, kind, width):
-    vals = {"Int": [1, -1, 100], "UInt": [0, 1, 200],
-            "IndirectInt": [-7, 7], "IndirectUInt": [7, 255]}[kind]
+    vals = {"Int": [1, -1, 100], "UInt": [0, 1, 200], "IndirectInt": [-7, 7], "IndirectUInt": [7, 255]}[kind]
 
     def fn(b):
         with b.Map():
             for i, v in enumerate(vals):
                 getattr(b, kind)("k%d" % i, v, byte_width=width)
+
     data = build(fn)
     for i, v in enumerate(vals):
         assert lib.get_int(data, "k%d" % i) == (0, v)
@@ -304,10 +322,21 @@ def test_uint_ranges(lib):
         assert lib.call(L.oo_flex_as_uint64, lib.root(data), "uint64_t*") == (0, v)
 
 
-@pytest.mark.parametrize("value,width", [
-    (1.5, 4), (-0.25, 4), (0.0, 4), (2.0**127, 4), (3.0e38, 8), (0.1, 8), (1e-300, 8),
-    (2.0**-149, 4), (float("inf"), 4), (-1.0 / 3.0, 8),
-])
+@pytest.mark.parametrize(
+    "value,width",
+    [
+        (1.5, 4),
+        (-0.25, 4),
+        (0.0, 4),
+        (2.0**127, 4),
+        (3.0e38, 8),
+        (0.1, 8),
+        (1e-300, 8),
+        (2.0**-149, 4),
+        (float("inf"), 4),
+        (-1.0 / 3.0, 8),
+    ],
+)
 def test_root_float(lib, value, width):
     data = bytes(fx.Dumps(value))
     r = lib.root(data)
@@ -330,6 +359,7 @@ def test_float_nan_and_forced_widths(lib):
             b.Float("f8", 0.5, byte_width=8)
             b.IndirectFloat("i4", 2.25, byte_width=4)
             b.IndirectFloat("i8", 0.1, byte_width=8)
+
     data = build(fn)
     assert lib.get_double(data, "f4") == (0, 0.5)
     assert lib.get_double(data, "f8") == (0, 0.5)
@@ -354,8 +384,12 @@ def test_bool_null_and_int_as_bool(lib):
         assert lib.call(L.oo_flex_as_int64, r, "int64_t*") == (0, int(v))
     r = lib.root(bytes(fx.Dumps(None)))
     assert L.oo_flex_type(r) == T_NULL
-    for fn, ct in ((L.oo_flex_as_int64, "int64_t*"), (L.oo_flex_as_double, "double*"),
-                   (L.oo_flex_as_bool, "int*"), (L.oo_flex_as_uint64, "uint64_t*")):
+    for fn, ct in (
+        (L.oo_flex_as_int64, "int64_t*"),
+        (L.oo_flex_as_double, "double*"),
+        (L.oo_flex_as_bool, "int*"),
+        (L.oo_flex_as_uint64, "uint64_t*"),
+    ):
         assert lib.call(fn, r, ct)[0] == L.OO_FLEX_ERR_TYPE
     data = bytes(fx.Dumps({"on": 1, "off": 0, "t": True, "f": False, "neg": -2}))
     assert lib.get_bool(data, "on") == (0, 1)
@@ -367,8 +401,8 @@ def test_bool_null_and_int_as_bool(lib):
 
 # ---------------------------------------------------------------- strings, blobs
 
-@pytest.mark.parametrize("s", ["", "a", "SAME", "VALID", "x" * 255, "y" * 256, "z" * 70000,
-                               "h\u00e9llo \u2603"])
+
+@pytest.mark.parametrize("s", ["", "a", "SAME", "VALID", "x" * 255, "y" * 256, "z" * 70000, "h\u00e9llo \u2603"])
 def test_strings(lib, s):
     data = bytes(fx.Dumps(s))
     r = lib.root(data)
@@ -393,16 +427,25 @@ def test_blob(lib):
     assert lib.lib.oo_flex_type(r) == T_BLOB
     assert lib.blob(r) == (0, payload)
     assert lib.string(r)[0] == lib.lib.OO_FLEX_ERR_TYPE
-    assert lib.blob(lib.root(build(lambda b: b.Blob(b""))))== (0, b"")
+    assert lib.blob(lib.root(build(lambda b: b.Blob(b"")))) == (0, b"")
 
 
 # ---------------------------------------------------------------- vectors
 
-@pytest.mark.parametrize("value", [
-    [], [1, 3, 3, 1], [1, -1, 300, -70000, 2**40], [0.5, 0.1], ["a", "", "ccc"],
-    [1, "x", 2.5, True, None, [1, [2, [3]]], {"k": "v"}],
-    list(range(1000)), [[]] * 3,
-])
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [],
+        [1, 3, 3, 1],
+        [1, -1, 300, -70000, 2**40],
+        [0.5, 0.1],
+        ["a", "", "ccc"],
+        [1, "x", 2.5, True, None, [1, [2, [3]]], {"k": "v"}],
+        list(range(1000)),
+        [[]] * 3,
+    ],
+)
 def test_untyped_vectors_match_python(lib, value):
     data = bytes(fx.Dumps(value))
     r = lib.root(data)
@@ -436,6 +479,7 @@ def test_typed_vectors(lib):
             for k, (v, _, _) in cases.items():
                 et = fx.Type.KEY if k == "keys" else None
                 b.TypedVectorFromElements(k, v, element_type=et)
+
     data = build(fn)
     root = lib.root(data)
     decoded = lib.decode(root)
@@ -455,14 +499,22 @@ def test_typed_vectors(lib):
     assert lib.get_vec(data, "f64")[0] == lib.lib.OO_FLEX_ERR_TYPE  # strict ints
 
 
-@pytest.mark.parametrize("elems,etype,bw,tcode", [
-    ([1, 2], None, 0, 16), ([1, 2, 3], fx.Type.UINT, 0, 20), ([-1, 2, -3, 4], None, 0, 22),
-    ([1.5, 2.5], None, 0, 18), ([1.0, 2.0, 3.0], None, 8, 21), ([0.5] * 4, None, 4, 24),
-    ([2**40, -1], None, 0, 16), ([1, 2, 3], None, 2, 19), ([7, 8, 9, 10], fx.Type.UINT, 8, 23),
-])
+@pytest.mark.parametrize(
+    "elems,etype,bw,tcode",
+    [
+        ([1, 2], None, 0, 16),
+        ([1, 2, 3], fx.Type.UINT, 0, 20),
+        ([-1, 2, -3, 4], None, 0, 22),
+        ([1.5, 2.5], None, 0, 18),
+        ([1.0, 2.0, 3.0], None, 8, 21),
+        ([0.5] * 4, None, 4, 24),
+        ([2**40, -1], None, 0, 16),
+        ([1, 2, 3], None, 2, 19),
+        ([7, 8, 9, 10], fx.Type.UINT, 8, 23),
+    ],
+)
 def test_fixed_typed_vectors(lib, elems, etype, bw, tcode):
-    data = build(lambda b: b.FixedTypedVectorFromElements(elems, element_type=etype,
-                                                          byte_width=bw))
+    data = build(lambda b: b.FixedTypedVectorFromElements(elems, element_type=etype, byte_width=bw))
     r = lib.root(data)
     assert lib.lib.oo_flex_type(r) == tcode
     if bw:
@@ -492,10 +544,10 @@ def test_vector_string_deprecated_by_hand(lib):
     buf += b"\x02ab\x00"
     pos_b = len(buf) + 1
     buf += b"\x01c\x00"
-    buf += b"\x02"                      # vector length
+    buf += b"\x02"  # vector length
     vec = len(buf)
-    buf += bytes([vec - pos_a])         # element 0 offset
-    buf += bytes([vec + 1 - pos_b])     # element 1 offset
+    buf += bytes([vec - pos_a])  # element 0 offset
+    buf += bytes([vec + 1 - pos_b])  # element 1 offset
     root = len(buf)
     buf += bytes([root - vec, (15 << 2) | 0, 1])
     r = lib.root(bytes(buf))
@@ -505,9 +557,9 @@ def test_vector_string_deprecated_by_hand(lib):
 
 # ---------------------------------------------------------------- maps
 
+
 def test_tflite_converter_layout(lib):
-    opts = {"T": 1, "ksizes": [1, 3, 3, 1], "padding": "SAME",
-            "rates": [1, 1, 1, 1], "strides": [1, 1, 1, 1]}
+    opts = {"T": 1, "ksizes": [1, 3, 3, 1], "padding": "SAME", "rates": [1, 1, 1, 1], "strides": [1, 1, 1, 1]}
     data = bytes(fx.Dumps(opts))
     assert lib.decode(lib.root(data)) == opts
     assert lib.get_int(data, "T") == (0, 1)
@@ -550,8 +602,12 @@ def test_binary_search_many_keys(lib, nkeys):
 
 
 def test_nested_maps_and_vectors(lib):
-    value = {"a": {"b": {"c": [1, {"d": [0.5, "e", [True]]}]}},
-             "list": [{"x": 1}, {"y": [2, 3]}], "s": "top", "f": -2.5}
+    value = {
+        "a": {"b": {"c": [1, {"d": [0.5, "e", [True]]}]}},
+        "list": [{"x": 1}, {"y": [2, 3]}],
+        "s": "top",
+        "f": -2.5,
+    }
     data = bytes(fx.Dumps(value))
     r = lib.root(data)
     assert lib.decode(r) == value == fx.Loads(data)
@@ -575,6 +631,7 @@ def test_keys_with_high_bytes_sort_unsigned(lib):
             for k, v in d.items():
                 b.Key(k)
                 b.Int(v)
+
     data = build(fn)
     r = lib.root(data)
     keys = [lib.ffi.new("const char**") for _ in d]
@@ -587,8 +644,7 @@ def test_keys_with_high_bytes_sort_unsigned(lib):
     out = lib.ffi.new("int64_t*")
     for k, v in d.items():
         assert lib.lib.oo_flex_get_int(lib.buf(data), len(data), k, out) == 0 and out[0] == v
-    assert lib.lib.oo_flex_get_int(lib.buf(data), len(data), b"\xfe", out) == \
-        lib.lib.OO_FLEX_NOT_FOUND
+    assert lib.lib.oo_flex_get_int(lib.buf(data), len(data), b"\xfe", out) == lib.lib.OO_FLEX_NOT_FOUND
 
 
 def test_wide_map_16_and_32_bit(lib):
@@ -615,12 +671,20 @@ def test_unsorted_keys_stay_in_bounds(lib):
 def test_key_without_nul_running_off_the_end(lib):
     # Hand-made 8-bit map {<key>: 7} in which no byte is zero, so the single
     # key never terminates inside the buffer.
-    data = bytes([0x01,        # keys vector length 1
-                  0x01,        # key 0 -> offset 1 back: the key starts at byte 0
-                  0x01, 0x01,  # map: keys vector offset (2-1=1), keys width 1
-                  0x01,        # map length 1
-                  0x07, 0x04,  # value 7, type INT/8-bit
-                  0x02, (T_MAP << 2), 0x01])  # root: offset 2 back, MAP, width 1
+    data = bytes(
+        [
+            0x01,  # keys vector length 1
+            0x01,  # key 0 -> offset 1 back: the key starts at byte 0
+            0x01,
+            0x01,  # map: keys vector offset (2-1=1), keys width 1
+            0x01,  # map length 1
+            0x07,
+            0x04,  # value 7, type INT/8-bit
+            0x02,
+            (T_MAP << 2),
+            0x01,
+        ]
+    )  # root: offset 2 back, MAP, width 1
     r = lib.root(data)
     assert lib.size(r) == (0, 1)
     assert lib.decode(lib.at(r, 0)[1]) == 7
@@ -645,9 +709,17 @@ def test_root_errors_and_strerror(lib):
     assert L.oo_flex_type(ref[0]) == T_INT
     ref[0].packed_type = 30 << 2
     assert L.oo_flex_type(ref[0]) == L.OO_FLEX_ERR_MALFORMED
-    codes = [L.OO_FLEX_OK, L.OO_FLEX_NOT_FOUND, L.OO_FLEX_ERR_ARG, L.OO_FLEX_ERR_BOUNDS,
-             L.OO_FLEX_ERR_MALFORMED, L.OO_FLEX_ERR_TYPE, L.OO_FLEX_ERR_RANGE,
-             L.OO_FLEX_ERR_INDEX, L.OO_FLEX_ERR_CAPACITY]
+    codes = [
+        L.OO_FLEX_OK,
+        L.OO_FLEX_NOT_FOUND,
+        L.OO_FLEX_ERR_ARG,
+        L.OO_FLEX_ERR_BOUNDS,
+        L.OO_FLEX_ERR_MALFORMED,
+        L.OO_FLEX_ERR_TYPE,
+        L.OO_FLEX_ERR_RANGE,
+        L.OO_FLEX_ERR_INDEX,
+        L.OO_FLEX_ERR_CAPACITY,
+    ]
     assert codes[0] == 0 and all(c < 0 for c in codes[1:]) and len(set(codes)) == len(codes)
     msgs = [lib.err(c) for c in codes]
     assert len(set(msgs)) == len(msgs) and lib.err(12345) == "unknown error"
@@ -677,8 +749,7 @@ def test_every_truncation_in_process(lib):
                 ref = lib.ffi.new("oo_flex_ref*")
                 rc = lib.lib.oo_flex_root(lib.buf(piece), len(piece), ref)
                 assert rc in (0, lib.lib.OO_FLEX_ERR_BOUNDS, lib.lib.OO_FLEX_ERR_MALFORMED)
-                lib.lib.oo_flex_get_int(lib.buf(piece), len(piece), b"T",
-                                        lib.ffi.new("int64_t*"))
+                lib.lib.oo_flex_get_int(lib.buf(piece), len(piece), b"T", lib.ffi.new("int64_t*"))
         lib._keep.clear()
 
 
@@ -698,6 +769,7 @@ def test_corpus_dir_matches_generator():
 
 
 # ---------------------------------------------------------------- rawopts
+
 
 def test_raw_i32(lib):
     L, ffi = lib.lib, lib.ffi
@@ -736,6 +808,7 @@ def test_raw_i32s_struct_options(lib, nbytes, count):
 
 # ---------------------------------------------------------------- compilers
 
+
 def _have(cmd):
     return shutil.which(cmd) is not None
 
@@ -743,20 +816,25 @@ def _have(cmd):
 HEADER_TU = '#include "opaque_ops/flex.h"\n#include "opaque_ops/rawopts.h"\nint main(void){return 0;}\n'
 
 
-@pytest.mark.parametrize("compiler,flags", [
-    ("gcc", ["-x", "c", "-std=c99", "-pedantic"]),
-    ("gcc", ["-x", "c", "-std=c11", "-Wconversion", "-Wsign-conversion", "-Wshadow"]),
-    ("g++", ["-x", "c++", "-std=c++11"]),
-    ("clang", ["-x", "c", "-std=c99", "-pedantic", "-Wconversion"]),
-])
+@pytest.mark.parametrize(
+    "compiler,flags",
+    [
+        ("gcc", ["-x", "c", "-std=c99", "-pedantic"]),
+        ("gcc", ["-x", "c", "-std=c11", "-Wconversion", "-Wsign-conversion", "-Wshadow"]),
+        ("g++", ["-x", "c++", "-std=c++11"]),
+        ("clang", ["-x", "c", "-std=c99", "-pedantic", "-Wconversion"]),
+    ],
+)
 def test_headers_compile_warning_free(tmp_path, compiler, flags):
     if not _have(compiler):
         pytest.skip("%s not installed" % compiler)
     src = tmp_path / "tu.txt"
     src.write_text(HEADER_TU)
-    res = subprocess.run([compiler] + flags + ["-Wall", "-Wextra", "-Werror", "-I", INCLUDE,
-                                               str(src), "-o", str(tmp_path / "a.out")],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [compiler] + flags + ["-Wall", "-Wextra", "-Werror", "-I", INCLUDE, str(src), "-o", str(tmp_path / "a.out")],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
 
 
@@ -769,8 +847,9 @@ def corpus_files(tmp_path_factory):
         p.write_bytes(data)
         paths.append(str(p))
     # a few extra hand-made oddities
-    for i, data in enumerate([b"", b"\x01", b"\x00\x00", b"\x00\x24\x01", b"\x00\x28\x01",
-                              b"\xff" * 16 + b"\x24\x01", b"\x03\x26\x08"]):
+    for i, data in enumerate(
+        [b"", b"\x01", b"\x00\x00", b"\x00\x24\x01", b"\x00\x28\x01", b"\xff" * 16 + b"\x24\x01", b"\x03\x26\x08"]
+    ):
         p = d / ("odd%d.flex" % i)
         p.write_bytes(data)
         paths.append(str(p))
@@ -791,12 +870,15 @@ def test_sanitized_standalone_driver(tmp_path, corpus_files):
     if not _have("gcc"):
         pytest.skip("gcc not installed")
     exe = str(tmp_path / "flex_fuzz_sa")
-    res = subprocess.run(["gcc", "-std=c99", "-g", "-O1", "-Wall", "-Wextra", "-Werror"]
-                         + SAN_FLAGS + ["-DOO_FUZZ_STANDALONE", "-I", INCLUDE, FUZZ_SRC,
-                                        "-o", exe], capture_output=True, text=True)
+    res = subprocess.run(
+        ["gcc", "-std=c99", "-g", "-O1", "-Wall", "-Wextra", "-Werror"]
+        + SAN_FLAGS
+        + ["-DOO_FUZZ_STANDALONE", "-I", INCLUDE, FUZZ_SRC, "-o", exe],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
-    res = _run_checked([exe, "-s", "12345", "-t", "-n", "20000", "-r", "20000"] + corpus_files,
-                       timeout=120)
+    res = _run_checked([exe, "-s", "12345", "-t", "-n", "20000", "-r", "20000"] + corpus_files, timeout=120)
     assert "inputs ok" in res.stdout
     n = int(res.stdout.split()[1])
     assert n >= 40000
@@ -808,9 +890,22 @@ def _libfuzzer_build(tmp_path):
     if not _have("clang"):
         return None, "clang not installed (apt-get install -y clang)"
     exe = str(tmp_path / "flex_fuzz")
-    res = subprocess.run(["clang", "-g", "-O1", "-fsanitize=fuzzer,address,undefined",
-                          "-fno-sanitize-recover=all", "-I", INCLUDE, FUZZ_SRC, "-o", exe],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            "clang",
+            "-g",
+            "-O1",
+            "-fsanitize=fuzzer,address,undefined",
+            "-fno-sanitize-recover=all",
+            "-I",
+            INCLUDE,
+            FUZZ_SRC,
+            "-o",
+            exe,
+        ],
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
         return None, "clang cannot build with -fsanitize=fuzzer: " + res.stderr[-300:]
     return exe, None
@@ -824,9 +919,13 @@ def test_libfuzzer_smoke(tmp_path, corpus_files):
     work.mkdir()
     for p in corpus_files:
         shutil.copy(p, work)
-    res = subprocess.run([exe, "-runs=200000", "-max_total_time=20", "-seed=1",
-                          "-max_len=1024", str(work)],
-                         capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    res = subprocess.run(
+        [exe, "-runs=200000", "-max_total_time=20", "-seed=1", "-max_len=1024", str(work)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
     assert "Done" in out and "runtime error" not in out and "ERROR:" not in out, out[-4000:]

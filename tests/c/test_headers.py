@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from opaque_ops.build import paths as _paths
 from opaque_ops import runtime_info
+from opaque_ops.build import paths as _paths
 
 CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler")
@@ -22,9 +22,23 @@ def test_guide_source_links_against_the_real_runtime_with_upstream_names(tmp_pat
 
     lib = Path(runtime_info().path)
     out = tmp_path / "atan_upstream.so"
-    cmd = [CC, "-std=c11", "-Wall", "-Werror", "-DOPAQUE_OPS_UPSTREAM_NAMES", f"-I{_paths.include_dir()}",
-           "-shared", "-fPIC", str(atan_source), "-o", str(out), f"-L{lib.parent}", f"-l:{lib.name}",
-           "-lm", "-Wl,--no-undefined"]
+    cmd = [
+        CC,
+        "-std=c11",
+        "-Wall",
+        "-Werror",
+        "-DOPAQUE_OPS_UPSTREAM_NAMES",
+        f"-I{_paths.include_dir()}",
+        "-shared",
+        "-fPIC",
+        str(atan_source),
+        "-o",
+        str(out),
+        f"-L{lib.parent}",
+        f"-l:{lib.name}",
+        "-lm",
+        "-Wl,--no-undefined",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     # The source itself mentions nothing of opaque_ops.
@@ -36,12 +50,25 @@ def test_both_create_arities_compile(tmp_path):
     src = tmp_path / "arity.c"
     src.write_text(
         '#include "tensorflow/lite/c/c_api_opaque.h"\n'
-        "TfLiteOperator* a(void) { return TfLiteOperatorCreate(kTfLiteBuiltinCustom, \"A\", 1); }\n"
-        "TfLiteOperator* b(void) { return TfLiteOperatorCreate(kTfLiteBuiltinCustom, \"B\", 1, (void*)0); }\n"
-        "TfLiteRegistrationExternal* c(void) { return TfLiteRegistrationExternalCreate(kTfLiteBuiltinCustom, \"C\", 1); }\n"
+        'TfLiteOperator* a(void) { return TfLiteOperatorCreate(kTfLiteBuiltinCustom, "A", 1); }\n'
+        'TfLiteOperator* b(void) { return TfLiteOperatorCreate(kTfLiteBuiltinCustom, "B", 1, (void*)0); }\n'
+        'TfLiteRegistrationExternal* c(void) { return TfLiteRegistrationExternalCreate(kTfLiteBuiltinCustom, "C", 1); }\n'
     )
-    r = subprocess.run([CC, "-std=c11", "-Wall", "-Werror", f"-I{_paths.include_dir()}", "-c", str(src),
-                        "-o", str(tmp_path / "arity.o")], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            CC,
+            "-std=c11",
+            "-Wall",
+            "-Werror",
+            f"-I{_paths.include_dir()}",
+            "-c",
+            str(src),
+            "-o",
+            str(tmp_path / "arity.o"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
 
 

@@ -57,8 +57,16 @@ def test_run_selfie_with_the_mediapipe_bundle_matches_python(selfie, tmp_path):
 
     img = np.random.default_rng(7).random((1, 256, 256, 3), dtype=np.float32)
     np.save(tmp_path / "img.npy", img)
-    r = cli("run", selfie, "--ops", "kernels:mediapipe", "--input", f"0={tmp_path / 'img.npy'}",
-            "--output-dir", tmp_path / "out")
+    r = cli(
+        "run",
+        selfie,
+        "--ops",
+        "kernels:mediapipe",
+        "--input",
+        f"0={tmp_path / 'img.npy'}",
+        "--output-dir",
+        tmp_path / "out",
+    )
     assert r.returncode == 0, r.stderr
     [saved] = list((tmp_path / "out").glob("*.npy"))
     it = oo.Interpreter(model_path=str(selfie), custom_ops=[oo.kernels.mediapipe()])
@@ -80,9 +88,11 @@ def test_missing_op_message_speaks_command_line(selfie, tmp_path):
 
 def test_inspect_with_c_source_and_version_mismatch(selfie, tmp_path):
     src = tmp_path / "ctb.c"
-    src.write_text('#include "opaque_ops.h"\n'
-                   "static TfLiteStatus Inv(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) { return kTfLiteError; }\n"
-                   'OPAQUE_OP("Convolution2DTransposeBias", 1, .invoke = Inv);\n')
+    src.write_text(
+        '#include "opaque_ops.h"\n'
+        "static TfLiteStatus Inv(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) { return kTfLiteError; }\n"
+        'OPAQUE_OP("Convolution2DTransposeBias", 1, .invoke = Inv);\n'
+    )
     r = cli("inspect", selfie, "--ops", src)
     assert r.returncode == 0, r.stderr
     assert "Convolution2DTransposeBias v1  x1  resolved" in r.stdout
@@ -112,8 +122,16 @@ def test_inspect_shows_flex_options_and_signatures(tmp_path):
 
 def test_run_writes_outputs(atan_model, tmp_path):
     np.save(tmp_path / "x.npy", ATAN_INPUT)
-    r = cli("run", atan_model, "--ops", "kernels:atan", "--input", f"x={tmp_path / 'x.npy'}",
-            "--output-dir", tmp_path / "out")
+    r = cli(
+        "run",
+        atan_model,
+        "--ops",
+        "kernels:atan",
+        "--input",
+        f"x={tmp_path / 'x.npy'}",
+        "--output-dir",
+        tmp_path / "out",
+    )
     assert r.returncode == 0, r.stderr
     assert "y: shape (5,) float32" in r.stdout
     y = np.load(tmp_path / "out" / "y.npy")
@@ -124,8 +142,7 @@ def test_run_writes_outputs(atan_model, tmp_path):
 def test_run_resizes_to_the_input(atan_model, tmp_path):
     x = np.linspace(-2, 2, 9, dtype=np.float32)
     np.save(tmp_path / "x9.npy", x)
-    r = cli("run", atan_model, "--ops", "kernels:atan", "--input", f"x={tmp_path / 'x9.npy'}",
-            "--output-dir", tmp_path)
+    r = cli("run", atan_model, "--ops", "kernels:atan", "--input", f"x={tmp_path / 'x9.npy'}", "--output-dir", tmp_path)
     assert r.returncode == 0, r.stderr
     assert np.load(tmp_path / "y.npy").shape == (9,)
 
@@ -141,29 +158,31 @@ def test_bench_format(atan_model):
     assert "runs\r" not in r.stderr and "[###" not in r.stderr
 
 
-@pytest.mark.parametrize("args,message", [
-    (["run", "nowhere.tflite"], "model file nowhere.tflite does not exist"),
-    (["inspect", "nowhere.tflite"], "model file nowhere.tflite does not exist"),
-    (["run", "ATAN", "--input", "x=FLOAT"], "the model needs custom ops that no library provides: Atan v1"),
-    (["run", "ATAN", "--ops", "kernels:atan"], "no --input for x"),
-    (["run", "ATAN", "--ops", "kernels:atan", "--input", "z=a.npy"], "the model has no input 'z'"),
-    (["run", "ATAN", "--ops", "kernels:atan", "--input", "x"], "--input takes NAME=FILE.npy"),
-    (["run", "ATAN", "--ops", "kernels:atan", "--input", "x=missing.npy"], "cannot read missing.npy"),
-    (["run", "ATAN", "--ops", "kernels:atan", "--input", "x=INT"], "expected dtype float32, received int64"),
-    (["inspect", "ATAN", "--ops", "kernels:nonesuch"], "no bundled kernel 'nonesuch'; available: atan"),
-    (["run", "ATAN", "--input", "x=FLOAT"], "with --ops: a .so (from opaque-ops build), a .c source"),
-    (["inspect", "ATAN", "--ops", "libnothing.so"], "kernel library libnothing.so does not exist"),
-    (["inspect", "ATAN", "--ops", "nothing.c"], "C source nothing.c does not exist"),
-    (["inspect", "GARBAGE"], "opaque-ops: error:"),
-    (["bench", "ATAN", "--ops", "kernels:atan", "--runs", "0"], "--runs must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["run", "nowhere.tflite"], "model file nowhere.tflite does not exist"),
+        (["inspect", "nowhere.tflite"], "model file nowhere.tflite does not exist"),
+        (["run", "ATAN", "--input", "x=FLOAT"], "the model needs custom ops that no library provides: Atan v1"),
+        (["run", "ATAN", "--ops", "kernels:atan"], "no --input for x"),
+        (["run", "ATAN", "--ops", "kernels:atan", "--input", "z=a.npy"], "the model has no input 'z'"),
+        (["run", "ATAN", "--ops", "kernels:atan", "--input", "x"], "--input takes NAME=FILE.npy"),
+        (["run", "ATAN", "--ops", "kernels:atan", "--input", "x=missing.npy"], "cannot read missing.npy"),
+        (["run", "ATAN", "--ops", "kernels:atan", "--input", "x=INT"], "expected dtype float32, received int64"),
+        (["inspect", "ATAN", "--ops", "kernels:nonesuch"], "no bundled kernel 'nonesuch'; available: atan"),
+        (["run", "ATAN", "--input", "x=FLOAT"], "with --ops: a .so (from opaque-ops build), a .c source"),
+        (["inspect", "ATAN", "--ops", "libnothing.so"], "kernel library libnothing.so does not exist"),
+        (["inspect", "ATAN", "--ops", "nothing.c"], "C source nothing.c does not exist"),
+        (["inspect", "GARBAGE"], "opaque-ops: error:"),
+        (["bench", "ATAN", "--ops", "kernels:atan", "--runs", "0"], "--runs must be at least 1"),
+    ],
+)
 def test_errors_are_one_line(atan_model, tmp_path, args, message):
     (tmp_path / "garbage.tflite").write_bytes(b"\x00not a model at all" * 10)
     np.save(tmp_path / "int.npy", np.arange(5))
     np.save(tmp_path / "float.npy", ATAN_INPUT)
     subst = {"ATAN": str(atan_model), "GARBAGE": str(tmp_path / "garbage.tflite")}
-    args = [a.replace("INT", str(tmp_path / "int.npy")).replace("FLOAT", str(tmp_path / "float.npy"))
-            for a in args]
+    args = [a.replace("INT", str(tmp_path / "int.npy")).replace("FLOAT", str(tmp_path / "float.npy")) for a in args]
     r = cli(*[subst.get(a, a) for a in args], cwd=tmp_path)
     assert r.returncode == 1
     lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("INFO:")]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.locations import package_file
 from tests.helpers.child_process import run_cli as cli
+from tests.helpers.locations import package_file
 
 
 @pytest.fixture(scope="module")
@@ -15,8 +15,20 @@ def selfie():
 
 @pytest.mark.parametrize("choice, used", [("auto", "used"), ("on", "used"), ("off", "not used")])
 def test_xnnpack_choice_is_applied_and_reported(selfie, choice, used):
-    r = cli("bench", selfie, "--ops", "kernels:convolution2d_transpose_bias", "--runs", "2", "--warmup", "0",
-            "--threads", "1", "--xnnpack", choice)
+    r = cli(
+        "bench",
+        selfie,
+        "--ops",
+        "kernels:convolution2d_transpose_bias",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--threads",
+        "1",
+        "--xnnpack",
+        choice,
+    )
     assert r.returncode == 0, r.stderr
     assert f"xnnpack: {used} (--xnnpack {choice}: " in r.stdout
     assert "registered kernels (they run their ops' nodes): Convolution2DTransposeBias v1" in r.stdout
@@ -30,8 +42,9 @@ def test_without_a_kernel_only_xnnpack_on_runs_the_model(selfie):
     r = cli("bench", selfie, "--runs", "2", "--warmup", "0", "--threads", "1", "--xnnpack", "on")
     assert r.returncode == 0, r.stderr
     assert "xnnpack: used" in r.stdout
-    assert ("custom ops run by the runtime itself (XNNPACK or TFLite's builtin custom ops): "
-            "Convolution2DTransposeBias v1") in r.stdout
+    assert (
+        "custom ops run by the runtime itself (XNNPACK or TFLite's builtin custom ops): Convolution2DTransposeBias v1"
+    ) in r.stdout
     r = cli("bench", selfie, "--runs", "2", "--warmup", "0", "--xnnpack", "off")
     assert r.returncode == 1 and "Convolution2DTransposeBias" in r.stderr
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import package_file
 from flatbuffers import flexbuffers
 
+from conftest import package_file
 from opaque_ops.cli.doctor import gather, render
 from opaque_ops.errors import ModelError
 from opaque_ops.model import ModelBuilder
@@ -22,12 +22,19 @@ from opaque_ops.model.nodedef import decode_flex_op, read_node_def
 
 
 def cli(*args, timeout=180):
-    return subprocess.run([sys.executable, "-m", "opaque_ops", *map(str, args)], check=False,
-                          capture_output=True, text=True, env=dict(os.environ), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "opaque_ops", *map(str, args)],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=timeout,
+    )
 
 
 # -- a protobuf wire encoder written from the spec (protobuf.dev encoding guide), independent of
 # the decoder under test: varints, tags (field << 3 | wire type), length-delimited fields.
+
 
 def varint(n: int) -> bytes:
     n &= (1 << 64) - 1  # negative int64s are ten-byte two's complement varints
@@ -61,11 +68,16 @@ DT_FLOAT, DT_COMPLEX64, DT_INT32 = 1, 8, 3
 def complex_node_def() -> bytes:
     # NodeDef {name: "to_complex", op: "Complex", input: ["re", "im"],
     #          attr {T: type float32, Tout: type complex64, N: int 3, perm: list(int) [2, 0, 1]}}
-    return (ld(1, b"to_complex") + ld(2, b"Complex") + ld(3, b"re") + ld(3, b"im")
-            + attr("T", tag(6, 0) + varint(DT_FLOAT))
-            + attr("Tout", tag(6, 0) + varint(DT_COMPLEX64))
-            + attr("N", tag(3, 0) + varint(3))
-            + attr("perm", ld(1, ld(3, varint(2) + varint(0) + varint(1)))))
+    return (
+        ld(1, b"to_complex")
+        + ld(2, b"Complex")
+        + ld(3, b"re")
+        + ld(3, b"im")
+        + attr("T", tag(6, 0) + varint(DT_FLOAT))
+        + attr("Tout", tag(6, 0) + varint(DT_COMPLEX64))
+        + attr("N", tag(3, 0) + varint(3))
+        + attr("perm", ld(1, ld(3, varint(2) + varint(0) + varint(1))))
+    )
 
 
 def flex_options(op: str, node_def: bytes) -> bytes:
@@ -118,13 +130,16 @@ def op(facts, name):
 
 
 def test_node_def_read_from_independent_encoding():
-    node = read_node_def(complex_node_def() + attr("k", tag(3, 0) + varint(-2))
-                         + attr("f", tag(4, 5) + struct.pack("<f", 0.5))
-                         + attr("b", tag(5, 0) + varint(1))
-                         + attr("s", ld(2, b"SAME"))
-                         + attr("shape", ld(7, ld(2, ld(1, b"") + tag(1, 0) + varint(-1)) + ld(2, tag(1, 0) + varint(3))))
-                         + attr("types", ld(1, ld(6, varint(DT_INT32) + varint(DT_COMPLEX64))))
-                         + attr("floats", ld(1, tag(4, 5) + struct.pack("<f", 1.5) + tag(4, 5) + struct.pack("<f", -2.0))))
+    node = read_node_def(
+        complex_node_def()
+        + attr("k", tag(3, 0) + varint(-2))
+        + attr("f", tag(4, 5) + struct.pack("<f", 0.5))
+        + attr("b", tag(5, 0) + varint(1))
+        + attr("s", ld(2, b"SAME"))
+        + attr("shape", ld(7, ld(2, ld(1, b"") + tag(1, 0) + varint(-1)) + ld(2, tag(1, 0) + varint(3))))
+        + attr("types", ld(1, ld(6, varint(DT_INT32) + varint(DT_COMPLEX64))))
+        + attr("floats", ld(1, tag(4, 5) + struct.pack("<f", 1.5) + tag(4, 5) + struct.pack("<f", -2.0)))
+    )
     assert (node.name, node.op, node.inputs) == ("to_complex", "Complex", ["re", "im"])
     assert node.attrs["T"] == ("type", "float32")
     assert node.attrs["Tout"] == ("type", "complex64")
@@ -139,11 +154,14 @@ def test_node_def_read_from_independent_encoding():
     assert node.attrs["floats"] == ("list(float)", [1.5, -2.0])
 
 
-@pytest.mark.parametrize("bad, message", [
-    (ld(1, b"name")[:-2], "claims 4 bytes"),
-    (b"\x80" * 11, "varint"),
-    (tag(2, 3) + b"x", "wire type 3"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (ld(1, b"name")[:-2], "claims 4 bytes"),
+        (b"\x80" * 11, "varint"),
+        (tag(2, 3) + b"x", "wire type 3"),
+    ],
+)
 def test_malformed_node_def_is_a_model_error(bad, message):
     with pytest.raises(ModelError, match=message):
         read_node_def(bad)
@@ -163,8 +181,13 @@ def test_three_new_ops_every_value_shown(new_ops_model):
     assert r.returncode == 1, r.stderr
     text = r.stdout
     # The flexbuffer map: each key with its type and value.
-    for line in ("lambda: float = 0.25", "mode: string = 'soft'", "axis: int = -1", "enabled: bool = true",
-                 "scales: vector of int = [1, 2, 3]"):
+    for line in (
+        "lambda: float = 0.25",
+        "mode: string = 'soft'",
+        "axis: int = -1",
+        "enabled: bool = true",
+        "scales: vector of int = [1, 2, 3]",
+    ):
         assert line in text, text
     # The 12 raw bytes: hex and both readings.
     assert "options: raw 12 bytes: 03000000 f9ffffff 0000003f" in text
@@ -177,8 +200,9 @@ def test_three_new_ops_every_value_shown(new_ops_model):
     # Each missing op gets the exact scaffold command.
     quoted = f"'{new_ops_model}'"
     for name in ("SoftThreshold", "RawParams", "FlexComplex"):
-        assert (f"next step: opaque-ops scaffold {quoted} -o three_new_ops_ops --name three_new_ops_ops "
-                f"--op {name}") in text
+        assert (
+            f"next step: opaque-ops scaffold {quoted} -o three_new_ops_ops --name three_new_ops_ops --op {name}"
+        ) in text
     assert "--op SoftThreshold --op RawParams --op FlexComplex" in text
     assert "x  [-1, 4]  (input: resize it before allocating)" in text
     assert "serve (subgraph 0): inputs ['x'] -> outputs ['w']" in text
@@ -193,8 +217,12 @@ def test_json_is_the_same_facts_as_the_text(new_ops_model):
     soft = op(facts, "SoftThreshold")
     assert soft["provider"] == "nobody" and soft["options"][0]["kind"] == "flexbuffer map"
     assert {e["key"]: (e["type"], e["value"]) for e in soft["options"][0]["entries"]} == {
-        "axis": ("int", -1), "enabled": ("bool", True), "lambda": ("float", 0.25), "mode": ("string", "soft"),
-        "scales": ("vector of int", [1, 2, 3])}
+        "axis": ("int", -1),
+        "enabled": ("bool", True),
+        "lambda": ("float", 0.25),
+        "mode": ("string", "soft"),
+        "scales": ("vector of int", [1, 2, 3]),
+    }
     raw = op(facts, "RawParams")["options"][0]
     assert (raw["kind"], raw["length"], raw["hex"], raw["int32"]) == ("raw", 12, RAW12.hex(), [3, -7, 1056964608])
     flex = op(facts, "FlexComplex")["options"][0]
@@ -254,8 +282,10 @@ def test_builtin_version_beyond_the_runtime_is_named(tmp_path):
     path = tmp_path / "abs99.tflite"
     path.write_bytes(b.build())
     e = op(gather(path), "ABS")
-    assert e["problem"].endswith("has ABS but not version 99: the model was made for a newer TFLite; "
-                                 "use a runtime that has it (OPAQUE_OPS_TFLITE_LIB)")
+    assert e["problem"].endswith(
+        "has ABS but not version 99: the model was made for a newer TFLite; "
+        "use a runtime that has it (OPAQUE_OPS_TFLITE_LIB)"
+    )
 
 
 def test_model_checks_refusal_is_the_verdict(tmp_path):
@@ -286,7 +316,8 @@ def test_state_is_reported(tmp_path):
     path.write_bytes(b.build())
     facts = gather(path)
     assert facts["state"]["variable_tensors"] == [
-        {"subgraph": 0, "tensor": 1, "name": "state", "shape": [1, 4], "type": "FLOAT32"}]
+        {"subgraph": 0, "tensor": 1, "name": "state", "shape": [1, 4], "type": "FLOAT32"}
+    ]
     assert "state: 1 variable tensor(s), 0 resource variable(s)" in render(facts)
 
 
@@ -299,8 +330,16 @@ def test_mediapipe_face_model():
     assert (l2t["version"], l2t["count"], l2t["provider"]) == (2, 3, "nobody")
     assert l2t["next_step"] == "--ops kernels:landmarks_to_transform_matrix"
     entries = {e["key"]: e for e in l2t["options"][0]["entries"]}
-    assert sorted(entries) == ["left_rotation_idx", "output_height", "output_width", "right_rotation_idx",
-                               "scale_x", "scale_y", "subset_idxs", "target_rotation_radians"]
+    assert sorted(entries) == [
+        "left_rotation_idx",
+        "output_height",
+        "output_width",
+        "right_rotation_idx",
+        "scale_x",
+        "scale_y",
+        "subset_idxs",
+        "target_rotation_radians",
+    ]
     assert entries["scale_x"]["type"] == "float" and entries["subset_idxs"]["type"] == "vector of int"
     assert op(facts, "TransformLandmarks")["options"] == [{"kind": "none"}]
     assert facts["bundle_all"] == "--ops kernels:mediapipe"

@@ -39,6 +39,7 @@ RAW12 = struct.pack("<ihhf", 9, -2, 300, 1.5)
 
 # -- a protobuf wire encoder from the spec (varints, tags, length-delimited fields), for the NodeDef.
 
+
 def varint(n: int) -> bytes:
     n &= (1 << 64) - 1
     out = bytearray()
@@ -59,9 +60,15 @@ def attr(name: str, value: bytes) -> bytes:
 
 def roll_options() -> bytes:
     # NodeDef {name: "roll", op: "Roll", attr {T: float32, Tshift: int32, shift: 2, axes: [1, 0], wrap: true}}
-    node = (ld(1, b"roll") + ld(2, b"Roll") + attr("T", varint(6 << 3) + varint(1))
-            + attr("Tshift", varint(6 << 3) + varint(3)) + attr("shift", varint(3 << 3) + varint(2))
-            + attr("axes", ld(1, ld(3, varint(1) + varint(0)))) + attr("wrap", varint(5 << 3) + varint(1)))
+    node = (
+        ld(1, b"roll")
+        + ld(2, b"Roll")
+        + attr("T", varint(6 << 3) + varint(1))
+        + attr("Tshift", varint(6 << 3) + varint(3))
+        + attr("shift", varint(3 << 3) + varint(2))
+        + attr("axes", ld(1, ld(3, varint(1) + varint(0))))
+        + attr("wrap", varint(5 << 3) + varint(1))
+    )
     fbb = flexbuffers.Builder()
     with fbb.Vector():
         fbb.String("Roll")
@@ -70,8 +77,15 @@ def roll_options() -> bytes:
 
 
 def cli(*args, env=None, cwd=None, timeout=600):
-    return subprocess.run([sys.executable, "-m", "opaque_ops", *map(str, args)], capture_output=True, text=True,
-                          check=False, env=env or child_env(), cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "opaque_ops", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env or child_env(),
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def child_env(*paths, **extra) -> dict:
@@ -81,16 +95,28 @@ def child_env(*paths, **extra) -> dict:
 
 
 def pip(*args, env=None):
-    r = subprocess.run([sys.executable, "-m", "pip", *map(str, args)], capture_output=True, text=True, check=False,
-                       env=env or child_env(), timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env or child_env(),
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return r
 
 
 def run_pytest(tests: Path, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
-                          capture_output=True, text=True, check=False, env=env or child_env(), cwd=tests.parent,
-                          timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env or child_env(),
+        cwd=tests.parent,
+        timeout=900,
+    )
 
 
 def summary(r: subprocess.CompletedProcess) -> str:
@@ -132,25 +158,37 @@ def project(work, model) -> Path:
 # The options as the generated C must print them (from the model, not from the C).
 SHRINK_A_SHOWN = "Shrink: not implemented yet (options: axis=-1 enabled=true lambda=0.25 mode=soft scales=[0.5, 1, 2])"
 SHRINK_B_SHOWN = "Shrink: not implemented yet (options: axis=1 enabled=false lambda=1 mode=hard scales=[3, 4])"
-PACKED_SHOWN = ("Packed12: not implemented yet (options: 12 bytes " + RAW12.hex()
-                + " int32=[9, 19726334, 1069547520])")
+PACKED_SHOWN = "Packed12: not implemented yet (options: 12 bytes " + RAW12.hex() + " int32=[9, 19726334, 1069547520])"
 ROLL_SHOWN = "FlexRoll: not implemented yet (options: op=Roll T=float32 Tshift=int32 shift=2 axes=[1, 0] wrap=true)"
 
 
 def test_project_layout_and_c_files(project, model):
     files = sorted(str(p.relative_to(project)) for p in project.rglob("*") if p.is_file())
-    assert files == sorted(["README.md", "pyproject.toml", "setup.py", "tests/test_flex_roll.py",
-                            "tests/test_packed12.py", "tests/test_shrink.py", f"{NAME}/__init__.py",
-                            f"{NAME}/c/flex_roll.c", f"{NAME}/c/packed12.c", f"{NAME}/c/shrink.c"])
+    assert files == sorted(
+        [
+            "README.md",
+            "pyproject.toml",
+            "setup.py",
+            "tests/test_flex_roll.py",
+            "tests/test_packed12.py",
+            "tests/test_shrink.py",
+            f"{NAME}/__init__.py",
+            f"{NAME}/c/flex_roll.c",
+            f"{NAME}/c/packed12.c",
+            f"{NAME}/c/shrink.c",
+        ]
+    )
     shrink = (project / NAME / "c" / "shrink.c").read_text()
-    assert 'OPAQUE_OP(OP_NAME, 1,' in shrink and '#define OP_NAME "Shrink"' in shrink
+    assert "OPAQUE_OP(OP_NAME, 1," in shrink and '#define OP_NAME "Shrink"' in shrink
     # One struct field and one checked flex.h read per key, typed from the model's values:
     # the two nodes give scales as floats and as ints, so it is read as numbers.
-    for decl, call in [("double lambda;", 'oo_flex_get_double(d->buffer, d->length, "lambda"'),
-                       ("const char* mode;", 'oo_flex_get_string(d->buffer, d->length, "mode"'),
-                       ("int64_t axis;", 'oo_flex_get_int(d->buffer, d->length, "axis"'),
-                       ("int enabled;", 'oo_flex_get_bool(d->buffer, d->length, "enabled"'),
-                       ("double* scales;", 'oo_sc_get_doubles(d->buffer, d->length, "scales"')]:
+    for decl, call in [
+        ("double lambda;", 'oo_flex_get_double(d->buffer, d->length, "lambda"'),
+        ("const char* mode;", 'oo_flex_get_string(d->buffer, d->length, "mode"'),
+        ("int64_t axis;", 'oo_flex_get_int(d->buffer, d->length, "axis"'),
+        ("int enabled;", 'oo_flex_get_bool(d->buffer, d->length, "enabled"'),
+        ("double* scales;", 'oo_sc_get_doubles(d->buffer, d->length, "scales"'),
+    ]:
         assert decl in shrink and call in shrink
     assert shrink.count("oo_opts_fail(&d->opts, OP_NAME, \"option '%s'") == 5
     assert "static const int dims[2] = {2, 3};" in shrink  # the recorded output shape
@@ -158,7 +196,7 @@ def test_project_layout_and_c_files(project, model):
     packed = (project / NAME / "c" / "packed12.c").read_text()
     assert "if (d->length != 12)" in packed and "ty != kTfLiteInt32" in packed
     roll = (project / NAME / "c" / "flex_roll.c").read_text()
-    assert 'OPAQUE_OP(OP_NAME, 2,' in roll and 'strcmp(d->tf_op, "Roll")' in roll
+    assert "OPAQUE_OP(OP_NAME, 2," in roll and 'strcmp(d->tf_op, "Roll")' in roll
     for name in ("T", "Tshift", "shift", "axes", "wrap"):
         assert f'oo_nd_attr(d->node_def, d->node_def_len, "{name}"' in roll
     pyproject = (project / "pyproject.toml").read_text()
@@ -194,7 +232,7 @@ def test_generated_tests_run_and_fail_with_what_to_write(project):
     r = run_pytest(project / "tests")
     assert r.returncode == 1, r.stdout + r.stderr
     # Every case fails; none errors or is skipped: one Shrink case per distinct option set.
-    assert summary(r) .startswith("4 failed in"), r.stdout
+    assert summary(r).startswith("4 failed in"), r.stdout
     for shown in (SHRINK_A_SHOWN, SHRINK_B_SHOWN, PACKED_SHOWN, ROLL_SHOWN):
         assert shown in r.stdout
     assert "Shrink is not written yet: write ShrinkInvoke in" in r.stdout and "and reference() in" in r.stdout
@@ -227,12 +265,13 @@ print("RESULT " + json.dumps(out))
 
 
 def op_cases():
-    return json.dumps({
-        "Shrink": [flex_map(SHRINK_B).hex(), 1,
-                   [["float32", [2, 3]]], [["float32", [2, 3]]]],
-        "Packed12": [RAW12.hex(), 1, [["float32", [2, 3]]], [["int32", [6]]]],
-        "FlexRoll": [roll_options().hex(), 2, [["float32", [2, 3]], ["int32", [6]]], [["float32", [2, 3]]]],
-    })
+    return json.dumps(
+        {
+            "Shrink": [flex_map(SHRINK_B).hex(), 1, [["float32", [2, 3]]], [["float32", [2, 3]]]],
+            "Packed12": [RAW12.hex(), 1, [["float32", [2, 3]]], [["int32", [6]]]],
+            "FlexRoll": [roll_options().hex(), 2, [["float32", [2, 3]], ["int32", [6]]], [["float32", [2, 3]]]],
+        }
+    )
 
 
 def flex_map(d) -> bytes:
@@ -244,15 +283,22 @@ def flex_map(d) -> bytes:
 def result(r: subprocess.CompletedProcess) -> dict:
     line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line, r.stdout + r.stderr
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 def test_pip_install_then_kernels_name_finds_it(project, model, work):
     site = work / "site"
     pip("install", "-q", "--no-build-isolation", "--no-deps", "--target", site, project)
     assert (site / NAME / "c" / "shrink.c").is_file()
-    r = subprocess.run([sys.executable, "-c", ALLOCATE_AND_RUN, model, op_cases(), NAME], capture_output=True,
-                       text=True, check=False, env=child_env(site), cwd=work, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", ALLOCATE_AND_RUN, model, op_cases(), NAME],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=child_env(site),
+        cwd=work,
+        timeout=600,
+    )
     out = result(r)
     assert out["oo"].startswith(str(ROOT))
     assert out["prebuilt"] == [False, False, False]  # compiled on first use, through compile_ops' cache
@@ -271,14 +317,19 @@ def test_broken_kernel_package_is_named_and_bundled_kernels_still_work(work, mod
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-kernels\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text("[opaque_ops.kernels]\nbroken = no_such_module_here:kernels\n")
-    code = ("import opaque_ops as oo\n"
-            "print('ATAN', oo.kernels.atan().ops, oo.kernels.by_name('atan').ops)\n"
-            "try:\n    oo.kernels.broken()\nexcept oo.OpaqueOpsError as exc:\n    print('ERROR', type(exc).__name__, exc)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=child_env(site),
-                       timeout=300)
+    code = (
+        "import opaque_ops as oo\n"
+        "print('ATAN', oo.kernels.atan().ops, oo.kernels.by_name('atan').ops)\n"
+        "try:\n    oo.kernels.broken()\nexcept oo.OpaqueOpsError as exc:\n    print('ERROR', type(exc).__name__, exc)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, env=child_env(site), timeout=300
+    )
     assert "ATAN [('Atan', 1)] [('Atan', 1)]" in r.stdout, r.stdout + r.stderr
-    assert ("ERROR OpLibraryError kernel package 'broken-kernels' (entry point broken = no_such_module_here:kernels "
-            "in opaque_ops.kernels) is broken: ModuleNotFoundError") in r.stdout, r.stdout + r.stderr
+    assert (
+        "ERROR OpLibraryError kernel package 'broken-kernels' (entry point broken = no_such_module_here:kernels "
+        "in opaque_ops.kernels) is broken: ModuleNotFoundError"
+    ) in r.stdout, r.stdout + r.stderr
     r = cli("run", model, "--ops", "kernels:nothing_by_this_name", env=child_env(site))
     assert r.returncode == 1 and "no bundled kernel or kernel package 'nothing_by_this_name'" in r.stderr
     assert "broken" in r.stderr  # listed among the names that exist
@@ -290,8 +341,16 @@ def wheels(project, work) -> dict:
     dist = work / "dist"
     arches = ["x86_64"] + (["aarch64"] if shutil.which("aarch64-linux-gnu-gcc") else [])
     for arch in arches:
-        pip("wheel", "-q", "--no-build-isolation", "--no-deps", "-w", dist, project,
-            env=child_env(OPAQUE_OPS_WHEEL_ARCH=arch))
+        pip(
+            "wheel",
+            "-q",
+            "--no-build-isolation",
+            "--no-deps",
+            "-w",
+            dist,
+            project,
+            env=child_env(OPAQUE_OPS_WHEEL_ARCH=arch),
+        )
         [built[arch]] = dist.glob(f"{NAME}-*-py3-none-manylinux_2_35_{arch}.whl")
     return built
 
@@ -302,8 +361,10 @@ def test_platform_wheel_carries_the_prebuilt_libraries(wheels, arch):
         pytest.fail("the aarch64 wheel needs aarch64-linux-gnu-gcc (apt-get install gcc-aarch64-linux-gnu)")
     with zipfile.ZipFile(wheels[arch]) as z:
         names = z.namelist()
-        assert f"Tag: py3-none-manylinux_2_35_{arch}" in z.read(
-            next(n for n in names if n.endswith(".dist-info/WHEEL"))).decode()
+        assert (
+            f"Tag: py3-none-manylinux_2_35_{arch}"
+            in z.read(next(n for n in names if n.endswith(".dist-info/WHEEL"))).decode()
+        )
         assert "[opaque_ops.kernels]" in z.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
         manifest = json.loads(z.read(f"{NAME}/prebuilt/{arch}/manifest.json"))
         assert manifest["arch"] == arch and sorted(manifest["kernels"]) == ["flex_roll", "packed12", "shrink"]
@@ -322,9 +383,22 @@ def test_x86_64_wheel_runs_with_no_compiler(wheels, model, work):
     cache = work / "never_used_cache"
     env = child_env(site, PATH="/nonexistent", OPAQUE_OPS_CACHE_DIR=str(cache))
     env.pop("CC", None)
-    r = subprocess.run([sys.executable, "-c", "import shutil; assert shutil.which('cc') is None and "
-                        "shutil.which('gcc') is None\n" + ALLOCATE_AND_RUN, model, op_cases(), NAME],
-                       capture_output=True, text=True, check=False, env=env, cwd=work, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import shutil; assert shutil.which('cc') is None and shutil.which('gcc') is None\n" + ALLOCATE_AND_RUN,
+            model,
+            op_cases(),
+            NAME,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        cwd=work,
+        timeout=600,
+    )
     out = result(r)
     assert out["prebuilt"] == [True, True, True]
     assert all(p.startswith(str(site / NAME / "prebuilt" / "x86_64")) for p in out["paths"])
@@ -344,8 +418,13 @@ def test_aarch64_wheel_runs_in_emulated_python(wheels, model, work):
     site = work / "arm_site"
     # --no-deps: opaque_ops comes from this checkout (on the path), as the Pi flow tests run it.
     arm.pip_install(site, "--no-deps", str(wheels["aarch64"]), wheels=arm.wheels_dir())
-    r = arm.run(ALLOCATE_AND_RUN.replace("import json, sys", "import json, sys, platform"), model, op_cases(),
-                NAME, pythonpath=[site, ROOT, deps])
+    r = arm.run(
+        ALLOCATE_AND_RUN.replace("import json, sys", "import json, sys, platform"),
+        model,
+        op_cases(),
+        NAME,
+        pythonpath=[site, ROOT, deps],
+    )
     out = result(r)
     assert out["prebuilt"] == [True, True, True] and all("/prebuilt/aarch64/" in p for p in out["paths"])
     assert SHRINK_B_SHOWN in out["Shrink"] and PACKED_SHOWN in out["Packed12"] and ROLL_SHOWN in out["FlexRoll"]
@@ -353,20 +432,25 @@ def test_aarch64_wheel_runs_in_emulated_python(wheels, model, work):
 
 # ------------------------------------------------------------ MediaPipe --
 
+
 def test_mediapipe_landmarks_to_transform_matrix(work):
     from opaque_ops.cli.doctor import describe_options
     from opaque_ops.model import read_model
 
     spec = importlib.util.find_spec("mediapipe")
     assert spec is not None, "mediapipe 0.10.14 is a test dependency (pip install --no-deps mediapipe==0.10.14)"
-    face = Path(next(iter(spec.submodule_search_locations))) / "modules" / "face_landmark" / \
-        "face_landmark_with_attention.tflite"
+    face = (
+        Path(next(iter(spec.submodule_search_locations)))
+        / "modules"
+        / "face_landmark"
+        / "face_landmark_with_attention.tflite"
+    )
     out = work / "mp"
     r = cli("scaffold", face, "-o", out, "--name", "mp_l2t", "--op", "Landmarks2TransformMatrix")
     assert r.returncode == 0, r.stderr
     assert [p.name for p in (out / "mp_l2t" / "c").iterdir()] == ["landmarks2_transform_matrix.c"]
     c_text = (out / "mp_l2t" / "c" / "landmarks2_transform_matrix.c").read_text()
-    assert 'OPAQUE_OP(OP_NAME, 2,' in c_text and "oo_sc_get_ints(d->buffer, d->length, \"subset_idxs\"" in c_text
+    assert "OPAQUE_OP(OP_NAME, 2," in c_text and 'oo_sc_get_ints(d->buffer, d->length, "subset_idxs"' in c_text
     r = run_pytest(out / "tests")
     assert r.returncode == 1 and summary(r).startswith(("1 failed", "2 failed", "3 failed")), r.stdout
     assert "error" not in summary(r) and "skipped" not in summary(r)
@@ -380,8 +464,9 @@ def test_mediapipe_landmarks_to_transform_matrix(work):
             head = ", ".join(str(v) for v in value[:8])
             assert f" {key}=[{head}" in shown, (key, shown)
         elif isinstance(value, float):
-            assert re.search(rf" {key}=(\S+)", shown) and float(re.search(rf" {key}=(\S+)", shown).group(1)) \
-                == pytest.approx(value, rel=1e-5), (key, shown)
+            assert re.search(rf" {key}=(\S+)", shown) and float(
+                re.search(rf" {key}=(\S+)", shown).group(1)
+            ) == pytest.approx(value, rel=1e-5), (key, shown)
         else:
             assert f" {key}={value}" in shown, (key, shown)
 
@@ -408,7 +493,7 @@ SHRINK_INVOKE = r"""static TfLiteStatus ShrinkInvoke(TfLiteOpaqueContext* contex
 }
 """
 
-SHRINK_REFERENCE = '''def reference(inputs, options):
+SHRINK_REFERENCE = """def reference(inputs, options):
     (x,) = inputs
     if not options["enabled"]:
         return [x]
@@ -416,7 +501,7 @@ SHRINK_REFERENCE = '''def reference(inputs, options):
     if options["mode"] == "soft":
         return [(np.sign(x) * np.maximum(np.abs(x) - options["lambda"], 0) * scale).astype(np.float32)]
     return [np.where(np.abs(x) > options["lambda"], x * scale, 0).astype(np.float32)]
-'''
+"""
 
 
 def test_an_author_writes_the_kernel_and_its_generated_test_passes(work, model):
@@ -438,6 +523,6 @@ def test_an_author_writes_the_kernel_and_its_generated_test_passes(work, model):
     assert r.returncode == 0 and summary(r).startswith("2 passed"), r.stdout + r.stderr
     print(f"scaffold to a passing test: {time.monotonic() - start:.1f} s")
     # A reference that disagrees makes the same test fail: it compares for real.
-    t_file.write_text(t_file.read_text().replace("options[\"lambda\"], 0) * scale", "options[\"lambda\"], 0) * 2"))
+    t_file.write_text(t_file.read_text().replace('options["lambda"], 0) * scale', 'options["lambda"], 0) * 2'))
     r = run_pytest(out / "tests")
     assert r.returncode == 1 and "Mismatched elements" in r.stdout, r.stdout

@@ -36,18 +36,31 @@ from pathlib import Path
 import pytest
 
 from opaque_ops.build import store as _cache
-
 from tests.helpers.child_process import run_child
-
 
 # Debian's package names (bookworm: Python 3.11, glibc 2.36).
 PACKAGES = ["python3.11-minimal", "libpython3.11-stdlib", "libstdc++6"]
 # Pulled in by the recursion but never used by a Python that only imports.
-NOT_NEEDED = {"dpkg", "install-info", "perl", "perl-base", "perl-modules-5.36", "libperl5.36",
-              "libgdbm-compat4", "tar", "mailcap"}
+NOT_NEEDED = {
+    "dpkg",
+    "install-info",
+    "perl",
+    "perl-base",
+    "perl-modules-5.36",
+    "libperl5.36",
+    "libgdbm-compat4",
+    "tar",
+    "mailcap",
+}
 # manylinux_2_35 alone finds no numpy: list the older tags a glibc 2.36 system accepts too.
-PLATFORMS = ["manylinux_2_35_aarch64", "manylinux_2_34_aarch64", "manylinux_2_28_aarch64",
-             "manylinux_2_27_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64"]
+PLATFORMS = [
+    "manylinux_2_35_aarch64",
+    "manylinux_2_34_aarch64",
+    "manylinux_2_28_aarch64",
+    "manylinux_2_27_aarch64",
+    "manylinux_2_17_aarch64",
+    "manylinux2014_aarch64",
+]
 RECIPE = 1  # bump when the recipe above changes
 
 
@@ -97,9 +110,16 @@ def _apt_options(work: Path) -> list[str]:
     (state / "lists" / "partial").mkdir(parents=True, exist_ok=True)
     (cache / "archives" / "partial").mkdir(parents=True, exist_ok=True)
     (state / "status").touch()
-    return [f"-o=Dir::State={state}", f"-o=Dir::State::status={state / 'status'}", f"-o=Dir::Cache={cache}",
-            "-o=APT::Architecture=arm64", "-o=APT::Architectures::=arm64", "-o=Debug::NoLocking=1",
-            "-o=APT::Sandbox::User=root", "-o=Acquire::Languages=none"]
+    return [
+        f"-o=Dir::State={state}",
+        f"-o=Dir::State::status={state / 'status'}",
+        f"-o=Dir::Cache={cache}",
+        "-o=APT::Architecture=arm64",
+        "-o=APT::Architectures::=arm64",
+        "-o=Debug::NoLocking=1",
+        "-o=APT::Sandbox::User=root",
+        "-o=Acquire::Languages=none",
+    ]
 
 
 def sysroot() -> Path:
@@ -116,10 +136,29 @@ def sysroot() -> Path:
             tmp = Path(tmp)
             opts = _apt_options(tmp / "apt")
             _run(["apt-get", *opts, "-qq", "update"])
-            deps = _run(["apt-cache", *opts, "depends", "--recurse", "--no-recommends", "--no-suggests",
-                         "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances", *PACKAGES]).stdout
-            names = sorted({line.strip() for line in deps.splitlines()
-                            if line and not line[0].isspace() and not line.startswith("<")} - NOT_NEEDED)
+            deps = _run(
+                [
+                    "apt-cache",
+                    *opts,
+                    "depends",
+                    "--recurse",
+                    "--no-recommends",
+                    "--no-suggests",
+                    "--no-conflicts",
+                    "--no-breaks",
+                    "--no-replaces",
+                    "--no-enhances",
+                    *PACKAGES,
+                ]
+            ).stdout
+            names = sorted(
+                {
+                    line.strip()
+                    for line in deps.splitlines()
+                    if line and not line[0].isspace() and not line.startswith("<")
+                }
+                - NOT_NEEDED
+            )
             debs = tmp / "debs"
             debs.mkdir()
             _run(["apt-get", *opts, "-qq", "download", *names], cwd=debs)
@@ -140,13 +179,24 @@ def python_cmd(root: Path) -> list[str]:
 def run(script: str, *args, pythonpath=(), cwd=None, timeout=900) -> subprocess.CompletedProcess:
     """Run ``script`` in the emulated Python, with no compiler and a clean environment."""
     root = sysroot()
-    env = {"PATH": "/nonexistent", "HOME": str(cache_root() / "home"), "LANG": "C.UTF-8",
-           "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {
+        "PATH": "/nonexistent",
+        "HOME": str(cache_root() / "home"),
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     for name in ("OPAQUE_OPS_CACHE_DIR",):
         if name in os.environ:
             env[name] = os.environ[name]
-    return run_child(script, *args, python=python_cmd(root), base_env=env, pythonpath=list(pythonpath),
-                     cwd=cwd or root, timeout=timeout)
+    return run_child(
+        script,
+        *args,
+        python=python_cmd(root),
+        base_env=env,
+        pythonpath=list(pythonpath),
+        cwd=cwd or root,
+        timeout=timeout,
+    )
 
 
 def host_versions() -> dict[str, str]:
@@ -158,9 +208,27 @@ def host_versions() -> dict[str, str]:
 
 def download(dest: Path, *requirements) -> None:
     """Fetch aarch64 wheels (with their dependencies) with the host's pip."""
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--dest", dest,
-           "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
-           "--abi", "cp311", "--abi", "abi3", "--abi", "none"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--disable-pip-version-check",
+        "--dest",
+        dest,
+        "--only-binary=:all:",
+        "--python-version",
+        "3.11",
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp311",
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+    ]
     for p in PLATFORMS:
         cmd += ["--platform", p]
     try:
@@ -188,10 +256,21 @@ def pip_install(target: Path, *requirements, wheels: Path, find_links=()) -> sub
     pip_wheel = sorted(wheels.glob("pip-*.whl"))[-1]
     links = [a for d in (wheels, *find_links) for a in ("--find-links", str(d))]
     # pip runs from its wheel, put on the emulated Python's PYTHONPATH.
-    r = run("import runpy, sys; sys.argv[0] = 'pip'; runpy.run_module('pip', run_name='__main__')",
-            "install", "-q", "--no-index", *links, "--target", target, "--no-compile",
-            "--disable-pip-version-check", "--root-user-action=ignore", "--no-cache-dir", *requirements,
-            pythonpath=[pip_wheel])
+    r = run(
+        "import runpy, sys; sys.argv[0] = 'pip'; runpy.run_module('pip', run_name='__main__')",
+        "install",
+        "-q",
+        "--no-index",
+        *links,
+        "--target",
+        target,
+        "--no-compile",
+        "--disable-pip-version-check",
+        "--root-user-action=ignore",
+        "--no-cache-dir",
+        *requirements,
+        pythonpath=[pip_wheel],
+    )
     if r.returncode != 0:
         raise RuntimeError(f"pip inside the emulated Python failed:\n{r.stdout}\n{r.stderr}")
     return r

@@ -22,12 +22,36 @@ from tests.helpers.child_process import run_child
 # What `import opaque_ops`, numpy and cffi's ABI mode need at run time
 # (apt-cache depends --recurse, less what the interpreter never loads).
 PACKAGES = [
-    "libc6", "libgcc-s1", "libstdc++6", "zlib1g", "libexpat1", "libffi8", "libbz2-1.0", "liblzma5",
-    "libssl3", "libuuid1", "libcrypt1", "libncursesw6", "libtinfo6", "libreadline8",
-    "libblas3", "liblapack3", "libgfortran5", "libgomp1",
-    "python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib", "python3-minimal",
-    "libpython3-stdlib", "python3", "python3.11",
-    "python3-numpy", "python3-cffi-backend", "python3-cffi", "python3-pycparser", "python3-ply",
+    "libc6",
+    "libgcc-s1",
+    "libstdc++6",
+    "zlib1g",
+    "libexpat1",
+    "libffi8",
+    "libbz2-1.0",
+    "liblzma5",
+    "libssl3",
+    "libuuid1",
+    "libcrypt1",
+    "libncursesw6",
+    "libtinfo6",
+    "libreadline8",
+    "libblas3",
+    "liblapack3",
+    "libgfortran5",
+    "libgomp1",
+    "python3.11-minimal",
+    "libpython3.11-minimal",
+    "libpython3.11-stdlib",
+    "python3-minimal",
+    "libpython3-stdlib",
+    "python3",
+    "python3.11",
+    "python3-numpy",
+    "python3-cffi-backend",
+    "python3-cffi",
+    "python3-pycparser",
+    "python3-ply",
 ]
 MULTIARCH = "arm-linux-gnueabihf"
 
@@ -41,9 +65,20 @@ def _cache() -> Path:
 
 
 def _apt_options(work: Path) -> list[str]:
-    return ["-o", "APT::Architecture=armhf", "-o", "APT::Architectures::=armhf",
-            "-o", f"Dir::State::Lists={work / 'lists'}", "-o", f"Dir::Cache={work / 'cache'}",
-            "-o", "Dir::State::status=/dev/null", "-o", "Debug::NoLocking=1"]
+    return [
+        "-o",
+        "APT::Architecture=armhf",
+        "-o",
+        "APT::Architectures::=armhf",
+        "-o",
+        f"Dir::State::Lists={work / 'lists'}",
+        "-o",
+        f"Dir::Cache={work / 'cache'}",
+        "-o",
+        "Dir::State::status=/dev/null",
+        "-o",
+        "Debug::NoLocking=1",
+    ]
 
 
 def sysroot() -> Path:
@@ -65,11 +100,17 @@ def sysroot() -> Path:
     # The exit status is ignored: an unreachable extra suite (updates,
     # security) fails the update while the main index is there.
     subprocess.run(["apt-get", *opts, "update"], capture_output=True, text=True, timeout=600)
-    r = subprocess.run(["apt-get", *opts, "download", *[p + ":armhf" for p in PACKAGES]],
-                       capture_output=True, text=True, timeout=600, cwd=debs)
+    r = subprocess.run(
+        ["apt-get", *opts, "download", *[p + ":armhf" for p in PACKAGES]],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=debs,
+    )
     if r.returncode != 0:
-        pytest.skip("could not download Debian's armhf packages: "
-                    + (r.stderr.strip().splitlines() or ["no output"])[-1])
+        pytest.skip(
+            "could not download Debian's armhf packages: " + (r.stderr.strip().splitlines() or ["no output"])[-1]
+        )
     tmp = work / "root.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -97,5 +138,11 @@ def run(code: str, *pythonpath: str | os.PathLike, timeout: float = 600) -> subp
     root = sysroot()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPAQUE_OPS_TFLITE_LIB", "PYTHON"))}
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # the host's __pycache__ is not the guest's business
-    return run_child(code, python=["qemu-arm", "-L", str(root), str(root / "usr" / "bin" / "python3.11")],
-                     base_env=env, pythonpath=[*pythonpath, root / "opt" / "pure"], cwd=None, timeout=timeout)
+    return run_child(
+        code,
+        python=["qemu-arm", "-L", str(root), str(root / "usr" / "bin" / "python3.11")],
+        base_env=env,
+        pythonpath=[*pythonpath, root / "opt" / "pure"],
+        cwd=None,
+        timeout=timeout,
+    )

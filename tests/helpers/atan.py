@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 import opaque_ops as oo
-
 from tests.helpers.locations import ROOT, example_module
 
 ATAN_INPUT = np.array([-8, 0.5, 2, 2.2, 201], np.float32)

@@ -34,10 +34,16 @@ class ChildResult(subprocess.CompletedProcess):
         return -self.returncode if self.returncode < 0 else None
 
 
-def run_python(*args, timeout: float = 120, env: Mapping[str, str | None] | None = None,
-               unset: Sequence[str] = (), base_env: Mapping[str, str] | None = None,
-               cwd: str | os.PathLike | None = ROOT, python: Sequence[str] | None = None,
-               pythonpath: Sequence[str | os.PathLike] | None = None) -> ChildResult:
+def run_python(
+    *args,
+    timeout: float = 120,
+    env: Mapping[str, str | None] | None = None,
+    unset: Sequence[str] = (),
+    base_env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike | None = ROOT,
+    python: Sequence[str] | None = None,
+    pythonpath: Sequence[str | os.PathLike] | None = None,
+) -> ChildResult:
     """Run ``python *args`` in a fresh process and return how it ended.
 
     Parameters
@@ -81,8 +87,9 @@ def run_python(*args, timeout: float = 120, env: Mapping[str, str | None] | None
     else:
         full.pop("PYTHONPATH", None)
     cmd = [*(python or [sys.executable]), *map(str, args)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full,
-                       cwd=None if cwd is None else str(cwd))
+    p = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=full, cwd=None if cwd is None else str(cwd)
+    )
     return ChildResult(p.args, p.returncode, p.stdout, p.stderr)
 
 

@@ -22,8 +22,8 @@ def corpus_bytes(name: str) -> bytes:
     doc = json.loads(path.read_text())
     base = package_file(doc["base"][0], *doc["base"][1].split("/")).read_bytes()
     assert hashlib.sha256(base).hexdigest() == doc["sha256"], f"{doc['base']} is not the file the patch was made for"
-    data = bytearray(base[:doc.get("truncate", len(base))])
+    data = bytearray(base[: doc.get("truncate", len(base))])
     for off, hexbytes in doc["patch"]:
         b = bytes.fromhex(hexbytes)
-        data[off:off + len(b)] = b
+        data[off : off + len(b)] = b
     return bytes(data)

@@ -34,8 +34,9 @@ def run_isolated(script: str, *args: str, timeout: float = 300, env: dict | None
         The script's standard output.
     """
     proc = run_child(script, *args, timeout=timeout, env=env)
-    assert proc.returncode == 0, (f"crashed or failed (rc={proc.returncode})\nstdout:{proc.stdout[-2000:]}\n"
-                                  f"stderr:{proc.stderr[-4000:]}")
+    assert proc.returncode == 0, (
+        f"crashed or failed (rc={proc.returncode})\nstdout:{proc.stdout[-2000:]}\nstderr:{proc.stderr[-4000:]}"
+    )
     return proc.stdout
 
 

@@ -34,8 +34,12 @@ VERSION = "0.10.14"
 # Present in 0.10.14 (installed or wheel); absent from the releases without models.
 _PROBE = ("modules", "selfie_segmentation", "selfie_segmentation.tflite")
 # The wheel's platform tag for this machine; the model files are the same in all of them.
-_PLATFORMS = {"x86_64": "manylinux_2_17_x86_64", "amd64": "manylinux_2_17_x86_64",
-              "aarch64": "manylinux_2_17_aarch64", "arm64": "manylinux_2_17_aarch64"}
+_PLATFORMS = {
+    "x86_64": "manylinux_2_17_x86_64",
+    "amd64": "manylinux_2_17_x86_64",
+    "aarch64": "manylinux_2_17_aarch64",
+    "arm64": "manylinux_2_17_aarch64",
+}
 # Where the extracted files are kept between runs; the environment variable
 # lets CI share one copy between its virtual environments.
 CACHE_ENV = "OPAQUE_OPS_MEDIAPIPE_CACHE"
@@ -57,7 +61,8 @@ def installed_dir() -> Path | None:
 def cache_dir() -> Path:
     """Where the models extracted from the wheel live (``$OPAQUE_OPS_MEDIAPIPE_CACHE`` or ~/.cache)."""
     base = os.environ.get(CACHE_ENV) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "opaque_ops")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "opaque_ops"
+    )
     return Path(base) / f"mediapipe-{VERSION}"
 
 
@@ -67,27 +72,46 @@ def _from_wheel() -> Path:
         return target
     machine = platform.machine().lower()
     if machine not in _PLATFORMS:
-        raise RuntimeError(f"mediapipe {VERSION}'s models: no wheel is known for {machine!r}; "
-                           f"install mediapipe=={VERSION} with --no-deps on Python 3.12 or older")
+        raise RuntimeError(
+            f"mediapipe {VERSION}'s models: no wheel is known for {machine!r}; "
+            f"install mediapipe=={VERSION} with --no-deps on Python 3.12 or older"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     # Built beside the target and renamed into place: a concurrent run (pytest-xdist,
     # a second venv) sees either no directory or a complete one.
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".mediapipe-") as tmp:
         wheels = Path(tmp) / "wheel"
-        cmd = [sys.executable, "-m", "pip", "download", f"mediapipe=={VERSION}", "--no-deps",
-               "--only-binary", ":all:", "--python-version", "3.12", "--platform", _PLATFORMS[machine],
-               "--quiet", "--disable-pip-version-check", "-d", str(wheels)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            f"mediapipe=={VERSION}",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "--python-version",
+            "3.12",
+            "--platform",
+            _PLATFORMS[machine],
+            "--quiet",
+            "--disable-pip-version-check",
+            "-d",
+            str(wheels),
+        ]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         found = sorted(wheels.glob("mediapipe-*.whl"))
         if r.returncode != 0 or not found:
-            raise RuntimeError(f"could not fetch the mediapipe {VERSION} wheel for its model files "
-                               f"({' '.join(cmd)}):\n{r.stderr.strip()}")
+            raise RuntimeError(
+                f"could not fetch the mediapipe {VERSION} wheel for its model files "
+                f"({' '.join(cmd)}):\n{r.stderr.strip()}"
+            )
         staged = Path(tmp) / "models"
         with zipfile.ZipFile(found[0]) as whl:
             for name in whl.namelist():
                 # mediapipe/modules/<name>/<file>.tflite -> modules/<name>/<file>.tflite
                 if name.startswith("mediapipe/modules/") and name.endswith(".tflite"):
-                    out = staged / name[len("mediapipe/"):]
+                    out = staged / name[len("mediapipe/") :]
                     out.parent.mkdir(parents=True, exist_ok=True)
                     with whl.open(name) as src, open(out, "wb") as dst:
                         shutil.copyfileobj(src, dst)

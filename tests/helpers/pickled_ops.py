@@ -78,5 +78,9 @@ def describe(interpreter):
         state = "allocated"
     except Exception as exc:  # noqa: BLE001 - the class is the answer
         state = type(exc).__name__
-    return {"shape": [int(s) for s in d["shape"]], "state": state, "xnnpack": interpreter.xnnpack,
-            "ops": sorted(n for lib in interpreter._libs for n in lib.names)}
+    return {
+        "shape": [int(s) for s in d["shape"]],
+        "state": state,
+        "xnnpack": interpreter.xnnpack,
+        "ops": sorted(n for lib in interpreter._libs for n in lib.names),
+    }

@@ -11,7 +11,6 @@ import pytest
 
 from opaque_ops.model import ModelBuilder
 
-
 Interpreter = pytest.importorskip("ai_edge_litert.interpreter").Interpreter
 
 
@@ -57,19 +56,39 @@ def conv_ref(x, w, bias, padding, stride, dilation=1):
     out = np.zeros((n, oh, ow, o), np.float64)
     for i in range(oh):
         for j in range(ow):
-            patch = x[:, i * stride:i * stride + ekh:dilation, j * stride:j * stride + ekw:dilation, :]
+            patch = x[:, i * stride : i * stride + ekh : dilation, j * stride : j * stride + ekw : dilation, :]
             out[:, i, j, :] = np.einsum("nhwc,ohwc->no", patch, w)
     return out + bias
 
 
-ALL_DTYPES = [np.float32, np.float16, np.float64, np.int8, np.uint8, np.int16,
-              np.int32, np.int64, np.uint32, np.uint64, np.bool_]
+ALL_DTYPES = [
+    np.float32,
+    np.float16,
+    np.float64,
+    np.int8,
+    np.uint8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint32,
+    np.uint64,
+    np.bool_,
+]
 
 
 CUSTOM_OPTS = {
-    "i8": -5, "i16": 1000, "i32": -70000, "i64": 2**40 + 3, "f": 0.25, "f64": 0.1,
-    "flag": True, "off": False, "name": "hello", "ints": [1, -2, 300, 2**33],
-    "floats": [0.5, -1.5], "strs": ["a", "bc"],
+    "i8": -5,
+    "i16": 1000,
+    "i32": -70000,
+    "i64": 2**40 + 3,
+    "f": 0.25,
+    "f64": 0.1,
+    "flag": True,
+    "off": False,
+    "name": "hello",
+    "ints": [1, -2, 300, 2**33],
+    "floats": [0.5, -1.5],
+    "strs": ["a", "bc"],
 }
 
 
@@ -80,11 +99,10 @@ def round_trip_model() -> tuple[ModelBuilder, bytes, dict]:
         arr = (np.arange(6).reshape(2, 3) % 2).astype(dt)
         consts[np.dtype(dt).name] = (b.add_constant(f"c_{np.dtype(dt).name}", arr), arr)
     x = b.add_tensor("x", [1, 5], np.float32, shape_signature=[-1, 5])
-    q = b.add_tensor("q", [1, 5], np.int8,
-                     quantization=dict(scale=[0.1], zero_point=[3], quantized_dimension=0))
-    qc = b.add_constant("qc", np.ones((2, 2), np.int8),
-                        quantization=dict(scale=[0.5, 0.25], zero_point=[0, 0],
-                                          quantized_dimension=1))
+    q = b.add_tensor("q", [1, 5], np.int8, quantization=dict(scale=[0.1], zero_point=[3], quantized_dimension=0))
+    qc = b.add_constant(
+        "qc", np.ones((2, 2), np.int8), quantization=dict(scale=[0.5, 0.25], zero_point=[0, 0], quantized_dimension=1)
+    )
     y = b.add_tensor("y", [1, 5], np.float32)
     z = b.add_tensor("z", [1, 5], np.float32)
     w = b.add_tensor("w", [1, 5], np.float32)
@@ -101,8 +119,7 @@ def round_trip_model() -> tuple[ModelBuilder, bytes, dict]:
 
 def wheel_models() -> list[str]:
     found = []
-    for pkg, pattern in (("pyopen_wakeword", "melspectrogram.tflite"),
-                         ("pymicro_wakeword", "*.tflite")):
+    for pkg, pattern in (("pyopen_wakeword", "melspectrogram.tflite"), ("pymicro_wakeword", "*.tflite")):
         spec = importlib.util.find_spec(pkg)
         if spec is None or not spec.submodule_search_locations:
             continue

@@ -43,15 +43,26 @@ def downloaded_wheel(arch: str) -> Path:
     found = sorted(d.glob(f"pymicro_wakeword-{PYMICRO_VERSION}-*{arch}.whl"))
     if found:
         return found[0]
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-           f"{PYMICRO}=={PYMICRO_VERSION}", "-d", str(d)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        f"{PYMICRO}=={PYMICRO_VERSION}",
+        "-d",
+        str(d),
+    ]
     for tag in PLATFORMS[arch]:
         cmd += ["--platform", tag]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     found = sorted(d.glob(f"pymicro_wakeword-{PYMICRO_VERSION}-*{arch}.whl"))
     if r.returncode != 0 or not found:
-        pytest.skip(f"could not download the {arch} {PYMICRO} wheel: "
-                    + (r.stderr.strip().splitlines() or ["no output"])[-1])
+        pytest.skip(
+            f"could not download the {arch} {PYMICRO} wheel: " + (r.stderr.strip().splitlines() or ["no output"])[-1]
+        )
     return found[0]
 
 

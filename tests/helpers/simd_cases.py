@@ -75,28 +75,44 @@ def cases():
 
     # Both versions of the transposed convolution: lanes over pixels (few
     # output channels) and over a pixel's outputs (kh*kw*oc >= 64).
-    for h, w, ic, oc, k, s, pad in [(13, 37, 16, 1, 2, 2, 1), (9, 21, 5, 3, 3, 1, 2), (7, 11, 6, 8, 3, 2, 1),
-                                    (6, 19, 7, 17, 2, 2, 2), (5, 9, 3, 20, 4, 3, 1)]:
+    for h, w, ic, oc, k, s, pad in [
+        (13, 37, 16, 1, 2, 2, 1),
+        (9, 21, 5, 3, 3, 1, 2),
+        (7, 11, 6, 8, 3, 2, 1),
+        (6, 19, 7, 17, 2, 2, 2),
+        (5, 9, 3, 20, 4, 3, 1),
+    ]:
         xin = rng.standard_normal((2, h, w, ic)).astype(np.float32)
         wt = rng.standard_normal((oc, k, k, ic)).astype(np.float32)
         bias = rng.standard_normal(oc).astype(np.float32)
-        out.append((f"Convolution2DTransposeBias {h}x{w}x{ic}->{oc} k{k}s{s}",
-                    _model("Convolution2DTransposeBias", [xin], 1, struct.pack("<3i", pad, s, s),
-                           consts=(wt, bias)), [xin]))
+        out.append(
+            (
+                f"Convolution2DTransposeBias {h}x{w}x{ic}->{oc} k{k}s{s}",
+                _model("Convolution2DTransposeBias", [xin], 1, struct.pack("<3i", pad, s, s), consts=(wt, bias)),
+                [xin],
+            )
+        )
 
     for c, size in [(32, 16), (5, 7)]:
         src = rng.standard_normal((1, 24, 26, c)).astype(np.float32)
         m = _affine(rng, 24, size)
-        out.append((f"TransformTensorBilinear c{c}",
-                    _model("TransformTensorBilinear", [src, m], 1,
-                           {"output_height": size, "output_width": size}, version=2), [src, m]))
+        out.append(
+            (
+                f"TransformTensorBilinear c{c}",
+                _model(
+                    "TransformTensorBilinear", [src, m], 1, {"output_height": size, "output_width": size}, version=2
+                ),
+                [src, m],
+            )
+        )
 
     x4 = rng.standard_normal((1, 33, 31, 19)).astype(np.float32)
     x4[0, :4, :4, :] = x4[0, 0, 0, :]  # ties: the first maximum must win everywhere
     for padding, f, act in [(1, 2, 0), (2, 3, 1)]:
         pool = struct.pack("<6i", padding, f, f, f, f, act) + bytes(8)
-        out.append((f"MaxPoolingWithArgmax2D p{padding}f{f}a{act}",
-                    _model("MaxPoolingWithArgmax2D", [x4], 2, pool), [x4]))
+        out.append(
+            (f"MaxPoolingWithArgmax2D p{padding}f{f}a{act}", _model("MaxPoolingWithArgmax2D", [x4], 2, pool), [x4])
+        )
     return out
 
 

@@ -11,10 +11,7 @@ import flatbuffers
 import numpy as np
 
 # The dense matrix and its CSR encoding (row-major traversal).
-DENSE = np.array([[1.5, 0, 2.0, 0],
-                  [0, 3.0, 0, 0],
-                  [0, 0, 0, 0],
-                  [4.0, 0, 0, 5.5]], np.float32)
+DENSE = np.array([[1.5, 0, 2.0, 0], [0, 3.0, 0, 0], [0, 0, 0, 0], [4.0, 0, 0, 5.5]], np.float32)
 SEGMENTS = [0, 2, 3, 3, 5]
 INDICES = [0, 2, 1, 0, 3]
 VALUES = np.array([1.5, 2.0, 3.0, 4.0, 5.5], np.float32)
@@ -33,8 +30,13 @@ def _vec(b, values, dtype, prepend):
 def _table(b, fields):
     """fields: list of (slot, kind, value) with kind in offset/int32/uint32/int8/uint8/bool."""
     b.StartObject(max(slot for slot, _, _ in fields) + 1 if fields else 0)
-    add = {"offset": b.PrependUOffsetTRelativeSlot, "int32": b.PrependInt32Slot, "uint32": b.PrependUint32Slot,
-           "int8": b.PrependInt8Slot, "uint8": b.PrependUint8Slot}
+    add = {
+        "offset": b.PrependUOffsetTRelativeSlot,
+        "int32": b.PrependInt32Slot,
+        "uint32": b.PrependUint32Slot,
+        "int8": b.PrependInt8Slot,
+        "uint8": b.PrependUint8Slot,
+    }
     for slot, kind, value in fields:
         add[kind](slot, value, 0 if kind != "offset" else 0)
     return b.EndObject()
@@ -54,8 +56,16 @@ def build(indices_kind: int = _UINT8_VECTOR) -> bytes:
     seg = _index_vector(b, SEGMENTS, _INT32_VECTOR)
     idx = _index_vector(b, INDICES, indices_kind)
     dm0 = _table(b, [(0, "int8", 0), (1, "int32", 4)])
-    dm1 = _table(b, [(0, "int8", 1), (2, "uint8", _INT32_VECTOR), (3, "offset", seg),
-                     (4, "uint8", indices_kind), (5, "offset", idx)])
+    dm1 = _table(
+        b,
+        [
+            (0, "int8", 1),
+            (2, "uint8", _INT32_VECTOR),
+            (3, "offset", seg),
+            (4, "uint8", indices_kind),
+            (5, "offset", idx),
+        ],
+    )
     b.StartVector(4, 2, 4)
     b.PrependUOffsetTRelative(dm1)
     b.PrependUOffsetTRelative(dm0)
@@ -90,13 +100,17 @@ def build(indices_kind: int = _UINT8_VECTOR) -> bytes:
     sg_in = _vec(b, [2], np.int32, b.PrependInt32)
     sg_out = _vec(b, [3], np.int32, b.PrependInt32)
     sg_name = b.CreateString("main")
-    sg = _table(b, [(0, "offset", tvec), (1, "offset", sg_in), (2, "offset", sg_out), (3, "offset", ovec),
-                    (4, "offset", sg_name)])
+    sg = _table(
+        b,
+        [(0, "offset", tvec), (1, "offset", sg_in), (2, "offset", sg_out), (3, "offset", ovec), (4, "offset", sg_name)],
+    )
     b.StartVector(4, 1, 4)
     b.PrependUOffsetTRelative(sg)
     sgs = b.EndVector()
-    codes = [_table(b, [(0, "int8", code if code < 127 else 127), (2, "int32", 1), (3, "int32", code)])
-             for code in (_DENSIFY, _ADD)]
+    codes = [
+        _table(b, [(0, "int8", code if code < 127 else 127), (2, "int32", 1), (3, "int32", code)])
+        for code in (_DENSIFY, _ADD)
+    ]
     b.StartVector(4, len(codes), 4)
     for c in reversed(codes):
         b.PrependUOffsetTRelative(c)
@@ -108,7 +122,8 @@ def build(indices_kind: int = _UINT8_VECTOR) -> bytes:
         b.PrependUOffsetTRelative(x)
     bvec = b.EndVector()
     desc = b.CreateString("x + densify(sparse W), for opaque_ops tests")
-    model = _table(b, [(0, "uint32", 3), (1, "offset", cvec), (2, "offset", sgs), (3, "offset", desc),
-                       (4, "offset", bvec)])
+    model = _table(
+        b, [(0, "uint32", 3), (1, "offset", cvec), (2, "offset", sgs), (3, "offset", desc), (4, "offset", bvec)]
+    )
     b.Finish(model, file_identifier=b"TFL3")
     return bytes(b.Output())

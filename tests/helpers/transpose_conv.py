@@ -24,6 +24,7 @@ SAME, VALID = 1, 2
 
 # ------------------------------------------------------------------ reference
 
+
 def out_geometry(size, k, s, padding):
     """Output length and leading pad along one axis."""
     pad = max(0, k - ((size - 1) % s) - 1) if padding == SAME else 0
@@ -56,7 +57,7 @@ def reference(x, w, bias, padding, stride_w, stride_h):
                 continue
             rx = ixs[vx]
             sx = slice(oxs[vx][0], oxs[vx][-1] + 1, stride_w)
-            patch = x[:, ry[0]:ry[-1] + 1, rx[0]:rx[-1] + 1, :]
+            patch = x[:, ry[0] : ry[-1] + 1, rx[0] : rx[-1] + 1, :]
             for c in range(ic):
                 # float32 product, then float32 add: two roundings, like the C loop.
                 out[:, sy, sx, :] += patch[..., c, None] * w[None, None, None, :, ky, kx, c]
@@ -89,8 +90,12 @@ def one_op_model(x_shape, w, bias, opts, dequantize=False, out_shape=(1, 1, 1, 1
 
 
 def run(model, x, lib=None, **kw):
-    it = oo.Interpreter(model_content=model, custom_ops=[lib or K.kernel("convolution2d_transpose_bias")],
-                        use_xnnpack=kw.pop("use_xnnpack", False), **kw)
+    it = oo.Interpreter(
+        model_content=model,
+        custom_ops=[lib or K.kernel("convolution2d_transpose_bias")],
+        use_xnnpack=kw.pop("use_xnnpack", False),
+        **kw,
+    )
     it.allocate_tensors()
     it.set_tensor(it.get_input_details()[0]["index"], x)
     it.invoke()

@@ -18,7 +18,7 @@ def _children() -> set[int]:
         except OSError:
             continue
         # pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
-        if stat[stat.rindex(")") + 2:].split()[1] == me:
+        if stat[stat.rindex(")") + 2 :].split()[1] == me:
             out.add(int(d))
     return out
 
@@ -45,5 +45,9 @@ def _our_fds() -> int:
 
 
 def resources() -> dict:
-    return {"children": _children(), "/dev/shm entries": _shm_entries(), "shared mappings": _our_mappings(),
-            "memfd and pidfd descriptors": _our_fds()}
+    return {
+        "children": _children(),
+        "/dev/shm entries": _shm_entries(),
+        "shared mappings": _our_mappings(),
+        "memfd and pidfd descriptors": _our_fds(),
+    }

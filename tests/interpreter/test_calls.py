@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from tests.helpers.child_process import crashed, run_child
 from opaque_ops.model import ModelBuilder
+from tests.helpers.child_process import crashed, run_child
 
 # How long the op waits for the other thread's call to finish.  Serialized,
 # the call cannot finish at all during the op; unserialized it takes
@@ -283,7 +283,9 @@ def test_close_from_another_thread_keeps_the_ops_exception():
 
 
 def test_cancel_then_close_from_another_thread_keeps_keyboard_interrupt():
-    p = run_child(SLOW + """
+    p = run_child(
+        SLOW
+        + """
 import threading, time, json
 import opaque_ops as oo
 it = oo.Interpreter(model_content=slow_model(), use_xnnpack=False, num_threads=1)
@@ -300,6 +302,7 @@ def worker():
 th = threading.Thread(target=worker); th.start()
 time.sleep(0.2); it.cancel(); it.close(); th.join(30)
 print(json.dumps(res))
-""")
+"""
+    )
     assert p.returncode == 0, crashed(p)
     assert '"outcome": "KeyboardInterrupt: invoke was cancelled"' in p.stdout, p.stdout

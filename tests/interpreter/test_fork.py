@@ -10,7 +10,6 @@ import json
 
 from tests.helpers.child_process import crashed, run_child
 
-
 SETUP = """
 import json, os, sys, threading, time, multiprocessing as mp
 import numpy as np, opaque_ops as oo
@@ -61,8 +60,10 @@ got = in_fork(lambda: run(it).tolist())
 print(json.dumps({"child": got, "parent_ok": bool(np.array_equal(run(it), ref)), "pid": os.getpid()}))
 """)
     assert out["child"] != "HUNG"
-    assert out["child"].startswith(f"ClosedError: this Interpreter was created in process {out['pid']} and "
-                                   "reached this process through a fork; it runs 2 threads")
+    assert out["child"].startswith(
+        f"ClosedError: this Interpreter was created in process {out['pid']} and "
+        "reached this process through a fork; it runs 2 threads"
+    )
     assert "multiprocessing.get_context('spawn')" in out["child"]
     assert out["parent_ok"]
 

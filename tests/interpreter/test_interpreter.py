@@ -13,9 +13,9 @@ import pytest
 import opaque_ops as oo
 from opaque_ops import _native
 from opaque_ops.model import ModelBuilder
-
 from tests.helpers.atan import ATAN_INPUT, MACRO_ATAN, OFFSET, make_model, reference, run_atan
 from tests.helpers.locations import ROOT
+
 
 def test_guide_style_source_runs_the_seed_model(atan_model_bytes, guide_atan):
     # The guide creates its op as "ATAN"; it must be registered as the model's "Atan".
@@ -234,8 +234,7 @@ def test_close_is_idempotent_and_use_after_close_is_clean(atan_model_bytes, guid
     assert float(view.sum()) == 5.0
 
 
-@pytest.mark.parametrize("order", list(itertools.permutations(["it", "view", "runner", "op", "data"])),
-                         ids="-".join)
+@pytest.mark.parametrize("order", list(itertools.permutations(["it", "view", "runner", "op", "data"])), ids="-".join)
 def test_objects_die_in_any_order(order, atan_model_bytes):
     # Five objects with independent lifetimes: the interpreter, a tensor()
     # view, a signature runner, the Python op, and the model bytes (kept by

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-
 from tests.helpers.atan import ATAN_INPUT
 from tests.helpers.atan import reference as atan_ref
 from tools import leak_check
@@ -95,8 +94,7 @@ def test_op_library_deleted_before_interpreter(atan_model_bytes, atan_source):
     it.allocate_tensors()
     it.set_tensor(0, ATAN_INPUT)
     it.invoke()
-    np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"]), atan_ref(ATAN_INPUT),
-                               rtol=1e-6)
+    np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"]), atan_ref(ATAN_INPUT), rtol=1e-6)
     del it
     gc.collect()
     assert r_lib() is None  # the interpreter held the library, and let it go

@@ -15,8 +15,8 @@ import pytest
 from ai_edge_litert import interpreter as litert
 
 import opaque_ops as oo
-from tests.helpers.locations import package_file
 from opaque_ops.model import ModelBuilder
+from tests.helpers.locations import package_file
 
 IMPLS = {"litert": litert.Interpreter, "ours": oo.Interpreter}
 
@@ -108,9 +108,18 @@ def test_reset_on_a_streaming_model_with_resource_variables(models):
 
 def _comparable(d):
     q = d["quantization_parameters"]
-    return (d["name"], d["index"], d["shape"].tolist(), d["shape_signature"].tolist(), d["dtype"],
-            d["quantization"], q["scales"].tolist(), q["zero_points"].tolist(), q["quantized_dimension"],
-            q.get("block_size"))
+    return (
+        d["name"],
+        d["index"],
+        d["shape"].tolist(),
+        d["shape_signature"].tolist(),
+        d["dtype"],
+        d["quantization"],
+        q["scales"].tolist(),
+        q["zero_points"].tolist(),
+        q["quantized_dimension"],
+        q.get("block_size"),
+    )
 
 
 def test_tensor_details_of_every_subgraph_match(models):
@@ -166,17 +175,25 @@ SITUATIONS = {
     "strict resize of a fixed dimension": ("emb", _strict),
     "resize of a tensor that is not an input": ("emb", lambda it: it.resize_tensor_input(5, [1])),
     "allocate that cannot succeed": ("mel", lambda it: it.allocate_tensors()),
-    "invoke failure": ("gather", lambda it: (it.allocate_tensors(), it.set_tensor(1, np.array([10], np.int32)),
-                                              it.invoke())),
+    "invoke failure": (
+        "gather",
+        lambda it: (it.allocate_tensors(), it.set_tensor(1, np.array([10], np.int32)), it.invoke()),
+    ),
     "invoke before allocate_tensors": ("emb", lambda it: it.invoke()),
-    "invoke after a resize, before allocate_tensors": ("emb", lambda it: (
-        it.allocate_tensors(), it.resize_tensor_input(0, [2, 76, 32, 1]), it.invoke())),
+    "invoke after a resize, before allocate_tensors": (
+        "emb",
+        lambda it: (it.allocate_tensors(), it.resize_tensor_input(0, [2, 76, 32, 1]), it.invoke()),
+    ),
     "get_tensor before allocate_tensors": ("emb", lambda it: it.get_tensor(0)),
     "set_tensor before allocate_tensors": ("emb", lambda it: it.set_tensor(0, np.zeros((1, 76, 32, 1), np.float32))),
-    "set_tensor with the wrong dtype": ("emb", lambda it: (it.allocate_tensors(),
-                                                           it.set_tensor(0, np.zeros((1, 76, 32, 1))))),
-    "set_tensor with the wrong shape": ("emb", lambda it: (it.allocate_tensors(),
-                                                           it.set_tensor(0, np.zeros((1, 76, 32, 2), np.float32)))),
+    "set_tensor with the wrong dtype": (
+        "emb",
+        lambda it: (it.allocate_tensors(), it.set_tensor(0, np.zeros((1, 76, 32, 1)))),
+    ),
+    "set_tensor with the wrong shape": (
+        "emb",
+        lambda it: (it.allocate_tensors(), it.set_tensor(0, np.zeros((1, 76, 32, 2), np.float32))),
+    ),
     "get_tensor of a tensor that does not exist": ("emb", lambda it: (it.allocate_tensors(), it.get_tensor(10**6))),
 }
 
@@ -241,8 +258,10 @@ def test_constructor_takes_the_references_arguments_in_their_order(models):
     assert ours == ref
 
 
-@pytest.mark.parametrize("resolver", [oo.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-                                      litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES])
+@pytest.mark.parametrize(
+    "resolver",
+    [oo.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES],
+)
 def test_op_resolver_without_default_delegates_turns_xnnpack_off(resolver, models):
     it = oo.Interpreter(model_path=models["emb"], experimental_op_resolver_type=resolver)
     assert it.xnnpack is False
@@ -272,9 +291,11 @@ def _all_tensors(it):
 def test_preserve_all_tensors_keeps_every_intermediate(models):
     x = (np.random.default_rng(0).standard_normal((1, 1760)) * 1000).astype(np.float32)
     got = {}
-    for name, cls, kw in (("litert", litert.Interpreter, {"experimental_preserve_all_tensors": True}),
-                          ("ours", oo.Interpreter, {"experimental_preserve_all_tensors": True}),
-                          ("ours_shared_arena", oo.Interpreter, {"use_xnnpack": False})):
+    for name, cls, kw in (
+        ("litert", litert.Interpreter, {"experimental_preserve_all_tensors": True}),
+        ("ours", oo.Interpreter, {"experimental_preserve_all_tensors": True}),
+        ("ours_shared_arena", oo.Interpreter, {"use_xnnpack": False}),
+    ):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # litert's "for debugging only" warning
             it = cls(model_path=models["mel"], **kw)
@@ -289,7 +310,9 @@ def test_preserve_all_tensors_keeps_every_intermediate(models):
     assert set(got["ours"]) == set(ref) and len(ref) > 30
 
     def differing(vals):
-        return [k for k in ref if vals[k].shape != ref[k].shape or not np.allclose(vals[k], ref[k], rtol=1e-3, atol=1e-3)]
+        return [
+            k for k in ref if vals[k].shape != ref[k].shape or not np.allclose(vals[k], ref[k], rtol=1e-3, atol=1e-3)
+        ]
 
     assert differing(got["ours"]) == []
     assert len(differing(got["ours_shared_arena"])) > 5  # without it, the arena reuses memory
@@ -305,8 +328,12 @@ def test_preserve_all_tensors_follows_a_resize(models):
             impl.allocate_tensors()
             impl.set_tensor(0, x)
             impl.invoke()
-        np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"]),
-                                   ref.get_tensor(ref.get_output_details()[0]["index"]), rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(
+            it.get_tensor(it.get_output_details()[0]["index"]),
+            ref.get_tensor(ref.get_output_details()[0]["index"]),
+            rtol=1e-4,
+            atol=1e-3,
+        )
 
 
 def test_disable_delegate_clustering_runs_without_xnnpack(models):

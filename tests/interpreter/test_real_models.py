@@ -6,9 +6,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-
 from tests.helpers.locations import package_file
-
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
 

@@ -8,7 +8,6 @@ import json
 
 from tests.helpers.child_process import run_child
 
-
 SLOW_MODEL = """
 import numpy as np
 from tests.helpers.slow_model import slow_model
@@ -16,7 +15,9 @@ from tests.helpers.slow_model import slow_model
 
 
 def test_ctrl_c_cancels_a_long_invoke_and_the_interpreter_stays_usable():
-    code = SLOW_MODEL + """
+    code = (
+        SLOW_MODEL
+        + """
 import os, signal, threading, time, json
 import opaque_ops as oo
 it = oo.Interpreter(model_content=slow_model(), use_xnnpack=False, num_threads=1)
@@ -40,6 +41,7 @@ it.invoke()
 same = bool(np.array_equal(ref, it.get_tensor(it.get_output_details()[0]["index"])))
 print(json.dumps({"full": full, "at": at, "took": took, "same": same, "wakeup_fd": signal.set_wakeup_fd(-1)}))
 """
+    )
     p = run_child(code)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "Exception ignored" not in p.stderr, p.stderr
@@ -52,7 +54,9 @@ print(json.dumps({"full": full, "at": at, "took": took, "same": same, "wakeup_fd
 
 def test_ctrl_c_leaves_an_existing_wakeup_fd_alone():
     # An event loop owns the wakeup fd: invoke must not take it over.
-    code = SLOW_MODEL + """
+    code = (
+        SLOW_MODEL
+        + """
 import os, signal, socket, json
 import opaque_ops as oo
 r, w = socket.socketpair(); w.setblocking(False)
@@ -61,13 +65,16 @@ it = oo.Interpreter(model_content=slow_model(layers=2, hw=32), use_xnnpack=False
 it.allocate_tensors(); it.invoke(); it.invoke()
 print(json.dumps({"kept": signal.set_wakeup_fd(-1) == w.fileno()}))
 """
+    )
     p = run_child(code)
     assert p.returncode == 0, p.stderr[-2000:]
     assert '"kept": true' in p.stdout
 
 
 def test_cancel_from_another_thread():
-    code = SLOW_MODEL + """
+    code = (
+        SLOW_MODEL
+        + """
 import threading, time, json
 import opaque_ops as oo
 it = oo.Interpreter(model_content=slow_model(), use_xnnpack=False, num_threads=1)
@@ -86,6 +93,7 @@ time.sleep(0.2); it.cancel(); th.join(30)
 it.invoke()   # usable afterwards
 print(json.dumps(res))
 """
+    )
     p = run_child(code)
     assert p.returncode == 0, p.stderr[-2000:]
     assert '"outcome": "cancelled: invoke was cancelled"' in p.stdout, p.stdout

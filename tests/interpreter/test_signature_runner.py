@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from tests.helpers.child_process import crashed, run_child
 from tests.helpers.atan import ATAN_INPUT
+from tests.helpers.child_process import crashed, run_child
 from tests.helpers.locations import package_file
-
 
 OFFSET = np.float32(0.99999905)
 

@@ -7,7 +7,6 @@ import threading
 import numpy as np
 
 import opaque_ops as oo
-
 from tests.helpers.atan import OFFSET
 from tests.helpers.atan import reference as atan_ref
 

@@ -36,9 +36,9 @@ import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.interpreter import xnnpack as _xnnpack
 from opaque_ops.model import ModelBuilder, read_model
+from tests.helpers.hostile_options import run_isolated
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-from tests.helpers.hostile_options import run_isolated
 
 CONV, POOL, UNPOOL = "Convolution2DTransposeBias", "MaxPoolingWithArgmax2D", "MaxUnpooling2D"
 OPS = [CONV, POOL, UNPOOL]
@@ -105,7 +105,7 @@ class Counting:
         return 1000.0 * (OPS.index(op) + 1) + count
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _counting():
     return Counting()
 
@@ -175,6 +175,7 @@ def run_chain(op, lib, **kw):
 
 
 # ------------------------------------------------------------------ routing
+
 
 def check_kernel_ran_with_xnnpack(op, **kw):
     """The counting kernel ran ``op``'s node and XNNPACK took the builtins around it."""
@@ -412,6 +413,7 @@ def test_true_gives_xnnpack_a_pool_unpool_pair_it_runs_itself():
 
 # ------------------------------------------------------------------ the private model copy
 
+
 def test_alias_model_renames_only_the_op_code():
     """A tensor with the op's name keeps it; the op code gets the alias; the model stays valid."""
     b = ModelBuilder()
@@ -426,22 +428,23 @@ def test_alias_model_renames_only_the_op_code():
     b.set_outputs([z])
     data = b.build()
     aliased = _xnnpack.alias_model(data, {CONV: CONV + _xnnpack.ALIAS_SUFFIX})
-    assert aliased[:len(data)] != data or len(aliased) > len(data)
+    assert aliased[: len(data)] != data or len(aliased) > len(data)
     info = read_model(aliased)
     assert info.custom_ops() == [("Atan", 1), (CONV + _xnnpack.ALIAS_SUFFIX, 1)]
     assert info.subgraphs[0].tensors[x].name == CONV
     # Everything else reads back the same as the original.
     orig = read_model(data)
     assert [t.name for t in info.subgraphs[0].tensors] == [t.name for t in orig.subgraphs[0].tensors]
-    assert [op.custom_options for op in info.subgraphs[0].operators] == \
-        [op.custom_options for op in orig.subgraphs[0].operators]
+    assert [op.custom_options for op in info.subgraphs[0].operators] == [
+        op.custom_options for op in orig.subgraphs[0].operators
+    ]
     assert _xnnpack.alias_model(data, {}) is data
     # Whatever the length of the original, the appended string is 4-byte
     # aligned as flatbuffers requires, and TFLite's verifier accepts the copy.
     for extra in range(4):
         padded = data + bytes(extra)
         aliased = _xnnpack.alias_model(padded, {CONV: CONV + _xnnpack.ALIAS_SUFFIX})
-        (pos, name), = [f for f in _xnnpack._custom_code_fields(aliased) if f[1] != b"Atan"]
+        ((pos, name),) = [f for f in _xnnpack._custom_code_fields(aliased) if f[1] != b"Atan"]
         assert name == (CONV + _xnnpack.ALIAS_SUFFIX).encode()
         assert (pos + struct.unpack_from("<I", aliased, pos)[0]) % 4 == 0
         it = oo.Interpreter(model_content=padded, custom_ops=[K.mediapipe()])
@@ -477,6 +480,7 @@ def test_hidden_ops_policy():
 
 # ------------------------------------------------------------------ MediaPipe's selfie model
 
+
 def selfie_model():
     from tests.helpers.locations import package_file
 
@@ -504,6 +508,7 @@ def test_selfie_default_matches_ai_edge_litert():
     """Our default (XNNPACK + the bundled kernel) against ai-edge-litert, which
     runs XNNPACK's own copy of the op: the same mask up to float rounding."""
     from ai_edge_litert.interpreter import Interpreter as LiteRT
+
     from tests.helpers.synthetic_images import synthetic_person
 
     path = selfie_model()

@@ -8,7 +8,6 @@ import time
 import pytest
 
 import opaque_ops as oo
-
 from tests.helpers.misbehaving_kernels import KERNELS
 from tests.helpers.worker_resources import resources
 
@@ -28,8 +27,11 @@ def no_leaks():
     while True:
         gc.collect()
         after = resources()
-        leaked = {k: (before[k], after[k]) for k in after
-                  if (after[k] - before[k] if k == "children" else after[k] > before[k])}
+        leaked = {
+            k: (before[k], after[k])
+            for k in after
+            if (after[k] - before[k] if k == "children" else after[k] > before[k])
+        }
         if not leaked or time.monotonic() > deadline:
             break
         time.sleep(0.05)

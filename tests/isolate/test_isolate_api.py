@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from tests.helpers.misbehaving_kernels import one_op, twice
 from tests.helpers.atan import make_model
 from tests.helpers.child_process import run_python
 from tests.helpers.locations import ADD_DELEGATE_PLUGIN_C
+from tests.helpers.misbehaving_kernels import one_op, twice
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -110,10 +110,12 @@ def test_resize_without_allocate_answers_as_in_process(pair):
     for it in (a, b):
         it.allocate_tensors()
         it.resize_tensor_input(0, [7])
-    for case in (lambda it: it.set_tensor(0, np.zeros(5, np.float32)),
-                 lambda it: it.set_tensor(0, np.zeros(7, np.float32)),
-                 lambda it: it.get_tensor(it.get_output_details()[0]["index"]),
-                 lambda it: it.invoke()):
+    for case in (
+        lambda it: it.set_tensor(0, np.zeros(5, np.float32)),
+        lambda it: it.set_tensor(0, np.zeros(7, np.float32)),
+        lambda it: it.get_tensor(it.get_output_details()[0]["index"]),
+        lambda it: it.invoke(),
+    ):
         outcomes = []
         for it in (a, b):
             try:
@@ -253,8 +255,7 @@ def test_delegate_plugins_are_recreated_in_the_worker(tmp_path):
 
     cc = shutil.which("cc") or shutil.which("gcc")
     plugin = tmp_path / "add_delegate.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(plugin), str(ADD_DELEGATE_PLUGIN_C)],
-                   check=True)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(plugin), str(ADD_DELEGATE_PLUGIN_C)], check=True)
     c = np.array([1, 2, 3, 4], np.float32)
     b = ModelBuilder()
     x = b.add_tensor("x", [4], np.float32)
@@ -306,7 +307,8 @@ def test_python_op_that_cannot_travel_is_a_clear_error():
 def test_python_op_defined_in_a_script(tmp_path):
     """A script's own functions reach the worker (it imports the script as __mp_main__)."""
     script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import numpy as np
         import opaque_ops as oo
         from tests.helpers.misbehaving_kernels import one_op
@@ -321,7 +323,8 @@ def test_python_op_defined_in_a_script(tmp_path):
                 it.set_tensor(0, np.arange(4, dtype=np.float32))
                 it.invoke()
                 print(it.get_tensor(it.get_output_details()[0]["index"]).tolist())
-    """))
+    """)
+    )
     out = run_python(script, timeout=300)  # the repository root on its PYTHONPATH: tests.helpers imports
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[0.0, 3.0, 6.0, 9.0]"
@@ -384,8 +387,7 @@ def test_pickles_as_an_isolated_interpreter_with_its_own_worker(atan_model_bytes
     from opaque_ops.isolate.proxy import IsolatedInterpreter
 
     x = np.linspace(-3, 3, 7, dtype=np.float32)
-    with oo.Interpreter(model_content=atan_model_bytes, custom_ops=[oo.kernels.atan()], isolate=True,
-                        timeout=30) as it:
+    with oo.Interpreter(model_content=atan_model_bytes, custom_ops=[oo.kernels.atan()], isolate=True, timeout=30) as it:
         d = it.get_input_details()[0]
         it.resize_tensor_input(d["index"], x.shape)
         it.allocate_tensors()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.misbehaving_kernels import one_op
 from opaque_ops.cli.commands import CHECK_OK, CHECK_REFUSED, CHECK_UNSAFE, main
+from tests.helpers.misbehaving_kernels import one_op
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -53,8 +53,24 @@ def test_run_isolate(tmp_path, bad_lib_path, capsys):
     x = tmp_path / "x.npy"
     np.save(x, np.arange(4, dtype=np.float32))
     out_dir = tmp_path / "out"
-    assert main(["run", _model(tmp_path, "Twice"), "--ops", bad_lib_path, "--input", f"0={x}", "--isolate",
-                 "--output-dir", str(out_dir), "--timeout", "60"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                _model(tmp_path, "Twice"),
+                "--ops",
+                bad_lib_path,
+                "--input",
+                f"0={x}",
+                "--isolate",
+                "--output-dir",
+                str(out_dir),
+                "--timeout",
+                "60",
+            ]
+        )
+        == 0
+    )
     (f,) = out_dir.glob("*.npy")
     np.testing.assert_array_equal(np.load(f), 2 * np.arange(4, dtype=np.float32) + 1)
 
@@ -62,8 +78,10 @@ def test_run_isolate(tmp_path, bad_lib_path, capsys):
 def test_run_isolate_crash_is_reported(tmp_path, bad_lib_path, capsys):
     x = tmp_path / "x.npy"
     np.save(x, np.arange(4, dtype=np.float32))
-    assert main(["run", _model(tmp_path, "CrashAbort"), "--ops", bad_lib_path, "--input", f"0={x}",
-                 "--isolate"]) == CHECK_UNSAFE
+    assert (
+        main(["run", _model(tmp_path, "CrashAbort"), "--ops", bad_lib_path, "--input", f"0={x}", "--isolate"])
+        == CHECK_UNSAFE
+    )
     err = capsys.readouterr().err
     assert "SIGABRT" in err and "CrashAbortInvoke" in err
 

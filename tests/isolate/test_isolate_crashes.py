@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 import signal
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest

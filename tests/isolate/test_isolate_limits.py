@@ -160,8 +160,7 @@ def test_memory_limit_parsing():
 def test_arrays_past_the_memory_cap_are_not_sent(atan_model_bytes, guide_atan):
     """A call whose arrays alone exceed the worker's cap is refused in this process, before
     anything is copied into shared memory."""
-    it = oo.Interpreter(model_content=atan_model_bytes, custom_ops=[guide_atan], isolate=True,
-                        memory_limit="16M")
+    it = oo.Interpreter(model_content=atan_model_bytes, custom_ops=[guide_atan], isolate=True, memory_limit="16M")
     runner = it.get_signature_runner()
     with pytest.raises(oo.InvalidInputError, match="memory_limit=16777216"):
         runner(x=np.zeros(8 << 20, np.float32))  # 32 MiB

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from tests.helpers.misbehaving_kernels import one_op, twice
 from opaque_ops.isolate import protocol as P
+from tests.helpers.misbehaving_kernels import one_op, twice
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -88,7 +88,7 @@ def test_crash_record_layout_matches_the_c_helper():
     from opaque_ops.build import paths as _paths
 
     src = (_paths.c_dir() / "src" / "isolate_helper.c").read_text()
-    body = src[src.index("typedef struct {"):src.index("} oo_crash_record;")]
+    body = src[src.index("typedef struct {") : src.index("} oo_crash_record;")]
     fields = [line.split()[0] for line in body.splitlines()[1:] if line.strip() and not line.strip().startswith("/*")]
     assert fields == ["int32_t"] * 6 + ["uint64_t", "char"]
     assert P.CRASH_RECORD.format == "<iiiiiiQ64s" and "char op[64]" in body

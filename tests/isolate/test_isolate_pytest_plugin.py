@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.child_process import run_python
-from tests.helpers.misbehaving_kernels import KERNELS
 from tests.helpers.locations import ROOT
+from tests.helpers.misbehaving_kernels import KERNELS
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
-TEST_FILE = '''
+TEST_FILE = """
 import numpy as np
 import pytest
 import opaque_ops as oo
@@ -32,14 +32,15 @@ def test_interpreter_too(oo_worker):
                         custom_ops=[oo.compile_ops(KERNELS)], isolate=oo_worker)
     assert oo_worker.pid is not None
     it.close()
-'''
+"""
 
 
 def _run(tmp_path, mark: str, *args):
     f = tmp_path / "test_kernels.py"
     f.write_text(TEST_FILE.format(kernels=KERNELS, mark=mark))
-    return run_python("-m", "pytest", "-q", "-p", "no:cacheprovider", f, *args, cwd=tmp_path, timeout=600,
-                      env=_env(tmp_path))
+    return run_python(
+        "-m", "pytest", "-q", "-p", "no:cacheprovider", f, *args, cwd=tmp_path, timeout=600, env=_env(tmp_path)
+    )
 
 
 def _env(tmp_path):

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.usefixtures("no_leaks")
 def _pkg(name: str) -> Path:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        pytest.fail(f"{name} is not installed (a test dependency: pip install -e '.[test]', and mediapipe "
-                    "with --no-deps)")
+        pytest.fail(
+            f"{name} is not installed (a test dependency: pip install -e '.[test]', and mediapipe with --no-deps)"
+        )
     return Path(list(spec.submodule_search_locations)[0])
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import opaque_ops as oo
-from tests.helpers.misbehaving_kernels import chain, one_op
 from opaque_ops.isolate import run_model, run_models
+from tests.helpers.misbehaving_kernels import chain, one_op
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -24,8 +24,14 @@ def test_each_outcome(bad_ops):
 
 
 def test_many_models_one_worker_restarted_after_each_crash(bad_ops):
-    models = [one_op("Twice"), one_op("CrashAbort"), one_op("Twice"), (one_op("CrashNull"), {}),
-              (chain("Twice", 3), {"resize": [7]}), b"garbage"]
+    models = [
+        one_op("Twice"),
+        one_op("CrashAbort"),
+        one_op("Twice"),
+        (one_op("CrashNull"), {}),
+        (chain("Twice", 3), {"resize": [7]}),
+        b"garbage",
+    ]
     seen = []
     summary = run_models(models, custom_ops=[bad_ops], on_outcome=lambda i, d, o, out: seen.append(out.status))
     assert seen == ["ok", "crash", "ok", "crash", "ok", "rejected"]

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from tests.helpers.misbehaving_kernels import twice
 from opaque_ops.testing import GuardError, run_op
+from tests.helpers.misbehaving_kernels import twice
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 X = np.linspace(-2, 2, 9, dtype=np.float32)

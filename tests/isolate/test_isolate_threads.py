@@ -18,8 +18,7 @@ pytestmark = pytest.mark.usefixtures("no_leaks")
 def test_four_threads_on_four_isolated_interpreters(bad_ops):
     """Each thread checks every result against its own input: any cross-talk between
     interpreters (a shared buffer, a reply read by the wrong caller) fails it."""
-    its = [oo.Interpreter(model_content=one_op("Twice", n=64), custom_ops=[bad_ops], isolate=True)
-           for _ in range(4)]
+    its = [oo.Interpreter(model_content=one_op("Twice", n=64), custom_ops=[bad_ops], isolate=True) for _ in range(4)]
     assert len({it.worker_pid for it in its}) == 4
     for it in its:
         it.allocate_tensors()
@@ -139,8 +138,9 @@ def test_worker_does_not_outlive_its_parent(tmp_path):
     )
     # Popen, not the tests' child runner (tests.helpers.child_process): the parent is killed while it
     # runs.  The checkout's opaque_ops, as the runner would give it.
-    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    p = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT))
+    )
     worker = int(p.stdout.readline())
     assert os.path.exists(f"/proc/{worker}")
     p.send_signal(signal.SIGKILL)

@@ -25,7 +25,6 @@ import pytest
 import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder
-
 from tests.helpers.hostile_options import run_isolated
 
 CAN_DISABLE_XNNPACK = "use_xnnpack" in inspect.signature(oo.Interpreter.__init__).parameters
@@ -153,8 +152,7 @@ def test_pool_random(lib, seed, size):
     rng = np.random.default_rng(seed)
     cfg = random_config(rng)
     act = int(rng.integers(0, 4))
-    shape = (int(rng.integers(1, 3)), int(rng.integers(3, 12)), int(rng.integers(3, 12)),
-             int(rng.integers(1, 5)))
+    shape = (int(rng.integers(1, 3)), int(rng.integers(3, 12)), int(rng.integers(3, 12)), int(rng.integers(1, 5)))
     # Few distinct values, so ties happen and the first-maximum rule is tested.
     x = rng.integers(-4, 5, shape).astype(np.float32) * 0.75
     v, i = run_pool(lib, x, opts(*cfg, act=act, size=size))
@@ -204,8 +202,9 @@ def test_pool_worked_example(lib):
     np.testing.assert_allclose(i[0, :, :, 0], [[2.1, 3.1], [3.1, 1.1]], atol=1e-6)
 
 
-@pytest.mark.parametrize("bad", [np.float32(4.0), np.float32(-0.5), np.float32(np.nan),
-                                 np.float32(1e9), np.float32(-np.inf)])
+@pytest.mark.parametrize(
+    "bad", [np.float32(4.0), np.float32(-0.5), np.float32(np.nan), np.float32(1e9), np.float32(-np.inf)]
+)
 def test_unpool_index_out_of_range(lib, bad):
     o = opts(1, 1, 1, 2, 2)  # stride != filter: never XNNPACK's
     v = np.ones((1, 3, 3, 2), np.float32)
@@ -215,28 +214,34 @@ def test_unpool_index_out_of_range(lib, bad):
         run_unpool(lib, v, i, o)
 
 
-@pytest.mark.parametrize("raw, needle", [
-    (b"", "at least 24 bytes"),
-    (struct.pack("<5i", 1, 1, 1, 2, 2), "at least 24 bytes"),
-    (opts(0, 1, 1, 2, 2), "padding"),
-    (opts(3, 1, 1, 2, 2), "padding"),
-    (opts(1, 0, 1, 2, 2), "strides and filter"),
-    (opts(1, 1, -1, 2, 2), "strides and filter"),
-    (opts(1, 1, 1, 0, 2), "strides and filter"),
-    (opts(1, 1, 1, 2, 2, act=6), "activation"),
-])
+@pytest.mark.parametrize(
+    "raw, needle",
+    [
+        (b"", "at least 24 bytes"),
+        (struct.pack("<5i", 1, 1, 1, 2, 2), "at least 24 bytes"),
+        (opts(0, 1, 1, 2, 2), "padding"),
+        (opts(3, 1, 1, 2, 2), "padding"),
+        (opts(1, 0, 1, 2, 2), "strides and filter"),
+        (opts(1, 1, -1, 2, 2), "strides and filter"),
+        (opts(1, 1, 1, 0, 2), "strides and filter"),
+        (opts(1, 1, 1, 2, 2, act=6), "activation"),
+    ],
+)
 def test_pool_bad_options(lib, raw, needle):
     it = interp(pool_model([1, 4, 4, 1], raw or None), lib)
     with pytest.raises(oo.KernelError, match=f"MaxPoolingWithArgmax2D: .*{needle}"):
         it.allocate_tensors()
 
 
-@pytest.mark.parametrize("raw, needle", [
-    (b"", "at least 24 bytes"),
-    (b"\x01" * 23, "at least 24 bytes"),
-    (opts(1, 1, 1, 2, 0), "strides and filter"),
-    (opts(1, 1, 1, 70000, 2), "strides and filter"),
-])
+@pytest.mark.parametrize(
+    "raw, needle",
+    [
+        (b"", "at least 24 bytes"),
+        (b"\x01" * 23, "at least 24 bytes"),
+        (opts(1, 1, 1, 2, 0), "strides and filter"),
+        (opts(1, 1, 1, 70000, 2), "strides and filter"),
+    ],
+)
 def test_unpool_bad_options(lib, raw, needle):
     it = interp(unpool_model([1, 4, 4, 1], raw or None), lib)
     with pytest.raises(oo.KernelError, match=f"MaxUnpooling2D: .*{needle}"):

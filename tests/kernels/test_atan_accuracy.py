@@ -98,9 +98,25 @@ def test_around_one_every_float(atan):
 
 
 def test_special_values(atan):
-    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.0, -1.0,
-                  np.finfo(np.float32).max, -np.finfo(np.float32).max, F32_TINY, -F32_TINY,
-                  np.float32(2.0**-12), np.float32(2.0**-12) * np.float32(0.99999994)], np.float32)
+    x = np.array(
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            -np.nan,
+            1.0,
+            -1.0,
+            np.finfo(np.float32).max,
+            -np.finfo(np.float32).max,
+            F32_TINY,
+            -F32_TINY,
+            np.float32(2.0**-12),
+            np.float32(2.0**-12) * np.float32(0.99999994),
+        ],
+        np.float32,
+    )
     r = atan(x)
     bits = r.view(np.uint32)
     assert bits[0] == 0 and bits[1] == 0x80000000  # signed zeros keep their sign
@@ -114,8 +130,9 @@ def test_special_values(atan):
 def test_subnormals_pass_through_unchanged(atan):
     """Every subnormal magnitude class, both signs: atan(x) rounds to x itself."""
     rng = np.random.default_rng(3)
-    bits = np.concatenate([np.arange(1, 4096, dtype=np.uint32),
-                           rng.integers(1, 1 << 23, size=100_000, dtype=np.uint32)])
+    bits = np.concatenate(
+        [np.arange(1, 4096, dtype=np.uint32), rng.integers(1, 1 << 23, size=100_000, dtype=np.uint32)]
+    )
     x = np.concatenate([bits, bits | np.uint32(0x80000000)]).view(np.float32)
     assert (np.abs(x) < F32_TINY).all() and (x != 0).all()
     np.testing.assert_array_equal(atan(x).view(np.uint32), x.view(np.uint32))

@@ -6,6 +6,7 @@ Atan's reference is arctan evaluated in float64 and rounded once to float32
 result may differ from the rounded reference by one float step.  Clamp's
 reference is np.clip to [0, 1], matched bit for bit.
 """
+
 import numpy as np
 import pytest
 
@@ -38,10 +39,27 @@ def hard_floats(rng, n):
     bits = rng.integers(0, 2**32, size=n, dtype=np.uint64).astype(np.uint32)
     wide = bits.view(np.float32)  # all exponents, including inf/nan/subnormals
     normal = rng.standard_normal(n).astype(np.float32) * np.float32(3)
-    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e-45, -1e-45,
-                         np.finfo(np.float32).max, -np.finfo(np.float32).max,
-                         np.finfo(np.float32).tiny, 0.5, 1.0000001, 0.99999994, 16777216.0],
-                        dtype=np.float32)
+    specials = np.array(
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            1.0,
+            -1.0,
+            1e-45,
+            -1e-45,
+            np.finfo(np.float32).max,
+            -np.finfo(np.float32).max,
+            np.finfo(np.float32).tiny,
+            0.5,
+            1.0000001,
+            0.99999994,
+            16777216.0,
+        ],
+        dtype=np.float32,
+    )
     return np.concatenate([wide, normal, specials]).astype(np.float32)
 
 
@@ -114,8 +132,7 @@ def test_empty_tensor():
 
 
 @pytest.mark.parametrize("op,lib", [("Atan", "atan"), ("Clamp", "clamp")])
-@pytest.mark.parametrize("in_dtype,out_dtype", [(np.int32, np.int32), (np.float32, np.int32),
-                                                (np.float16, np.float32)])
+@pytest.mark.parametrize("in_dtype,out_dtype", [(np.int32, np.int32), (np.float32, np.int32), (np.float16, np.float32)])
 def test_type_check(op, lib, in_dtype, out_dtype):
     model = one_op_model(op, [4], in_dtype, out_dtype)
     it = oo.Interpreter(model_content=model, custom_ops=[K.kernel(lib)])

@@ -15,6 +15,7 @@ DEQUANTIZE nodes too.  XNNPACK implements this op itself; a registered kernel
 still runs the node with XNNPACK on (the XNNPACK section below, and
 tests/interpreter/test_xnnpack.py).
 """
+
 import random
 import textwrap
 
@@ -24,11 +25,17 @@ import pytest
 import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder
-
 from tests.helpers.hostile_options import run_isolated
-
 from tests.helpers.transpose_conv import (  # noqa: F401 (the names the tests below use)
-    COUNTING_SOURCE, SAME, VALID, CountingKernel, one_op_model, options, out_geometry, reference, run,
+    COUNTING_SOURCE,
+    SAME,
+    VALID,
+    CountingKernel,
+    one_op_model,
+    options,
+    out_geometry,
+    reference,
+    run,
 )
 
 
@@ -38,6 +45,7 @@ def counting():
 
 
 # ---------------------------------------------------------------- reference
+
 
 def test_reference_worked_example():
     # 1x2x2x1 input, 2x2 kernel of ones, stride 2, VALID: each input pixel is
@@ -75,11 +83,13 @@ def test_reference_matches_naive_loop():
                             if 0 <= oy < oh and 0 <= ox < ow:
                                 for o in range(3):
                                     naive[0, oy, ox, o] = np.float32(
-                                        naive[0, oy, ox, o] + np.float32(x[0, iy, ix, c] * w[o, ky, kx, c]))
+                                        naive[0, oy, ox, o] + np.float32(x[0, iy, ix, c] * w[o, ky, kx, c])
+                                    )
         np.testing.assert_array_equal(got, naive)
 
 
 # ------------------------------------------------------------------- kernel
+
 
 def test_worked_example_through_kernel():
     x = np.array([1, 2, 3, 4], np.float32).reshape(1, 2, 2, 1)
@@ -94,14 +104,21 @@ def random_configs(n, seed):
     for _ in range(n):
         yield dict(
             padding=rng.choice([SAME, VALID]),
-            stride_w=rng.randint(1, 3), stride_h=rng.randint(1, 3),
-            kh=rng.randint(1, 4), kw=rng.randint(1, 4),
-            batch=rng.randint(1, 2), h=rng.randint(1, 7), w=rng.randint(1, 7),
-            ic=rng.randint(1, 5), oc=rng.randint(1, 4),
+            stride_w=rng.randint(1, 3),
+            stride_h=rng.randint(1, 3),
+            kh=rng.randint(1, 4),
+            kw=rng.randint(1, 4),
+            batch=rng.randint(1, 2),
+            h=rng.randint(1, 7),
+            w=rng.randint(1, 7),
+            ic=rng.randint(1, 5),
+            oc=rng.randint(1, 4),
         )
 
 
-@pytest.mark.parametrize("cfg", list(random_configs(40, 7)), ids=lambda c: "p{padding}s{stride_w}{stride_h}k{kh}{kw}c{ic}{oc}".format(**c))
+@pytest.mark.parametrize(
+    "cfg", list(random_configs(40, 7)), ids=lambda c: "p{padding}s{stride_w}{stride_h}k{kh}{kw}c{ic}{oc}".format(**c)
+)
 def test_random_configs_bit_exact(cfg):
     rng = np.random.default_rng(abs(hash(tuple(cfg.values()))) % 2**32)
     x = rng.standard_normal((cfg["batch"], cfg["h"], cfg["w"], cfg["ic"])).astype(np.float32)
@@ -122,15 +139,23 @@ def wide_configs(n, seed):
         k = rng.randint(1, 4)
         yield dict(
             padding=rng.choice([SAME, VALID]),
-            stride_w=rng.randint(1, 3), stride_h=rng.randint(1, 3),
-            kh=k, kw=rng.choice([k, rng.randint(1, 4)]),
-            batch=rng.randint(1, 2), h=rng.randint(3, 12), w=rng.randint(17, 45),
-            ic=rng.randint(1, 20), oc=[1, 2, 5, 16, 17, 24][i % 6],
+            stride_w=rng.randint(1, 3),
+            stride_h=rng.randint(1, 3),
+            kh=k,
+            kw=rng.choice([k, rng.randint(1, 4)]),
+            batch=rng.randint(1, 2),
+            h=rng.randint(3, 12),
+            w=rng.randint(17, 45),
+            ic=rng.randint(1, 20),
+            oc=[1, 2, 5, 16, 17, 24][i % 6],
         )
 
 
-@pytest.mark.parametrize("cfg", list(wide_configs(18, 13)),
-                         ids=lambda c: "p{padding}s{stride_w}{stride_h}k{kh}{kw}w{w}c{ic}o{oc}".format(**c))
+@pytest.mark.parametrize(
+    "cfg",
+    list(wide_configs(18, 13)),
+    ids=lambda c: "p{padding}s{stride_w}{stride_h}k{kh}{kw}w{w}c{ic}o{oc}".format(**c),
+)
 def test_wide_configs_bit_exact(cfg):
     test_random_configs_bit_exact(cfg)
 
@@ -142,7 +167,9 @@ def test_wide_configs_cover_both_loop_orders():
     assert 4 <= sum(overlaps) <= 14
 
 
-@pytest.mark.parametrize("cfg", list(random_configs(8, 11)), ids=lambda c: "p{padding}s{stride_w}{stride_h}k{kh}{kw}".format(**c))
+@pytest.mark.parametrize(
+    "cfg", list(random_configs(8, 11)), ids=lambda c: "p{padding}s{stride_w}{stride_h}k{kh}{kw}".format(**c)
+)
 def test_dequantize_fed_weights(cfg, counting):
     """float16 constants -> DEQUANTIZE -> op, as in the selfie model: read at Invoke."""
     rng = np.random.default_rng(5)
@@ -153,7 +180,9 @@ def test_dequantize_fed_weights(cfg, counting):
     before = counting.invokes
     got = run(one_op_model(x.shape, w16, b16, opts, dequantize=True), x, lib=counting.lib)
     assert counting.invokes == before + 1
-    want = reference(x, w16.astype(np.float32), b16.astype(np.float32), cfg["padding"], cfg["stride_w"], cfg["stride_h"])
+    want = reference(
+        x, w16.astype(np.float32), b16.astype(np.float32), cfg["padding"], cfg["stride_w"], cfg["stride_h"]
+    )
     np.testing.assert_array_equal(got, want)
 
 
@@ -168,29 +197,37 @@ def test_rerun_after_input_change_reads_fresh_data():
     rng = np.random.default_rng(3)
     w = rng.standard_normal((2, 3, 3, 2)).astype(np.float32)
     bias = np.array([0.25, -1], np.float32)
-    it = oo.Interpreter(model_content=one_op_model((1, 4, 4, 2), w, bias, options(SAME, 2, 2)),
-                        custom_ops=[K.kernel("convolution2d_transpose_bias")], use_xnnpack=False)
+    it = oo.Interpreter(
+        model_content=one_op_model((1, 4, 4, 2), w, bias, options(SAME, 2, 2)),
+        custom_ops=[K.kernel("convolution2d_transpose_bias")],
+        use_xnnpack=False,
+    )
     it.allocate_tensors()
     for _ in range(2):
         x = rng.standard_normal((1, 4, 4, 2)).astype(np.float32)
         it.set_tensor(it.get_input_details()[0]["index"], x)
         it.invoke()
-        np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]),
-                                      reference(x, w, bias, SAME, 2, 2))
+        np.testing.assert_array_equal(
+            it.get_tensor(it.get_output_details()[0]["index"]), reference(x, w, bias, SAME, 2, 2)
+        )
 
 
 # ------------------------------------------------------------------- errors
 
-@pytest.mark.parametrize("opts, message", [
-    (None, "at least 12 bytes"),
-    (b"\x01\x00\x00\x00", "at least 12 bytes"),
-    (options(SAME, 2, 2)[:11], "got 11 bytes"),
-    (options(0, 2, 2), "padding must be 1 (SAME) or 2 (VALID), got 0"),
-    (options(3, 2, 2), "padding must be 1 (SAME) or 2 (VALID), got 3"),
-    (options(SAME, 0, 2), "strides must be positive"),
-    (options(VALID, 2, -1), "stride_h=-1"),
-    (options(VALID, -2147483648, 1), "stride_w=-2147483648"),
-])
+
+@pytest.mark.parametrize(
+    "opts, message",
+    [
+        (None, "at least 12 bytes"),
+        (b"\x01\x00\x00\x00", "at least 12 bytes"),
+        (options(SAME, 2, 2)[:11], "got 11 bytes"),
+        (options(0, 2, 2), "padding must be 1 (SAME) or 2 (VALID), got 0"),
+        (options(3, 2, 2), "padding must be 1 (SAME) or 2 (VALID), got 3"),
+        (options(SAME, 0, 2), "strides must be positive"),
+        (options(VALID, 2, -1), "stride_h=-1"),
+        (options(VALID, -2147483648, 1), "stride_w=-2147483648"),
+    ],
+)
 def test_bad_options_raise(opts, message):
     x = np.ones((1, 2, 2, 1), np.float32)
     model = one_op_model(x.shape, np.ones((1, 2, 2, 1), np.float32), [0.0], opts)
@@ -213,20 +250,26 @@ def _model_with_tensors(x_shape, w_shape, b_shape, x_dtype=np.float32, w_dtype=n
     return b.build()
 
 
-@pytest.mark.parametrize("args, message", [
-    (((1, 4, 4, 3), (2, 2, 2, 4), (2,)), "weights have 4 input channels"),
-    (((1, 4, 4, 3), (2, 2, 2, 3), (3,)), "bias has 3 elements but weights have 2"),
-    (((4, 4, 3), (2, 2, 2, 3), (2,)), "data must have rank 4, got 3"),
-    (((1, 4, 4, 3), (2, 2, 3), (2,)), "weights must have rank 4"),
-    (((1, 4, 4, 3), (2, 2, 2, 3), (1, 2)), "bias must have rank 1"),
-    (((1, 4, 4, 3), (2, 2, 2, 3), (2,), np.int32), "data must be float32, got INT32"),
-    (((1, 4, 4, 3), (2, 2, 2, 3), (2,), np.float32, np.float16), "weights must be float32, got FLOAT16"),
-    (((1, 4, 4, 3), (2, 2, 2, 3), (2,), np.float32, np.float32, 2), "expected 3 inputs"),
-    (((1, 0, 4, 3), (2, 2, 2, 3), (2,)), "must be positive"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (((1, 4, 4, 3), (2, 2, 2, 4), (2,)), "weights have 4 input channels"),
+        (((1, 4, 4, 3), (2, 2, 2, 3), (3,)), "bias has 3 elements but weights have 2"),
+        (((4, 4, 3), (2, 2, 2, 3), (2,)), "data must have rank 4, got 3"),
+        (((1, 4, 4, 3), (2, 2, 3), (2,)), "weights must have rank 4"),
+        (((1, 4, 4, 3), (2, 2, 2, 3), (1, 2)), "bias must have rank 1"),
+        (((1, 4, 4, 3), (2, 2, 2, 3), (2,), np.int32), "data must be float32, got INT32"),
+        (((1, 4, 4, 3), (2, 2, 2, 3), (2,), np.float32, np.float16), "weights must be float32, got FLOAT16"),
+        (((1, 4, 4, 3), (2, 2, 2, 3), (2,), np.float32, np.float32, 2), "expected 3 inputs"),
+        (((1, 0, 4, 3), (2, 2, 2, 3), (2,)), "must be positive"),
+    ],
+)
 def test_bad_tensors_raise(args, message):
-    it = oo.Interpreter(model_content=_model_with_tensors(*args),
-                        custom_ops=[K.kernel("convolution2d_transpose_bias")], use_xnnpack=False)
+    it = oo.Interpreter(
+        model_content=_model_with_tensors(*args),
+        custom_ops=[K.kernel("convolution2d_transpose_bias")],
+        use_xnnpack=False,
+    )
     with pytest.raises(oo.KernelError) as exc:
         it.allocate_tensors()
     assert message in str(exc.value)
@@ -295,6 +338,7 @@ def test_hostile_option_bytes_never_crash():
 
 # ------------------------------------------------------------------ XNNPACK
 
+
 def xnnpack_case(seed):
     """Random data, float16 weights and bias behind DEQUANTIZE, and the model.
 
@@ -333,9 +377,12 @@ def test_xnnpacks_own_copy_runs_without_a_kernel_when_forced_on():
     it.allocate_tensors()
     it.set_tensor(it.get_input_details()[0]["index"], x)
     it.invoke()
-    np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"]),
-                               reference(x, w.astype(np.float32), bias.astype(np.float32), SAME, 2, 2),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        it.get_tensor(it.get_output_details()[0]["index"]),
+        reference(x, w.astype(np.float32), bias.astype(np.float32), SAME, 2, 2),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_default_runs_the_kernel_with_xnnpack_on(counting):

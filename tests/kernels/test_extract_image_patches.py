@@ -5,6 +5,7 @@ The reference below is written from the op's definition (TensorFlow's
 Every model is a one-op model built with ModelBuilder; the kernel library is
 compiled once and reused.
 """
+
 import random
 import textwrap
 
@@ -15,9 +16,7 @@ from flatbuffers import flexbuffers as fx
 import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder
-
 from tests.helpers.hostile_options import run_isolated
-
 
 # TFLite schema TensorType codes, as the converter writes `T`.
 TENSOR_TYPE = {np.float32: 0, np.int32: 2, np.uint8: 3, np.int64: 4, np.int8: 9}
@@ -25,6 +24,7 @@ DTYPES = [np.float32, np.int8, np.uint8, np.int32, np.int64]
 
 
 # ------------------------------------------------------------------ reference
+
 
 def axis_geometry(size, k, s, r, padding):
     """Output length and leading pad along one axis, from the op's definition."""
@@ -53,11 +53,12 @@ def reference_patches(x, ksizes, strides, rates, padding, pad_value=0):
                     xx = j * sc - pad_left + q * rc
                     if 0 <= xx < W:
                         cell = (p * kc + q) * C
-                        out[:, i, j, cell:cell + C] = x[:, y, xx, :]
+                        out[:, i, j, cell : cell + C] = x[:, y, xx, :]
     return out
 
 
 # ------------------------------------------------------------------ helpers
+
 
 def window(v):
     return [1, int(v[0]), int(v[1]), 1]
@@ -70,8 +71,7 @@ def options_dict(k, s, r, padding, dtype=None):
     return opts
 
 
-def build_model(in_shape, dtype, options, out_shape=None, quant=None, out_quant="same",
-                out_dtype=None):
+def build_model(in_shape, dtype, options, out_shape=None, quant=None, out_quant="same", out_dtype=None):
     """One ExtractImagePatches op; the output shape stored in the model is a guess the kernel fixes."""
     b = ModelBuilder(description="ExtractImagePatches test")
     x = b.add_tensor("x", in_shape, dtype, quantization=quant)
@@ -109,6 +109,7 @@ def prepare_error(model, x_shape, dtype):
 
 # ------------------------------------------------------------------ tests
 
+
 def test_reference_matches_worked_example():
     # Guards the reference itself with values computed by hand: on a 10x10 image of 1..100,
     # the SAME-padded 3x3 patch at (0, 0) has one padding row and column above and left.
@@ -131,10 +132,16 @@ def _random_configs(n, seed):
     rng = random.Random(seed)
     for idx in range(n):
         yield dict(
-            B=rng.randint(1, 2), H=rng.randint(1, 12), W=rng.randint(1, 12), C=rng.randint(1, 4),
-            k=(rng.randint(1, 4), rng.randint(1, 4)), s=(rng.randint(1, 3), rng.randint(1, 3)),
-            r=(rng.randint(1, 3), rng.randint(1, 3)), padding=rng.choice(["SAME", "VALID"]),
-            dtype=DTYPES[idx % len(DTYPES)], with_t=rng.random() < 0.5,
+            B=rng.randint(1, 2),
+            H=rng.randint(1, 12),
+            W=rng.randint(1, 12),
+            C=rng.randint(1, 4),
+            k=(rng.randint(1, 4), rng.randint(1, 4)),
+            s=(rng.randint(1, 3), rng.randint(1, 3)),
+            r=(rng.randint(1, 3), rng.randint(1, 3)),
+            padding=rng.choice(["SAME", "VALID"]),
+            dtype=DTYPES[idx % len(DTYPES)],
+            with_t=rng.random() < 0.5,
             quantized=rng.random() < 0.5,
         )
 
@@ -151,8 +158,9 @@ def test_random_configurations():
             zp = int(rng.integers(info.min, info.max, endpoint=True))
             quant = {"scale": [0.25], "zero_point": [zp]}
             pad_value = zp  # padding is the real value 0
-        model = build_model([B, H, W, C], dtype, options_dict(k, s, r, padding, dtype if cfg["with_t"] else None),
-                            quant=quant)
+        model = build_model(
+            [B, H, W, C], dtype, options_dict(k, s, r, padding, dtype if cfg["with_t"] else None), quant=quant
+        )
         x = random_input(rng, (B, H, W, C), dtype)
         oh, _ = axis_geometry(H, k[0], s[0], r[0], padding)
         ow, _ = axis_geometry(W, k[1], s[1], r[1], padding)
@@ -196,6 +204,7 @@ def test_unquantized_int8_pads_with_zero():
 
 
 # -- option encodings ---------------------------------------------------------
+
 
 def _encode(opts, style):
     """Flexbuffer map of `opts` with int vectors written in one of several legal layouts."""
@@ -254,6 +263,7 @@ def test_unknown_keys_are_ignored():
 
 # -- invalid options and tensors ------------------------------------------------
 
+
 def _opts(**changes):
     opts = options_dict((3, 3), (1, 1), (1, 1), "SAME", np.float32)
     for key, value in changes.items():
@@ -302,8 +312,9 @@ def test_invalid_options(options, message):
 
 
 def test_unprintable_padding_is_sanitised():
-    msg = prepare_error(build_model([1, 5, 5, 1], np.float32, _opts(padding="S\x1b[31mAME" + "x" * 100)),
-                        (1, 5, 5, 1), np.float32)
+    msg = prepare_error(
+        build_model([1, 5, 5, 1], np.float32, _opts(padding="S\x1b[31mAME" + "x" * 100)), (1, 5, 5, 1), np.float32
+    )
     assert "unknown padding 'S?[31mAME" in msg and "\x1b" not in msg
     assert "..." in msg
 
@@ -350,8 +361,9 @@ def test_input_resize_reruns_prepare():
     x = np.random.default_rng(0).standard_normal((2, 6, 8, 3)).astype(np.float32)
     it.set_tensor(0, x)
     it.invoke()
-    np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]),
-                                  reference_patches(x, (2, 2), (2, 2), (1, 1), "VALID"))
+    np.testing.assert_array_equal(
+        it.get_tensor(it.get_output_details()[0]["index"]), reference_patches(x, (2, 2), (2, 2), (1, 1), "VALID")
+    )
 
 
 # -- hostile option bytes (in a subprocess: a crash must fail the test, not pytest) --

@@ -24,11 +24,14 @@ from flatbuffers import flexbuffers
 import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder, read_model
-
 from tests.helpers.hostile_options import run_isolated
 
-WIDTHS = {8: flexbuffers.BitWidth.W8, 16: flexbuffers.BitWidth.W16,
-          32: flexbuffers.BitWidth.W32, 64: flexbuffers.BitWidth.W64}
+WIDTHS = {
+    8: flexbuffers.BitWidth.W8,
+    16: flexbuffers.BitWidth.W16,
+    32: flexbuffers.BitWidth.W32,
+    64: flexbuffers.BitWidth.W64,
+}
 FACE_OPS = ("transform_tensor_bilinear", "landmarks_to_transform_matrix", "transform_landmarks")
 
 
@@ -36,8 +39,9 @@ def face_model_path() -> str | None:
     spec = importlib.util.find_spec("mediapipe")
     if spec is None or not spec.submodule_search_locations:
         return None
-    p = os.path.join(spec.submodule_search_locations[0],
-                     "modules", "face_landmark", "face_landmark_with_attention.tflite")
+    p = os.path.join(
+        spec.submodule_search_locations[0], "modules", "face_landmark", "face_landmark_with_attention.tflite"
+    )
     return p if os.path.isfile(p) else None
 
 
@@ -80,6 +84,7 @@ def run_one(lib, name, version, inputs, out_shapes, options):
 
 # ------------------------------------------------------------ references --
 
+
 def ttb_ref(img, m, out_h, out_w):
     """TransformTensorBilinear v2 in float64; also returns the sample points."""
     m = np.asarray(m, np.float64).reshape(-1)[:8]
@@ -94,8 +99,9 @@ def ttb_ref(img, m, out_h, out_w):
     ry = (np.where(inside, sy, 0) - y0)[..., None]
     pad = np.zeros((h + 1, w + 1, c))
     pad[:h, :w] = img[0]
-    out = ((1 - ry) * ((1 - rx) * pad[y0, x0] + rx * pad[y0, x0 + 1])
-           + ry * ((1 - rx) * pad[y0 + 1, x0] + rx * pad[y0 + 1, x0 + 1]))
+    out = (1 - ry) * ((1 - rx) * pad[y0, x0] + rx * pad[y0, x0 + 1]) + ry * (
+        (1 - rx) * pad[y0 + 1, x0] + rx * pad[y0 + 1, x0 + 1]
+    )
     out[~inside] = 0
     return out[None], sx, sy
 
@@ -103,6 +109,7 @@ def ttb_ref(img, m, out_h, out_w):
 def ttb_ambiguous(sx, sy, w, h, eps=1e-3):
     """Pixels whose sample point is within eps of the image edge: float32
     rounding may legitimately put them on either side of the in/out test."""
+
     def near(v, lo, hi):
         return (np.abs(v - lo) < eps) | (np.abs(v - hi) < eps)
 
@@ -157,6 +164,7 @@ def random_affine(rng, in_h, in_w, out_h, out_w):
 
 # --------------------------------------------------- TransformTensorBilinear
 
+
 @pytest.mark.parametrize("width", [8, 16, 32, 64])
 @pytest.mark.parametrize("seed", range(4))
 def test_ttb_random(lib, seed, width):
@@ -166,8 +174,14 @@ def test_ttb_random(lib, seed, width):
     oh, ow = (300, 7) if seed == 3 else tuple(rng.integers(1, 30, 2).tolist())
     img = rng.normal(size=(1, h, w, c)).astype(np.float32)
     m = random_affine(rng, h, w, oh, ow)
-    (got,) = run_one(lib, "TransformTensorBilinear", 2, [img, m], [[1, 1, 1, c]],
-                     flex({"output_height": oh, "output_width": ow}, width))
+    (got,) = run_one(
+        lib,
+        "TransformTensorBilinear",
+        2,
+        [img, m],
+        [[1, 1, 1, c]],
+        flex({"output_height": oh, "output_width": ow}, width),
+    )
     ref, sx, sy = ttb_ref(img, m, oh, ow)
     assert got.shape == (1, oh, ow, c)
     ok = ~ttb_ambiguous(sx, sy, w, h)
@@ -181,8 +195,9 @@ def test_ttb_identity_is_exact(lib):
     rng = np.random.default_rng(7)
     img = rng.normal(size=(1, 9, 11, 3)).astype(np.float32)
     m = np.eye(4, dtype=np.float32)[None]
-    (got,) = run_one(lib, "TransformTensorBilinear", 2, [img, m], [[1, 9, 11, 3]],
-                     flex({"output_height": 9, "output_width": 11}))
+    (got,) = run_one(
+        lib, "TransformTensorBilinear", 2, [img, m], [[1, 9, 11, 3]], flex({"output_height": 9, "output_width": 11})
+    )
     np.testing.assert_array_equal(got, img)
 
 
@@ -192,8 +207,9 @@ def test_ttb_half_pixel_shift(lib):
     img = np.arange(12, dtype=np.float32).reshape(1, 3, 4, 1)
     m = np.eye(4, dtype=np.float32)[None].copy()
     m[0, 0, 3] = 0.5
-    (got,) = run_one(lib, "TransformTensorBilinear", 2, [img, m], [[1, 3, 4, 1]],
-                     flex({"output_height": 3, "output_width": 4}))
+    (got,) = run_one(
+        lib, "TransformTensorBilinear", 2, [img, m], [[1, 3, 4, 1]], flex({"output_height": 3, "output_width": 4})
+    )
     expect = np.array([[0.5, 1.5, 2.5, 0], [4.5, 5.5, 6.5, 0], [8.5, 9.5, 10.5, 0]], np.float32)
     np.testing.assert_allclose(got[0, :, :, 0], expect, atol=1e-6)
 
@@ -201,20 +217,28 @@ def test_ttb_half_pixel_shift(lib):
 def test_ttb_nan_matrix_gives_zeros(lib):
     img = np.ones((1, 4, 4, 2), np.float32)
     m = np.full((1, 4, 4), np.nan, np.float32)
-    (got,) = run_one(lib, "TransformTensorBilinear", 2, [img, m], [[1, 4, 4, 2]],
-                     flex({"output_height": 4, "output_width": 4}))
+    (got,) = run_one(
+        lib, "TransformTensorBilinear", 2, [img, m], [[1, 4, 4, 2]], flex({"output_height": 4, "output_width": 4})
+    )
     assert np.all(got == 0)
 
 
 # ------------------------------------------------- Landmarks2TransformMatrix
 
+
 def l2tm_case(rng, n=40, odd=False):
     subset = rng.integers(0, n, 11 if odd else 12).tolist()
     left, right = (int(v) for v in rng.choice(n, 2, replace=False))
-    return dict(subset_idxs=subset, left_rotation_idx=left, right_rotation_idx=right,
-                output_height=int(rng.integers(1, 300)), output_width=int(rng.integers(1, 300)),
-                target_rotation_radians=float(rng.uniform(-3, 3)),
-                scale_x=float(rng.uniform(0.5, 2)), scale_y=float(rng.uniform(0.5, 2)))
+    return dict(
+        subset_idxs=subset,
+        left_rotation_idx=left,
+        right_rotation_idx=right,
+        output_height=int(rng.integers(1, 300)),
+        output_width=int(rng.integers(1, 300)),
+        target_rotation_radians=float(rng.uniform(-3, 3)),
+        scale_x=float(rng.uniform(0.5, 2)),
+        scale_y=float(rng.uniform(0.5, 2)),
+    )
 
 
 @pytest.mark.parametrize("width", [8, 16, 32, 64])
@@ -224,16 +248,23 @@ def test_l2tm_random(lib, seed, width):
     o = l2tm_case(rng, odd=seed % 2 == 1)
     lm = (rng.normal(size=(1, 40, 3)) * 50 + 100).astype(np.float32)
     (got,) = run_one(lib, "Landmarks2TransformMatrix", 2, [lm], [[1, 1, 1]], flex(o, width))
-    ref = l2tm_ref(lm, o["subset_idxs"], o["left_rotation_idx"], o["right_rotation_idx"],
-                   o["target_rotation_radians"], o["output_height"], o["output_width"],
-                   o["scale_x"], o["scale_y"])
+    ref = l2tm_ref(
+        lm,
+        o["subset_idxs"],
+        o["left_rotation_idx"],
+        o["right_rotation_idx"],
+        o["target_rotation_radians"],
+        o["output_height"],
+        o["output_width"],
+        o["scale_x"],
+        o["scale_y"],
+    )
     assert got.shape == (1, 4, 4)
     np.testing.assert_allclose(got[0], ref, rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(got[0, 2:], np.eye(4)[2:])
     # The centre of the output crop maps to the centre of the landmark box.
     centre = got[0].astype(np.float64) @ [o["output_width"] / 2, o["output_height"] / 2, 0, 1]
-    np.testing.assert_allclose(centre, ref @ [o["output_width"] / 2, o["output_height"] / 2, 0, 1],
-                               atol=1e-3)
+    np.testing.assert_allclose(centre, ref @ [o["output_width"] / 2, o["output_height"] / 2, 0, 1], atol=1e-3)
 
 
 def test_l2tm_worked_example(lib):
@@ -241,15 +272,23 @@ def test_l2tm_worked_example(lib):
     # r = 0, w = h = 10, c = (20, 30); with out 5x5 and scale 1 the matrix is
     # [[2, 0, 0, 20 - 5], [0, 2, 0, 30 - 5], ...].
     lm = np.array([[[15, 25, 0], [25, 25, 0], [25, 35, 0], [15, 35, 0]]], np.float32)
-    o = dict(subset_idxs=[0, 1, 2, 3], left_rotation_idx=0, right_rotation_idx=1,
-             output_height=5, output_width=5, target_rotation_radians=0.0,
-             scale_x=1.0, scale_y=1.0)
+    o = dict(
+        subset_idxs=[0, 1, 2, 3],
+        left_rotation_idx=0,
+        right_rotation_idx=1,
+        output_height=5,
+        output_width=5,
+        target_rotation_radians=0.0,
+        scale_x=1.0,
+        scale_y=1.0,
+    )
     (got,) = run_one(lib, "Landmarks2TransformMatrix", 2, [lm], [[1, 4, 4]], flex(o))
     expect = np.array([[2, 0, 0, 15], [0, 2, 0, 25], [0, 0, 1, 0], [0, 0, 0, 1]], np.float32)
     np.testing.assert_allclose(got[0], expect, atol=1e-5)
 
 
 # ------------------------------------------------------- TransformLandmarks
+
 
 @pytest.mark.parametrize("d", [2, 3])
 @pytest.mark.parametrize("seed", range(3))
@@ -267,38 +306,51 @@ def test_tl_random(lib, seed, d):
 # ------------------------------------------------------------ bad inputs --
 
 TTB_OK = {"output_height": 4, "output_width": 4}
-L2TM_OK = dict(subset_idxs=[0, 1, 2], left_rotation_idx=0, right_rotation_idx=1, output_height=4,
-               output_width=4, target_rotation_radians=0.0, scale_x=1.0, scale_y=1.0)
+L2TM_OK = dict(
+    subset_idxs=[0, 1, 2],
+    left_rotation_idx=0,
+    right_rotation_idx=1,
+    output_height=4,
+    output_width=4,
+    target_rotation_radians=0.0,
+    scale_x=1.0,
+    scale_y=1.0,
+)
 
 
-@pytest.mark.parametrize("options, needle", [
-    (None, "missing custom options"),
-    (flex({"output_width": 4}), "output_height"),
-    (flex({"output_height": 0, "output_width": 4}), "output_height"),
-    (flex({"output_height": 4, "output_width": -3}), "output_width"),
-    (flex({"output_height": 4.0, "output_width": 4}), "output_height"),
-    (b"\x00\x01", "output_height"),
-])
+@pytest.mark.parametrize(
+    "options, needle",
+    [
+        (None, "missing custom options"),
+        (flex({"output_width": 4}), "output_height"),
+        (flex({"output_height": 0, "output_width": 4}), "output_height"),
+        (flex({"output_height": 4, "output_width": -3}), "output_width"),
+        (flex({"output_height": 4.0, "output_width": 4}), "output_height"),
+        (b"\x00\x01", "output_height"),
+    ],
+)
 def test_ttb_bad_options(lib, options, needle):
     img = np.zeros((1, 4, 4, 1), np.float32)
     with pytest.raises(oo.KernelError, match=f"TransformTensorBilinear.*{needle}"):
-        run_one(lib, "TransformTensorBilinear", 2, [img, np.eye(4, dtype=np.float32)[None]],
-                [[1, 4, 4, 1]], options)
+        run_one(lib, "TransformTensorBilinear", 2, [img, np.eye(4, dtype=np.float32)[None]], [[1, 4, 4, 1]], options)
 
 
-@pytest.mark.parametrize("change, needle", [
-    ({"subset_idxs": None}, "subset_idxs"),
-    ({"subset_idxs": []}, "subset_idxs"),
-    ({"subset_idxs": [0, -1]}, "subset_idxs"),
-    ({"subset_idxs": [0, 99]}, "out of range"),
-    ({"left_rotation_idx": 50}, "out of range"),
-    ({"right_rotation_idx": -2}, "right_rotation_idx"),
-    ({"output_height": 0}, "output_height"),
-    ({"output_width": None}, "output_width"),
-    ({"scale_x": 0.0}, "scale_x"),
-    ({"scale_y": -1.0}, "scale_y"),
-    ({"target_rotation_radians": None}, "target_rotation_radians"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"subset_idxs": None}, "subset_idxs"),
+        ({"subset_idxs": []}, "subset_idxs"),
+        ({"subset_idxs": [0, -1]}, "subset_idxs"),
+        ({"subset_idxs": [0, 99]}, "out of range"),
+        ({"left_rotation_idx": 50}, "out of range"),
+        ({"right_rotation_idx": -2}, "right_rotation_idx"),
+        ({"output_height": 0}, "output_height"),
+        ({"output_width": None}, "output_width"),
+        ({"scale_x": 0.0}, "scale_x"),
+        ({"scale_y": -1.0}, "scale_y"),
+        ({"target_rotation_radians": None}, "target_rotation_radians"),
+    ],
+)
 def test_l2tm_bad_options(lib, change, needle):
     o = dict(L2TM_OK)
     for k, v in change.items():
@@ -314,21 +366,29 @@ def test_l2tm_bad_options(lib, change, needle):
 def test_bad_input_shapes(lib):
     eye = np.eye(4, dtype=np.float32)[None]
     with pytest.raises(oo.KernelError, match="TransformTensorBilinear: input must have shape"):
-        run_one(lib, "TransformTensorBilinear", 2, [np.zeros((4, 4, 1), np.float32), eye],
-                [[1, 4, 4, 1]], flex(TTB_OK))
+        run_one(lib, "TransformTensorBilinear", 2, [np.zeros((4, 4, 1), np.float32), eye], [[1, 4, 4, 1]], flex(TTB_OK))
     with pytest.raises(oo.KernelError, match="TransformTensorBilinear: matrix"):
-        run_one(lib, "TransformTensorBilinear", 2, [np.zeros((1, 4, 4, 1), np.float32),
-                                                     np.zeros((1, 3, 3), np.float32)],
-                [[1, 4, 4, 1]], flex(TTB_OK))
+        run_one(
+            lib,
+            "TransformTensorBilinear",
+            2,
+            [np.zeros((1, 4, 4, 1), np.float32), np.zeros((1, 3, 3), np.float32)],
+            [[1, 4, 4, 1]],
+            flex(TTB_OK),
+        )
     with pytest.raises(oo.KernelError, match=r"Landmarks2TransformMatrix: input must have shape"):
-        run_one(lib, "Landmarks2TransformMatrix", 2, [np.zeros((1, 10, 2), np.float32)],
-                [[1, 4, 4]], flex(L2TM_OK))
+        run_one(lib, "Landmarks2TransformMatrix", 2, [np.zeros((1, 10, 2), np.float32)], [[1, 4, 4]], flex(L2TM_OK))
     with pytest.raises(oo.KernelError, match="TransformLandmarks: landmark size D"):
-        run_one(lib, "TransformLandmarks", 2, [np.zeros((1, 10, 4), np.float32), eye],
-                [[1, 10, 4]], None)
+        run_one(lib, "TransformLandmarks", 2, [np.zeros((1, 10, 4), np.float32), eye], [[1, 10, 4]], None)
     with pytest.raises(oo.KernelError, match="TransformLandmarks: matrix"):
-        run_one(lib, "TransformLandmarks", 2, [np.zeros((1, 10, 2), np.float32),
-                                               np.zeros((8,), np.float32)], [[1, 10, 2]], None)
+        run_one(
+            lib,
+            "TransformLandmarks",
+            2,
+            [np.zeros((1, 10, 2), np.float32), np.zeros((8,), np.float32)],
+            [[1, 10, 2]],
+            None,
+        )
 
 
 def test_wrong_input_type(lib):
@@ -344,6 +404,7 @@ def test_wrong_input_type(lib):
 
 
 # -------------------------------------------------------- the real model --
+
 
 def patch_outputs(data: bytes, indices: list[int]) -> bytes:
     """Overwrite the first len(indices) entries of subgraph 0's outputs vector.
@@ -364,7 +425,7 @@ def patch_outputs(data: bytes, indices: list[int]) -> bytes:
     start = sg.Vector(o)
     for k in range(n):
         v = indices[k] if k < len(indices) else indices[-1]
-        buf[start + 4 * k:start + 4 * k + 4] = int(v).to_bytes(4, "little")
+        buf[start + 4 * k : start + 4 * k + 4] = int(v).to_bytes(4, "little")
     return bytes(buf)
 
 
@@ -396,10 +457,15 @@ def face_model():
 
 def test_face_model_end_to_end(face_model, lib):
     it = run_model(face_model, lib)
-    expect = {"output_mesh_identity": (1, 1, 1, 1404), "output_lips": (1, 1, 1, 160),
-              "output_left_eye": (1, 1, 1, 142), "output_right_eye": (1, 1, 1, 142),
-              "output_left_iris": (1, 1, 1, 10), "output_right_iris": (1, 1, 1, 10),
-              "conv_faceflag": (1, 1, 1, 1)}
+    expect = {
+        "output_mesh_identity": (1, 1, 1, 1404),
+        "output_lips": (1, 1, 1, 160),
+        "output_left_eye": (1, 1, 1, 142),
+        "output_right_eye": (1, 1, 1, 142),
+        "output_left_iris": (1, 1, 1, 10),
+        "output_right_iris": (1, 1, 1, 10),
+        "conv_faceflag": (1, 1, 1, 1),
+    }
     got = {d["name"]: it.get_tensor(d["index"]) for d in it.get_output_details()}
     assert {k: v.shape for k, v in got.items()} == expect
     for k, v in got.items():
@@ -425,7 +491,10 @@ def test_face_model_nodes(face_model, lib):
     sg = m.subgraphs[0]
     nodes = [op for op in sg.operators if op.is_custom]
     assert sorted({(op.op_name, op.version) for op in nodes}) == [
-        ("Landmarks2TransformMatrix", 2), ("TransformLandmarks", 2), ("TransformTensorBilinear", 2)]
+        ("Landmarks2TransformMatrix", 2),
+        ("TransformLandmarks", 2),
+        ("TransformTensorBilinear", 2),
+    ]
     groups, cur_ops, cur = [], [], set()
     for op in nodes:
         t = set(op.inputs) | set(op.outputs)
@@ -454,9 +523,17 @@ def test_face_model_nodes(face_model, lib):
                 assert np.any(out != 0)
             elif op.op_name == "Landmarks2TransformMatrix":
                 o = oo.model.decode_flex_options(op.custom_options)
-                ref = l2tm_ref(ins[0], o["subset_idxs"], o["left_rotation_idx"],
-                               o["right_rotation_idx"], o["target_rotation_radians"],
-                               o["output_height"], o["output_width"], o["scale_x"], o["scale_y"])
+                ref = l2tm_ref(
+                    ins[0],
+                    o["subset_idxs"],
+                    o["left_rotation_idx"],
+                    o["right_rotation_idx"],
+                    o["target_rotation_radians"],
+                    o["output_height"],
+                    o["output_width"],
+                    o["scale_x"],
+                    o["scale_y"],
+                )
                 np.testing.assert_allclose(out[0], ref, rtol=1e-4, atol=1e-4)
             else:
                 np.testing.assert_allclose(out, tl_ref(ins[0], ins[1]), rtol=1e-5, atol=1e-4)

@@ -41,8 +41,7 @@ CASES_PER_OP = 200
 SANITIZER_REPORT = re.compile(r"AddressSanitizer|LeakSanitizer|runtime error|==\d+==ERROR")
 # With allocator_may_return_null=1 ASan warns about each refused allocation;
 # that is the intended outcome for an absurd (but validated) output size.
-ALLOC_WARNING = re.compile(r"^==\d+==WARNING: AddressSanitizer failed to allocate 0x[0-9a-f]+ bytes$",
-                           re.M)
+ALLOC_WARNING = re.compile(r"^==\d+==WARNING: AddressSanitizer failed to allocate 0x[0-9a-f]+ bytes$", re.M)
 
 # A kernel whose Init trusts the options' length, as a careless raw-struct
 # parser would: it copies 12 bytes whatever the length.
@@ -244,8 +243,7 @@ def _preload() -> str | None:
     """The gcc ASan runtime to preload into Python, or None when gcc has none."""
     if shutil.which("gcc") is None:
         return None
-    path = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
-                          text=True).stdout.strip()
+    path = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
     return path if os.path.isabs(path) and os.path.exists(path) else None
 
 
@@ -271,8 +269,7 @@ def _run_hostile(lib: Path, ops=(), cases=CASES_PER_OP, extra_specs=None, timeou
     # Python keeps objects alive until exit by design: leak reports would be
     # noise.  Allocations over 256 MiB fail (NULL) instead of aborting, so an
     # absurd but validated output size is an error, not an OOM kill.
-    env["ASAN_OPTIONS"] = ("detect_leaks=0:allocator_may_return_null=1:"
-                           "max_allocation_size_mb=256:abort_on_error=0")
+    env["ASAN_OPTIONS"] = "detect_leaks=0:allocator_may_return_null=1:max_allocation_size_mb=256:abort_on_error=0"
     env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
     args = [str(lib), json.dumps(list(ops)), str(cases)]
     if extra_specs:
@@ -288,6 +285,7 @@ def _opaque_op_count() -> int:
 
 # ------------------------------------------------------------- libFuzzer --
 
+
 @pytest.fixture(scope="module")
 def fuzz_target(tmp_path_factory):
     why = fko.libfuzzer_available()
@@ -299,8 +297,7 @@ def fuzz_target(tmp_path_factory):
 def test_libfuzzer_smoke(fuzz_target, tmp_path):
     corpus = tmp_path / "corpus"
     fko.write_seeds(corpus)
-    proc, s = fko.run(fuzz_target, corpus, runs=100_000, seconds=20, seed=1, timeout=120,
-                      cwd=tmp_path)
+    proc, s = fko.run(fuzz_target, corpus, runs=100_000, seconds=20, seed=1, timeout=120, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and s["findings"] == 0, out[-6000:]
     assert not SANITIZER_REPORT.search(out), out[-6000:]
@@ -309,8 +306,14 @@ def test_libfuzzer_smoke(fuzz_target, tmp_path):
     assert m, out[-3000:]
     assert int(m.group(1)) == _opaque_op_count()
     fuzzed = {n.split("/")[0] for n in m.group(3).split()}
-    assert {"Convolution2DTransposeBias", "ExtractImagePatches", "Landmarks2TransformMatrix",
-            "MaxPoolingWithArgmax2D", "MaxUnpooling2D", "TransformTensorBilinear"} <= fuzzed
+    assert {
+        "Convolution2DTransposeBias",
+        "ExtractImagePatches",
+        "Landmarks2TransformMatrix",
+        "MaxPoolingWithArgmax2D",
+        "MaxUnpooling2D",
+        "TransformTensorBilinear",
+    } <= fuzzed
     # 100k runs normally (about 3 s); a slow machine may stop at the time cap.
     assert s["runs"] >= 20_000, s
     assert s["cov"] > 100, s
@@ -334,6 +337,7 @@ def test_libfuzzer_target_catches_an_options_overread(tmp_path):
 
 # -------------------------------------------------- full path under gcc ASan --
 
+
 @pytest.fixture(scope="module")
 def asan_kernels(tmp_path_factory):
     return _build_asan(tmp_path_factory.mktemp("asan") / "k_asan.so")
@@ -352,8 +356,14 @@ def test_hostile_options_every_op_under_asan(asan_kernels):
     for name in ("Atan", "Clamp", "TransformLandmarks"):
         assert counts[name] == {"ok": CASES_PER_OP, "err": 0}, counts
     # For the others both outcomes must occur, or the cases exercised nothing.
-    for name in ("Convolution2DTransposeBias", "ExtractImagePatches", "Landmarks2TransformMatrix",
-                 "MaxPoolingWithArgmax2D", "MaxUnpooling2D", "TransformTensorBilinear"):
+    for name in (
+        "Convolution2DTransposeBias",
+        "ExtractImagePatches",
+        "Landmarks2TransformMatrix",
+        "MaxPoolingWithArgmax2D",
+        "MaxUnpooling2D",
+        "TransformTensorBilinear",
+    ):
         assert counts[name]["ok"] >= 10 and counts[name]["err"] >= 50, (name, counts[name])
 
 

@@ -17,6 +17,7 @@ importlib.util.find_spec; mediapipe itself is never imported).  Checked:
     the ~240 builtin layers around it); with use_xnnpack=True and no kernel,
     XNNPACK executes Convolution2DTransposeBias itself.
 """
+
 import importlib.util
 import os
 
@@ -26,7 +27,6 @@ import pytest
 import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder, read_model
-
 from tests.helpers.synthetic_images import synthetic_person
 from tests.helpers.transpose_conv import CountingKernel, reference
 

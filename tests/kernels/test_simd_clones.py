@@ -26,7 +26,6 @@ import pytest
 import opaque_ops.kernels as K
 from opaque_ops.build import paths as _paths
 from opaque_ops.build import standalone as oob
-
 from tests.helpers import simd_cases
 from tests.helpers.hostile_options import run_isolated
 
@@ -108,8 +107,11 @@ def test_scalar_build_reports_off_and_gives_the_same_bits():
 def test_library_without_vectorized_kernels_reports_none():
     assert K.kernel("transform_landmarks").simd is None
     assert K.atan().simd == cpu_levels()[0]
-    assert set(K.mediapipe().simd) == {"Convolution2DTransposeBias", "TransformTensorBilinear",
-                                       "MaxPoolingWithArgmax2D"}
+    assert set(K.mediapipe().simd) == {
+        "Convolution2DTransposeBias",
+        "TransformTensorBilinear",
+        "MaxPoolingWithArgmax2D",
+    }
 
 
 # ------------------------------------------------------------ aarch64 build --
@@ -117,10 +119,11 @@ def test_library_without_vectorized_kernels_reports_none():
 CROSS_CC = "aarch64-linux-gnu-gcc"
 
 
-@pytest.mark.skipif(shutil.which("qemu-aarch64") is None or shutil.which(CROSS_CC) is None
-                    or oob.host_arch() != "x86_64",
-                    reason="needs an x86_64 host with qemu-aarch64 and aarch64-linux-gnu-gcc "
-                    "(apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)")
+@pytest.mark.skipif(
+    shutil.which("qemu-aarch64") is None or shutil.which(CROSS_CC) is None or oob.host_arch() != "x86_64",
+    reason="needs an x86_64 host with qemu-aarch64 and aarch64-linux-gnu-gcc "
+    "(apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)",
+)
 def test_aarch64_neon_build_matches_this_machine(tmp_path):
     """The kernels cross-built for aarch64 (NEON clone), run under qemu by c/tools/oo_run.c."""
     from tests.helpers import aarch64_python  # the runtime from pymicro-wakeword's aarch64 wheel, cached
@@ -128,12 +131,27 @@ def test_aarch64_neon_build_matches_this_machine(tmp_path):
     arm_tflite = aarch64_python.aarch64_tflite()
     arm_so = tmp_path / "kernels_arm64.so"
     assert oob.main(["--kernels", *simd_cases.KERNELS, "--target", "aarch64", "-o", str(arm_so)]) == 0
-    nm = subprocess.run([shutil.which("aarch64-linux-gnu-nm") or "nm", "-D", "--defined-only", arm_so],
-                        capture_output=True, text=True)
+    nm = subprocess.run(
+        [shutil.which("aarch64-linux-gnu-nm") or "nm", "-D", "--defined-only", arm_so], capture_output=True, text=True
+    )
     assert "OpaqueOps_SimdLevel" in nm.stdout
     arm_run = tmp_path / "oo_run_arm64"
-    r = subprocess.run([CROSS_CC, "-std=gnu11", "-O2", "-Wall", "-Werror", f"-I{_paths.include_dir()}",
-                        ROOT / "c" / "tools" / "oo_run.c", "-o", arm_run, "-ldl"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            CROSS_CC,
+            "-std=gnu11",
+            "-O2",
+            "-Wall",
+            "-Werror",
+            f"-I{_paths.include_dir()}",
+            ROOT / "c" / "tools" / "oo_run.c",
+            "-o",
+            arm_run,
+            "-ldl",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
 
     libs = [K.kernel(n) for n in simd_cases.KERNELS]
@@ -147,9 +165,23 @@ def test_aarch64_neon_build_matches_this_machine(tmp_path):
             p = tmp_path / f"case{k}_in{i}.bin"
             np.ascontiguousarray(a).tofile(p)
             args += ["--in", p]
-        r = subprocess.run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", arm_run, arm_tflite, mpath, arm_so,
-                            *args, "--out-prefix", tmp_path / f"case{k}_arm_"],
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [
+                "qemu-aarch64",
+                "-L",
+                "/usr/aarch64-linux-gnu",
+                arm_run,
+                arm_tflite,
+                mpath,
+                arm_so,
+                *args,
+                "--out-prefix",
+                tmp_path / f"case{k}_arm_",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, f"{label}: {r.stdout}{r.stderr}"
         it = oo.Interpreter(model_content=model, custom_ops=libs)
         it.allocate_tensors()

@@ -8,9 +8,7 @@ import numpy as np
 import pytest
 
 from opaque_ops.model import ModelBuilder
-
 from tests.helpers.atan import ATAN_INPUT
-
 
 LIFECYCLE_KERNEL = r"""
 #include <stdlib.h>

@@ -21,7 +21,6 @@ import pytest
 
 import opaque_ops as oo
 from opaque_ops.model import cache, read_model
-
 from tests.helpers.child_process import run_child
 from tests.helpers.locations import CORPUS, package_file
 
@@ -46,6 +45,7 @@ def _records(d: Path) -> list[Path]:
 
 def _no_checks(monkeypatch):
     """Make reading and checking fail the test if they run (verdicts must come from the record)."""
+
     def boom(*_a, **_k):
         raise AssertionError("the model was read or checked again")
 
@@ -210,7 +210,7 @@ def test_the_code_digest_follows_the_checks_source(tmp_path):
     assert cache._source_digest(copy) == before
     rules.write_text(rules.read_text() + "# one rule more\n")
     assert cache._source_digest(copy) != before
-    rules.write_text(rules.read_text()[:-len("# one rule more\n")])
+    rules.write_text(rules.read_text()[: -len("# one rule more\n")])
     os.utime(rules, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert cache._source_digest(copy) == before
     # A new rule module counts as well as an edited one.
@@ -329,9 +329,8 @@ def test_signature_runner_subgraphs_keep_their_own_verdicts(verdicts):
 
 def _two_signature_model() -> bytes:
     """y = x + 1 on [1, 4] in subgraph 0 ("first"), y = x + 2 on [1, 6] in subgraph 1 ("second")."""
-    from tools.fuzz_structured import _join_subgraphs, _schema, pack
-
     from opaque_ops.model import ModelBuilder
+    from tools.fuzz_structured import _join_subgraphs, _schema, pack
 
     def add(k, n):
         b = ModelBuilder()
@@ -348,7 +347,12 @@ def _two_signature_model() -> bytes:
     s = _schema()
     sd = s.SignatureDefT()
     sd.signatureKey, sd.subgraphIndex = "second", 1
-    sd.inputs, sd.outputs = [s.TensorMapT(), ], [s.TensorMapT()]
+    sd.inputs, sd.outputs = (
+        [
+            s.TensorMapT(),
+        ],
+        [s.TensorMapT()],
+    )
     sd.inputs[0].name, sd.inputs[0].tensorIndex = "x", 0
     sd.outputs[0].name, sd.outputs[0].tensorIndex = "y", 2
     m.signatureDefs.append(sd)

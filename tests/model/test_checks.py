@@ -9,8 +9,8 @@ ai-edge-litert.
 
 from __future__ import annotations
 
-import re
 import json
+import re
 
 import numpy as np
 import pytest
@@ -19,7 +19,6 @@ import opaque_ops as oo
 from opaque_ops.model import ModelBuilder, check_allocated, check_model, read_model
 from opaque_ops.model.runtime_ops import RUNTIME_CUSTOM_OPS
 from opaque_ops.model.shapes import ShapeError, infer_shapes
-
 from tests.helpers.child_process import run_child
 from tests.helpers.corpus import CORPUS, ENTRIES, INDEX, corpus_bytes
 from tests.helpers.locations import package_file
@@ -89,7 +88,7 @@ def test_conversion_metadata_is_refused_where_tflite_reads_it_and_valid_edits_ru
     at = base.index(md)
     edited = bytearray(base)
     edited[at + 40] = 5  # 5 * 4 bytes from 44: still inside the 88 bytes
-    assert conversion_metadata_fault(bytes(edited[at:at + len(md)])) is None
+    assert conversion_metadata_fault(bytes(edited[at : at + len(md)])) is None
     with Worker() as w:
         for name in names:
             out = run_model(corpus_bytes(name), worker=w, use_xnnpack=False)
@@ -105,17 +104,20 @@ def _abs_with_metadata(name: str, payload: bytes) -> bytes:
     return abs_model_with_metadata(name, payload)
 
 
-@pytest.mark.parametrize("payload, fault", [
-    ("010100", None),                          # version 1, one subgraph, no edges
-    # (An edge to an op the model lacks, 0101010002, passes the parser; TFLite 2.23 then
-    # refuses the model itself while applying XNNPACK, 2.17 ignores it: not a check of ours.)
-    ("01020100020102030405", None),            # trailing bytes: the runtime's parser rejects it, then ignores it
-    ("02ffffffff0f", None),                    # another version: never parsed further
-    ("01ffffffff", None),                      # the count runs out of bytes: rejected before any allocation
-    ("01ffffffff0f", "claims 4294967295 subgraph entries at offset 1, but only 0 bytes follow"),
-    ("0101ffffffff0f", "claims 4294967295 control edges at offset 2, but only 0 bytes follow"),
-    ("01808080801003", None),                  # a 5-byte count that wraps to 0 in uint32, as in the runtime
-])
+@pytest.mark.parametrize(
+    "payload, fault",
+    [
+        ("010100", None),  # version 1, one subgraph, no edges
+        # (An edge to an op the model lacks, 0101010002, passes the parser; TFLite 2.23 then
+        # refuses the model itself while applying XNNPACK, 2.17 ignores it: not a check of ours.)
+        ("01020100020102030405", None),  # trailing bytes: the runtime's parser rejects it, then ignores it
+        ("02ffffffff0f", None),  # another version: never parsed further
+        ("01ffffffff", None),  # the count runs out of bytes: rejected before any allocation
+        ("01ffffffff0f", "claims 4294967295 subgraph entries at offset 1, but only 0 bytes follow"),
+        ("0101ffffffff0f", "claims 4294967295 control edges at offset 2, but only 0 bytes follow"),
+        ("01808080801003", None),  # a 5-byte count that wraps to 0 in uint32, as in the runtime
+    ],
+)
 def test_control_dependencies_rule_replays_the_runtime_parser(payload, fault):
     """tensorflow/lite/experimental/remat/metadata_util.cc assigns a vector of `count` entries
     before reading them: a count above the bytes left is refused, whatever else its parser
@@ -136,8 +138,7 @@ def test_control_dependencies_rule_replays_the_runtime_parser(payload, fault):
         # Isolated: should the rule ever stop working, the runtime's abort fails this test
         # (RuntimeCrashError) instead of killing the test session.
         with pytest.raises(oo.ModelError, match=re.escape(fault)):
-            oo.Interpreter(model_content=_abs_with_metadata(CONTROL_DEPENDENCIES, bytes.fromhex(payload)),
-                           isolate=True)
+            oo.Interpreter(model_content=_abs_with_metadata(CONTROL_DEPENDENCIES, bytes.fromhex(payload)), isolate=True)
 
 
 # ------------------------------------------------------ runtime-provided custom ops
@@ -147,13 +148,22 @@ def _spectrogram_mfcc(window=400, stride=160, dct=13):
     b = ModelBuilder()
     x = b.add_tensor("audio", [1600, 1], np.float32)
     spec = b.add_tensor("spectrogram", [1, 1, 1], np.float32)
-    b.add_custom_op("AudioSpectrogram", [x], [spec],
-                    {"window_size": window, "stride": stride, "magnitude_squared": True})
+    b.add_custom_op(
+        "AudioSpectrogram", [x], [spec], {"window_size": window, "stride": stride, "magnitude_squared": True}
+    )
     rate = b.add_constant("rate", np.array([16000], np.int32))
     mf = b.add_tensor("mfcc", [1, 1, 1], np.float32)
-    b.add_custom_op("Mfcc", [spec, rate], [mf],
-                    {"upper_frequency_limit": 4000, "lower_frequency_limit": 20,
-                     "filterbank_channel_count": 40, "dct_coefficient_count": dct})
+    b.add_custom_op(
+        "Mfcc",
+        [spec, rate],
+        [mf],
+        {
+            "upper_frequency_limit": 4000,
+            "lower_frequency_limit": 20,
+            "filterbank_channel_count": 40,
+            "dct_coefficient_count": dct,
+        },
+    )
     b.set_inputs([x])
     b.set_outputs([spec, mf])
     return b.build()
@@ -165,12 +175,28 @@ def _detection(n=64, classes=3, regular=False):
     boxes = b.add_tensor("boxes", [1, n, 4], np.float32)
     scores = b.add_tensor("scores", [1, n, classes + 1], np.float32)
     anchors = b.add_constant("anchors", np.abs(rng.standard_normal((n, 4))).astype(np.float32) + 0.1)
-    outs = [b.add_tensor(nm, sh, np.float32) for nm, sh in (("det_boxes", [1, 5, 4]), ("det_classes", [1, 5]),
-                                                            ("det_scores", [1, 5]), ("num", [1]))]
-    b.add_custom_op("TFLite_Detection_PostProcess", [boxes, scores, anchors], outs,
-                    {"max_detections": 5, "max_classes_per_detection": 1, "detections_per_class": 10,
-                     "use_regular_nms": regular, "nms_score_threshold": 0.1, "nms_iou_threshold": 0.5,
-                     "num_classes": classes, "y_scale": 10.0, "x_scale": 10.0, "h_scale": 5.0, "w_scale": 5.0})
+    outs = [
+        b.add_tensor(nm, sh, np.float32)
+        for nm, sh in (("det_boxes", [1, 5, 4]), ("det_classes", [1, 5]), ("det_scores", [1, 5]), ("num", [1]))
+    ]
+    b.add_custom_op(
+        "TFLite_Detection_PostProcess",
+        [boxes, scores, anchors],
+        outs,
+        {
+            "max_detections": 5,
+            "max_classes_per_detection": 1,
+            "detections_per_class": 10,
+            "use_regular_nms": regular,
+            "nms_score_threshold": 0.1,
+            "nms_iou_threshold": 0.5,
+            "num_classes": classes,
+            "y_scale": 10.0,
+            "x_scale": 10.0,
+            "h_scale": 5.0,
+            "w_scale": 5.0,
+        },
+    )
     b.set_inputs([boxes, scores])
     b.set_outputs(outs)
     return b.build()
@@ -226,12 +252,15 @@ def test_runtime_ops_are_listed_as_provided_by_the_runtime(tmp_path):
     assert "MISSING" not in buf.getvalue()
 
 
-@pytest.mark.parametrize("edit, expect", [
-    (dict(window=1), "window_size=1 is outside [2, 1048576]"),
-    (dict(window=1 << 30), "window_size=1073741824 is outside"),
-    (dict(stride=0), "stride=0 is outside"),
-    (dict(dct=41), "dct_coefficient_count=41 exceeds filterbank_channel_count=40"),
-])
+@pytest.mark.parametrize(
+    "edit, expect",
+    [
+        (dict(window=1), "window_size=1 is outside [2, 1048576]"),
+        (dict(window=1 << 30), "window_size=1073741824 is outside"),
+        (dict(stride=0), "stride=0 is outside"),
+        (dict(dct=41), "dct_coefficient_count=41 exceeds filterbank_channel_count=40"),
+    ],
+)
 def test_runtime_op_option_rules(edit, expect):
     with pytest.raises(oo.ModelError, match=re.escape(expect)):
         check_model(read_model(_spectrogram_mfcc(**edit)))
@@ -307,7 +336,7 @@ def test_shapes_after_a_dynamic_tensor_are_unknown_not_declared(xnnpack):
     # And the real interpreter runs it, as ai-edge-litert does.
     x = np.arange(96, dtype=np.float32)
     shape = np.array([1, 12, 8, 1], np.int32)
-    want, = [r for r in _both_outputs(data, [x, shape])][:1]
+    (want,) = [r for r in _both_outputs(data, [x, shape])][:1]
     it = oo.Interpreter(model_content=data, use_xnnpack=xnnpack)
     it.allocate_tensors()
     it.set_tensor(0, x)
@@ -359,13 +388,16 @@ def test_edited_stride_is_refused_with_the_same_error_with_and_without_xnnpack(x
 FACE = ("mediapipe", "modules", "face_landmark", "face_landmark_with_attention.tflite")
 
 
-@pytest.mark.parametrize("shape, expect", [
-    ([1, 96, 96, 3], "VALID padding"),       # SIGSEGV in XNNPACK before
-    ([1, 192, 2, 3], "VALID padding"),       # SIGSEGV in XNNPACK before
-    ([1, 192, 192, 1], "input has 1 channels, the filter [16, 3, 3, 3] takes 3"),  # garbage before
-    ([1, 192, 192, 7], "input has 7 channels"),  # garbage before
-    ([1] * 64, "at most 6 dimensions"),
-])
+@pytest.mark.parametrize(
+    "shape, expect",
+    [
+        ([1, 96, 96, 3], "VALID padding"),  # SIGSEGV in XNNPACK before
+        ([1, 192, 2, 3], "VALID padding"),  # SIGSEGV in XNNPACK before
+        ([1, 192, 192, 1], "input has 1 channels, the filter [16, 3, 3, 3] takes 3"),  # garbage before
+        ([1, 192, 192, 7], "input has 7 channels"),  # garbage before
+        ([1] * 64, "at most 6 dimensions"),
+    ],
+)
 def test_face_landmark_resizes_are_refused_not_crashed(shape, expect):
     path = package_file(*FACE)
     code = f"""
@@ -416,8 +448,11 @@ def _litert_lm_library():
 @pytest.mark.parametrize("runtime", ["2.17.1", "2.23"])
 def test_melspectrogram_refusal_is_the_same_on_every_runtime(runtime):
     path = package_file("pyopen_wakeword", "models", "melspectrogram.tflite")
-    lib = str(package_file("pymicro_wakeword", "lib", "libtensorflowlite_c.so") if runtime == "2.17.1"
-              else _litert_lm_library())
+    lib = str(
+        package_file("pymicro_wakeword", "lib", "libtensorflowlite_c.so")
+        if runtime == "2.17.1"
+        else _litert_lm_library()
+    )
     code = f"""
         import opaque_ops as oo
         it = oo.Interpreter(model_path={str(path)!r}, library={lib!r}, use_xnnpack=True)
@@ -432,8 +467,9 @@ def test_melspectrogram_refusal_is_the_same_on_every_runtime(runtime):
     """
     p = run_child(code, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
-    assert ("REFUSED ShapeError operator 3 (CONV_2D) has VALID padding and a 1x512 window, but its "
-            "input 17 is 1x400") in p.stdout, p.stdout
+    assert (
+        "REFUSED ShapeError operator 3 (CONV_2D) has VALID padding and a 1x512 window, but its input 17 is 1x400"
+    ) in p.stdout, p.stdout
 
 
 # ------------------------------------------------------------------ short fuzz
@@ -481,11 +517,16 @@ def test_empty_batch_never_returns_garbage_shapes(xnnpack):
     w = b.add_constant("w", np.ones((1, 3, 3, 4), np.float32))
     bias = b.add_constant("b", np.zeros(4, np.float32))
     y = b.add_tensor("y", [1, 6, 6, 4], np.float32)
-    b.add_op("DEPTHWISE_CONV_2D", [x, w, bias], [y], {"padding": "SAME", "stride_h": 1, "stride_w": 1,
-                                                       "depth_multiplier": 2})
+    b.add_op(
+        "DEPTHWISE_CONV_2D", [x, w, bias], [y], {"padding": "SAME", "stride_h": 1, "stride_w": 1, "depth_multiplier": 2}
+    )
     m = b.add_tensor("m", [1, 3, 3, 4], np.float32)
-    b.add_op("MAX_POOL_2D", [y], [m], {"padding": "SAME", "stride_h": 2, "stride_w": 2,
-                                        "filter_width": 2, "filter_height": 2})
+    b.add_op(
+        "MAX_POOL_2D",
+        [y],
+        [m],
+        {"padding": "SAME", "stride_h": 2, "stride_w": 2, "filter_width": 2, "filter_height": 2},
+    )
     b.set_inputs([x])
     b.set_outputs([m])
     it = oo.Interpreter(model_content=b.build(), use_xnnpack=xnnpack)
@@ -511,8 +552,10 @@ def test_resize_to_another_rank_than_pads_paddings_is_refused(xnnpack):
     out = run_model(str(path), use_xnnpack=xnnpack, resize=[1, 76, 32])
     assert out.status == "rejected", (out.status, out.reason)
     assert isinstance(out.error, ShapeError)
-    assert str(out.error) == ("operator 0 (PAD) has 4 rows of paddings, but its input 0 has shape [1, 76, 32] "
-                              "(rank 3); resize the input with the model's rank")
+    assert str(out.error) == (
+        "operator 0 (PAD) has 4 rows of paddings, but its input 0 has shape [1, 76, 32] "
+        "(rank 3); resize the input with the model's rank"
+    )
     # The rank it was built for still runs.
     assert run_model(str(path), use_xnnpack=xnnpack, resize=[1, 76, 32, 1]).status == "ok"
 
@@ -551,7 +594,8 @@ def test_convolution_input_resized_to_zero_channels_is_refused(xnnpack):
     assert str(out.error) == (
         "operator 0 (CONV_2D) has a filter of 3 input channels, but its input 0 has shape [1, 8, 8, 0]: "
         "the input channels must be a positive multiple of the filter's. Resize the model's input with the "
-        "channel count it was built for")
+        "channel count it was built for"
+    )
     assert run_model(data, use_xnnpack=xnnpack, resize=[2, 8, 8, 3]).status == "ok"
 
 
@@ -576,22 +620,35 @@ def _add_model(extra=None):
     return b.build()
 
 
-@pytest.mark.parametrize("case, expect", [
-    (lambda b, t: (b.add_op("ADD", [t["x"], t["c"]], [t["z"]]), b.add_op("MUL", [t["x"], t["c"]], [t["z"]])),
-     "already writes"),
-    (lambda b, t: b.add_op("ADD", [t["z"], t["c"]], [t["z"]]), "also one of its own inputs"),
-    (lambda b, t: (b.add_op("ADD", [t["c"], t["c"]], [t["x"]]), b.add_op("ADD", [t["x"], t["c"]], [t["z"]])),
-     "input of the subgraph"),
-    (lambda b, t: (b.add_op("ADD", [t["x"], t["x"]], [t["c"]]), b.add_op("ADD", [t["x"], t["c"]], [t["z"]])),
-     "is a constant"),
-    (lambda b, t: (b.add_op("MUL", [t["y"], t["c"]], [t["z"]]), b.add_op("ADD", [t["x"], t["c"]], [t["y"]])),
-     "before operator 1 writes it"),
-    (lambda b, t: b.add_op("ADD", [t["x"], -1], [t["z"]]), "omitted (-1) input"),
-    (lambda b, t: b.add_op("ADD", [t["x"], t["c"]], [t["y"]]), "is written by no operator"),
-    (lambda b, t: b.add_op("ADD", [t["x"]], [t["z"]]), "ADD takes at least 2"),
-    (lambda b, t: (b.add_op("ADD", [t["x"], t["c"]], []), b.add_op("MUL", [t["x"], t["c"]], [t["z"]])),
-     "has no outputs"),
-])
+@pytest.mark.parametrize(
+    "case, expect",
+    [
+        (
+            lambda b, t: (b.add_op("ADD", [t["x"], t["c"]], [t["z"]]), b.add_op("MUL", [t["x"], t["c"]], [t["z"]])),
+            "already writes",
+        ),
+        (lambda b, t: b.add_op("ADD", [t["z"], t["c"]], [t["z"]]), "also one of its own inputs"),
+        (
+            lambda b, t: (b.add_op("ADD", [t["c"], t["c"]], [t["x"]]), b.add_op("ADD", [t["x"], t["c"]], [t["z"]])),
+            "input of the subgraph",
+        ),
+        (
+            lambda b, t: (b.add_op("ADD", [t["x"], t["x"]], [t["c"]]), b.add_op("ADD", [t["x"], t["c"]], [t["z"]])),
+            "is a constant",
+        ),
+        (
+            lambda b, t: (b.add_op("MUL", [t["y"], t["c"]], [t["z"]]), b.add_op("ADD", [t["x"], t["c"]], [t["y"]])),
+            "before operator 1 writes it",
+        ),
+        (lambda b, t: b.add_op("ADD", [t["x"], -1], [t["z"]]), "omitted (-1) input"),
+        (lambda b, t: b.add_op("ADD", [t["x"], t["c"]], [t["y"]]), "is written by no operator"),
+        (lambda b, t: b.add_op("ADD", [t["x"]], [t["z"]]), "ADD takes at least 2"),
+        (
+            lambda b, t: (b.add_op("ADD", [t["x"], t["c"]], []), b.add_op("MUL", [t["x"], t["c"]], [t["z"]])),
+            "has no outputs",
+        ),
+    ],
+)
 def test_check_model_rules(case, expect):
     data = _add_model(case)
     with pytest.raises(oo.ModelError, match=expect.replace("(", r"\(").replace(")", r"\)")):
@@ -637,8 +694,11 @@ def test_check_model_rules_on_a_real_streaming_model():
         t = next(t for t in sg.tensors if len(t.quantization["scales"]))
         t.quantization["scales"] = np.array([np.nan], np.float32)
 
-    for edit, expect in ((read_var_shape, "READ_VARIABLE) declares output shape"),
-                         (drop_bias, "has no bias input"), (nan_scale, "finite and positive")):
+    for edit, expect in (
+        (read_var_shape, "READ_VARIABLE) declares output shape"),
+        (drop_bias, "has no bias input"),
+        (nan_scale, "finite and positive"),
+    ):
         with pytest.raises(oo.ModelError, match=re.escape(expect)):
             check_model(broken(edit))
 
@@ -647,8 +707,12 @@ def test_zero_stride_is_refused():
     b = ModelBuilder()
     x = b.add_tensor("x", [1, 4, 4, 1], np.float32)
     y = b.add_tensor("y", [1, 2, 2, 1], np.float32)
-    b.add_op("MAX_POOL_2D", [x], [y], options={"padding": "VALID", "stride_w": 0, "stride_h": 2,
-                                                "filter_width": 2, "filter_height": 2})
+    b.add_op(
+        "MAX_POOL_2D",
+        [x],
+        [y],
+        options={"padding": "VALID", "stride_w": 0, "stride_h": 2, "filter_width": 2, "filter_height": 2},
+    )
     b.set_inputs([x])
     b.set_outputs([y])
     with pytest.raises(oo.ModelError, match="stride_w=0"):

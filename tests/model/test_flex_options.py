@@ -10,7 +10,6 @@ from flatbuffers import flexbuffers
 
 from opaque_ops.errors import ModelError
 from opaque_ops.model import decode_flex_options, flex_options
-
 from tests.helpers.reference_models import CUSTOM_OPTS
 
 
@@ -23,16 +22,16 @@ def test_flex_options_encoding():
     assert fl.IsTypedVector and fl.AsTypedVector.ElementType == flexbuffers.Type.FLOAT
     assert decode_flex_options(enc) == {"a": 1.5, "b": [1, 2, 3], "c": "s"}
     # numpy values are accepted.
-    assert decode_flex_options(flex_options({"n": np.int16(4), "v": np.array([1, 2])})) == \
-        {"n": 4, "v": [1, 2]}
+    assert decode_flex_options(flex_options({"n": np.int16(4), "v": np.array([1, 2])})) == {"n": 4, "v": [1, 2]}
     # Key order does not depend on insertion order.
     assert flex_options({"x": 1, "a": 2}) == flex_options({"a": 2, "x": 1})
     with pytest.raises(TypeError):
         flex_options({"bad": object()})
 
 
-@pytest.mark.parametrize("junk", [b"", b"\x00", b"\xff\xff\xff", b"garbage-bytes",
-                                  bytes(range(64)), flexbuffers.Dumps([1, 2, 3])])
+@pytest.mark.parametrize(
+    "junk", [b"", b"\x00", b"\xff\xff\xff", b"garbage-bytes", bytes(range(64)), flexbuffers.Dumps([1, 2, 3])]
+)
 def test_decode_flex_options_rejects_garbage(junk):
     with pytest.raises(ModelError):
         decode_flex_options(junk)

@@ -13,7 +13,6 @@ from flatbuffers import flexbuffers
 
 from opaque_ops.errors import ModelError
 from opaque_ops.model import ACTIVATIONS, BUILTIN_OPERATORS, TENSOR_TYPES, read_model
-
 from tests.helpers.reference_models import CUSTOM_OPTS, Interpreter, add_mul_model, round_trip_model, wheel_models
 
 
@@ -61,8 +60,7 @@ def test_round_trip_ops_and_custom_options():
 
     opts = ops[1].options
     # Checked against the flatbuffers package's own decoder, not our encoder.
-    assert flexbuffers.Loads(ops[1].custom_options) == {
-        k: v for k, v in CUSTOM_OPTS.items()}
+    assert flexbuffers.Loads(ops[1].custom_options) == {k: v for k, v in CUSTOM_OPTS.items()}
     assert opts["i8"] == -5 and opts["i16"] == 1000 and opts["i32"] == -70000
     assert opts["i64"] == 2**40 + 3
     assert opts["f"] == 0.25 and opts["f64"] == pytest.approx(0.1)
@@ -75,8 +73,7 @@ def test_round_trip_ops_and_custom_options():
 
     assert ops[2].custom_options == b"\x01\x02\x03" and ops[2].options is None
     assert ops[3].custom_options is None and ops[3].options is None
-    assert ops[4].builtin_options == {"fused_activation_function": "RELU",
-                                      "pot_scale_int16": True}
+    assert ops[4].builtin_options == {"fused_activation_function": "RELU", "pot_scale_int16": True}
     # The same table as TFLite's generated schema reads it.
     schema = pytest.importorskip("ai_edge_litert.schema_py_generated")
     raw = schema.Model.GetRootAsModel(data, 0).Subgraphs(0).Operators(4)
@@ -101,8 +98,7 @@ def test_real_model_matches_interpreter(path):
     assert m.version == 3
     it = Interpreter(model_path=path)
     sg = m.subgraphs[0]
-    for ours, theirs in ((sg.inputs, it.get_input_details()),
-                         (sg.outputs, it.get_output_details())):
+    for ours, theirs in ((sg.inputs, it.get_input_details()), (sg.outputs, it.get_output_details())):
         assert len(ours) == len(theirs)
         for idx, det in zip(ours, theirs):
             t = sg.tensors[idx]
@@ -146,7 +142,7 @@ def test_hostile_vector_length():
     desc = b"y = (x + offset) * scale"
     pos = data.index(desc) - 4
     assert struct.unpack_from("<I", data, pos)[0] == len(desc)
-    bad = data[:pos] + struct.pack("<I", 0x7FFFFFF0) + data[pos + 4:]
+    bad = data[:pos] + struct.pack("<I", 0x7FFFFFF0) + data[pos + 4 :]
     with pytest.raises(ModelError, match="past the end"):
         read_model(bad)
 
@@ -171,8 +167,9 @@ def test_fuzz_mutations_only_raise_model_error():
                 base[p] = rng.choice([0x00, 0xFF, 0x7F, 0x80, rng.randrange(256)])
         else:
             p = rng.randrange(max(1, len(base) - 4))
-            base[p:p + 4] = struct.pack("<I", rng.choice(
-                [0, 1, 4, 0xFFFFFFFF, 0x7FFFFFFF, 0x80000000, rng.randrange(2**32)]))
+            base[p : p + 4] = struct.pack(
+                "<I", rng.choice([0, 1, 4, 0xFFFFFFFF, 0x7FFFFFFF, 0x80000000, rng.randrange(2**32)])
+            )
         try:
             read_model(bytes(base))
             ok += 1
@@ -251,9 +248,14 @@ def test_every_field_read_matches_tflite_generated_schema(path):
     ref = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
     assert m.version == ref.version
     assert m.description == (ref.description.decode() if ref.description else "")
-    assert m.operator_codes == [(max(c.builtinCode, c.deprecatedBuiltinCode),
-                                 c.customCode.decode() if c.customCode is not None else None, c.version)
-                                for c in ref.operatorCodes]
+    assert m.operator_codes == [
+        (
+            max(c.builtinCode, c.deprecatedBuiltinCode),
+            c.customCode.decode() if c.customCode is not None else None,
+            c.version,
+        )
+        for c in ref.operatorCodes
+    ]
     buffers = [b.data for b in ref.buffers]
     assert len(m.subgraphs) == len(ref.subgraphs)
     for sg, rsg in zip(m.subgraphs, ref.subgraphs):
@@ -270,8 +272,9 @@ def test_every_field_read_matches_tflite_generated_schema(path):
             assert t.data == (bytes(raw) if raw is not None and len(raw) else None)
             q = rt.quantization
             np.testing.assert_array_equal(t.quantization["scales"], q.scale if q and q.scale is not None else [])
-            np.testing.assert_array_equal(t.quantization["zero_points"],
-                                          q.zeroPoint if q and q.zeroPoint is not None else [])
+            np.testing.assert_array_equal(
+                t.quantization["zero_points"], q.zeroPoint if q and q.zeroPoint is not None else []
+            )
             assert t.quantization["quantized_dimension"] == (q.quantizedDimension if q else 0)
             assert t.is_sparse == (rt.sparsity is not None)
             _assert_same_sparsity(t.sparsity, rt.sparsity)
@@ -291,8 +294,14 @@ def test_every_field_read_matches_tflite_generated_schema(path):
                     want = list(want)
                 assert value == want, (op.index, field)
     assert [(s.key, s.subgraph_index, s.inputs, s.outputs) for s in m.signatures] == [
-        (sd.signatureKey.decode(), sd.subgraphIndex, {tm.name.decode(): tm.tensorIndex for tm in sd.inputs or []},
-         {tm.name.decode(): tm.tensorIndex for tm in sd.outputs or []}) for sd in ref.signatureDefs or []]
+        (
+            sd.signatureKey.decode(),
+            sd.subgraphIndex,
+            {tm.name.decode(): tm.tensorIndex for tm in sd.inputs or []},
+            {tm.name.decode(): tm.tensorIndex for tm in sd.outputs or []},
+        )
+        for sd in ref.signatureDefs or []
+    ]
 
 
 def _norm(x):

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 from opaque_ops.model import BUILTIN_OPERATOR_NAMES, BUILTIN_OPERATORS, TENSOR_TYPES, ModelBuilder, read_model
-
 from tests.helpers.reference_models import Interpreter, add_mul_model, conv_ref, round_trip_model, run
 
 
@@ -32,26 +30,35 @@ def test_add_mul_model_runs_in_litert():
     np.testing.assert_allclose(z, (x + offset) * scale, rtol=1e-6)
 
 
-@pytest.mark.parametrize("padding,stride,act", [("SAME", 1, "NONE"), ("VALID", 1, "NONE"),
-                                                ("SAME", 2, "RELU"), ("VALID", 2, "RELU6")])
+@pytest.mark.parametrize(
+    "padding,stride,act", [("SAME", 1, "NONE"), ("VALID", 1, "NONE"), ("SAME", 2, "RELU"), ("VALID", 2, "RELU6")]
+)
 def test_conv2d_matches_numpy(padding, stride, act):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 7, 6, 3)).astype(np.float32)
-    w = rng.standard_normal((4, 3, 2, 3)).astype(np.float32)   # OHWI
+    w = rng.standard_normal((4, 3, 2, 3)).astype(np.float32)  # OHWI
     bias = rng.standard_normal(4).astype(np.float32)
     expected = conv_ref(x.astype(np.float64), w.astype(np.float64), bias, padding, stride)
-    expected = {"NONE": expected, "RELU": np.maximum(expected, 0),
-                "RELU6": np.clip(expected, 0, 6)}[act]
+    expected = {"NONE": expected, "RELU": np.maximum(expected, 0), "RELU6": np.clip(expected, 0, 6)}[act]
 
     b = ModelBuilder()
     ti = b.add_tensor("input", x.shape, np.float32)
     tw = b.add_constant("weights", w)
     tb = b.add_constant("bias", bias)
     to = b.add_tensor("output", expected.shape, np.float32)
-    b.add_op("CONV_2D", [ti, tw, tb], [to],
-             options={"padding": padding, "stride_w": stride, "stride_h": stride,
-                      "fused_activation_function": act,
-                      "dilation_w_factor": 1, "dilation_h_factor": 1})
+    b.add_op(
+        "CONV_2D",
+        [ti, tw, tb],
+        [to],
+        options={
+            "padding": padding,
+            "stride_w": stride,
+            "stride_h": stride,
+            "fused_activation_function": act,
+            "dilation_w_factor": 1,
+            "dilation_h_factor": 1,
+        },
+    )
     b.set_inputs([ti])
     b.set_outputs([to])
     data = b.build()
@@ -106,6 +113,7 @@ def test_builtin_code_above_127_uses_extended_field():
     xv = np.array([-2.0, -0.5, 0.0, 1.5], np.float32)
     (out,) = run(data, xv)
     from math import erf, sqrt
+
     ref = np.array([v * 0.5 * (1 + erf(v / sqrt(2))) for v in xv], np.float32)
     np.testing.assert_allclose(out, ref, atol=1e-3)
 
@@ -122,8 +130,7 @@ def test_builtin_code_above_127_uses_extended_field():
 def test_signature_is_visible_to_litert():
     data, offset, scale = add_mul_model(with_signature=True)
     it = Interpreter(model_content=data)
-    assert it.get_signature_list() == {
-        "serving_default": {"inputs": ["input_x"], "outputs": ["output_z"]}}
+    assert it.get_signature_list() == {"serving_default": {"inputs": ["input_x"], "outputs": ["output_z"]}}
     runner = it.get_signature_runner("serving_default")
     x = np.ones((1, 5), np.float32)
     out = runner(input_x=x)

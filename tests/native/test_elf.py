@@ -8,13 +8,14 @@ import shutil
 import subprocess
 
 import pytest
-from tests.helpers.runtime_libraries import foreign_library, wheel_library
 
 from opaque_ops._native import elf
+from tests.helpers.runtime_libraries import foreign_library, wheel_library
 
 ARCHES = ["x86_64", "aarch64", "armv7l"]
-needs_binutils = pytest.mark.skipif(shutil.which("readelf") is None or shutil.which("nm") is None,
-                                    reason="needs binutils (apt-get install binutils)")
+needs_binutils = pytest.mark.skipif(
+    shutil.which("readelf") is None or shutil.which("nm") is None, reason="needs binutils (apt-get install binutils)"
+)
 
 
 def _lib(arch):

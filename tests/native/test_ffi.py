@@ -8,8 +8,8 @@ import re
 from cffi import FFI
 
 from opaque_ops import _native
-from opaque_ops._native import _ffi_abi, ffi as ffi_module
-
+from opaque_ops._native import _ffi_abi
+from opaque_ops._native import ffi as ffi_module
 from tests.helpers.child_process import run_python
 from tests.helpers.locations import ROOT
 

@@ -20,6 +20,10 @@ from pathlib import Path
 
 import pytest
 
+import opaque_ops as oo
+from opaque_ops._native import builds, elf
+from opaque_ops._native import runtime_loader as native_runtime
+from opaque_ops.build import compiler as _cbuild
 from tests.helpers.child_process import run_child
 from tests.helpers.locations import ROOT
 from tests.helpers.runtime_libraries import (
@@ -30,11 +34,6 @@ from tests.helpers.runtime_libraries import (
     record_digest,
     wheel_library,
 )
-
-import opaque_ops as oo
-from opaque_ops.build import compiler as _cbuild
-from opaque_ops._native import builds, elf
-from opaque_ops._native import runtime_loader as native_runtime
 
 HOST = _cbuild.host_arch()
 CC = shutil.which("cc") or shutil.which("gcc")
@@ -497,8 +496,8 @@ def test_armv7l_runs_builtin_models_and_refuses_custom_ops_with_the_reason(tmp_p
 
     import numpy as np
     from ai_edge_litert.interpreter import Interpreter as Reference
-    from tests.helpers.armhf_python import MULTIARCH, run, sysroot
 
+    from tests.helpers.armhf_python import MULTIARCH, run, sysroot
     from tests.helpers.locations import package_file
 
     site = tmp_path / "site"
@@ -515,18 +514,27 @@ def test_armv7l_runs_builtin_models_and_refuses_custom_ops_with_the_reason(tmp_p
     # The declared input is [1, 1] (see tests/model/test_checks.py): both resize to 1760 samples.
     np.save(tmp_path / "x.npy", x)
     code = ARMV7L_CHILD.replace(
-        'it.allocate_tensors()\n',
-        'it.resize_tensor_input(0, [1, 1760]); it.allocate_tensors()\n', 1)
+        "it.allocate_tensors()\n", "it.resize_tensor_input(0, [1, 1760]); it.allocate_tensors()\n", 1
+    )
     # A real armv7l shared library stands in for a kernel library: the
     # runtime's missing API is reported before the file is looked at.
     armhf_lib = sysroot() / "usr" / "lib" / MULTIARCH / "libffi.so.8"
-    r = run(f"import sys; sys.argv = ['child', {str(model)!r}, {str(tmp_path / 'x.npy')!r}, "
-            f"{str(tmp_path / 'y.npy')!r}, {str(armhf_lib)!r}]\n" + code, ROOT, site)
+    r = run(
+        f"import sys; sys.argv = ['child', {str(model)!r}, {str(tmp_path / 'x.npy')!r}, "
+        f"{str(tmp_path / 'y.npy')!r}, {str(armhf_lib)!r}]\n" + code,
+        ROOT,
+        site,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["host_arch"] == "armv7l", out
-    assert out["info"] == {"version": "2.17.1", "found_by": "pymicro-wakeword wheel", "known_build": True,
-                           "custom_ops": False, "xnnpack": False}, out
+    assert out["info"] == {
+        "version": "2.17.1",
+        "found_by": "pymicro-wakeword wheel",
+        "known_build": True,
+        "custom_ops": False,
+        "xnnpack": False,
+    }, out
     assert out["xnnpack"] is False
     # compile_ops refuses before it looks for a compiler (there is none for armv7l here).
     for name in ("load_ops", "compile_ops", "python_op"):

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
+from opaque_ops.model import ModelBuilder
 from tests.helpers.child_process import crashed, run_child
 from tests.helpers.locations import ADD_DELEGATE_PLUGIN_C
-from opaque_ops.model import ModelBuilder
 
 C = np.array([1, 2, 3, 4], np.float32)
 X = np.array([0.5, -1, 2, 10], np.float32)
@@ -32,8 +32,22 @@ def plugin(tmp_path_factory) -> str:
     cc = shutil.which("cc") or shutil.which("gcc")
     assert cc, "a C compiler is required (the test suite compiles kernels throughout)"
     out = tmp_path_factory.mktemp("delegate") / "add_delegate.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter",
-                    "-o", str(out), str(ADD_DELEGATE_PLUGIN_C)], check=True)
+    subprocess.run(
+        [
+            cc,
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-Wno-unused-parameter",
+            "-o",
+            str(out),
+            str(ADD_DELEGATE_PLUGIN_C),
+        ],
+        check=True,
+    )
     return str(out)
 
 
@@ -42,8 +56,9 @@ def counters(plugin):
     import cffi
 
     ffi = cffi.FFI()
-    ffi.cdef("int oo_test_delegate_invocations(void); int oo_test_delegate_live(void);"
-             "int oo_test_delegate_claimed(void);")
+    ffi.cdef(
+        "int oo_test_delegate_invocations(void); int oo_test_delegate_live(void);int oo_test_delegate_claimed(void);"
+    )
     oo.load_runtime()  # the plugin's TfLite* symbols come from the runtime
     return ffi.dlopen(plugin)  # the same handle opaque_ops gets for this path
 
@@ -140,8 +155,9 @@ def test_load_errors_are_clear(tmp_path, plugin):
         oo.Interpreter(model_content=add_mul_model(), experimental_delegates=[object()])
     d = oo.load_delegate(plugin)
     with pytest.raises(oo.UnsupportedError, match="clustering"):
-        oo.Interpreter(model_content=add_mul_model(), experimental_delegates=[d],
-                       experimental_disable_delegate_clustering=True)
+        oo.Interpreter(
+            model_content=add_mul_model(), experimental_delegates=[d], experimental_disable_delegate_clustering=True
+        )
 
 
 def test_the_delegate_is_destroyed_after_its_last_user(plugin, counters):

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-
 from tests.helpers.atan import ATAN_INPUT, MACRO_ATAN, make_model, reference, run_atan
 from tests.helpers.child_process import run_child
 from tests.helpers.locations import ROOT
@@ -23,6 +22,7 @@ def entries(cache: Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------- the cache --
+
 
 def test_cache_hit_skips_the_compiler(tmp_path, atan_source, atan_model_bytes, monkeypatch):
     lib = oo.compile_ops(atan_source, ops={"Atan": "AtanOpRegistrationExternal"}, cache_dir=tmp_path)
@@ -55,8 +55,11 @@ def test_changed_header_recompiles(tmp_path, atan_model_bytes):
     src_dir.mkdir()
     (src_dir / "offset.h").write_text("#define EXTRA 0.0\n")
     src = src_dir / "k.c"
-    src.write_text(MACRO_ATAN.replace('#include "opaque_ops.h"', '#include "opaque_ops.h"\n#include "offset.h"')
-                   .replace("(float)atan((double)x[i])", "(float)atan((double)x[i]) + (float)EXTRA"))
+    src.write_text(
+        MACRO_ATAN.replace('#include "opaque_ops.h"', '#include "opaque_ops.h"\n#include "offset.h"').replace(
+            "(float)atan((double)x[i])", "(float)atan((double)x[i]) + (float)EXTRA"
+        )
+    )
     a = oo.compile_ops(src, cache_dir=tmp_path / "c")
     (src_dir / "offset.h").write_text("#define EXTRA 1.0\n")
     b = oo.compile_ops(src, cache_dir=tmp_path / "c")
@@ -113,7 +116,7 @@ def test_damaged_cache_entry_is_rebuilt_not_loaded(tmp_path, damage):
     if damage == "truncate":  # mapping past the end of a file is SIGBUS
         data = data[: len(data) // 2]
     elif damage == "corrupt_code":  # every byte of .text after the ELF headers set to int3 / brk
-        data[0x1000:len(data) - 0x1000] = b"\xcc" * (len(data) - 0x2000)
+        data[0x1000 : len(data) - 0x1000] = b"\xcc" * (len(data) - 0x2000)
     else:
         data = bytearray()
     entry.write_bytes(bytes(data))
@@ -169,6 +172,7 @@ def test_unwritable_cache_dir_is_a_cache_error(tmp_path):
 
 
 # ------------------------------------------------- the cache as a trust boundary --
+
 
 def test_cache_dir_and_entries_are_private(tmp_path, monkeypatch):
     monkeypatch.delenv("OPAQUE_OPS_CACHE_DIR")
@@ -298,8 +302,8 @@ def test_four_threads_compile_at_once_and_the_process_keeps_its_fds_and_cwd(tmp_
 
 def test_compile_ops_and_build_py_share_one_build(tmp_path, atan_source):
     """Same flags, same glue, same checks: the two libraries are the same kind of file."""
-    from opaque_ops.build import standalone as build
     from opaque_ops._native import elf
+    from opaque_ops.build import standalone as build
 
     cached = oo.compile_ops(atan_source, ops={"Atan": "AtanOpRegistrationExternal"}, cache_dir=tmp_path / "c")
     built = build.build_library([atan_source], tmp_path / "atan.so", ops={"Atan": "AtanOpRegistrationExternal"})
@@ -314,6 +318,7 @@ def test_compile_ops_and_build_py_share_one_build(tmp_path, atan_source):
 
 
 # --------------------------------------------------------------- sources --
+
 
 def test_compile_error_has_file_and_line(tmp_path):
     src = tmp_path / "broken_kernel.c"
@@ -338,7 +343,8 @@ def test_unknown_factory_name_is_a_compile_error(tmp_path, atan_source):
 
 def test_misspelt_function_fails_at_compile_time_not_load_time(tmp_path):
     src = MACRO_ATAN.replace("#include <math.h>", "#include <math.h>\nint oo_no_such_helper(int);").replace(
-        "return kTfLiteOk;\n}\n\nOPAQUE_OP", "return oo_no_such_helper(0) ? kTfLiteOk : kTfLiteError;\n}\n\nOPAQUE_OP")
+        "return kTfLiteOk;\n}\n\nOPAQUE_OP", "return oo_no_such_helper(0) ? kTfLiteOk : kTfLiteError;\n}\n\nOPAQUE_OP"
+    )
     with pytest.raises(oo.CompileError, match="undefined symbol.*oo_no_such_helper"):
         oo.compile_ops(src, cache_dir=tmp_path)
 
@@ -373,7 +379,9 @@ def test_no_ops_declared_is_explained(tmp_path):
 
 
 def test_same_kernel_under_two_versions(tmp_path):
-    src = MACRO_ATAN.replace('OPAQUE_OP("Atan", 1,', 'OPAQUE_OP("Atan", 1, .prepare = Prepare, .invoke = Invoke);\nOPAQUE_OP("Atan", 2,')
+    src = MACRO_ATAN.replace(
+        'OPAQUE_OP("Atan", 1,', 'OPAQUE_OP("Atan", 1, .prepare = Prepare, .invoke = Invoke);\nOPAQUE_OP("Atan", 2,'
+    )
     lib = oo.compile_ops(src, cache_dir=tmp_path)
     assert lib.ops == [("Atan", 1), ("Atan", 2)]
     for version in (1, 2):
@@ -382,6 +390,7 @@ def test_same_kernel_under_two_versions(tmp_path):
 
 
 # ------------------------------------------------------------ load_ops --
+
 
 def test_load_ops_reuses_a_compiled_library(tmp_path, atan_model_bytes):
     lib = oo.compile_ops(MACRO_ATAN, cache_dir=tmp_path)
@@ -442,8 +451,12 @@ def test_sanitizer_build_without_its_runtime_is_refused_with_the_preload_line(tm
     preload = line.split()[0].split("=", 1)[1]
     assert os.path.isfile(preload), line
     # The line it prints works: with it, the library loads and declares its op.
-    r = run_child("import sys, opaque_ops as oo; print(oo.load_ops(sys.argv[1]).ops)", out, timeout=300,
-                  env={"LD_PRELOAD": preload, "ASAN_OPTIONS": "detect_leaks=0"})
+    r = run_child(
+        "import sys, opaque_ops as oo; print(oo.load_ops(sys.argv[1]).ops)",
+        out,
+        timeout=300,
+        env={"LD_PRELOAD": preload, "ASAN_OPTIONS": "detect_leaks=0"},
+    )
     assert r.returncode == 0 and "[('Atan', 1)]" in r.stdout, r.stdout + r.stderr
 
 
@@ -474,8 +487,10 @@ def test_custom_ops_items_have_a_declared_type_and_anything_else_is_refused_alik
         def operators(self):
             return guide_atan.operators()
 
-    want = ("custom_ops must hold op libraries (from compile_ops, load_ops, python_op or "
-            "opaque_ops.kernels) or paths to prebuilt libraries, not LooksLikeALibrary")
+    want = (
+        "custom_ops must hold op libraries (from compile_ops, load_ops, python_op or "
+        "opaque_ops.kernels) or paths to prebuilt libraries, not LooksLikeALibrary"
+    )
     model = oo.testing.build_op_model("Atan", [np.zeros(2, np.float32)], [([2], np.float32)])
     with pytest.raises(TypeError) as in_process:
         oo.Interpreter(model_content=model, custom_ops=[LooksLikeALibrary()])

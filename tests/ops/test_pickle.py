@@ -24,7 +24,6 @@ from tests.helpers.atan import ATAN_INPUT
 from tests.helpers.child_process import crashed, run_child
 from tests.helpers.locations import ADD_DELEGATE_PLUGIN_C, package_file
 
-
 X = np.array([-2.0, -0.25, 0.0, 0.5, 3.0, 100.0], np.float32)
 
 
@@ -39,8 +38,9 @@ def _ops():
 
 
 def test_round_trip_in_process_keeps_shapes_allocation_and_arguments():
-    it = oo.Interpreter(model_content=pickled_ops.triple_atan_model(), custom_ops=_ops(), num_threads=1,
-                        use_xnnpack=False)
+    it = oo.Interpreter(
+        model_content=pickled_ops.triple_atan_model(), custom_ops=_ops(), num_threads=1, use_xnnpack=False
+    )
     it.resize_tensor_input(0, [3])
     it.allocate_tensors()
     copy = pickle.loads(pickle.dumps(it))
@@ -51,8 +51,7 @@ def test_round_trip_in_process_keeps_shapes_allocation_and_arguments():
     copy.invoke()  # allocated already, as the original was
     _close(copy.get_tensor(copy.get_output_details()[0]["index"]), pickled_ops.reference(X[:3]))
     # An interpreter pickled before allocate_tensors() arrives unallocated.
-    fresh = pickle.loads(pickle.dumps(oo.Interpreter(model_content=pickled_ops.triple_atan_model(),
-                                                     custom_ops=_ops())))
+    fresh = pickle.loads(pickle.dumps(oo.Interpreter(model_content=pickled_ops.triple_atan_model(), custom_ops=_ops())))
     with pytest.raises(oo.NotAllocatedError):
         fresh.invoke()
 
@@ -72,8 +71,7 @@ def test_closed_interpreter_and_lambda_python_op_give_clear_errors():
         pickle.dumps(it)
     op = oo.python_op("PyTriple", invoke=lambda i, o: None)
     with pytest.raises(pickle.PicklingError) as e:
-        pickle.dumps(oo.Interpreter(model_content=pickled_ops.triple_atan_model(),
-                                    custom_ops=[op, oo.kernels.atan()]))
+        pickle.dumps(oo.Interpreter(model_content=pickled_ops.triple_atan_model(), custom_ops=[op, oo.kernels.atan()]))
     msg = str(e.value)
     assert "python_op 'PyTriple'" in msg and "<locals>.<lambda>'" in msg and "module level" in msg
 
@@ -84,9 +82,9 @@ def test_bundled_kernels_travel_by_name_and_rebuild_in_an_empty_cache(tmp_path):
     # A worker with its own, empty compile cache (another machine) builds the kernel from its name.
     p = run_child(f"""
         import os, pickle
-        os.environ["OPAQUE_OPS_CACHE_DIR"] = {str(tmp_path / 'other_cache')!r}
+        os.environ["OPAQUE_OPS_CACHE_DIR"] = {str(tmp_path / "other_cache")!r}
         lib = pickle.loads({blob!r})
-        print(lib.names, str(lib.path).startswith({str(tmp_path / 'other_cache')!r}))
+        print(lib.names, str(lib.path).startswith({str(tmp_path / "other_cache")!r}))
     """)
     assert p.returncode == 0, crashed(p)
     assert p.stdout.split() == ["['Atan']", "True"]
@@ -188,8 +186,7 @@ def test_worker_sees_the_arguments_and_state():
         unallocated = ex.submit(pickled_ops.describe, it).result()
         it.allocate_tensors()
         allocated = ex.submit(pickled_ops.describe, it).result()
-    assert unallocated == {"shape": [4], "state": "NotAllocatedError", "xnnpack": False,
-                           "ops": ["Atan", "PyTriple"]}
+    assert unallocated == {"shape": [4], "state": "NotAllocatedError", "xnnpack": False, "ops": ["Atan", "PyTriple"]}
     assert allocated == dict(unallocated, state="allocated")
 
 
@@ -198,8 +195,7 @@ def test_delegate_travels_as_plugin_path_and_options(tmp_path):
 
     cc = shutil.which("cc") or shutil.which("gcc")
     plugin = tmp_path / "add_delegate.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(plugin),
-                    str(ADD_DELEGATE_PLUGIN_C)], check=True)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(plugin), str(ADD_DELEGATE_PLUGIN_C)], check=True)
     d = oo.load_delegate(str(plugin), {"extra": 100})
     copy = pickle.loads(pickle.dumps(d))
     assert copy is not d and copy.library == d.library and copy._options == {"extra": 100}

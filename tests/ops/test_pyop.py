@@ -242,6 +242,7 @@ def test_exceptions_stay_on_their_thread():
 
 def _captured_op(payload):
     """A Python op whose callable captures ``payload`` (a closure, as real ops do)."""
+
     def square(inputs, outputs):
         np.multiply(inputs[0], inputs[0] + payload[:1] * 0, out=outputs[0])
 

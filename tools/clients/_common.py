@@ -55,8 +55,9 @@ def reference_aliases(*, tflite_runtime: bool = False, tensorflow: bool = False)
     if tensorflow:
         tf = types.ModuleType("tensorflow")
         tf.__path__ = []
-        tf.lite = types.SimpleNamespace(Interpreter=litert.Interpreter,
-                                        experimental=types.SimpleNamespace(load_delegate=litert.load_delegate))
+        tf.lite = types.SimpleNamespace(
+            Interpreter=litert.Interpreter, experimental=types.SimpleNamespace(load_delegate=litert.load_delegate)
+        )
         sys.modules["tensorflow"] = tf
 
 

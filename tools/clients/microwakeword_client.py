@@ -17,7 +17,6 @@ import json
 import os
 
 import numpy as np
-
 from _common import Timer, interpreter_kind, parse_args, read_wav, save
 
 args = parse_args()
@@ -26,8 +25,7 @@ args = parse_args()
 from ovos_ww_plugin_microwakeword import MicroWakeWordPlugin  # noqa: E402
 from ovos_ww_plugin_microwakeword.inference import MicroWakeWordEngine  # noqa: E402
 
-models_dir = os.path.join(list(importlib.util.find_spec("pymicro_wakeword").submodule_search_locations)[0],
-                          "models")
+models_dir = os.path.join(list(importlib.util.find_spec("pymicro_wakeword").submodule_search_locations)[0], "models")
 audio = read_wav(os.path.join(args.inputs, "speech.wav")).tobytes()
 chunk = 800 * 2  # 50 ms of 16 kHz int16, OVOS' chunk size
 arrays, info, kind = {}, {}, None
@@ -36,15 +34,17 @@ for name in ("hey_jarvis", "alexa", "hey_mycroft", "okay_nabu"):
     path = os.path.join(models_dir, f"{name}.tflite")
     manifest = json.load(open(os.path.join(models_dir, f"{name}.json")))
     micro = manifest.get("micro", manifest)
-    config = {"model": path,
-              "probability_cutoff": micro.get("probability_cutoff", 0.5),
-              "sliding_window_size": micro.get("sliding_window_size", 10)}
+    config = {
+        "model": path,
+        "probability_cutoff": micro.get("probability_cutoff", 0.5),
+        "sliding_window_size": micro.get("sliding_window_size", 10),
+    }
     plugin = MicroWakeWordPlugin(key_phrase=name.replace("_", " "), config=config)
     kind = interpreter_kind(plugin._engine._interp)
     fired = []
     for i in range(0, len(audio), chunk):
         with timer:
-            plugin.update(audio[i:i + chunk])
+            plugin.update(audio[i : i + chunk])
         if plugin.found_wake_word():
             fired.append(i // chunk)
     engine = MicroWakeWordEngine(path)

@@ -40,7 +40,8 @@ def check_resize(info, tensor_index: int, shape) -> None:
         )
     if elements(shape) > MAX_ELEMENTS:
         raise InvalidInputError(
-            f"cannot resize input {tensor_index} to {list(shape)}: more than {MAX_ELEMENTS} elements")
+            f"cannot resize input {tensor_index} to {list(shape)}: more than {MAX_ELEMENTS} elements"
+        )
 
 
 def check_allocated_shapes(info, shape_of) -> None:
@@ -71,7 +72,8 @@ def check_allocated_shapes(info, shape_of) -> None:
             raise ModelError(
                 f"{messages.planned_tensor(sg, t, 'output tensor')} was planned as {list(got)}, but the "
                 f"model's operators give {list(want)}; the runtime would return wrong data. Resize the "
-                "input to a shape without empty dimensions")
+                "input to a shape without empty dimensions"
+            )
 
     def known(t):
         return shapes.get(t) if t >= 0 else None
@@ -89,11 +91,15 @@ def _check_sizes(sg, shapes) -> None:
         if shape is None:
             continue
         if len(shape) > MAX_RANK:
-            raise ModelError(f"{messages.planned_tensor(sg, t)} would have rank {len(shape)}; the "
-                             f"runtime supports at most {MAX_RANK} dimensions")
+            raise ModelError(
+                f"{messages.planned_tensor(sg, t)} would have rank {len(shape)}; the "
+                f"runtime supports at most {MAX_RANK} dimensions"
+            )
         if min(shape, default=0) >= 0 and elements(shape) > MAX_ELEMENTS:
-            raise ModelError(f"{messages.planned_tensor(sg, t)} would have shape {list(shape)}: more "
-                             f"than {MAX_ELEMENTS} elements. Resize the input to a smaller shape")
+            raise ModelError(
+                f"{messages.planned_tensor(sg, t)} would have shape {list(shape)}: more "
+                f"than {MAX_ELEMENTS} elements. Resize the input to a smaller shape"
+            )
 
 
 def _check_convolution(sg, op, known) -> None:
@@ -108,11 +114,13 @@ def _check_convolution(sg, op, known) -> None:
         # XNNPACK keeps the filter's channel count and reads past the input.
         raise ModelError(
             f"{where} takes {want} input channels, but its input {op.inputs[0]} has shape {list(x)}. "
-            "Resize the model's input with the channel count it was built for")
+            "Resize the model's input with the channel count it was built for"
+        )
     if op.op_name == "CONV_2D" and w[3] > 0 and (x[3] <= 0 or x[3] % w[3]):
         # The kernels divide by the group count x[3] / w[3]: zero input
         # channels is a division by zero (SIGFPE, fuzz_structured 31:41157).
         raise ModelError(
             f"{where} has a filter of {w[3]} input channels, but its input "
             f"{op.inputs[0]} has shape {list(x)}: the input channels must be a positive multiple "
-            "of the filter's. Resize the model's input with the channel count it was built for")
+            "of the filter's. Resize the model's input with the channel count it was built for"
+        )

@@ -13,11 +13,15 @@ _MIN_INPUTS = {
     **dict.fromkeys(
         "ABS AVERAGE_POOL_2D CEIL CONCATENATION DEPTH_TO_SPACE DEQUANTIZE ELU EXP FLOOR GELU HARD_SWISH "
         "LEAKY_RELU LOG LOGISTIC L2_NORMALIZATION MAX_POOL_2D NEG QUANTIZE RELU RELU6 RELU_N1_TO_1 "
-        "RESHAPE ROUND RSQRT SOFTMAX SPACE_TO_DEPTH SQRT SQUARE TANH SIN COS SQUEEZE".split(), 1),
+        "RESHAPE ROUND RSQRT SOFTMAX SPACE_TO_DEPTH SQRT SQUARE TANH SIN COS SQUEEZE".split(),
+        1,
+    ),
     **dict.fromkeys(
         "ADD BATCH_MATMUL CONV_2D DEPTHWISE_CONV_2D DIV FULLY_CONNECTED MAXIMUM MEAN MINIMUM MUL PAD "
         "PRELU RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR SPLIT SQUARED_DIFFERENCE SUB SUM TRANSPOSE "
-        "REDUCE_MAX REDUCE_MIN REDUCE_PROD EXPAND_DIMS GATHER POW ASSIGN_VARIABLE".split(), 2),
+        "REDUCE_MAX REDUCE_MIN REDUCE_PROD EXPAND_DIMS GATHER POW ASSIGN_VARIABLE".split(),
+        2,
+    ),
     **dict.fromkeys("PADV2 SLICE SPLIT_V TRANSPOSE_CONV".split(), 3),
     # The XNNPACK delegate reads a convolution's bias slot unconditionally (a
     # two-input DEPTHWISE_CONV_2D crashes it); an absent bias is written -1.
@@ -30,8 +34,14 @@ _MIN_INPUTS = {
 }
 
 # Most inputs, where it differs from the fewest (None: no limit).
-_MAX_INPUTS = {"CONCATENATION": None, "RESHAPE": 2, "CONV_2D": 3, "DEPTHWISE_CONV_2D": 3,
-               "FULLY_CONNECTED": 3, "TRANSPOSE_CONV": 4}
+_MAX_INPUTS = {
+    "CONCATENATION": None,
+    "RESHAPE": 2,
+    "CONV_2D": 3,
+    "DEPTHWISE_CONV_2D": 3,
+    "FULLY_CONNECTED": 3,
+    "TRANSPOSE_CONV": 4,
+}
 
 # Window options that must be positive, per op.
 _WINDOW_OPTIONS = {
@@ -56,8 +66,9 @@ def check_quantized_bias(sg, op) -> None:
     x = sg.tensors[op.inputs[0]].type_name
     if x in _QUANTIZED and (len(op.inputs) < 3 or op.inputs[2] < 0):
         # The quantized kernels add the bias without checking it exists.
-        raise ModelError(f"{messages.operator(sg, op)} is quantized ({x}) but has no bias input; "
-                         "quantized convolutions need one")
+        raise ModelError(
+            f"{messages.operator(sg, op)} is quantized ({x}) but has no bias input; quantized convolutions need one"
+        )
 
 
 def check_input_count(sg, op) -> None:
@@ -69,11 +80,11 @@ def check_input_count(sg, op) -> None:
     # The XNNPACK delegate reads a node's inputs while it builds its graph,
     # before any kernel's Prepare counts them.
     if len(op.inputs) < need:
-        raise ModelError(f"{messages.operator(sg, op)} has {len(op.inputs)} input(s); "
-                         f"{op.op_name} takes at least {need}")
+        raise ModelError(
+            f"{messages.operator(sg, op)} has {len(op.inputs)} input(s); {op.op_name} takes at least {need}"
+        )
     if most is not None and len(op.inputs) > most:
-        raise ModelError(f"{messages.operator(sg, op)} has {len(op.inputs)} inputs; "
-                         f"{op.op_name} takes at most {most}")
+        raise ModelError(f"{messages.operator(sg, op)} has {len(op.inputs)} inputs; {op.op_name} takes at most {most}")
 
 
 def check_window_options(sg, op) -> None:
@@ -85,8 +96,10 @@ def check_window_options(sg, op) -> None:
     if not has_own_options(op):
         # Without its own table the runtime zero-fills the params: padding
         # "unknown" and strides 0.
-        raise ModelError(f"{where} has no {_OP_OPTIONS[op.op_name]} (options type {op.builtin_options_type}); "
-                         "the runtime would run it with strides of 0")
+        raise ModelError(
+            f"{where} has no {_OP_OPTIONS[op.op_name]} (options type {op.builtin_options_type}); "
+            "the runtime would run it with strides of 0"
+        )
     pad = opts.get("padding")
     if pad not in ("SAME", "VALID"):
         # An unknown padding enum leaves the output size undefined.
@@ -109,16 +122,19 @@ def _split(info, sg, op, producer, where, opts) -> None:
     # The reference kernel refuses a mismatch in Prepare; the XNNPACK
     # delegate writes num_splits outputs while it builds its graph.
     if opts.get("num_splits") != len(op.outputs):
-        raise ModelError(f"{where} has {len(op.outputs)} outputs but num_splits="
-                         f"{opts.get('num_splits')}; they must be equal")
+        raise ModelError(
+            f"{where} has {len(op.outputs)} outputs but num_splits={opts.get('num_splits')}; they must be equal"
+        )
     k = _SPLIT_AXIS[op.op_name]
     ax = op.inputs[k] if len(op.inputs) > k else -1
     axis = sg.tensors[ax] if ax >= 0 else None
     if axis is not None and (axis.type_name != "INT32" or elements(axis.shape) != 1):
         # The kernels read the axis as one int32 (GetTensorData<int>(axis)[0]),
         # checking neither its type nor its size: an empty one is a null read.
-        raise ModelError(f"{where} reads its axis from tensor {ax}, a {axis.type_name} of shape "
-                         f"{list(axis.shape)}; the axis must be one INT32 value")
+        raise ModelError(
+            f"{where} reads its axis from tensor {ax}, a {axis.type_name} of shape "
+            f"{list(axis.shape)}; the axis must be one INT32 value"
+        )
 
 
 def _transpose(info, sg, op, producer, where, opts) -> None:
@@ -130,9 +146,11 @@ def _transpose(info, sg, op, producer, where, opts) -> None:
     # permutation of at most 6 entries (one per input dimension).
     perm = sg.tensors[op.inputs[1]]
     if perm.type_name not in ("INT32", "INT64") or len(perm.shape) != 1 or perm.shape[0] > MAX_RANK:
-        raise ModelError(f"{where} takes its permutation from tensor {op.inputs[1]}, a {perm.type_name} "
-                         f"of shape {list(perm.shape)}; it must be a 1-D INT32 or INT64 tensor of at most "
-                         f"{MAX_RANK} entries")
+        raise ModelError(
+            f"{where} takes its permutation from tensor {op.inputs[1]}, a {perm.type_name} "
+            f"of shape {list(perm.shape)}; it must be a 1-D INT32 or INT64 tensor of at most "
+            f"{MAX_RANK} entries"
+        )
 
 
 def _concatenation(info, sg, op, producer, where, opts) -> None:
@@ -153,8 +171,10 @@ def _dequantize(info, sg, op, producer, where, opts) -> None:
         # The XNNPACK delegate turns DEQUANTIZE of a constant (float16
         # weights) into static weights of the *declared* output shape, and
         # reads that many values from the constant.
-        raise ModelError(f"{where} turns constant {op.inputs[0]} of shape {list(src.shape)} into tensor "
-                         f"{op.outputs[0]} declared {list(dst.shape)}; the shapes must be equal")
+        raise ModelError(
+            f"{where} turns constant {op.inputs[0]} of shape {list(src.shape)} into tensor "
+            f"{op.outputs[0]} declared {list(dst.shape)}; the shapes must be equal"
+        )
 
 
 def _strided_slice(info, sg, op, producer, where, opts) -> None:
@@ -162,8 +182,10 @@ def _strided_slice(info, sg, op, producer, where, opts) -> None:
         # With offset=True, end is relative to begin; the XNNPACK delegate of
         # the runtimes in use ignores the flag and slices another shape than
         # the one planned.  Refused until a runtime handles it everywhere.
-        raise ModelError(f"{where} has offset=True (end relative to begin), which the runtime's "
-                         "XNNPACK path does not honour; re-export the model without it")
+        raise ModelError(
+            f"{where} has offset=True (end relative to begin), which the runtime's "
+            "XNNPACK path does not honour; re-export the model without it"
+        )
 
 
 def _block_size(info, sg, op, producer, where, opts) -> None:
@@ -174,8 +196,7 @@ def _block_size(info, sg, op, producer, where, opts) -> None:
     # run.
     bs = opts.get("block_size", 0)
     if bs < 1 or bs * bs > MAX_ELEMENTS:
-        raise ModelError(f"{where} has block_size={bs}; it must be at least 1 and its square at most "
-                         f"{MAX_ELEMENTS}")
+        raise ModelError(f"{where} has block_size={bs}; it must be at least 1 and its square at most {MAX_ELEMENTS}")
 
 
 def _variable(info, sg, op, producer, where, opts) -> None:
@@ -186,8 +207,10 @@ def _variable(info, sg, op, producer, where, opts) -> None:
     res = op.inputs[0]
     p = producer.get(res)
     if res not in sg.inputs and (p is None or sg.operators[p].op_name != "VAR_HANDLE"):
-        raise ModelError(f"{where} reads resource tensor {res}, which no VAR_HANDLE of subgraph "
-                         f"{sg.index} writes (and which is not a subgraph input)")
+        raise ModelError(
+            f"{where} reads resource tensor {res}, which no VAR_HANDLE of subgraph "
+            f"{sg.index} writes (and which is not a subgraph input)"
+        )
 
 
 def _control_flow(info, sg, op, producer, where, opts) -> None:
@@ -195,8 +218,10 @@ def _control_flow(info, sg, op, producer, where, opts) -> None:
     for field in SUBGRAPH_FIELDS[name]:
         k = opts.get(field, 0)
         if not 0 < k < len(info.subgraphs) or k == sg.index:
-            raise ModelError(f"{where} has {field}={k}; it must name another subgraph "
-                             f"(1 to {len(info.subgraphs) - 1}, not {sg.index} itself)")
+            raise ModelError(
+                f"{where} has {field}={k}; it must name another subgraph "
+                f"(1 to {len(info.subgraphs) - 1}, not {sg.index} itself)"
+            )
     # The kernels copy tensors between the caller and the called subgraph by
     # position, trusting that the types agree (a float copied into a
     # RESOURCE handle crashes).
@@ -204,29 +229,40 @@ def _control_flow(info, sg, op, producer, where, opts) -> None:
     if name == "IF":
         for field in SUBGRAPH_FIELDS[name]:
             callee = info.subgraphs[opts[field]]
-            pairs += [(op.inputs[1:], callee, callee.inputs, "input"),
-                      (op.outputs, callee, callee.outputs, "output")]
+            pairs += [(op.inputs[1:], callee, callee.inputs, "input"), (op.outputs, callee, callee.outputs, "output")]
     elif name == "WHILE":
         body = info.subgraphs[opts["body_subgraph_index"]]
         cond = info.subgraphs[opts["cond_subgraph_index"]]
-        pairs += [(op.inputs, body, body.inputs, "input"), (op.outputs, body, body.outputs, "output"),
-                  (op.inputs, cond, cond.inputs, "input")]
+        pairs += [
+            (op.inputs, body, body.inputs, "input"),
+            (op.outputs, body, body.outputs, "output"),
+            (op.inputs, cond, cond.inputs, "input"),
+        ]
     for ours, callee, theirs, what in pairs:
         for k, (a, b) in enumerate(zip(ours, theirs)):
             if a < 0:
                 continue
             ta, tb = sg.tensors[a].type_name, callee.tensors[b].type_name
             if ta != tb:
-                raise ModelError(f"{where}: {what} {k} (tensor {a}) is {ta}, but subgraph "
-                                 f"{callee.index}'s {what} {k} is {tb}; they must have the same type")
+                raise ModelError(
+                    f"{where}: {what} {k} (tensor {a}) is {ta}, but subgraph "
+                    f"{callee.index}'s {what} {k} is {tb}; they must have the same type"
+                )
 
 
 # The builtins check_builtin has a rule for.
 _RULES = {
-    "SPLIT": _split, "SPLIT_V": _split, "TRANSPOSE": _transpose, "CONCATENATION": _concatenation,
-    "DEQUANTIZE": _dequantize, "DENSIFY": _dequantize, "STRIDED_SLICE": _strided_slice,
-    "DEPTH_TO_SPACE": _block_size, "SPACE_TO_DEPTH": _block_size,
-    "READ_VARIABLE": _variable, "ASSIGN_VARIABLE": _variable,
+    "SPLIT": _split,
+    "SPLIT_V": _split,
+    "TRANSPOSE": _transpose,
+    "CONCATENATION": _concatenation,
+    "DEQUANTIZE": _dequantize,
+    "DENSIFY": _dequantize,
+    "STRIDED_SLICE": _strided_slice,
+    "DEPTH_TO_SPACE": _block_size,
+    "SPACE_TO_DEPTH": _block_size,
+    "READ_VARIABLE": _variable,
+    "ASSIGN_VARIABLE": _variable,
     **dict.fromkeys(SUBGRAPH_FIELDS, _control_flow),
 }
 
@@ -252,8 +288,14 @@ def check_static_concatenations(sg) -> None:
     concatenate are refused (checked last, after the rules on the data flow)."""
     tensors = sg.tensors
     for op in sg.operators:
-        if (op.op_name != "CONCATENATION" or op.is_custom or not op.inputs or min(op.inputs) < 0
-                or len(op.outputs) != 1 or op.outputs[0] < 0):
+        if (
+            op.op_name != "CONCATENATION"
+            or op.is_custom
+            or not op.inputs
+            or min(op.inputs) < 0
+            or len(op.outputs) != 1
+            or op.outputs[0] < 0
+        ):
             continue
         ts = [tensors[t] for t in op.inputs + op.outputs]
         if any(_has_unknown_dims(t) for t in ts):
@@ -263,12 +305,17 @@ def check_static_concatenations(sg) -> None:
         a = ax + rank if ax < 0 else ax
         shapes = [tensors[t].shape for t in op.inputs]
         out = tensors[op.outputs[0]].shape
-        fits = (len(out) == rank and 0 <= a < rank and sum(sh[a] for sh in shapes if len(sh) == rank) == out[a]
-                and all(len(sh) == rank and all(x == y for k, (x, y) in enumerate(zip(sh, out)) if k != a)
-                        for sh in shapes))
+        fits = (
+            len(out) == rank
+            and 0 <= a < rank
+            and sum(sh[a] for sh in shapes if len(sh) == rank) == out[a]
+            and all(len(sh) == rank and all(x == y for k, (x, y) in enumerate(zip(sh, out)) if k != a) for sh in shapes)
+        )
         if not fits:
-            raise ModelError(f"{messages.operator(sg, op)}: inputs {[list(x) for x in shapes]} do not "
-                             f"concatenate on axis {ax} into its output {list(out)}")
+            raise ModelError(
+                f"{messages.operator(sg, op)}: inputs {[list(x) for x in shapes]} do not "
+                f"concatenate on axis {ax} into its output {list(out)}"
+            )
 
 
 def _has_unknown_dims(t) -> bool:

@@ -8,13 +8,26 @@ from .options import SUBGRAPH_FIELDS, effective_options
 
 # Builtins whose outputs may be RESOURCE or VARIANT handles (the control-flow
 # ops pass their subgraphs' handles through).
-_HANDLE_PRODUCERS = frozenset({"VAR_HANDLE", "HASHTABLE", "WHILE", "IF", "CALL_ONCE", "STABLEHLO_WHILE",
-                               "STABLEHLO_CASE", "STABLEHLO_COMPOSITE"})
+_HANDLE_PRODUCERS = frozenset(
+    {"VAR_HANDLE", "HASHTABLE", "WHILE", "IF", "CALL_ONCE", "STABLEHLO_WHILE", "STABLEHLO_CASE", "STABLEHLO_COMPOSITE"}
+)
 
 # Builtins that may read RESOURCE or VARIANT handles.
-_HANDLE_CONSUMERS = frozenset({"READ_VARIABLE", "ASSIGN_VARIABLE", "HASHTABLE_FIND", "HASHTABLE_IMPORT",
-                               "HASHTABLE_SIZE", "WHILE", "IF", "CALL_ONCE", "STABLEHLO_WHILE",
-                               "STABLEHLO_CASE", "STABLEHLO_COMPOSITE"})
+_HANDLE_CONSUMERS = frozenset(
+    {
+        "READ_VARIABLE",
+        "ASSIGN_VARIABLE",
+        "HASHTABLE_FIND",
+        "HASHTABLE_IMPORT",
+        "HASHTABLE_SIZE",
+        "WHILE",
+        "IF",
+        "CALL_ONCE",
+        "STABLEHLO_WHILE",
+        "STABLEHLO_CASE",
+        "STABLEHLO_COMPOSITE",
+    }
+)
 
 # Builtins whose kernels can write STRING outputs (they allocate them), as
 # TFLite's kernels do: gather.cc, gather_nd.cc, slice.cc, strided_slice.cc,
@@ -22,17 +35,35 @@ _HANDLE_CONSUMERS = frozenset({"READ_VARIABLE", "ASSIGN_VARIABLE", "HASHTABLE_FI
 # hash tables, and control flow that passes tensors through.
 _STRING_PRODUCERS = frozenset(
     "GATHER GATHER_ND SLICE STRIDED_SLICE TILE FILL RESHAPE SQUEEZE EXPAND_DIMS HASHTABLE_FIND "
-    "HASHTABLE_LOOKUP WHILE IF CALL_ONCE".split())
+    "HASHTABLE_LOOKUP WHILE IF CALL_ONCE".split()
+)
 
 # Where the conv-like ops allow an omitted input: the bias only.
-_OPTIONAL_POSITIONS = {"CONV_2D": {2}, "DEPTHWISE_CONV_2D": {2}, "FULLY_CONNECTED": {2},
-                       "TRANSPOSE_CONV": {3}, "CONV_3D": {2}, "CONV_3D_TRANSPOSE": {3}}
+_OPTIONAL_POSITIONS = {
+    "CONV_2D": {2},
+    "DEPTHWISE_CONV_2D": {2},
+    "FULLY_CONNECTED": {2},
+    "TRANSPOSE_CONV": {3},
+    "CONV_3D": {2},
+    "CONV_3D_TRANSPOSE": {3},
+}
 
 # Builtin ops whose schema allows an omitted (-1) input, e.g. a missing bias.
 _OPTIONAL_INPUT_OPS = {
-    "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "CONV_3D",
-    "CONV_3D_TRANSPOSE", "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_LSTM",
-    "BIDIRECTIONAL_SEQUENCE_RNN", "RNN", "UNIDIRECTIONAL_SEQUENCE_RNN", "SVDF", "LSH_PROJECTION",
+    "CONV_2D",
+    "DEPTHWISE_CONV_2D",
+    "FULLY_CONNECTED",
+    "TRANSPOSE_CONV",
+    "CONV_3D",
+    "CONV_3D_TRANSPOSE",
+    "LSTM",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM",
+    "BIDIRECTIONAL_SEQUENCE_LSTM",
+    "BIDIRECTIONAL_SEQUENCE_RNN",
+    "RNN",
+    "UNIDIRECTIONAL_SEQUENCE_RNN",
+    "SVDF",
+    "LSH_PROJECTION",
     "STABLEHLO_COMPOSITE",
 }
 # (WHILE, IF and CALL_ONCE copy every input into the subgraph they call:
@@ -69,15 +100,17 @@ def _check_handle_reads(sg, op, handles) -> None:
             # no shape or bytes the kernel expects.
             raise ModelError(
                 f"{messages.operator(sg, op)} reads tensor {t} of type "
-                f"{sg.tensors[t].type_name}; only {sorted(_HANDLE_CONSUMERS)} take handles")
+                f"{sg.tensors[t].type_name}; only {sorted(_HANDLE_CONSUMERS)} take handles"
+            )
 
 
 def _check_output(sg, op, t: int, handles, producer) -> None:
     """Operator ``op`` may write tensor ``t``."""
     where, tensor = messages.operator(sg, op), sg.tensors[t]
     if t in producer:
-        raise ModelError(f"{where} writes tensor {t}, which operator {producer[t]} already writes: "
-                         "each tensor may have one producer")
+        raise ModelError(
+            f"{where} writes tensor {t}, which operator {producer[t]} already writes: each tensor may have one producer"
+        )
     if t in op.inputs:
         raise ModelError(f"{where} writes tensor {t}, which is also one of its own inputs")
     if t in sg.inputs:
@@ -87,20 +120,25 @@ def _check_output(sg, op, t: int, handles, producer) -> None:
     if t in handles and not op.is_custom and op.op_name not in _HANDLE_PRODUCERS:
         # Resource and variant tensors hold handles, not arena data: a
         # kernel writing its values there corrupts them.
-        raise ModelError(f"{where} writes tensor {t} of type {tensor.type_name}; only "
-                         f"{sorted(_HANDLE_PRODUCERS)} produce those")
+        raise ModelError(
+            f"{where} writes tensor {t} of type {tensor.type_name}; only {sorted(_HANDLE_PRODUCERS)} produce those"
+        )
     if tensor.type_name == "STRING" and not op.is_custom and op.op_name not in _STRING_PRODUCERS:
         # A string tensor gets no arena memory: the kernels that produce
         # strings allocate it themselves.  Any other kernel writes its
         # numbers through a null pointer (SOFTMAX: SIGSEGV).
-        raise ModelError(f"{where} writes tensor {t} of type STRING, which {op.op_name} cannot produce; "
-                         f"only {sorted(_STRING_PRODUCERS)} write strings")
+        raise ModelError(
+            f"{where} writes tensor {t} of type STRING, which {op.op_name} cannot produce; "
+            f"only {sorted(_STRING_PRODUCERS)} write strings"
+        )
     if tensor.is_variable:
         # Variable tensors are state that stateful ops update in place
         # through an *input*; planned as an output, the arena gives the same
         # bytes two lifetimes.
-        raise ModelError(f"{where} writes tensor {t}, which is marked as a variable (is_variable); "
-                         "variables are inputs of the ops that update them")
+        raise ModelError(
+            f"{where} writes tensor {t}, which is marked as a variable (is_variable); "
+            "variables are inputs of the ops that update them"
+        )
 
 
 def check_omitted_inputs(sg, op) -> None:
@@ -112,11 +150,15 @@ def check_omitted_inputs(sg, op) -> None:
     pos = [k for k, t in enumerate(op.inputs) if t == -1]
     allowed = _OPTIONAL_POSITIONS.get(op.op_name)
     if op.op_name not in _OPTIONAL_INPUT_OPS:
-        raise ModelError(f"{messages.operator(sg, op)} has an omitted (-1) input at position {pos[0]}, "
-                         f"but {op.op_name} has no optional inputs")
+        raise ModelError(
+            f"{messages.operator(sg, op)} has an omitted (-1) input at position {pos[0]}, "
+            f"but {op.op_name} has no optional inputs"
+        )
     if allowed is not None and not set(pos) <= allowed:
-        raise ModelError(f"{messages.operator(sg, op)} has an omitted (-1) input at position "
-                         f"{min(set(pos) - allowed)}; only input(s) {sorted(allowed)} may be omitted")
+        raise ModelError(
+            f"{messages.operator(sg, op)} has an omitted (-1) input at position "
+            f"{min(set(pos) - allowed)}; only input(s) {sorted(allowed)} may be omitted"
+        )
 
 
 def check_has_outputs(sg, op) -> None:
@@ -134,8 +176,10 @@ def check_execution_order(sg, op, producer) -> None:
     for t in op.inputs:
         p = producer.get(t)
         if p is not None and p >= op.index:
-            raise ModelError(f"{messages.operator(sg, op)} reads tensor {t} before operator {p} writes it "
-                             "(operators must be in execution order)")
+            raise ModelError(
+                f"{messages.operator(sg, op)} reads tensor {t} before operator {p} writes it "
+                "(operators must be in execution order)"
+            )
 
 
 def check_subgraph_outputs(sg, producer) -> None:
@@ -143,8 +187,10 @@ def check_subgraph_outputs(sg, producer) -> None:
     for t in sg.outputs:
         tensor = sg.tensors[t]
         if t not in producer and t not in sg.inputs and tensor.data is None and not tensor.is_variable:
-            raise ModelError(f"{messages.subgraph_io(sg, 'output tensor', t)} is written by no "
-                             "operator and is neither an input nor a constant")
+            raise ModelError(
+                f"{messages.subgraph_io(sg, 'output tensor', t)} is written by no "
+                "operator and is neither an input nor a constant"
+            )
 
 
 def check_variable_reads(sg) -> None:
@@ -163,16 +209,22 @@ def check_variable_reads(sg) -> None:
             out = sg.tensors[op.outputs[0]].shape
             val = assigned[op.inputs[0]]
             if out != val and -1 not in out and -1 not in val:
-                raise ModelError(f"{messages.operator(sg, op)} declares output shape {list(out)}, but the "
-                                 f"variable it reads holds values of shape {list(val)}")
+                raise ModelError(
+                    f"{messages.operator(sg, op)} declares output shape {list(out)}, but the "
+                    f"variable it reads holds values of shape {list(val)}"
+                )
 
 
 def check_call_graph(info) -> None:
     """Subgraphs calling each other in a cycle recurse until the stack overflows."""
     calls = {}
     for sg in info.subgraphs:
-        calls[sg.index] = {effective_options(op).get(f, 0) for op in sg.operators if op.op_name in SUBGRAPH_FIELDS
-                           for f in SUBGRAPH_FIELDS[op.op_name]}
+        calls[sg.index] = {
+            effective_options(op).get(f, 0)
+            for op in sg.operators
+            if op.op_name in SUBGRAPH_FIELDS
+            for f in SUBGRAPH_FIELDS[op.op_name]
+        }
     state: dict[int, int] = {}
 
     def visit(n, path):
@@ -204,4 +256,5 @@ def check_signatures(info) -> None:
             if sorted(named.values()) != sorted(real):
                 raise ModelError(
                     f"signature {s.key!r} names tensors {sorted(named.values())} as its {what}, but subgraph "
-                    f"{s.subgraph_index}'s {what} are {list(real)}; a signature must name each of them once")
+                    f"{s.subgraph_index}'s {what} are {list(real)}; a signature must name each of them once"
+                )

@@ -8,9 +8,11 @@ from ..schema import _OP_OPTIONS, _OPTION_FIELDS, _OPTIONS_TYPE
 _ZERO_DEFAULTS = {"pad": "UNKNOWN", "act": "NONE", "i32": 0, "bool": False, "f32": 0.0}
 
 # Builtins whose options pick a subgraph: (options field, ...).
-SUBGRAPH_FIELDS = {"WHILE": ("cond_subgraph_index", "body_subgraph_index"),
-                   "IF": ("then_subgraph_index", "else_subgraph_index"),
-                   "CALL_ONCE": ("init_subgraph_index",)}
+SUBGRAPH_FIELDS = {
+    "WHILE": ("cond_subgraph_index", "body_subgraph_index"),
+    "IF": ("then_subgraph_index", "else_subgraph_index"),
+    "CALL_ONCE": ("init_subgraph_index",),
+}
 
 
 def effective_options(op) -> dict:

@@ -29,7 +29,8 @@ def check_subgraph_inputs(sg) -> None:
             # it, but a constant's buffer is the model's read-only bytes.
             raise ModelError(
                 f"{messages.subgraph_io(sg, 'input', t)} is a constant (it has data "
-                "in the model); a subgraph input must be a tensor without data")
+                "in the model); a subgraph input must be a tensor without data"
+            )
 
 
 def check_tensor(sg, t) -> None:
@@ -40,8 +41,8 @@ def check_tensor(sg, t) -> None:
             # Only constants can be stored sparse (DENSIFY expands them
             # once); the XNNPACK delegate trusts the flag on any tensor.
             raise ModelError(
-                f"{messages.tensor(sg, t)} has sparsity parameters but no "
-                "data; only constant tensors can be sparse")
+                f"{messages.tensor(sg, t)} has sparsity parameters but no data; only constant tensors can be sparse"
+            )
         check_sparsity(sg, t)
     else:
         _check_dense_size(sg, t, count)
@@ -53,21 +54,19 @@ def _check_shape(sg, t) -> int:
     shape, sig = t.shape, t.shape_signature
     if len(shape) > MAX_RANK or (sig is not None and len(sig) > MAX_RANK):
         raise ModelError(
-            f"{messages.tensor(sg, t)} has rank {len(shape)}; "
-            f"the runtime supports at most {MAX_RANK} dimensions")
+            f"{messages.tensor(sg, t)} has rank {len(shape)}; the runtime supports at most {MAX_RANK} dimensions"
+        )
     if not shape:
         return 1
     if min(shape) < 0:
         # Unknown dimensions belong in shape_signature (-1); the shape
         # itself is what TFLite allocates, and it trusts it.
         raise ModelError(
-            f"{messages.tensor(sg, t)} has shape {list(shape)}; "
-            "dimensions must be >= 0 (-1 belongs in shape_signature)")
+            f"{messages.tensor(sg, t)} has shape {list(shape)}; dimensions must be >= 0 (-1 belongs in shape_signature)"
+        )
     count = elements(shape)
     if count > MAX_ELEMENTS:
-        raise ModelError(
-            f"{messages.tensor(sg, t)} has shape {list(shape)}: "
-            f"more than {MAX_ELEMENTS} elements")
+        raise ModelError(f"{messages.tensor(sg, t)} has shape {list(shape)}: more than {MAX_ELEMENTS} elements")
     return count
 
 
@@ -85,7 +84,8 @@ def _check_dense_size(sg, t, count: int) -> None:
     if len(data) > want:
         raise ModelError(
             f"{messages.tensor(sg, t)} has shape {list(t.shape)} "
-            f"({want} bytes of {t.type_name}) but {len(data)} bytes of data")
+            f"({want} bytes of {t.type_name}) but {len(data)} bytes of data"
+        )
 
 
 def _check_quantization(sg, t) -> None:
@@ -100,15 +100,16 @@ def _check_quantization(sg, t) -> None:
         if not good.all():
             raise ModelError(
                 f"{messages.tensor(sg, t)} has quantization scale(s) "
-                f"{scales[~good][:4].tolist()}: scales must be finite and positive (normal floats)")
+                f"{scales[~good][:4].tolist()}: scales must be finite and positive (normal floats)"
+            )
     zps = quant["zero_points"]
     if len(zps):
         lim = _ZERO_POINT_RANGE.get(t.type_name)
         if lim is not None and ((zps < lim[0]) | (zps > lim[1])).any():
             bad = zps[(zps < lim[0]) | (zps > lim[1])][:4].tolist()
             raise ModelError(
-                f"{messages.tensor(sg, t)} has zero point(s) {bad} outside "
-                f"the {t.type_name} range [{lim[0]}, {lim[1]}]")
+                f"{messages.tensor(sg, t)} has zero point(s) {bad} outside the {t.type_name} range [{lim[0]}, {lim[1]}]"
+            )
 
 
 def check_sparsity(sg, t) -> None:
@@ -129,8 +130,10 @@ def check_sparsity(sg, t) -> None:
     order, blocks, dims = sp.get("traversal_order", []), sp.get("block_map") or [], sp.get("dim_metadata", [])
     n = rank + len(blocks)
     if sorted(order) != list(range(n)) or sorted(order[:rank]) != list(range(rank)):
-        raise ModelError(f"{where} traversal_order {order} is not a permutation of the {rank} dimensions "
-                         f"followed by the {len(blocks)} block dimensions")
+        raise ModelError(
+            f"{where} traversal_order {order} is not a permutation of the {rank} dimensions "
+            f"followed by the {len(blocks)} block dimensions"
+        )
     if any(not 0 <= b < rank for b in blocks) or len(set(blocks)) != len(blocks):
         raise ModelError(f"{where} block_map {blocks} must name distinct dimensions of the rank-{rank} tensor")
     if len(dims) != n:
@@ -140,8 +143,9 @@ def check_sparsity(sg, t) -> None:
     sizes = _traversed_sizes(where, t, order, blocks, dims)
     count = _stored_values(where, dims, sizes)
     if count * t.dtype.itemsize != len(t.data):
-        raise ModelError(f"{where} describes {count} stored values but the tensor has {len(t.data)} bytes "
-                         f"of {t.type_name}")
+        raise ModelError(
+            f"{where} describes {count} stored values but the tensor has {len(t.data)} bytes of {t.type_name}"
+        )
 
 
 def _traversed_sizes(where: str, t, order, blocks, dims) -> list:
@@ -182,8 +186,9 @@ def _stored_values(where: str, dims, sizes) -> int:
                 raise ModelError(f"{where} sparse dimension {k} needs {count + 1} segments and its indices")
             seg = seg.astype(np.int64)
             if seg[0] != 0 or (np.diff(seg) < 0).any() or seg[-1] != len(idx):
-                raise ModelError(f"{where} sparse dimension {k} has segments that do not partition its "
-                                 f"{len(idx)} indices")
+                raise ModelError(
+                    f"{where} sparse dimension {k} has segments that do not partition its {len(idx)} indices"
+                )
             if len(idx) and (idx.astype(np.int64) >= sizes[k]).any():
                 raise ModelError(f"{where} sparse dimension {k} has indices beyond its size {sizes[k]}")
             count = len(idx)

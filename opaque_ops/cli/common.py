@@ -1,0 +1,38 @@
+"""What every ``opaque-ops`` command shares: the usage error, the exit codes, and ``--ops``.
+
+Its own module so that each command's module imports it and none imports
+another command's module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Exit codes of ``inspect --check`` and ``doctor``: 0 only when the model would
+# run as given; 1 when it would be refused; 3 when running it crashed or hung.
+CHECK_OK, CHECK_REFUSED, CHECK_UNSAFE = 0, 1, 3
+
+PROG = "opaque-ops"
+
+
+class CliError(Exception):
+    """A usage problem found after argument parsing (bad --input, unknown name...)."""
+
+
+def load_libs(specs) -> list:
+    """Turn ``--ops`` values into op libraries."""
+    from .. import kernels
+    from ..ops.library import compile_ops, load_ops
+
+    libs = []
+    for spec in specs or ():
+        if spec.startswith("kernels:"):
+            # The names of opaque_ops.kernels: a kernel file or a bundle (kernels:mediapipe).
+            libs.append(kernels.by_name(spec.split(":", 1)[1]))
+        elif spec.endswith(".c"):
+            if not Path(spec).is_file():
+                raise CliError(f"C source {spec} does not exist")
+            libs.append(compile_ops(spec))
+        else:
+            libs.append(load_ops(spec))
+    return libs
