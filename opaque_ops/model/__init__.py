@@ -8,7 +8,7 @@
 - :mod:`~opaque_ops.model.checks`: :func:`check_model`, the rules a model must
   pass before the TFLite runtime sees it, :func:`check_resize` and the rules
   of :func:`check_allocated` (on the shapes TFLite will really use, from
-  :mod:`~opaque_ops.model.shapes`), in groups: tensors, graph, builtins.
+  :mod:`~opaque_ops.model.shapes`), in groups: tensor_rules, graph, builtin_rules.
 - :mod:`~opaque_ops.model.metadata`: the metadata entry the runtime parses
   itself (``CONVERSION_METADATA``), checked to lie inside its buffer.
 - :mod:`~opaque_ops.model.runtime_ops`: the custom ops the runtime provides

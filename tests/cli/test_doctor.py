@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from flatbuffers import flexbuffers
 
-from conftest import package_file
 from opaque_ops.cli.doctor import gather, render
 from opaque_ops.errors import ModelError
 from opaque_ops.model import ModelBuilder
 from opaque_ops.model import flex_options as encode_map
 from opaque_ops.model.nodedef import decode_flex_op, read_node_def
+from tests.helpers.locations import package_file
 
 
 def cli(*args, timeout=180):

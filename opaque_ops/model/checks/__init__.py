@@ -13,12 +13,12 @@ Three entry points:
 The rules are pure functions of the model (and the shapes): nothing is kept
 here.  They are grouped by what they look at:
 
-- :mod:`.tensors`: each tensor's shape, stored bytes, quantization and
+- :mod:`.tensor_rules`: each tensor's shape, stored bytes, quantization and
   sparsity, and which tensors may be subgraph inputs;
 - :mod:`.graph`: the data flow (who writes which tensor, in what order),
   omitted inputs and outputs, variables, the call graph of the subgraphs
   and the signatures;
-- :mod:`.builtins`: per builtin, its input count and the options and
+- :mod:`.builtin_rules`: per builtin, its input count and the options and
   shapes the runtime and XNNPACK trust (:mod:`.options` gives the options
   the runtime will really use);
 - :mod:`.allocated`: a requested resize and the shapes an allocation
@@ -34,11 +34,11 @@ from ...errors import ModelError
 from ..metadata import check_metadata
 from ..reader import ModelInfo
 from ..runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op
-from . import builtins, graph
+from . import builtin_rules, graph
 from .allocated import check_allocated_shapes, check_resize
 from .limits import MAX_ELEMENTS, MAX_RANK, MAX_WINDOW_PARAM
 from .options import effective_options
-from .tensors import HANDLE_TYPES, check_subgraph_inputs, check_tensor
+from .tensor_rules import HANDLE_TYPES, check_subgraph_inputs, check_tensor
 
 __all__ = [
     "MAX_ELEMENTS",
@@ -121,7 +121,7 @@ def check_model(info: ModelInfo, registered=()) -> None:
             _check_operator(info, sg, op, producer, registered)
         graph.check_subgraph_outputs(sg, producer)
         graph.check_variable_reads(sg)
-        builtins.check_static_concatenations(sg)
+        builtin_rules.check_static_concatenations(sg)
     graph.check_call_graph(info)
     graph.check_signatures(info)
 
@@ -130,10 +130,10 @@ def _check_operator(info, sg, op, producer, registered) -> None:
     """The rules on one operator, once every tensor's producer is known (the order is the messages')."""
     if op.is_custom and op.op_name in RUNTIME_CUSTOM_OPS and op.op_name not in registered:
         check_runtime_op(sg.index, op)
-    builtins.check_builtin(info, sg, op, producer)
+    builtin_rules.check_builtin(info, sg, op, producer)
     graph.check_omitted_inputs(sg, op)
-    builtins.check_quantized_bias(sg, op)
-    builtins.check_input_count(sg, op)
+    builtin_rules.check_quantized_bias(sg, op)
+    builtin_rules.check_input_count(sg, op)
     graph.check_has_outputs(sg, op)
-    builtins.check_window_options(sg, op)
+    builtin_rules.check_window_options(sg, op)
     graph.check_execution_order(sg, op, producer)
