@@ -4,7 +4,7 @@ A file whose digest is here is one of these exact builds; anything else is
 an unknown build (it may work: the lookup warns, a named file is trusted).
 To add a build: run the test suite against it with ``OPAQUE_OPS_TFLITE_LIB``
 (``.ci/run`` shows how), then add its digest (``sha256sum FILE``), its size
-and where it comes from.  ``tests/test_runtime.py`` checks every pymicro-wakeword
+and where it comes from.  ``tests/native/test_runtime.py`` checks every pymicro-wakeword
 entry against the ``RECORD`` of the wheel it names, which pip verified on install.
 """
 

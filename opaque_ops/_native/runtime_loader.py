@@ -47,7 +47,7 @@ BY_WHEEL = "pymicro-wakeword wheel"
 BY_SYSTEM = 'ctypes.util.find_library("tensorflowlite_c")'
 
 # Every name here must be declared in tflite_c.h: cffi finds only declared
-# functions (tests/test_runtime.py checks both lists on the wheel's build).
+# functions (tests/native/test_runtime.py checks both lists on the wheel's build).
 # What opaque_ops calls whatever the model: without these it is not a TFLite
 # C library (ai-edge-litert's and tflite-runtime's .so files export only a
 # handful of TfLite* helpers).
