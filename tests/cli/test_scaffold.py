@@ -11,7 +11,6 @@ generated tests run under pytest in a child process.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -28,6 +27,7 @@ import pytest
 from flatbuffers import flexbuffers
 
 from opaque_ops.model import ModelBuilder
+from tests.helpers.mediapipe_models import model_file
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "shrink_ops"
@@ -437,14 +437,7 @@ def test_mediapipe_landmarks_to_transform_matrix(work):
     from opaque_ops.cli.doctor import describe_options
     from opaque_ops.model import read_model
 
-    spec = importlib.util.find_spec("mediapipe")
-    assert spec is not None, "mediapipe 0.10.14 is a test dependency (pip install --no-deps mediapipe==0.10.14)"
-    face = (
-        Path(next(iter(spec.submodule_search_locations)))
-        / "modules"
-        / "face_landmark"
-        / "face_landmark_with_attention.tflite"
-    )
+    face = model_file("modules", "face_landmark", "face_landmark_with_attention.tflite")
     out = work / "mp"
     r = cli("scaffold", face, "-o", out, "--name", "mp_l2t", "--op", "Landmarks2TransformMatrix")
     assert r.returncode == 0, r.stderr

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
+from tests.helpers.mediapipe_models import mediapipe_dir
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -34,7 +35,7 @@ def _models():
         out.append(pytest.param(p, False, id=f"openwakeword-{p.stem}"))
     for p in sorted((_pkg("pymicro_wakeword") / "models").glob("*.tflite")):
         out.append(pytest.param(p, False, id=f"microwakeword-{p.stem}"))
-    mp = _pkg("mediapipe") / "modules"
+    mp = mediapipe_dir() / "modules"
     out.append(pytest.param(mp / "selfie_segmentation" / "selfie_segmentation.tflite", True, id="selfie"))
     out.append(pytest.param(mp / "face_landmark" / "face_landmark_with_attention.tflite", True, id="face_landmark"))
     return out

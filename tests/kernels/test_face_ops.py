@@ -12,8 +12,6 @@ is checked against the same references (see ``test_face_model_nodes``).
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import textwrap
 
 import flatbuffers
@@ -25,6 +23,7 @@ import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder, read_model
 from tests.helpers.hostile_options import run_isolated
+from tests.helpers.mediapipe_models import model_file
 
 WIDTHS = {
     8: flexbuffers.BitWidth.W8,
@@ -36,13 +35,9 @@ FACE_OPS = ("transform_tensor_bilinear", "landmarks_to_transform_matrix", "trans
 
 
 def face_model_path() -> str | None:
-    spec = importlib.util.find_spec("mediapipe")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    p = os.path.join(
-        spec.submodule_search_locations[0], "modules", "face_landmark", "face_landmark_with_attention.tflite"
-    )
-    return p if os.path.isfile(p) else None
+    # The installed mediapipe 0.10.14, or its wheel's files where it has no wheel (Python 3.13).
+    p = model_file("modules", "face_landmark", "face_landmark_with_attention.tflite")
+    return str(p) if p.is_file() else None
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ importlib.util.find_spec; mediapipe itself is never imported).  Checked:
     XNNPACK executes Convolution2DTransposeBias itself.
 """
 
-import importlib.util
 import os
 
 import numpy as np
@@ -27,6 +26,7 @@ import pytest
 import opaque_ops as oo
 import opaque_ops.kernels as K
 from opaque_ops.model import ModelBuilder, read_model
+from tests.helpers.mediapipe_models import model_file
 from tests.helpers.synthetic_images import synthetic_person
 from tests.helpers.transpose_conv import CountingKernel, reference
 
@@ -34,10 +34,9 @@ OP = "Convolution2DTransposeBias"
 
 
 def _model_dir():
-    spec = importlib.util.find_spec("mediapipe")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return os.path.join(spec.submodule_search_locations[0], "modules", "selfie_segmentation")
+    # The installed mediapipe 0.10.14, or its wheel's files where it has no wheel (Python 3.13).
+    d = model_file("modules", "selfie_segmentation")
+    return str(d) if d.is_dir() else None
 
 
 MODEL_DIR = _model_dir()
