@@ -41,23 +41,10 @@ from numpy.lib.stride_tricks import as_strided
 
 import opaque_ops as oo
 import opaque_ops.kernels as K
-from bench_models import interleaved, package_dir
+from bench_models import interleaved, one_op_interpreter, package_dir
 from bench_selfie import cpu_summary
-from opaque_ops.model import ModelBuilder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _interpreter(op: str, shape, out_shape, lib, options=None, **kw) -> oo.Interpreter:
-    b = ModelBuilder(description=f"bench {op}")
-    x = b.add_tensor("x", shape, np.float32)
-    y = b.add_tensor("y", out_shape, np.float32)
-    b.add_custom_op(op, inputs=[x], outputs=[y], options=options, version=1)
-    b.set_inputs([x])
-    b.set_outputs([y])
-    it = oo.Interpreter(model_content=b.build(), custom_ops=[lib], **kw)
-    it.allocate_tensors()
-    return it
 
 
 def _timed(fns: dict, quick: bool) -> dict:
@@ -95,7 +82,7 @@ def bench_patches(quick: bool) -> dict:
     shape, k = (1, 256, 256, 3), 3
     opts = {"T": 0, "ksizes": [1, k, k, 1], "strides": [1, 1, 1, 1], "rates": [1, 1, 1, 1], "padding": "SAME"}
     lib = K.extract_image_patches()
-    it = _interpreter("ExtractImagePatches", list(shape), [1, 256, 256, k * k * 3], lib, opts)
+    it = one_op_interpreter("ExtractImagePatches", list(shape), [1, 256, 256, k * k * 3], lib, opts)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     it.set_tensor(0, x)
     ref = NumpyPatches(shape, k, 1)
@@ -118,7 +105,7 @@ def bench_patches(quick: bool) -> dict:
 
 
 def bench_elementwise(op: str, lib, numpy_fn, quick: bool, n: int = 1 << 20) -> dict:
-    it = _interpreter(op, [n], [n], lib)
+    it = one_op_interpreter(op, [n], [n], lib)
     x = (np.random.default_rng(2).standard_normal(n) * 4).astype(np.float32)
     it.set_tensor(0, x)
     out = np.empty_like(x)

@@ -29,8 +29,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import opaque_ops as oo
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -65,6 +69,22 @@ def model_paths() -> dict[str, Path]:
 
 # Input shapes for models whose inputs are dynamic (-1 in the signature).
 INPUT_SHAPES = {"melspectrogram": [1, 1280]}  # 80 ms of 16 kHz audio, openWakeWord's chunk
+
+
+def one_op_interpreter(op: str, shape, out_shape, lib, options=None, **kw) -> oo.Interpreter:
+    """An allocated interpreter for a model of one float32 custom op (the kernel benchmarks' unit)."""
+    import opaque_ops as oo
+    from opaque_ops.model import ModelBuilder
+
+    b = ModelBuilder(description=f"bench {op}")
+    x = b.add_tensor("x", shape, np.float32)
+    y = b.add_tensor("y", out_shape, np.float32)
+    b.add_custom_op(op, inputs=[x], outputs=[y], options=options, version=1)
+    b.set_inputs([x])
+    b.set_outputs([y])
+    it = oo.Interpreter(model_content=b.build(), custom_ops=[lib], **kw)
+    it.allocate_tensors()
+    return it
 
 
 def interleaved(fns: dict, n: int, rounds: int, clock=time.perf_counter) -> dict:
@@ -274,13 +294,12 @@ def bench_threads_sweep(quick: bool) -> dict:
 def bench_atan_scaling(quick: bool) -> list:
     """Atan kernel vs np.arctan, ns per element, 1e3..1e7 elements."""
     import opaque_ops.kernels as K
-    from bench_kernels import _interpreter
 
     lib = K.atan()
     rows = []
     sizes = [10**3, 10**4, 10**5, 10**6] + ([] if quick else [10**7])
     for size in sizes:
-        it = _interpreter("Atan", [size], [size], lib)
+        it = one_op_interpreter("Atan", [size], [size], lib)
         x = (np.random.default_rng(3).standard_normal(size) * 4).astype(np.float32)
         it.set_tensor(0, x)
         out = np.empty_like(x)
