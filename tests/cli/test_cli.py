@@ -169,7 +169,10 @@ def test_bench_format(atan_model):
         (["run", "ATAN", "--ops", "kernels:atan", "--input", "x"], "--input takes NAME=FILE.npy"),
         (["run", "ATAN", "--ops", "kernels:atan", "--input", "x=missing.npy"], "cannot read missing.npy"),
         (["run", "ATAN", "--ops", "kernels:atan", "--input", "x=INT"], "expected dtype float32, received int64"),
-        (["inspect", "ATAN", "--ops", "kernels:nonesuch"], "no bundled kernel 'nonesuch'; available: atan"),
+        (
+            ["inspect", "ATAN", "--ops", "kernels:nonesuch"],
+            "no bundled kernel or kernel package 'nonesuch'; available: atan",
+        ),
         (["run", "ATAN", "--input", "x=FLOAT"], "with --ops: a .so (from opaque-ops build), a .c source"),
         (["inspect", "ATAN", "--ops", "libnothing.so"], "kernel library libnothing.so does not exist"),
         (["inspect", "ATAN", "--ops", "nothing.c"], "C source nothing.c does not exist"),

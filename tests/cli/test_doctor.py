@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,18 +15,12 @@ from opaque_ops.errors import ModelError
 from opaque_ops.model import ModelBuilder
 from opaque_ops.model import flex_options as encode_map
 from opaque_ops.model.nodedef import decode_flex_op, read_node_def
+from tests.helpers.child_process import run_cli
 from tests.helpers.locations import package_file
 
 
 def cli(*args, timeout=180):
-    return subprocess.run(
-        [sys.executable, "-m", "opaque_ops", *map(str, args)],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-        timeout=timeout,
-    )
+    return run_cli(*args, timeout=timeout)
 
 
 # -- a protobuf wire encoder written from the spec (protobuf.dev encoding guide), independent of

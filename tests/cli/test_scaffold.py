@@ -16,8 +16,6 @@ import os
 import re
 import shutil
 import struct
-import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -27,6 +25,7 @@ import pytest
 from flatbuffers import flexbuffers
 
 from opaque_ops.model import ModelBuilder
+from tests.helpers.child_process import ChildResult, run_python
 from tests.helpers.mediapipe_models import model_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,50 +75,29 @@ def roll_options() -> bytes:
     return bytes(fbb.Finish())
 
 
-def cli(*args, env=None, cwd=None, timeout=600):
-    return subprocess.run(
-        [sys.executable, "-m", "opaque_ops", *map(str, args)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env or child_env(),
-        cwd=cwd,
-        timeout=timeout,
-    )
-
-
 def child_env(*paths, **extra) -> dict:
-    """This checkout's opaque_ops first on the path (plus ``paths``), for child processes."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*map(str, paths), str(ROOT)]), **extra)
-    return env
+    """How a child runs: this checkout's opaque_ops first on the path (plus ``paths``), and ``extra``
+    variables (None removes one). Keywords for :func:`tests.helpers.child_process.run_python`."""
+    return {"pythonpath": [*map(str, paths), str(ROOT)], "env": extra}
 
 
-def pip(*args, env=None):
-    r = subprocess.run(
-        [sys.executable, "-m", "pip", *map(str, args)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env or child_env(),
-        timeout=900,
-    )
+def cli(*args, env=None, cwd=None, timeout=600) -> ChildResult:
+    return run_python("-m", "opaque_ops", *args, cwd=cwd, timeout=timeout, **(env or child_env()))
+
+
+def pip(*args, env=None) -> ChildResult:
+    r = run_python("-m", "pip", *args, timeout=900, **(env or child_env()))
     assert r.returncode == 0, r.stdout + r.stderr
     return r
 
 
-def run_pytest(tests: Path, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env or child_env(),
-        cwd=tests.parent,
-        timeout=900,
+def run_pytest(tests: Path, env=None) -> ChildResult:
+    return run_python(
+        "-m", "pytest", "-q", "-p", "no:cacheprovider", tests, cwd=tests.parent, timeout=900, **(env or child_env())
     )
 
 
-def summary(r: subprocess.CompletedProcess) -> str:
+def summary(r: ChildResult) -> str:
     return r.stdout.strip().splitlines()[-1]
 
 
@@ -280,7 +258,7 @@ def flex_map(d) -> bytes:
     return flex_options(d)
 
 
-def result(r: subprocess.CompletedProcess) -> dict:
+def result(r: ChildResult) -> dict:
     line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line, r.stdout + r.stderr
     return json.loads(line[len("RESULT ") :])
@@ -290,15 +268,7 @@ def test_pip_install_then_kernels_name_finds_it(project, model, work):
     site = work / "site"
     pip("install", "-q", "--no-build-isolation", "--no-deps", "--target", site, project)
     assert (site / NAME / "c" / "shrink.c").is_file()
-    r = subprocess.run(
-        [sys.executable, "-c", ALLOCATE_AND_RUN, model, op_cases(), NAME],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=child_env(site),
-        cwd=work,
-        timeout=600,
-    )
+    r = run_python("-c", ALLOCATE_AND_RUN, model, op_cases(), NAME, cwd=work, timeout=600, **child_env(site))
     out = result(r)
     assert out["oo"].startswith(str(ROOT))
     assert out["prebuilt"] == [False, False, False]  # compiled on first use, through compile_ops' cache
@@ -322,9 +292,7 @@ def test_broken_kernel_package_is_named_and_bundled_kernels_still_work(work, mod
         "print('ATAN', oo.kernels.atan().ops, oo.kernels.by_name('atan').ops)\n"
         "try:\n    oo.kernels.broken()\nexcept oo.OpaqueOpsError as exc:\n    print('ERROR', type(exc).__name__, exc)\n"
     )
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False, env=child_env(site), timeout=300
-    )
+    r = run_python("-c", code, timeout=300, **child_env(site))
     assert "ATAN [('Atan', 1)] [('Atan', 1)]" in r.stdout, r.stdout + r.stderr
     assert (
         "ERROR OpLibraryError kernel package 'broken-kernels' (entry point broken = no_such_module_here:kernels "
@@ -381,23 +349,16 @@ def test_x86_64_wheel_runs_with_no_compiler(wheels, model, work):
     site = work / "wheel_site"
     pip("install", "-q", "--no-deps", "--target", site, wheels["x86_64"])
     cache = work / "never_used_cache"
-    env = child_env(site, PATH="/nonexistent", OPAQUE_OPS_CACHE_DIR=str(cache))
-    env.pop("CC", None)
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import shutil; assert shutil.which('cc') is None and shutil.which('gcc') is None\n" + ALLOCATE_AND_RUN,
-            model,
-            op_cases(),
-            NAME,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
+    env = child_env(site, PATH="/nonexistent", OPAQUE_OPS_CACHE_DIR=str(cache), CC=None)
+    r = run_python(
+        "-c",
+        "import shutil; assert shutil.which('cc') is None and shutil.which('gcc') is None\n" + ALLOCATE_AND_RUN,
+        model,
+        op_cases(),
+        NAME,
         cwd=work,
         timeout=600,
+        **env,
     )
     out = result(r)
     assert out["prebuilt"] == [True, True, True]
@@ -409,10 +370,8 @@ def test_x86_64_wheel_runs_with_no_compiler(wheels, model, work):
 def test_aarch64_wheel_runs_in_emulated_python(wheels, model, work):
     if shutil.which("qemu-aarch64") is None or "aarch64" not in wheels:
         pytest.skip("needs qemu-aarch64 and aarch64-linux-gnu-gcc")
-    try:
-        from tests import aarch64_python as arm
-    except ImportError:
-        import aarch64_python as arm
+    from tests.helpers import aarch64_python as arm
+
     arm.sysroot()
     deps = arm.deps_site()
     site = work / "arm_site"
