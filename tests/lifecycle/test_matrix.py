@@ -4,7 +4,7 @@ Each case is its own test; it runs in a fresh child process (see
 tests/helpers/lifecycle_cases.py) and passes when every output was
 bit-identical to the in-process reference run, or when the case ended in a
 clean OpaqueOpsError.  A crash, a hang, a different number or another
-exception class fails it.  The cases run two at a time in the background as
+exception class fails it.  The cases run three at a time in the background as
 soon as the first one is asked for, so the whole matrix takes about as long as
 half its cases.  ``python tools/lifecycle_matrix.py`` is the long version.
 
@@ -34,7 +34,7 @@ OOM = "issue 17 item 12: hitting memory_limit gives a bare MemoryError that does
 KNOWN: dict[str, tuple[str, bool]] = {
     "isolated-fork_before_use": (FORK_HANG, True),
     "isolated_pyop-fork_before_use": (FORK_HANG, True),
-    "isolated-fork_after_use": (FORK, True),
+    "isolated-fork_after_use": (FORK, False),  # mixes on most runs, not all
     "isolated_pyop-fork_after_use": (FORK, True),
     "isolated-fork_with_threads": (FORK_HANG, True),
     "isolated_pyop-fork_with_threads": (FORK_HANG, True),
@@ -64,7 +64,10 @@ def _param(case: lc.MatrixCase):
 
 @pytest.fixture(scope="module")
 def matrix(request, tmp_path_factory):
-    """Every selected case, started two at a time in the background; each test waits for its own."""
+    """Every selected case, started three at a time in the background; each test waits for its own.
+
+    Three, on two cores: most of a case's time is spent waiting (a worker starting, a
+    hang's deadline), not computing."""
     root = tmp_path_factory.mktemp("lifecycle")
     shared = lc.prepare_shared(root / "shared")
     selected = [
@@ -72,7 +75,7 @@ def matrix(request, tmp_path_factory):
         for item in request.session.items
         if item.module is request.module and hasattr(item, "callspec")
     ]
-    pool = ThreadPoolExecutor(2)
+    pool = ThreadPoolExecutor(3)
     futures = {c.id: pool.submit(lc.run_case, c, shared, root / c.id) for c in selected}
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
