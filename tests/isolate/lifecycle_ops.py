@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 
@@ -26,8 +27,10 @@ def _chatty(inputs, outputs):
 
 
 def _spins(inputs, outputs):
+    # A C loop that never lets go of the GIL (no bytecode runs, so no thread switch):
+    # the worker's lifeline thread can then not run.
     while True:
-        pass
+        sum(itertools.repeat(0, 10**15))
 
 
 def op(kind: str):

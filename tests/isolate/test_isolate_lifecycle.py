@@ -351,3 +351,21 @@ def test_cli_odd_isolation_limits_are_usage_errors(tmp_path, args):
     p = run_cli("run", "--isolate", *args, str(path))
     assert p.returncode == 2, crashed(p)
     assert "timeout" in p.stderr or "memory_limit" in p.stderr
+
+
+def test_a_worker_started_from_a_thread_outlives_that_thread():
+    """PR_SET_PDEATHSIG counts the thread that started a worker as its parent: workers are
+    started from one long-lived thread, so an interpreter made in a short-lived thread lives on."""
+    import threading
+
+    box = []
+    t = threading.Thread(target=lambda: box.append(oo.Interpreter(model_content=_add_model(1.0), isolate=True)))
+    t.start()
+    t.join()
+    it = box.pop()
+    time.sleep(0.5)  # give a wrongly tied worker the time to die
+    it.allocate_tensors()
+    it.set_tensor(0, np.ones((1, 5), np.float32))
+    it.invoke()
+    np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), np.full((1, 5), 2, np.float32))
+    it.close()
