@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 import threading
 import weakref
@@ -101,6 +102,7 @@ class Worker:
         self._proc: WorkerProcess | None = None
         self._owner = None
         self._lock = threading.Lock()
+        _workers.add(self)
 
     @property
     def pid(self) -> int | None:
@@ -169,3 +171,18 @@ class Worker:
 
     def __repr__(self) -> str:
         return f"<opaque_ops.isolate.Worker pid={self.pid} starts={self.starts}>"
+
+
+_workers: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A thread the fork did not copy may have held a Worker's lock.  The
+    # process it holds is the parent's (see WorkerProcess._forsake): the next
+    # interpreter starts a fresh one here.
+    for w in list(_workers):
+        w._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
