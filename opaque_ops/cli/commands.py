@@ -473,10 +473,30 @@ def _unresolved_message(exc) -> str:
     return f"{text} {advice}"
 
 
+def _timeout_arg(text: str) -> float:
+    """``--timeout``: seconds, checked as the API checks them (a bad value is a usage error, exit 2)."""
+    from ..isolate.workers import check_timeout
+
+    try:
+        return check_timeout(float(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc) if "timeout=" in str(exc) else f"not a number: {text!r}") from None
+
+
+def _memory_arg(text: str) -> int:
+    """``--memory-limit``: a size, checked as the API checks it (a bad value is a usage error, exit 2)."""
+    from ..isolate.workers import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _isolation_args(p, default_timeout) -> None:
     p.add_argument(
         "--timeout",
-        type=float,
+        type=_timeout_arg,
         default=default_timeout,
         metavar="S",
         help="isolated: seconds a call may take before the worker is stopped"
@@ -484,6 +504,7 @@ def _isolation_args(p, default_timeout) -> None:
     )
     p.add_argument(
         "--memory-limit",
+        type=_memory_arg,
         default=None,
         metavar="SIZE",
         help="isolated: memory the model may use in the worker, e.g. 512M or 2G",

@@ -44,7 +44,9 @@ class _Liveness:
 
     def on_exit(self) -> None:
         self.dead = True
-        self.rep.post()  # wake a parent waiting for a reply that will never come
+        rep = self.rep
+        if rep is not None:  # None once the process object has let go of its control page
+            rep.post()  # wake a parent waiting for a reply that will never come
 
 
 class Reply:
@@ -120,9 +122,11 @@ class WorkerProcess:
             str(ctrl_fd),
             "--lifeline",
             str(life_r),
+            "--parent",
+            str(os.getpid()),
         ]
         try:
-            self.proc = subprocess.Popen(
+            self.proc = _spawner.popen(
                 cmd,
                 pass_fds=(child_sock.fileno(), ctrl_fd, life_r),
                 stdin=subprocess.DEVNULL,
@@ -143,6 +147,8 @@ class WorkerProcess:
             for fd in (ctrl_fd, life_r, err_w):
                 os.close(fd)
         self.pid = self.proc.pid
+        self.forked_from = None
+        _procs.add(self)
         self.sock = parent_sock
         self._lifeline = [life_w]
         self.tail = _stderr.watch(err_r, self.proc.pid, forward_stderr, self.live.on_exit)
@@ -162,12 +168,20 @@ class WorkerProcess:
                 stage="start",
                 timeout=STARTUP_TIMEOUT,
             )
+        except OpaqueOpsError as exc:
+            self.kill()
+            if memory_limit is None or isinstance(exc, RuntimeTimeoutError):
+                raise
+            raise OpaqueOpsError(f"the isolated worker could not start{_cap_text(memory_limit)}: {exc}") from exc
         except BaseException:
             self.kill()
             raise
         if reply.error is not None:
             self.kill()
-            raise OpaqueOpsError(f"the isolated worker could not start: {reply.error}") from reply.error
+            what = str(reply.error) or type(reply.error).__name__
+            raise OpaqueOpsError(
+                f"the isolated worker could not start{_cap_text(memory_limit)}: {what}"
+            ) from reply.error
         self.info = reply.value
 
     def _outbox_budget(self, size: int, growth: int) -> None:
@@ -184,6 +198,11 @@ class WorkerProcess:
         return not self.closed and not self.live.dead and self.proc.poll() is None
 
     def _check(self) -> None:
+        if self.forked_from is not None:
+            raise ClosedError(
+                f"this isolated worker belongs to process {self.forked_from}, from which this process was "
+                "forked; it cannot be used here (a new worker is started for each interpreter)"
+            )
         if self.closed:
             raise ClosedError("the isolated worker is closed")
 
@@ -343,12 +362,13 @@ class WorkerProcess:
             rc = self.proc.wait()
         self.tail.eof.wait(2.0)
         closing = self.closed
+        record = P.read_crash_record(self.control)
         self._shutdown()
         if closing:
             return ClosedError("the isolated interpreter was closed while a call was running")
         return _crash.crash_error(
             returncode=rc,
-            record=P.read_crash_record(self.control),
+            record=record,
             stage=stage,
             stderr=self.tail.text(),
             pid=self.pid,
@@ -359,6 +379,8 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """Kill the worker now and reap it."""
+        if self.forked_from is not None:
+            return  # the parent's worker: never ours to kill
         try:
             self.proc.kill()
         except OSError:
@@ -383,6 +405,118 @@ class WorkerProcess:
         # object alive (through its traceback) must not keep them too.
         # tensor() views keep their own mapping.
         self.channel.release()
+        # And of the control page (its mmap holds a descriptor): an exception
+        # kept by the caller holds this object through its traceback.  Not
+        # under a call another thread is still making: it lets go when done.
+        if self.lock.acquire(blocking=False):
+            try:
+                self.words.release()
+                self.control = _DEAD_PAGE
+                self.words = memoryview(_DEAD_PAGE).cast("i")
+                self.req = self.rep = self.live.rep = None
+            finally:
+                self.lock.release()
+
+    def _forsake(self, parent: int) -> None:
+        """In a forked child: this is the parent's worker.  Let go of this process's copies of
+        its descriptors (the lifeline above all: the worker must end with the parent alone),
+        and never signal or reap it."""
+        self.forked_from = parent
+        self.closed = True
+        self._finalizer.detach()
+        fd, self._lifeline[0] = self._lifeline[0], -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            self.sock.close()
+        except OSError:  # pragma: no cover
+            pass
+        self.lock = threading.RLock()
+
+
+# What a shut-down process's control page reads as (no crash record, stage "idle").
+_DEAD_PAGE = bytearray(P.PAGE)
+_procs: weakref.WeakSet = weakref.WeakSet()
+
+
+class _Spawner:
+    """Starts every worker from one long-lived thread.
+
+    The worker asks the kernel to kill it when its parent dies
+    (``PR_SET_PDEATHSIG``, see the server), and Linux counts the *thread*
+    that forked it as the parent: a worker started from a short-lived thread
+    would be killed when that thread ends.  This thread lives as long as the
+    process.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._queue = None
+        self._thread = None
+
+    def popen(self, cmd, **kwargs) -> subprocess.Popen:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                import queue
+
+                self._queue = queue.SimpleQueue()
+                self._thread = threading.Thread(
+                    target=self._loop, args=(self._queue,), name="opaque_ops-spawner", daemon=True
+                )
+                self._thread.start()
+            q = self._queue
+        done = threading.Event()
+        box: list = []
+        q.put((cmd, kwargs, box, done))
+        try:
+            done.wait()
+        except BaseException:  # Ctrl-C while it starts: end what was started
+            done.wait()
+            if box and isinstance(box[0], subprocess.Popen):
+                box[0].kill()
+                box[0].wait()
+            raise
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+    @staticmethod
+    def _loop(q) -> None:
+        while True:
+            cmd, kwargs, box, done = q.get()
+            try:
+                box.append(subprocess.Popen(cmd, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+                box.append(exc)
+            done.set()
+            del cmd, kwargs, box, done
+
+
+_spawner = _Spawner()
+
+
+def _after_fork_in_child() -> None:
+    global _spawner
+    _spawner = _Spawner()  # its thread (and maybe its lock's holder) did not come along
+    parent = os.getppid()
+    for p in list(_procs):
+        p._forsake(parent)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _cap_text(memory_limit) -> str:
+    if memory_limit is None:
+        return ""
+    return (
+        f" under its memory_limit={memory_limit} bytes ({memory_limit / 2**20:.3g} MiB), which may be too "
+        "small for the worker itself (Python, numpy and the runtime); raise memory_limit"
+    )
 
 
 def _worker_env() -> dict:

@@ -74,6 +74,22 @@ def read_crash_record(page) -> dict | None:
     }
 
 
+class ObjectArray:
+    """Stands in for an array of Python objects in ``set_tensor``, which always refuses one:
+    the worker refuses an empty object array of this shape with the same error."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+    def __reduce__(self):
+        return ObjectArray, (self.shape,)
+
+    def array(self) -> np.ndarray:
+        return np.empty(self.shape, dtype=object)
+
+
 # ------------------------------------------------------------------ segments
 _ALIGN = 64  # TFLite's kDefaultTensorAlignment; pages are aligned far beyond it
 

@@ -20,15 +20,15 @@ import os
 import pickle
 import threading
 import weakref
-from pathlib import Path
 
 import numpy as np
 
-from ..errors import ClosedError, InvalidInputError, RuntimeCrashError, RuntimeTimeoutError
+from ..errors import ClosedError, InvalidInputError, ModelError, RuntimeCrashError, RuntimeTimeoutError
 from ..interpreter.core import Interpreter, restore_interpreter
 from ..interpreter.signature_runner import SignatureRunner
+from . import protocol as P
 from .shipping import pack_delegates, pack_ops
-from .workers import Worker, parse_size
+from .workers import Worker, check_timeout, parse_size
 
 _INIT = inspect.signature(Interpreter.__init__)
 
@@ -41,6 +41,9 @@ class _View:
     def __init__(self, array):
         self.__array_interface__ = array.__array_interface__
         self._array = array  # keep-alive: its base is the mapping
+
+
+_isolated: weakref.WeakSet = weakref.WeakSet()
 
 
 class IsolatedInterpreter(Interpreter):
@@ -65,7 +68,18 @@ class IsolatedInterpreter(Interpreter):
     ------
     RuntimeCrashError
         The worker crashed (here or in any later call); the interpreter is then closed.
+
+    After ``fork()``, the child's copy gets a worker of its own on first use,
+    re-created as unpickling would (model bytes, ops, resized inputs,
+    allocation) with the input and output values it had at the fork.  A copy
+    that cannot be re-created faithfully -- a model with variables that has
+    already run, or one another thread was using at the fork -- raises
+    :class:`ClosedError` saying why.
     """
+
+    _after_fork = None
+    _invoked = False
+    _stateful = False
 
     def __init__(self, *args, isolate=True, timeout=None, memory_limit=None, **kwargs):
         self._closed = True
@@ -75,25 +89,42 @@ class IsolatedInterpreter(Interpreter):
         self._allocated = False
         self._details: dict = {}
         self._proc = None
+        self._worker = None
         bound = _INIT.bind(self, *args, **kwargs)
         params = {k: v for k, v in bound.arguments.items() if k not in ("self", "isolate")}
-        # What pickling re-creates (__reduce__): the caller's own arguments (op
-        # libraries, python_ops and delegates pickle themselves), and the inputs
-        # resized since.  A shared Worker cannot travel; its memory cap does.
-        self._pickled_args = dict(params)
+        timeout = check_timeout(timeout)
+        # What pickling re-creates (__reduce__): the model bytes loaded here, the
+        # caller's own arguments (op libraries, python_ops and delegates pickle
+        # themselves), and the inputs resized since.  A shared Worker cannot
+        # travel; its memory cap does.
+        self._pickled_args = {k: v for k, v in params.items() if k not in ("model_path", "model_content")}
         self._pickled_limits = {
             "timeout": timeout,
             "memory_limit": (isolate.memory_limit if isinstance(isolate, Worker) else memory_limit),
         }
         self._resized: dict = {}
+        # The model is read here, once, as in-process: the worker, a pickled
+        # copy and a re-created worker after fork() all run these bytes, even
+        # if the file changes later.
+        name = None
+        if params.get("model_path") is not None and params.get("model_content") is None:
+            model_path = params.pop("model_path")
+            name = os.fspath(model_path)
+            try:
+                with open(model_path, "rb") as f:
+                    params["model_content"] = f.read()
+            except OSError as exc:
+                raise ModelError(f"cannot read model file {name!r}: {exc.strerror}") from None
+        elif params.get("model_content") is not None and not isinstance(params["model_content"], bytes):
+            params["model_content"] = bytes(memoryview(params["model_content"]))
+        self._model_bytes = params.get("model_content")
         # Ops and delegates cross by their own __reduce__, as in any pickle (see .shipping).
         if params.get("experimental_delegates"):
             params["experimental_delegates"] = pack_delegates(params["experimental_delegates"])
         specs, main_path = pack_ops(params.pop("custom_ops", None))
-        if params.get("model_path") is not None:
-            params["model_path"] = os.path.abspath(os.fspath(params["model_path"]))
-        if params.get("model_content") is not None and not isinstance(params["model_content"], bytes):
-            params["model_content"] = bytes(memoryview(params["model_content"]))
+        # Everything the worker needs to create it: kept, so that a fork()ed
+        # child can give its copy a worker of its own (see _after_fork_in_child).
+        self._create_args = {"kwargs": params, "ops": specs, "main_path": main_path, "name": name}
         self._timeout = timeout
         if isinstance(isolate, Worker):
             if memory_limit is not None and parse_size(memory_limit) != isolate.memory_limit:
@@ -102,11 +133,15 @@ class IsolatedInterpreter(Interpreter):
         else:
             self._worker = Worker(memory_limit=memory_limit, library=params.get("library"))
             self._owns = True
+        self._start()
+        _isolated.add(self)
+
+    def _start(self) -> None:
+        """Create the interpreter in a worker (at creation, and again in a forked child)."""
+        self._invoked = False
         try:
             self._proc = self._worker._attach(self)
-            reply = self._request(
-                "create", {"kwargs": params, "ops": specs, "main_path": main_path}, stage="create", raw=True
-            )
+            reply = self._request("create", self._create_args, stage="create", raw=True)
         except BaseException:
             self._end(keep=False)
             raise
@@ -114,14 +149,42 @@ class IsolatedInterpreter(Interpreter):
             # A refusal (bad model, missing op...): the worker is fine, the interpreter never existed.
             self._end(keep=reply.interrupt is None)
             raise reply.interrupt or reply.error
+        self._stateful = bool(reply.value.get("stateful"))
         for k, v in reply.value["attrs"].items():
             if not isinstance(getattr(type(self), k, None), property):
                 setattr(self, k, v)
         self._closed = False
         self._apply(reply)
 
+    def _restart_after_fork(self) -> None:
+        """In a forked child, on first use: the same interpreter in a worker of its own.
+
+        Re-created as unpickling re-creates it (model bytes, ops, resized
+        inputs, allocation), then given the input and output values it had
+        at the fork.
+        """
+        state, self._after_fork = self._after_fork, None
+        try:
+            self._start()
+            for index, shape in state["resized"]:
+                self._call("resize_tensor_input", (index, shape))
+            if state["allocated"]:
+                self._call("allocate_tensors", stage="allocate")
+            for index, value in state["values"].items():
+                self._call("set_tensor", (index, value))
+        except BaseException as exc:
+            self._closed = True
+            self._closed_why = (
+                f"this isolated Interpreter reached this process through a fork and could not be "
+                f"re-created in a worker of its own ({type(exc).__name__}: {exc}); create it in this process"
+            )
+            self._end(keep=False)
+            raise ClosedError(self._closed_why) from exc
+
     # ------------------------------------------------------------ plumbing
     def _live(self):
+        if self._after_fork is not None and not self._closed:
+            self._restart_after_fork()
         if self._closed or self._proc is None:
             raise ClosedError(getattr(self, "_closed_why", None) or "this Interpreter is closed; create a new one")
         return self._proc
@@ -231,8 +294,7 @@ class IsolatedInterpreter(Interpreter):
         with self._lock:
             self._live()
             kwargs = dict(self._pickled_args)
-            path, content = kwargs.pop("model_path", None), kwargs.pop("model_content", None)
-            data = bytes(memoryview(content)) if content is not None else Path(path).read_bytes()
+            data = self._model_bytes
             kwargs.update(isolate=True, **self._pickled_limits)
             state = {"allocated": bool(self._allocated), "resized": list(self._resized.items())}
         return restore_interpreter, (data, kwargs, state)
@@ -288,8 +350,11 @@ class IsolatedInterpreter(Interpreter):
         RuntimeTimeoutError
             The invoke ran past its timeout.
         """
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         with self._lock:
             proc = self._live()
+            self._invoked = True
             try:
                 reply = proc.invoke(self._timeout if timeout is None else timeout)
             except (RuntimeCrashError, RuntimeTimeoutError, ClosedError) as exc:
@@ -325,7 +390,7 @@ class IsolatedInterpreter(Interpreter):
                 if self._slots.get(tensor_index) is slot:
                     slot[0][...] = value
                     return
-        self._call("set_tensor", (tensor_index, value))
+        self._call("set_tensor", (tensor_index, _sendable(value)))
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
         """Return a copy of a tensor (see :meth:`Interpreter.get_tensor`)."""
@@ -415,6 +480,7 @@ class IsolatedInterpreter(Interpreter):
         stage = "invoke" if name in ("__call__", "invoke") else "call"
         with self._lock:
             self._live()
+            self._invoked = self._invoked or stage == "invoke"
             out = self._request(
                 "runner_call", {"rid": rid, "name": name, "args": tuple(args), "kwargs": dict(kwargs)}, stage=stage
             )
@@ -426,6 +492,74 @@ class IsolatedInterpreter(Interpreter):
         proc = self._proc
         if proc is not None and not self._closed:
             proc.cancel()
+
+
+def _sendable(value):
+    """``set_tensor``'s value as the worker can receive it, refused there as in-process.
+
+    In-process, ``set_tensor`` takes anything ``np.asarray`` takes (a
+    memoryview, a list...): converted here the same way.  An array of Python
+    objects cannot cross, and in-process it is always refused (by the
+    tensor's type, or as the wrong dtype): a stand-in of its shape brings the
+    same refusal.
+    """
+    if not isinstance(value, np.ndarray):
+        try:
+            value = np.asarray(value)
+        except Exception:  # noqa: BLE001 - the worker's np.asarray raises it, in its place
+            return value
+    if value.dtype.hasobject:
+        return P.ObjectArray(value.shape)
+    return value
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: every isolated interpreter lets go of the parent's worker.
+
+    The parent's worker, its shared buffers and its socket belong to the
+    parent: used from here, the two processes' calls and tensors would mix.
+    Each copy is re-created in a worker of its own on first use
+    (:meth:`IsolatedInterpreter._restart_after_fork`), or refused with the
+    reason where a re-created one could differ from the parent's.
+    """
+    parent = os.getppid()
+    for it in list(_isolated):
+        busy = not it._lock.acquire(blocking=False)  # held by a thread the fork did not copy
+        it._lock = threading.RLock()
+        proc, slots = it._proc, it._slots
+        it._proc, it._slots, it._details = None, {}, {}
+        if it._owns and it._worker is not None:
+            it._worker = Worker(
+                memory_limit=it._worker.memory_limit,
+                library=it._worker.library,
+                forward_stderr=it._worker.forward_stderr,
+            )
+        if it._closed or proc is None:
+            continue
+        why = None
+        if busy:
+            why = "another thread was using it at the fork, so its state is unknown"
+        elif it._stateful and it._invoked:
+            why = (
+                "its model keeps state between invokes (variables), which a new worker would not "
+                "have, so its results could differ"
+            )
+        if why is not None:
+            it._closed = True
+            it._closed_why = (
+                f"this isolated Interpreter was created in process {parent} and reached this process "
+                f"through a fork; {why}. Create the interpreter in this process (a pool's initializer), "
+                "or send it pickled (multiprocessing.get_context('spawn') or 'forkserver')"
+            )
+            continue
+        values = {}
+        for index, (arr, _dtype, _shape) in slots.items():
+            values[index] = arr.copy()  # the shared buffer: still the parent's worker's
+        it._after_fork = {"resized": list(it._resized.items()), "allocated": bool(it._allocated), "values": values}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _copy_nested(v):

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import OpaqueOpsError, RuntimeCrashError, RuntimeTimeoutError
 from .shipping import pack_ops
-from .workers import Worker
+from .workers import Worker, check_timeout
 
 
 class _Token:
@@ -19,6 +19,7 @@ class _Token:
 
 def run_op(ops: list, kwargs: dict, *, isolate=True, timeout=None) -> list:
     """Run :func:`opaque_ops.testing.run_op` in a worker (``isolate`` is True or a :class:`Worker`)."""
+    timeout = check_timeout(timeout)
     specs, main_path = pack_ops(ops)
     worker = isolate if isinstance(isolate, Worker) else Worker()
     token = _Token()

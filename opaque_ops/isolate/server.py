@@ -208,7 +208,7 @@ class Server:
             "helper_path": self.helper.path if self.helper is not None else None,
         }
 
-    def do_create(self, kwargs, ops, main_path):
+    def do_create(self, kwargs, ops, main_path, name=None):
         from ..interpreter.core import Interpreter
 
         self.close_interpreter()
@@ -223,15 +223,25 @@ class Server:
         # The hosted interpreter's native objects get the shared buffers and
         # the crash record's stages; no other interpreter is touched.
         hooks = HostedHooks(self)
-        it = Interpreter._with_hooks(hooks, **kwargs, custom_ops=custom_ops or None)
+        try:
+            it = Interpreter._with_hooks(hooks, **kwargs, custom_ops=custom_ops or None)
+        except Exception as exc:
+            # The parent read the model file and sent its bytes: name the file, as in-process.
+            if name is not None and exc.args and isinstance(exc.args[0], str):
+                exc.args = (exc.args[0].replace("<model_content>", name),) + exc.args[1:]
+            raise
+        if name is not None:
+            it._model_name = name
         self.placement = hooks.placement
         with self._cancel_lock:
             self.it = it
         self.layout_sent = None
-        return {"api": _public_api(it), "attrs": _public_values(it)}
+        return {"api": _public_api(it), "attrs": _public_values(it), "stateful": _stateful(it)}
 
     def do_call(self, name, args, kwargs, stage="call"):
         self.stage(stage)
+        if name == "set_tensor" and len(args) > 1 and isinstance(args[1], P.ObjectArray):
+            args = (args[0], args[1].array(), *args[2:])
         try:
             if name in ("set_tensor", "get_tensor") and self._stale(args, kwargs):
                 return self._unplanned(name, args)
@@ -333,6 +343,25 @@ def _public_api(obj) -> dict:
     return out
 
 
+# Operators whose effect outlives an invoke: a copy re-created from the model would start afresh.
+_STATEFUL_OPS = frozenset(
+    {"VAR_HANDLE", "ASSIGN_VARIABLE", "HASHTABLE", "HASHTABLE_IMPORT", "HASHTABLE_INSERT", "CALL_ONCE"}
+)
+
+
+def _stateful(it) -> bool:
+    """Whether the hosted model keeps state between invokes (resource or variable tensors)."""
+    info = getattr(it, "_info", None)
+    if info is None:
+        return True
+    for sg in info.subgraphs:
+        if any(op.op_name in _STATEFUL_OPS for op in sg.operators):
+            return True
+        if any(t.is_variable for t in sg.tensors):
+            return True
+    return False
+
+
 def _public_values(obj) -> dict:
     """Public instance attributes that can travel (e.g. ``xnnpack``)."""
     out = {}
@@ -378,6 +407,26 @@ def _profiler_supported(version: str) -> bool:
     return version.startswith(("2.17.", "2.23."))
 
 
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this worker when its parent dies, whatever the worker's Python
+    is doing (the lifeline thread needs the GIL, which a spinning python_op may not give up).
+
+    ``parent`` is the pid that started it: if it is already gone (it died
+    before the request was made), leave now.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - the lifeline still ends it
+            pass
+    if os.getppid() != parent:
+        os._exit(0)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m opaque_ops.isolate.server",
@@ -386,7 +435,10 @@ def main(argv=None) -> int:
     ap.add_argument("--socket", type=int, required=True)
     ap.add_argument("--control", type=int, required=True)
     ap.add_argument("--lifeline", type=int, required=True)
+    ap.add_argument("--parent", type=int, default=None)
     args = ap.parse_args(argv)
+    if args.parent is not None:
+        _die_with_parent(args.parent)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     # The parent turns Ctrl-C into a cancel; the worker never sees the terminal's signals
     # (it runs in its own session), but ignore SIGINT in case someone sends one.

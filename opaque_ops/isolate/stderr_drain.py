@@ -1,4 +1,4 @@
-"""The workers' stderr and deaths: one daemon thread watches every worker.
+"""The workers' stderr and deaths: one daemon thread watches every worker (one per process: a forked child starts its own).
 
 It drains each worker's stderr pipe, keeps the last bytes (for crash
 reports) and forwards them to this process's fd 2 unless asked not to.  It
@@ -84,13 +84,16 @@ class _Pump:
         self._pending: list = []
         self._thread = None
         self._wake_r = self._wake_w = -1
+        self._owned: set = set()  # every descriptor the pump closes (for a forked child)
 
     def add(self, fd: int, tail: StderrTail, pidfd: int) -> None:
         """Drain ``fd`` (which the pump closes at end of file) into ``tail``; watch ``pidfd`` (closed on exit)."""
         with self._lock:
             self._pending.append((fd, tail, pidfd))
+            self._owned.update(x for x in (fd, pidfd) if x >= 0)
             if self._thread is None:
                 self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
+                self._owned.update((self._wake_r, self._wake_w))
                 self._thread = threading.Thread(target=self._loop, name="opaque_ops-stderr", daemon=True)
                 self._thread.start()
         os.write(self._wake_w, b"x")
@@ -116,7 +119,7 @@ class _Pump:
                 continue
             if isinstance(key.data, tuple):  # a pidfd: the process has ended
                 sel.unregister(key.fd)
-                os.close(key.fd)
+                self._close(key.fd)
                 key.data[1].exited()
                 continue
             try:
@@ -127,11 +130,38 @@ class _Pump:
                 key.data.feed(data)
             else:
                 sel.unregister(key.fd)
-                os.close(key.fd)
+                self._close(key.fd)
                 key.data.closed()
+
+    def _close(self, fd: int) -> None:
+        with self._lock:
+            self._owned.discard(fd)
+        os.close(fd)
+
+    def forsake(self) -> None:
+        """In a forked child: the thread is gone, and these descriptors are the parent's workers'."""
+        for fd in self._owned:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._owned.clear()
 
 
 _pump = _Pump()
+
+
+def _after_fork_in_child() -> None:
+    # Threads do not survive fork(): the child starts its own pump with its
+    # first worker (else nothing would notice that worker's death, and a
+    # full stderr pipe would block it).
+    global _pump
+    old, _pump = _pump, _Pump()
+    old.forsake()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def watch(fd: int, pid: int, forward: bool, on_exit=None) -> StderrTail:

@@ -2,32 +2,67 @@
 
 from __future__ import annotations
 
+import math
+import os
 import re
 import threading
 import weakref
 
-from ..errors import OpaqueOpsError
+from ..errors import InvalidInputError, OpaqueOpsError
 from .process import WorkerProcess
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.I)
 
 
+# The memory cap's bounds: below the minimum a worker cannot even load a model
+# (TFLite's arena, numpy's buffers); above the maximum it is no cap at all
+# (RLIMIT_DATA is a 64-bit count, and no machine has 2**48 bytes).
+MIN_MEMORY_LIMIT = 16 * 1024 * 1024
+MAX_MEMORY_LIMIT = 1 << 48
+_SIZE_HELP = (
+    f"give a number of bytes, or a string like '512M' or '2G', from {MIN_MEMORY_LIMIT // (1024 * 1024)}M "
+    f"to {MAX_MEMORY_LIMIT // 1024**4}T (or None for no cap)"
+)
+# How long any call may be given: more than a year is a mistake, not a timeout.
+MAX_TIMEOUT = 365 * 24 * 3600.0
+
+
 def parse_size(value) -> int | None:
-    """Bytes from an int or a string such as ``"512M"`` or ``"2GiB"`` (powers of 1024)."""
+    """Bytes from an int or a string such as ``"512M"`` or ``"2GiB"`` (powers of 1024).
+
+    Raises ``InvalidInputError`` (a ``ValueError``) naming the cap and its valid range.
+    """
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise TypeError("memory_limit must be a number of bytes or a string like '512M'")
-    if isinstance(value, (int, float)):
-        n = int(value)
-    else:
-        m = _SIZE.match(str(value))
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InvalidInputError(f"memory_limit={value!r} is not a size: {_SIZE_HELP}")
+    if isinstance(value, str):
+        m = _SIZE.match(value)
         if not m:
-            raise ValueError(f"memory_limit {value!r} is not a size; use bytes or e.g. '512M', '2G'")
-        n = int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " "))
-    if n <= 0:
-        raise ValueError(f"memory_limit must be positive, got {value!r}")
-    return n
+            raise InvalidInputError(f"memory_limit={value!r} is not a size: {_SIZE_HELP}")
+        n = float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " ")
+    else:
+        n = value
+    if not math.isfinite(n) or n < MIN_MEMORY_LIMIT or n > MAX_MEMORY_LIMIT:
+        raise InvalidInputError(f"memory_limit={value!r} is out of range: {_SIZE_HELP}")
+    return int(n)
+
+
+def check_timeout(value) -> float | None:
+    """A call's ``timeout``: None, or seconds in (0, one year].  Raises ``InvalidInputError`` otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError(
+            f"timeout={value!r} is not a number of seconds: give a number greater than 0 and at most "
+            f"{MAX_TIMEOUT:g} (one year), or None for no timeout"
+        )
+    if not math.isfinite(value) or not 0 < value <= MAX_TIMEOUT:
+        raise InvalidInputError(
+            f"timeout={value!r} is out of range: give a number of seconds greater than 0 and at most "
+            f"{MAX_TIMEOUT:g} (one year), or None for no timeout"
+        )
+    return float(value)
 
 
 class Worker:
@@ -67,6 +102,7 @@ class Worker:
         self._proc: WorkerProcess | None = None
         self._owner = None
         self._lock = threading.Lock()
+        _workers.add(self)
 
     @property
     def pid(self) -> int | None:
@@ -135,3 +171,18 @@ class Worker:
 
     def __repr__(self) -> str:
         return f"<opaque_ops.isolate.Worker pid={self.pid} starts={self.starts}>"
+
+
+_workers: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A thread the fork did not copy may have held a Worker's lock.  The
+    # process it holds is the parent's (see WorkerProcess._forsake): the next
+    # interpreter starts a fresh one here.
+    for w in list(_workers):
+        w._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -150,9 +150,9 @@ def test_memory_cap_leaves_ordinary_work_alone():
 def test_memory_limit_parsing():
     from opaque_ops.isolate.workers import parse_size
 
-    assert parse_size("512M") == 512 << 20 and parse_size("2G") == 2 << 30 and parse_size("1.5k") == 1536
-    assert parse_size(1000) == 1000 and parse_size(None) is None
-    for bad in ("lots", "-1", 0, True):
+    assert parse_size("512M") == 512 << 20 and parse_size("2G") == 2 << 30 and parse_size("16.5M") == 16896 << 10
+    assert parse_size(32 << 20) == 32 << 20 and parse_size(None) is None
+    for bad in ("lots", "-1", 0, True, 1000, "1.5k"):
         with pytest.raises((ValueError, TypeError)):
             parse_size(bad)
 
