@@ -12,6 +12,7 @@ import them the same way (the repository root leads their ``sys.path``).
 ``child_process``      the one runner of Python child processes, and ``crashed()``
 ``corpus``             tests/corpus: former crashers and the messages they must get
 ``hostile_options``    random option bytes for kernels, checked in a child process
+``isolate_lifecycle_ops`` a python_op that spins, sleeps or exits on command (isolation lifecycle tests)
 ``isolate_python_ops`` module-level python_ops that an isolated worker imports
 ``locations``          the checkout's paths, installed packages' files, example modules
 ``misbehaving_kernels`` C kernels that crash, hang or exit on purpose, and their models

@@ -16,8 +16,8 @@ import pytest
 
 import opaque_ops as oo
 from tests.helpers.child_process import ROOT, crashed, run_child, run_cli
+from tests.helpers.isolate_lifecycle_ops import op
 from tests.helpers.misbehaving_kernels import one_op
-from tests.isolate.lifecycle_ops import op
 
 
 def _add_model(constant: float) -> bytes:
@@ -41,7 +41,7 @@ def test_a_fork_pool_gets_workers_of_its_own():
         """
         import multiprocessing as mp, numpy as np, opaque_ops as oo
         from tests.helpers.misbehaving_kernels import one_op
-        from tests.isolate.lifecycle_ops import op
+        from tests.helpers.isolate_lifecycle_ops import op
 
         model = one_op("Twice", 256)
         ref = oo.Interpreter(model_content=model, custom_ops=[op("twice")])
@@ -131,7 +131,7 @@ def test_a_forked_child_notices_its_workers(trigger):
         """
         import os, signal, sys, time, numpy as np, opaque_ops as oo
         from tests.helpers.misbehaving_kernels import one_op
-        from tests.isolate.lifecycle_ops import op
+        from tests.helpers.isolate_lifecycle_ops import op
         trigger = sys.argv[1]
         model = one_op("Twice")
         with oo.Interpreter(model_content=model, custom_ops=[op("twice")], isolate=True) as it:
@@ -183,7 +183,7 @@ def test_the_worker_dies_with_a_killed_parent_even_while_python_spins():
     code = """
         import sys, numpy as np, opaque_ops as oo
         from tests.helpers.misbehaving_kernels import one_op
-        from tests.isolate.lifecycle_ops import op
+        from tests.helpers.isolate_lifecycle_ops import op
         it = oo.Interpreter(model_content=one_op("Twice"), custom_ops=[op("spins")], isolate=True)
         it.allocate_tensors()
         print(it.worker_pid, flush=True)
