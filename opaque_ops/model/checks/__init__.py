@@ -34,7 +34,7 @@ from ...errors import ModelError
 from ..metadata import check_metadata
 from ..reader import ModelInfo
 from ..runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op
-from . import builtins, graph
+from . import builtins, graph, types
 from .allocated import check_allocated_shapes, check_resize
 from .limits import MAX_ELEMENTS, MAX_RANK, MAX_WINDOW_PARAM
 from .options import effective_options
@@ -137,3 +137,4 @@ def _check_operator(info, sg, op, producer, registered) -> None:
     graph.check_has_outputs(sg, op)
     builtins.check_window_options(sg, op)
     graph.check_execution_order(sg, op, producer)
+    types.check_types(sg, op)
