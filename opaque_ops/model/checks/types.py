@@ -175,7 +175,7 @@ TYPE_RULES: dict[str, TypeRule] = {
 # Every other builtin, and why no rule is needed here.
 LEFT_TO_KERNELS: dict[str, str] = {
     **dict.fromkeys(
-        "CAST BITCAST",
+        "CAST BITCAST".split(),
         "converts between any two types it declares (the kernel switches on both and refuses the rest)",
     ),
     **dict.fromkeys(
@@ -183,19 +183,19 @@ LEFT_TO_KERNELS: dict[str, str] = {
         "EMBEDDING_LOOKUP_SPARSE UNIDIRECTIONAL_SEQUENCE_RNN UNIDIRECTIONAL_SEQUENCE_LSTM "
         "BIDIRECTIONAL_SEQUENCE_RNN BIDIRECTIONAL_SEQUENCE_LSTM FAKE_QUANT SPARSE_TO_DENSE CONV_3D "
         "CONV_3D_TRANSPOSE IMAG REAL COMPLEX_ABS BUCKETIZE RANDOM_STANDARD_NORMAL RANDOM_UNIFORM "
-        "MULTINOMIAL BITWISE_XOR RIGHT_SHIFT REDUCE_WINDOW DILATE",
+        "MULTINOMIAL BITWISE_XOR RIGHT_SHIFT REDUCE_WINDOW DILATE".split(),
         "its Prepare checks the input and output types itself (TF_LITE_ENSURE_TYPES_EQ or a switch that refuses)",
     ),
     **dict.fromkeys(
-        "CALL_ONCE VAR_HANDLE READ_VARIABLE ASSIGN_VARIABLE IF WHILE CALL",
+        "CALL_ONCE VAR_HANDLE READ_VARIABLE ASSIGN_VARIABLE IF WHILE CALL".split(),
         "variables and control flow: the graph rules check the types against the variable or subgraph",
     ),
     **dict.fromkeys(
-        "HASHTABLE HASHTABLE_FIND HASHTABLE_IMPORT HASHTABLE_SIZE",
+        "HASHTABLE HASHTABLE_FIND HASHTABLE_IMPORT HASHTABLE_SIZE".split(),
         "handles: only the builtins that make and take them may touch them (the graph rules)",
     ),
     **dict.fromkeys(
-        "CUSTOM DELEGATE PLACEHOLDER_FOR_GREATER_OP_CODES",
+        "CUSTOM DELEGATE PLACEHOLDER_FOR_GREATER_OP_CODES".split(),
         "not a kernel of its own (custom ops are their library's business)",
     ),
 }
