@@ -313,11 +313,33 @@ def where_into_conv() -> bytes:
     return b.build()
 
 
+def where_cast_into_conv() -> bytes:
+    """WHERE declared as it writes (int64 [N, 4]), then a CAST the file declares [1, 16, 16, 4] into a CONV_2D."""
+    from opaque_ops.model import ModelBuilder
+
+    b = ModelBuilder(description="WHERE, CAST declared rank 4, CONV_2D")
+    x = b.add_tensor("x", [1, 16, 16, 4], np.float32)
+    w = b.add_tensor("where", [1, 4], np.int64, shape_signature=[-1, 4])
+    f = b.add_tensor("cast", [1, 16, 16, 4], np.float32)
+    k = b.add_constant("filter", np.full((4, 1, 1, 4), 0.5, np.float32))
+    bias = b.add_constant("bias", np.zeros(4, np.float32))
+    y = b.add_tensor("y", [1, 16, 16, 4], np.float32)
+    b.add_op("WHERE", [x], [w])
+    b.add_op("CAST", [w], [f])
+    b.add_op("CONV_2D", [f, k, bias], [y], {"padding": "VALID", "stride_w": 1, "stride_h": 1})
+    b.set_inputs([x])
+    b.set_outputs([y])
+    return b.build()
+
+
 def write_type_entries() -> None:
     """10. Declared dtypes the kernels do not write (issue 17, items 1 and 2)."""
     # WHERE writes int64 [N, 4] whatever the file declares: XNNPACK ran the
     # convolution on a float32 [1, 128, 128, 16] it planned (SIGSEGV).
     (CORPUS / "fuzz_where_declared_float32_into_conv.tflite").write_bytes(where_into_conv())
+    # The same through a CAST whose output keeps the stale 4-D declaration:
+    # XNNPACK still plans the convolution for [1, 16, 16, 4] (SIGSEGV).
+    (CORPUS / "where_cast_declared_rank_4_into_conv.tflite").write_bytes(where_cast_into_conv())
     # openWakeWord's alexa: only the graph input retyped float32 -> int64.
     # FLOAT32 is the schema default, so the file stores no type byte to patch:
     # the whole model is kept.

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from ...errors import ModelError
 from ..schema import _BUILTIN_OPERATOR_LIST
+from ..shapes import _BINARY, _UNARY
 from . import messages
 from .options import effective_options, has_own_options
 
@@ -239,10 +240,8 @@ def check_types(sg, op) -> None:
     """The operator's input and output dtypes are the ones its kernel reads and writes."""
     if op.is_custom:
         return
-    rule = TYPE_RULES.get(op.op_name)
-    if rule is None:
-        return
     where = messages.operator(sg, op)
+    rule = TYPE_RULES.get(op.op_name, TypeRule())
 
     def name(what, k):
         t = _tensor(op, what, k)
@@ -281,6 +280,43 @@ def check_types(sg, op) -> None:
                 f"the kernel write {want} indices there. Convert the model again (or fix the tensor's type)"
             )
     _check_value_shapes(sg, op, where)
+    _check_elementwise_rank(sg, op, where)
+
+
+def _declared_rank(t):
+    """A tensor's declared rank, or None when the file declares no shape (rank unknown)."""
+    shape = t.shape_signature if t.shape_signature is not None else t.shape
+    return len(shape) if shape else None
+
+
+def _check_elementwise_rank(sg, op, where) -> None:
+    """An elementwise op's output keeps its inputs' rank (the broadcast rank for two inputs).
+
+    A value-dependent tensor ([N, rank] out of WHERE) has its extent known
+    only at invoke, but not its rank: a CAST of it declared [1, 128, 128, 16]
+    lets the XNNPACK delegate plan the convolution after it for a 4-D input
+    that will be 2-D (SIGSEGV at invoke).  Only ranks are compared: dims may
+    be placeholders.
+    """
+    name = op.op_name
+    if name == "CAST" or name in _UNARY:
+        ins = op.inputs[:1]
+    elif name in _BINARY or name == "PRELU":
+        ins = op.inputs[:2]
+    else:
+        return
+    if not ins or min(ins) < 0 or len(op.outputs) != 1 or op.outputs[0] < 0:
+        return
+    ranks = [_declared_rank(sg.tensors[t]) for t in ins]
+    out = _declared_rank(sg.tensors[op.outputs[0]])
+    if None in ranks or out is None or out == max(ranks):
+        return
+    t = sg.tensors[op.outputs[0]]
+    shapes = ", ".join(f"input {k} (tensor {i}) is {list(sg.tensors[i].shape)}" for k, i in enumerate(ins))
+    raise ModelError(
+        f"{where}: {shapes}, but output 0 (tensor {op.outputs[0]}) is declared {list(t.shape)}; "
+        f"{name} writes a rank-{max(ranks)} tensor there. Convert the model again (or fix the declared shape)"
+    )
 
 
 def _check_value_shapes(sg, op, where) -> None:
