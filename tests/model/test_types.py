@@ -334,3 +334,26 @@ def test_the_corpus_keeps_the_issue_reproductions():
         "hey_jarvis_input_retyped_int32.patch.json",
     ):
         assert INDEX[name]["configs"] == [False, True] and INDEX[name]["error"] == "ModelError"
+
+
+def _elementwise(op: str, a_shape, b_shape, out_shape) -> bytes:
+    b = ModelBuilder()
+    ins = [b.add_tensor("a", a_shape, np.float32)]
+    if b_shape is not None:
+        ins.append(b.add_constant("b", np.ones(b_shape, np.float32)))
+    y = b.add_tensor("y", out_shape, np.float32)
+    b.add_op(op, ins, [y])
+    b.set_inputs(ins[:1])
+    b.set_outputs([y])
+    return b.build()
+
+
+def test_elementwise_ops_keep_their_inputs_rank():
+    """A stale declaration after a value-dependent tensor (corpus: where_cast_declared_rank_4_into_conv)
+    is refused; broadcasting to the larger rank is what the kernels write, and passes."""
+    check_model(read_model(_elementwise("ADD", [1, 4, 4, 3], [3], [1, 4, 4, 3])))
+    check_model(read_model(_elementwise("RELU", [6, 2], None, [6, 2])))
+    with pytest.raises(oo.ModelError, match=r"\(RELU\): input 0 \(tensor 0\) is \[6, 2\], but output 0 \(tensor 1\) "):
+        check_model(read_model(_elementwise("RELU", [6, 2], None, [1, 6, 2, 1])))
+    with pytest.raises(oo.ModelError, match=r"ADD writes a rank-4 tensor there"):
+        check_model(read_model(_elementwise("ADD", [1, 4, 4, 3], [3], [48, 3])))
