@@ -498,13 +498,29 @@ def _mut_value(rng: random.Random, v):
     return v
 
 
+def _builtin_codes() -> dict:
+    from opaque_ops.model.schema import BUILTIN_OPERATORS
+
+    return BUILTIN_OPERATORS
+
+
+_CODE = _builtin_codes()
+
+# The first seed whose cases include issue 17's mutations (retyped graph
+# inputs and outputs, value-dependent ops before a consumer).
+ISSUE17_FIRST_SEED = 41
+
+
 class Mutator:
     """Applies one random structural edit to a ``ModelT``; returns its description."""
 
-    def __init__(self, rng: random.Random, model):
+    def __init__(self, rng: random.Random, model, seed: int | None = None):
         self.rng = rng
         self.m = model
         self.s = _schema()
+        # Seeds below ISSUE17_FIRST_SEED draw from the mutations as they were,
+        # so every recorded SEED:INDEX still replays the same model.
+        self.issue17 = seed is None or seed >= ISSUE17_FIRST_SEED
 
     # helpers
     def sg(self):
@@ -544,6 +560,11 @@ class Mutator:
             (self.variable, 1),
             (self.op_list, 3),
         ]
+        if self.issue17:
+            # Issue 17: retyped graph inputs / outputs (a copy op then moves
+            # the wrong number of bytes), and value-dependent ops (WHERE,
+            # UNIQUE, NMS) whose output a static-shape consumer reads.
+            kinds += [(self.io_retype, 5), (self.value_dependent, 5)]
         fns, weights = zip(*kinds)
         fn = self.rng.choices(fns, weights)[0]
         return fn() or fn.__name__
@@ -824,6 +845,90 @@ class Mutator:
         t.isVariable = not t.isVariable
         return f"is_variable of {t.name!r} -> {t.isVariable}"
 
+    def io_retype(self):
+        """Retype one graph input or output to another numeric type, nothing else changed."""
+        sg = self.sg()
+        ios = list(sg.inputs if sg is not None and sg.inputs is not None else [])
+        ios += list(sg.outputs if sg is not None and sg.outputs is not None else [])
+        ios = [t for t in ios if 0 <= t < len(sg.tensors or [])]
+        if not ios:
+            return "io retype: none"
+        t = sg.tensors[self.rng.choice(ios)]
+        # FLOAT32 FLOAT16 INT32 UINT8 INT64 BOOL INT16 INT8 UINT32 UINT16
+        t.type = self.rng.choice([0, 1, 2, 3, 4, 6, 7, 9, 15, 16])
+        return f"io retype {t.name!r} -> {t.type}"
+
+    def _opcode_index(self, code: int) -> int:
+        for k, oc in enumerate(self.m.operatorCodes or []):
+            if oc.builtinCode == code and oc.customCode is None:
+                return k
+        oc = self.s.OperatorCodeT()
+        oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, min(code, 127), 1
+        self.m.operatorCodes = (self.m.operatorCodes or []) + [oc]
+        return len(self.m.operatorCodes) - 1
+
+    def _new_tensor(self, sg, name: str, shape, ttype: int) -> int:
+        t = self.s.TensorT()
+        t.name, t.type, t.buffer = name.encode(), ttype, 0
+        t.shape = np.array(shape, np.int32)
+        if shape and self.rng.random() < 0.5:
+            t.shapeSignature = np.array([-1] + list(shape[1:]), np.int32)
+        sg.tensors.append(t)
+        return len(sg.tensors) - 1
+
+    def value_dependent(self):
+        """Insert WHERE / UNIQUE / NON_MAX_SUPPRESSION_V4 (optionally through a CAST) before an
+        operator, feeding it in place of one of its inputs; the new output is declared either as
+        the kernel writes it or with the replaced tensor's stale type and shape."""
+        sg = self.sg()
+        if sg is None or not sg.operators or not sg.tensors:
+            return "value dependent: none"
+        k = self.rng.randrange(len(sg.operators))
+        consumer = sg.operators[k]
+        ins = list(consumer.inputs if consumer.inputs is not None else [])
+        slots = [j for j, t in enumerate(ins) if 0 <= t < len(sg.tensors)]
+        if not slots:
+            return "value dependent: no input"
+        j = self.rng.choice(slots)
+        old = sg.tensors[ins[j]]
+        old_shape = list(old.shape) if old.shape is not None else []
+        src = self.rng.choice([t for t in ins if 0 <= t < len(sg.tensors)])
+        src_rank = len(sg.tensors[src].shape) if sg.tensors[src].shape is not None else 0
+        stale = self.rng.random() < 0.5
+        kind = self.rng.choice(["WHERE", "UNIQUE", "NON_MAX_SUPPRESSION_V4"])
+        new_ops = []
+        if kind == "WHERE":
+            shape, ttype = (old_shape, old.type) if stale else ([1, src_rank], 4)
+            out = self._new_tensor(sg, "fuzz_where", shape, ttype)
+            new_ops.append((_CODE["WHERE"], [src], [out], None))
+        elif kind == "UNIQUE":
+            shape, ttype = (old_shape, old.type) if stale else ([1], sg.tensors[src].type)
+            out = self._new_tensor(sg, "fuzz_unique", shape, ttype)
+            idx = self._new_tensor(sg, "fuzz_unique_idx", [1], self.rng.choice([2, 4]))
+            opts = self.s.UniqueOptionsT()
+            opts.idxOutType = self.rng.choice([2, 4])
+            new_ops.append((_CODE["UNIQUE"], [src], [out, idx], (self.s.BuiltinOptions.UniqueOptions, opts)))
+        else:
+            shape, ttype = (old_shape, old.type) if stale else ([1], 2)
+            out = self._new_tensor(sg, "fuzz_nms", shape, ttype)
+            valid = self._new_tensor(sg, "fuzz_nms_valid", [], 2)
+            new_ops.append((_CODE["NON_MAX_SUPPRESSION_V4"], [src] * 5, [out, valid], None))
+        if self.rng.random() < 0.4:
+            # Through a CAST declared with the replaced tensor's type and shape.
+            cast = self._new_tensor(sg, "fuzz_cast", old_shape, old.type)
+            new_ops.append((_CODE["CAST"], [out], [cast], None))
+            out = cast
+        for n, (code, i, o, opts) in enumerate(new_ops):
+            op = self.s.OperatorT()
+            op.opcodeIndex = self._opcode_index(code)
+            op.inputs, op.outputs = np.array(i, np.int32), np.array(o, np.int32)
+            if opts is not None:
+                op.builtinOptionsType, op.builtinOptions = opts
+            sg.operators.insert(k + n, op)
+        ins[j] = out
+        consumer.inputs = np.array(ins, np.int32)
+        return f"{kind} ({'stale' if stale else 'as written'}) -> input {j} of operator {k}"
+
     def op_list(self):
         sg = self.sg()
         if sg is None or not sg.operators:
@@ -915,7 +1020,7 @@ def make_case(seed: int, index: int) -> Case:
     seeds = seed_models()
     name, data, _w = rng.choices(seeds, [w for _, _, w in seeds])[0]
     model = unpack(data)
-    mut = Mutator(rng, model)
+    mut = Mutator(rng, model, seed)
     muts = []
     for _ in range(rng.choice([0, 1, 1, 1, 2, 2, 3])):
         try:

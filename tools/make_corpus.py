@@ -248,6 +248,7 @@ def main() -> None:
     m.subgraphs[0].operators[0].inputs = np.array([0, -1], np.int32)
     (CORPUS / "fuzz_if_omitted_input.tflite").write_bytes(pack(m))
     write_metadata_entries()
+    write_type_entries()
     print("wrote", sorted(p.name for p in CORPUS.iterdir()))
 
 
@@ -277,6 +278,80 @@ def write_metadata_entries() -> None:
     entry claiming 2**32-1 subgraphs (varint ff ff ff ff 0f after version 1): std::bad_alloc."""
     data = abs_model_with_metadata("model_control_dependencies", bytes.fromhex("01ffffffff0f"))
     (CORPUS / "metadata_control_dependencies_4g_entries.tflite").write_bytes(data)
+
+
+def tensor_type_offset(data: bytes, subgraph: int, tensor: int) -> int:
+    """File offset of one tensor's stored ``type`` byte (absent when it is FLOAT32, the default)."""
+    from opaque_ops.model import reader as R
+
+    f = R._Flat(data)
+    root = R._U32(data, 0)[0]
+    m = f.table(root, R._MODEL, R._IDS[R._MODEL], "Model")
+    sg = f.tables(root + m[2], "Model", None, "subgraphs")[subgraph]
+    s = f.table(sg, R._SUBGRAPH, R._IDS[R._SUBGRAPH], "subgraph")
+    tp = f.tables(sg + s[0], "subgraph", None, "tensors")[tensor]
+    o = f.table(tp, R._TENSOR, R._IDS[R._TENSOR], "tensor")
+    if not o[1]:
+        raise ValueError("type not stored (FLOAT32): cannot patch in place")
+    return tp + o[1]
+
+
+def where_into_conv() -> bytes:
+    """WHERE (one input) whose output the file declares float32 [1, 128, 128, 16], feeding a CONV_2D."""
+    from opaque_ops.model import ModelBuilder
+
+    b = ModelBuilder(description="WHERE (one input) feeding CONV_2D")
+    x = b.add_tensor("x", [1, 128, 128, 16], np.float32)
+    w = b.add_tensor("where", [1, 128, 128, 16], np.float32)
+    k = b.add_constant("filter", np.full((16, 1, 1, 16), 0.5, np.float32))
+    bias = b.add_constant("bias", np.zeros(16, np.float32))
+    y = b.add_tensor("y", [1, 128, 128, 16], np.float32)
+    b.add_op("WHERE", [x], [w])
+    b.add_op("CONV_2D", [w, k, bias], [y], {"padding": "VALID", "stride_w": 1, "stride_h": 1})
+    b.set_inputs([x])
+    b.set_outputs([y])
+    return b.build()
+
+
+def where_cast_into_conv() -> bytes:
+    """WHERE declared as it writes (int64 [N, 4]), then a CAST the file declares [1, 16, 16, 4] into a CONV_2D."""
+    from opaque_ops.model import ModelBuilder
+
+    b = ModelBuilder(description="WHERE, CAST declared rank 4, CONV_2D")
+    x = b.add_tensor("x", [1, 16, 16, 4], np.float32)
+    w = b.add_tensor("where", [1, 4], np.int64, shape_signature=[-1, 4])
+    f = b.add_tensor("cast", [1, 16, 16, 4], np.float32)
+    k = b.add_constant("filter", np.full((4, 1, 1, 4), 0.5, np.float32))
+    bias = b.add_constant("bias", np.zeros(4, np.float32))
+    y = b.add_tensor("y", [1, 16, 16, 4], np.float32)
+    b.add_op("WHERE", [x], [w])
+    b.add_op("CAST", [w], [f])
+    b.add_op("CONV_2D", [f, k, bias], [y], {"padding": "VALID", "stride_w": 1, "stride_h": 1})
+    b.set_inputs([x])
+    b.set_outputs([y])
+    return b.build()
+
+
+def write_type_entries() -> None:
+    """10. Declared dtypes the kernels do not write (issue 17, items 1 and 2)."""
+    # WHERE writes int64 [N, 4] whatever the file declares: XNNPACK ran the
+    # convolution on a float32 [1, 128, 128, 16] it planned (SIGSEGV).
+    (CORPUS / "fuzz_where_declared_float32_into_conv.tflite").write_bytes(where_into_conv())
+    # The same through a CAST whose output keeps the stale 4-D declaration:
+    # XNNPACK still plans the convolution for [1, 16, 16, 4] (SIGSEGV).
+    (CORPUS / "where_cast_declared_rank_4_into_conv.tflite").write_bytes(where_cast_into_conv())
+    # openWakeWord's alexa: only the graph input retyped float32 -> int64.
+    # FLOAT32 is the schema default, so the file stores no type byte to patch:
+    # the whole model is kept.
+    m = unpack(_package_file("pyopen_wakeword", "models", "alexa.tflite").read_bytes())
+    m.subgraphs[0].tensors[m.subgraphs[0].inputs[0]].type = 4  # INT64
+    (CORPUS / "alexa_input_retyped_int64.tflite").write_bytes(pack(m))
+    # microWakeWord's hey_jarvis: the int8 input retyped int32 (a one-byte
+    # patch); RESHAPE copies 480 bytes into a 120-byte int8 tensor and the
+    # run reports success.
+    rel = "models/hey_jarvis.tflite"
+    data = _package_file("pymicro_wakeword", *rel.split("/")).read_bytes()
+    write_patch("hey_jarvis_input_retyped_int32", "pymicro_wakeword", rel, [(tensor_type_offset(data, 0, 0), b"\x02")])
 
 
 if __name__ == "__main__":

@@ -21,6 +21,10 @@ here.  They are grouped by what they look at:
 - :mod:`.builtin_rules`: per builtin, its input count and the options and
   shapes the runtime and XNNPACK trust (:mod:`.options` gives the options
   the runtime will really use);
+- :mod:`.type_rules`: per builtin, which inputs and outputs share a dtype and
+  which take a fixed one (a table covering every builtin), and the rank a
+  value-dependent output (WHERE, UNIQUE, NON_MAX_SUPPRESSION) is written
+  with;
 - :mod:`.allocated`: a requested resize and the shapes an allocation
   planned;
 - :mod:`.messages`: the prefixes that name what is at fault, spelled once;
@@ -34,7 +38,7 @@ from ...errors import ModelError
 from ..metadata import check_metadata
 from ..reader import ModelInfo
 from ..runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op
-from . import builtin_rules, graph
+from . import builtin_rules, graph, type_rules
 from .allocated import check_allocated_shapes, check_resize
 from .limits import MAX_ELEMENTS, MAX_RANK, MAX_WINDOW_PARAM
 from .options import effective_options
@@ -80,6 +84,12 @@ def check_model(info: ModelInfo, registered=()) -> None:
       permutations, concatenation axes and static shapes, block sizes,
       variables read through VAR_HANDLE, control flow naming other
       subgraphs of matching types, no cycle of subgraph calls);
+    - every operator's input and output dtypes are the ones its kernel
+      reads and writes (:data:`~.types.TYPE_RULES`: RESHAPE and the other
+      copies move the input's bytes into a buffer sized from the output's
+      declared type); value-dependent outputs are declared with the dtype
+      and rank their kernel writes, and elementwise ops keep their inputs'
+      rank (so no consumer is planned on a stale static shape);
     - READ_VARIABLE's declared output shape matches what ASSIGN_VARIABLE
       stores in the same variable;
     - each signature names exactly its subgraph's inputs and outputs;
@@ -137,3 +147,4 @@ def _check_operator(info, sg, op, producer, registered) -> None:
     graph.check_has_outputs(sg, op)
     builtin_rules.check_window_options(sg, op)
     graph.check_execution_order(sg, op, producer)
+    type_rules.check_types(sg, op)
