@@ -216,7 +216,19 @@ def load_ops(path: str | os.PathLike) -> OpLibrary:
     p = Path(path)
     if not p.is_file():
         raise OpLibraryError(f"kernel library {p} does not exist")
-    return OpLibrary(p)
+    digest = _digest(p)
+    lib = OpLibrary(p)
+    # Pickled with the digest of the bytes loaded: the receiving process
+    # loads the file at the same path only if it still holds those bytes.
+    lib._origin = ("load", digest)
+    return lib
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return _store.file_digest(path)
+    except OSError:
+        return None
 
 
 @cache
@@ -264,7 +276,11 @@ def restore_library(origin, path) -> OpLibrary:
         except (OpaqueOpsError, OSError):
             if not Path(path).is_file():
                 raise
-            lib = load_ops(path)
+            # The sender's file: a compile cache entry only through the cache's checks.
+            entry = _verified_cache_entry(path) if _is_cache_entry_name(path) else Path(path)
+            if entry is None:
+                raise
+            lib = load_ops(entry)
             lib._origin = ("kernel", origin[1])
             return lib
     if kind == "compile":
@@ -284,7 +300,20 @@ def restore_library(origin, path) -> OpLibrary:
             "process's file system; put the library at the same path on every worker, or send a bundled "
             "kernel (opaque_ops.kernels) or a compile_ops library, which are re-created from source"
         )
+    expected = origin[1] if len(origin) > 1 else None
+    if expected is not None and _digest(Path(path)) != expected:
+        raise OpLibraryError(
+            f"kernel library {path} is not the file the sending process loaded with load_ops: its bytes "
+            "changed since (SHA-256 differs), so it could run other code; put the same library at that path "
+            "on every worker, or send a bundled kernel (opaque_ops.kernels) or a compile_ops library, which "
+            "are re-created from source"
+        )
     return load_ops(path)
+
+
+def _is_cache_entry_name(path) -> bool:
+    name = Path(path).name
+    return name.endswith(".so") and len(name[: -len(".so")].split("-")) == 3
 
 
 def _verified_cache_entry(path) -> Path | None:
