@@ -32,6 +32,7 @@ import numpy as np
 from .. import _native
 from ..errors import (
     ClosedError,
+    InvalidArgumentError,
     InvalidInputError,
     KernelError,
     LiveViewsError,
@@ -61,6 +62,43 @@ from .sigint import WATCH_AFTER_S, invoke_watched
 
 if TYPE_CHECKING:  # imported where used: signature_runner imports this module
     from .signature_runner import SignatureRunner
+
+# The most threads an interpreter may ask for.  XNNPACK and TFLite start
+# one pool thread per requested thread, and each invoke wakes them all: more
+# threads than cores only wait for one another (measured on 2 cores, a small
+# model's invoke takes 2.6 s with 64 threads, 30 s with 1024, and more than a
+# minute with 4096: num_threads=100000 looked like a hang).  64 covers every
+# common machine, so a value valid on one is valid on the others (a pickled
+# interpreter moves between machines); a machine with more cores may use them all.
+MAX_NUM_THREADS = max(64, os.cpu_count() or 1)
+
+
+def check_num_threads(num_threads) -> None:
+    """Refuse a ``num_threads`` that is not None or an int in ``1..MAX_NUM_THREADS``.
+
+    The references' rule (an int, bool included as there, of at least 1) plus
+    the bound; one check for every entry point (Interpreter, compat, the CLI,
+    isolated interpreters, ``run_op``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        A ``ValueError``, as the references raise; the message gives the range.
+    """
+    if num_threads is None:
+        return
+    if not isinstance(num_threads, int):
+        raise InvalidArgumentError(f"type of num_threads should be int, got {type(num_threads).__name__}")
+    if num_threads < 1:
+        raise InvalidArgumentError(f"num_threads should be >= 1, got {num_threads}")
+    if num_threads > MAX_NUM_THREADS:
+        raise InvalidArgumentError(
+            f"num_threads={num_threads} is more than the {MAX_NUM_THREADS} this machine allows "
+            f"(1..{MAX_NUM_THREADS}: 64, or the number of CPU cores if more); threads beyond the cores "
+            "only wait for each other and so many can stall invoke() for minutes. Pass at most "
+            f"{MAX_NUM_THREADS}, e.g. num_threads=os.cpu_count() ({os.cpu_count()} here)"
+        )
+
 
 _UNRESOLVED = re.compile(r"unresolved custom op: ([^\s.]+(?:\.[^\s.]+)*?)\.?(?:\s|$)", re.I)
 
@@ -165,7 +203,8 @@ class Interpreter:
         Delegates from :func:`opaque_ops.load_delegate`, applied in order
         before XNNPACK (which takes the nodes they leave).
     num_threads : int, optional
-        Threads for the builtin kernels (at least 1).
+        Threads for the builtin kernels: 1 to :data:`MAX_NUM_THREADS` (64, or the
+        number of CPU cores if more); other values raise ``InvalidArgumentError``.
     experimental_op_resolver_type : OpResolverType, optional
         ``BUILTIN_WITHOUT_DEFAULT_DELEGATES`` turns XNNPACK off; ``AUTO`` and
         ``BUILTIN`` leave it to ``use_xnnpack``.  tflite_runtime's own enum is
@@ -259,12 +298,7 @@ class Interpreter:
         self._native = None
         if (model_path is None) == (model_content is None):
             raise ValueError("pass exactly one of model_path= or model_content=")
-        # The references' rule: an int (bool included, as there) of at least 1.
-        if num_threads is not None:
-            if not isinstance(num_threads, int):
-                raise ValueError(f"type of num_threads should be int, got {type(num_threads).__name__}")
-            if num_threads < 1:
-                raise ValueError(f"num_threads should be >= 1, got {num_threads}")
+        check_num_threads(num_threads)
         resolver = _resolver_type(experimental_op_resolver_type)
         if resolver is OpResolverType.BUILTIN_REF:
             raise UnsupportedError(
