@@ -130,13 +130,24 @@ def _resolver_type(value) -> OpResolverType:
 
 
 def _as_op_libraries(custom_ops) -> list:
-    """Accept OpLibrary objects, python ops, and paths to prebuilt libraries."""
-    from ..ops.library import load_ops
+    """Accept op providers and what the CLI's ``--ops`` accepts, alone or in a list.
 
+    An item is an op provider (compile_ops, load_ops, python_op,
+    ``opaque_ops.kernels``) or a spec string/path (:func:`.ops.library.op_library_from_spec`):
+    a prebuilt library, a ``.c`` file (compiled with compile_ops), or
+    ``"kernels:NAME"``.  A single one need not be in a list: a string is one
+    spec, not a sequence of one-character names.
+    """
+    from ..ops.library import op_library_from_spec
+
+    if custom_ops is None:
+        return []
+    if isinstance(custom_ops, (str, bytes, os.PathLike, OpProvider)):
+        custom_ops = [custom_ops]
     libs = []
-    for item in custom_ops or ():
+    for item in custom_ops:
         if isinstance(item, (str, os.PathLike)):
-            item = load_ops(item)
+            item = op_library_from_spec(item)
         if not isinstance(item, OpProvider):
             raise not_an_op_provider(item)
         libs.append(item)
@@ -221,8 +232,10 @@ class Interpreter:
         run in the model's order.  With ``experimental_delegates`` it raises.
     custom_ops : list, optional
         Op libraries (:func:`compile_ops`, :func:`load_ops`, :func:`python_op`,
-        ``opaque_ops.kernels``) or paths to prebuilt kernel libraries.
-        Keyword only.
+        ``opaque_ops.kernels``), or what the command line's ``--ops`` takes: a
+        prebuilt kernel library's path, a ``.c`` file (compiled with
+        ``compile_ops``) or ``"kernels:NAME"``.  One of them may be passed
+        alone, without a list.  Keyword only.
     library : str or path-like, optional
         The ``libtensorflowlite_c`` to use (see :func:`opaque_ops.runtime_info`).
     use_xnnpack : bool or None, optional
@@ -816,15 +829,24 @@ class Interpreter:
     def reset_all_variables(self) -> None:
         """Reset every variable tensor to its initial value (``TfLiteInterpreterResetVariableTensors``).
 
+        Before ``allocate_tensors()`` (or after a resize, before the next
+        allocation) it does nothing, as ai-edge-litert accepts it there: the
+        variables have no memory yet, and the allocation that gives them
+        memory resets them (TFLite's ``AllocateTensors``).
+
         Raises
         ------
         NotAllocatedError
-            Before ``allocate_tensors()``: the variables have no memory yet.
+            An isolated worker moved the tensors since the last allocation:
+            call ``allocate_tensors()`` again.
         """
 
         def reset(native):
-            # Before allocation the variables have no memory, and TFLite's
-            # reset would write through a null pointer.
+            if not self._allocated:
+                # Never allocated, or resized since: TFLite's reset would write
+                # through a null (or stale) pointer, and the coming allocation
+                # resets every variable tensor anyway.
+                return
             if not self._is_planned(0, native):
                 raise NotAllocatedError("reset_all_variables() needs allocate_tensors() first")
             self._check(native.reset_variables(), "reset_all_variables", native)
