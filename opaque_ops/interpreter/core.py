@@ -760,15 +760,18 @@ class Interpreter:
         LiveViewsError
             ``tensor()`` views exist and the memory would move.
         """
+        calls = self._calls
         lock = self._lock
         if not lock.acquire(False):
-            self._calls.wait("allocate_tensors")
+            calls.wait("allocate_tensors")
+        calls.owner = get_ident()  # (see set_tensor)
         try:
             native = self._native
             # Nothing changed since the last allocation: nothing to do.
             if self._allocated and native is not None and native.layout_version == self._layout_version:
                 return
         finally:
+            calls.owner = None
             lock.release()
         self._reshape("allocate_tensors", allocate=True)
 
@@ -930,12 +933,16 @@ class Interpreter:
         NotAllocatedError
             The tensor has no memory yet.
         """
-        # The lock without owner bookkeeping: nothing here calls back into
-        # Python ops, so nothing can re-enter while set_tensor holds it (a
-        # call from inside invoke finds invoke's owner mark and is refused).
+        # The lock spelled out (see call_lock.CallLock), with the owner
+        # recorded: nothing here calls back into Python ops, but a Python
+        # signal handler may run between two bytecodes of this call, and its
+        # call to this interpreter must find the mark and be refused, not
+        # wait for a lock its own thread holds.
+        calls = self._calls
         lock = self._lock
         if not lock.acquire(False):
-            self._calls.wait("set_tensor")
+            calls.wait("set_tensor")
+        calls.owner = get_ident()
         try:
             slot = self._slots.get(tensor_index)
             # Builtin dtypes are singletons, so `is` settles the usual case
@@ -953,6 +960,7 @@ class Interpreter:
             _tensors.write(t, value, f"tensor {tensor_index} ({t.name!r})")
             self._remember(tensor_index, t)
         finally:
+            calls.owner = None
             lock.release()
 
     def _remember(self, index, t) -> None:
@@ -973,9 +981,11 @@ class Interpreter:
             ``subgraph_index`` other than 0: the C API reads only the main
             subgraph's tensors (a signature runner returns its outputs).
         """
+        calls = self._calls
         lock = self._lock  # as in set_tensor
         if not lock.acquire(False):
-            self._calls.wait("get_tensor")
+            calls.wait("get_tensor")
+        calls.owner = get_ident()
         try:
             slot = self._slots.get(tensor_index)
             if slot is not None and subgraph_index == 0:
@@ -988,6 +998,7 @@ class Interpreter:
             self._remember(tensor_index, t)
             return out
         finally:
+            calls.owner = None
             lock.release()
 
     def _no_subgraph_tensors(self, subgraph_index) -> None:
@@ -1053,9 +1064,11 @@ class Interpreter:
         if known is not None and type(tensor_size) in (list, tuple) and len(tensor_size) == len(known):
             shape = tuple(tensor_size)
             if shape == known and all(type(d) is int for d in shape):
+                calls = self._calls
                 lock = self._lock
                 if not lock.acquire(False):
-                    self._calls.wait("resize_tensor_input")
+                    calls.wait("resize_tensor_input")
+                calls.owner = get_ident()  # (see set_tensor)
                 try:
                     if self._input_shapes.get(input_index) == shape:
                         if strict and (input_index, shape) not in self._strict_ok:
@@ -1065,6 +1078,7 @@ class Interpreter:
                         self._live()
                         return
                 finally:
+                    calls.owner = None
                     lock.release()
         if isinstance(input_index, (bool, np.bool_)) or not isinstance(input_index, (int, np.integer)):
             raise TypeError(f"input_index must be an int, not {type(input_index).__name__}")
