@@ -73,6 +73,18 @@ if TYPE_CHECKING:  # imported where used: signature_runner imports this module
 MAX_NUM_THREADS = max(64, os.cpu_count() or 1)
 
 
+def _has_dynamic_tensors(native) -> bool:
+    """True if a tensor of the main subgraph is dynamic (it may be reallocated during invoke)."""
+    i = 0
+    while True:
+        t = native.tensor(i)  # None past the last tensor (the C API checks the index)
+        if t is None:
+            return False
+        if t.is_dynamic():
+            return True
+        i += 1
+
+
 def check_num_threads(num_threads) -> None:
     """Refuse a ``num_threads`` that is not None or an int in ``1..MAX_NUM_THREADS``.
 
@@ -660,6 +672,28 @@ class Interpreter:
         self._set_planned(graph.subgraph, True)
         self._layout_version = native.layout_version
         self._watch = True
+        if graph.subgraph == 0:
+            self._moves = _has_dynamic_tensors(native)
+
+    # True while the main subgraph has a dynamic tensor (kTfLiteDynamic, set by
+    # the allocation): then invoke() itself may move memory.  A dynamic tensor
+    # is reallocated when its shape changes, and TFLite then plans the arena
+    # again, which may move every tensor in it (inputs included).  So on such
+    # a model invoke() refuses while tensor() views exist, and drops the
+    # set/get fast path's cached views after it runs.
+    _moves = False
+
+    def _before_moving_invoke(self, what: str) -> None:
+        """On a model whose invoke may move memory: refuse while writable ``tensor()`` views exist."""
+        live = [h for h in list(self._views) if not h.__array_interface__["data"][1]]
+        if live:
+            raise LiveViewsError(
+                f"cannot {what}: {len(live)} numpy view(s) from tensor() still point into the "
+                "interpreter's memory, and this model has dynamic tensors (shapes computed while it "
+                "runs), so invoke() may move that memory and leave the views pointing at freed memory. "
+                "Delete the views before invoke() and take new ones after it (call the function "
+                "tensor() returned again), or use get_tensor(), which copies."
+            )
 
     def _preserve_tensors(self, native, status: int) -> int:
         """experimental_preserve_all_tensors: give every arena tensor a buffer of its own.
@@ -796,6 +830,7 @@ class Interpreter:
         # invoke() runs Python ops: mark the owner, so that one of them
         # calling back into this interpreter is refused, not deadlocked.
         calls.owner = get_ident()
+        moves = False
         try:
             native = self._native
             if native is None or not self._allocated:
@@ -804,6 +839,9 @@ class Interpreter:
                     "invoke() needs allocate_tensors() first (after creating the interpreter "
                     "and after every resize_tensor_input)"
                 )
+            if self._moves:
+                self._before_moving_invoke("invoke()")
+                moves = True
             if self._watch:
                 status, took = invoke_watched(native, native.invoke)
                 self._watch = took > WATCH_AFTER_S
@@ -814,6 +852,8 @@ class Interpreter:
             if status or native.sink:
                 self._check(status, "invoke", native)
         finally:
+            if moves:
+                self._slots.clear()  # the arena may have moved: the fast path's views are stale
             calls.owner = None
             lock.release()
 
