@@ -18,6 +18,7 @@ from .errors import (  # noqa: F401  (light: no numpy, no cffi)
     ClosedError,
     CompileError,
     DelegateError,
+    InvalidArgumentError,
     InvalidInputError,
     KernelError,
     LiveViewsError,

@@ -129,6 +129,10 @@ class NotAllocatedError(OpaqueOpsError, ValueError, RuntimeError):
     """
 
 
+class InvalidArgumentError(OpaqueOpsError, ValueError):
+    """An argument is outside what the runtime can take (``num_threads`` out of range, say); the message gives the range."""
+
+
 class ReadOnlyTensorError(InvalidInputError):
     """``set_tensor`` on a constant (a weight stored in the model), which the runtime reads in place."""
 

@@ -295,3 +295,71 @@ def load_problem(path: str | os.PathLike) -> str | None:
             f"but this system has glibc {_dotted(have)}; {GLIBC_OF_SYSTEMS}"
         )
     return None
+
+
+_PT_LOAD, _PT_DYNAMIC = 1, 2
+
+
+def damage(path: str | os.PathLike) -> str | None:
+    """Why the ELF file ``path`` is truncated or damaged, or None if its structure holds.
+
+    ``dlopen`` maps every ``PT_LOAD`` segment with ``mmap``; a segment whose
+    bytes lie past the end of the file maps pages with no file behind them,
+    and the first touch kills the process with SIGBUS (an interrupted copy or
+    download of a ``.so``).  So the program header table, every loaded
+    segment (``p_offset + p_filesz``), the dynamic segment and the section
+    header table must lie inside the file.  A missing or non-ELF file is left
+    to ``dlopen``, whose message says so.
+    """
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            try:
+                info, head, e = _header(f)
+            except NotElfError:
+                return None
+            if len(head) < (52 if info.bits == 32 else 64):
+                return f"its ELF header is cut short ({size} bytes)"
+            if info.bits == 32:
+                phoff, shoff = struct.unpack_from(e + "II", head, 28)
+                phentsize, phnum, shentsize, shnum = struct.unpack_from(e + "HHHH", head, 42)
+                fmt, want = e + "IIIIIIII", 32  # p_type p_offset p_vaddr p_paddr p_filesz ...
+                fields = (0, 1, 4)
+            else:
+                phoff, shoff = struct.unpack_from(e + "QQ", head, 32)
+                phentsize, phnum, shentsize, shnum = struct.unpack_from(e + "HHHH", head, 54)
+                fmt, want = e + "IIQQQQQQ", 56  # p_type p_flags p_offset p_vaddr p_paddr p_filesz ...
+                fields = (0, 2, 5)
+            if not phnum or not phoff:
+                return "it has no program headers (not a shared library, or damaged)"
+            if phentsize < want:
+                return f"its program header entries are {phentsize} bytes, less than the {want} the format needs"
+            if phoff + phnum * phentsize > size:
+                return (
+                    f"its program header table (offset {phoff}, {phnum} entries) ends past "
+                    f"the end of the {size}-byte file"
+                )
+            table = _read_at(f, phoff, phnum * phentsize)
+            loads = 0
+            for i in range(phnum):
+                entry = struct.unpack_from(fmt, table, i * phentsize)
+                p_type, p_offset, p_filesz = (entry[k] for k in fields)
+                if p_type not in (_PT_LOAD, _PT_DYNAMIC):
+                    continue
+                loads += p_type == _PT_LOAD
+                if p_offset + p_filesz > size:
+                    kind = "loadable segment" if p_type == _PT_LOAD else "dynamic segment"
+                    return (
+                        f"its {kind} #{i} (bytes {p_offset}..{p_offset + p_filesz}) ends past "
+                        f"the end of the {size}-byte file"
+                    )
+            if not loads:
+                return "it has no loadable segment"
+            if shoff and shnum and shoff + shnum * shentsize > size:
+                return (
+                    f"its section header table (offset {shoff}, {shnum} entries) ends past "
+                    f"the end of the {size}-byte file"
+                )
+            return None
+    except OSError:
+        return None

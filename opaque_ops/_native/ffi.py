@@ -14,7 +14,10 @@ is parsed here instead, until the module is written again.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
+
+from . import elf
 
 HEADER = Path(__file__).with_name("tflite_c.h")
 
@@ -67,6 +70,24 @@ class Library:
         return dir(self._lib)
 
 
+class DamagedLibraryError(OSError):
+    """The file to load is a truncated or damaged ELF file (see :func:`.elf.damage`)."""
+
+
 def dlopen(path, flags: int = 0) -> Library:
-    """``ffi.dlopen(path, flags)``; see :class:`Library`."""
+    """``ffi.dlopen(path, flags)``; see :class:`Library`.
+
+    Every library the binding loads comes through here, so a file named by
+    path is checked first (:func:`.elf.damage`): ``dlopen`` of a truncated
+    ``.so`` (an interrupted copy) kills the process with SIGBUS.  A damaged
+    file raises :class:`DamagedLibraryError`, an ``OSError`` that each loader
+    turns into its own error class as it does ``dlopen``'s failures.
+    """
+    if path is not None and os.sep in os.fspath(path):
+        problem = elf.damage(path)
+        if problem:
+            raise DamagedLibraryError(
+                f"{os.fspath(path)} is truncated or damaged: {problem}. An interrupted copy or download "
+                "leaves such a file; reinstall or rebuild it (copy it again in full)"
+            )
     return Library(ffi.dlopen(path, flags))

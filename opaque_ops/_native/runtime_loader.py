@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ..errors import OpLibraryError, RuntimeNotFoundError, UnknownRuntimeWarning
 from . import builds, elf
-from .ffi import dlopen, ffi
+from .ffi import DamagedLibraryError, dlopen, ffi
 from .pending import stash_exception
 
 ENV_LIBRARY = "OPAQUE_OPS_TFLITE_LIB"
@@ -120,6 +120,8 @@ class Runtime:
             # RTLD_GLOBAL: kernel libraries are linked to no runtime path; their
             # TfLiteOpaque* references resolve against this library.
             self.lib = dlopen(path, ffi.RTLD_NOW | ffi.RTLD_GLOBAL)
+        except DamagedLibraryError as exc:
+            raise _Refused(str(exc)) from None
         except OSError as exc:
             raise _Refused(f"dlopen failed: {exc}") from None
         missing = [name for name in REQUIRED if not self.has(name)]

@@ -211,6 +211,21 @@ def _make_interpreter(args, **options):
     )
 
 
+def _threads(text: str) -> int:
+    """``--threads``: an int in the range every entry point takes (Interpreter's num_threads)."""
+    from ..interpreter.core import check_num_threads
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    try:
+        check_num_threads(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 def _find_input(details, key: str) -> dict:
     for d in details:
         if d["name"] == key:
@@ -401,7 +416,7 @@ def _parser() -> argparse.ArgumentParser:
         help="also run the model once in an isolated worker and report whether it is safe to "
         "load in-process (exit status 0: ran, 1: refused with a reason, 3: crashed or hung)",
     )
-    pi.add_argument("--threads", type=int, default=None, help="threads for builtin kernels (--check)")
+    pi.add_argument("--threads", type=_threads, default=None, help="threads for builtin kernels (--check)")
     _isolation_args(pi, default_timeout=60.0)
     pi.set_defaults(func=cmd_inspect)
 
@@ -416,7 +431,7 @@ def _parser() -> argparse.ArgumentParser:
         help="an input by tensor name (or position); repeat for each input",
     )
     pr.add_argument("--output-dir", metavar="DIR", help="write each output as NAME.npy here")
-    pr.add_argument("--threads", type=int, default=None, help="threads for builtin kernels")
+    pr.add_argument("--threads", type=_threads, default=None, help="threads for builtin kernels")
     pr.add_argument(
         "--isolate", action="store_true", help="run the runtime in a worker process: a crash is reported, not fatal"
     )
@@ -428,7 +443,7 @@ def _parser() -> argparse.ArgumentParser:
     pb.add_argument("--ops", action="append", default=[], metavar="LIB", help=ops_help)
     pb.add_argument("--runs", type=int, default=50, help="timed runs (default 50)")
     pb.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
-    pb.add_argument("--threads", type=int, default=None, help="threads for builtin kernels")
+    pb.add_argument("--threads", type=_threads, default=None, help="threads for builtin kernels")
     pb.add_argument(
         "--xnnpack",
         choices=list(_XNNPACK_CHOICES),

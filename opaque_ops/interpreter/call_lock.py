@@ -19,6 +19,22 @@ from ..errors import ReentrantCallError
 
 get_ident = threading.get_ident
 
+_POLL_S = 0.05
+_UNOWNED_S = 1.0
+
+
+def _main_thread_ident() -> int | None:
+    return threading.main_thread().ident
+
+
+def _reentered(what: str) -> ReentrantCallError:
+    return ReentrantCallError(
+        f"{what} was called on an Interpreter from inside one of its own calls "
+        "(a python_op callback, or a signal handler, running during one of its calls). "
+        "The interpreter is busy with that call; compute what the op needs from its inputs, "
+        "do the work after the call returns (a signal handler can set a flag), or use a second Interpreter."
+    )
+
 
 class CallLock:
     """A non-reentrant lock that knows its owner thread.
@@ -39,14 +55,28 @@ class CallLock:
 
     def wait(self, what: str) -> None:
         """Acquire after a failed non-blocking attempt: refuse re-entry, else block."""
-        if self.owner == get_ident():
-            raise ReentrantCallError(
-                f"{what} was called on an Interpreter from inside one of its own calls "
-                "(a python_op callback, or a signal handler, running during invoke() or "
-                "allocate_tensors()). The interpreter is busy with that call; compute what the "
-                "op needs from its inputs, or use a second Interpreter."
-            )
-        self.lock.acquire()
+        me = get_ident()
+        if self.owner == me:
+            raise _reentered(what)
+        if me != _main_thread_ident():
+            self.lock.acquire()
+            return
+        # The main thread, where Python signal handlers run.  A handler that
+        # interrupted one of this interpreter's calls in the few bytecodes
+        # between taking the lock and recording the owner (or clearing the
+        # owner and releasing) finds no owner: it would wait forever for a
+        # lock its own thread holds.  Another thread in that window needs
+        # only the GIL, which this wait releases, to record itself or
+        # release; a lock held with no owner for a whole second is this
+        # thread's own.
+        unowned = 0.0
+        while not self.lock.acquire(timeout=_POLL_S):
+            owner = self.owner
+            if owner == me:
+                raise _reentered(what)
+            unowned = unowned + _POLL_S if owner is None else 0.0
+            if unowned >= _UNOWNED_S:
+                raise _reentered(what)
 
     def acquire(self, what: str) -> None:
         if not self.lock.acquire(False):

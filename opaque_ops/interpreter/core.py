@@ -32,6 +32,7 @@ import numpy as np
 from .. import _native
 from ..errors import (
     ClosedError,
+    InvalidArgumentError,
     InvalidInputError,
     KernelError,
     LiveViewsError,
@@ -61,6 +62,55 @@ from .sigint import WATCH_AFTER_S, invoke_watched
 
 if TYPE_CHECKING:  # imported where used: signature_runner imports this module
     from .signature_runner import SignatureRunner
+
+# The most threads an interpreter may ask for.  XNNPACK and TFLite start
+# one pool thread per requested thread, and each invoke wakes them all: more
+# threads than cores only wait for one another (measured on 2 cores, a small
+# model's invoke takes 2.6 s with 64 threads, 30 s with 1024, and more than a
+# minute with 4096: num_threads=100000 looked like a hang).  64 covers every
+# common machine, so a value valid on one is valid on the others (a pickled
+# interpreter moves between machines); a machine with more cores may use them all.
+MAX_NUM_THREADS = max(64, os.cpu_count() or 1)
+
+
+def _has_dynamic_tensors(native) -> bool:
+    """True if a tensor of the main subgraph is dynamic (it may be reallocated during invoke)."""
+    i = 0
+    while True:
+        t = native.tensor(i)  # None past the last tensor (the C API checks the index)
+        if t is None:
+            return False
+        if t.is_dynamic():
+            return True
+        i += 1
+
+
+def check_num_threads(num_threads) -> None:
+    """Refuse a ``num_threads`` that is not None or an int in ``1..MAX_NUM_THREADS``.
+
+    The references' rule (an int, bool included as there, of at least 1) plus
+    the bound; one check for every entry point (Interpreter, compat, the CLI,
+    isolated interpreters, ``run_op``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        A ``ValueError``, as the references raise; the message gives the range.
+    """
+    if num_threads is None:
+        return
+    if not isinstance(num_threads, int):
+        raise InvalidArgumentError(f"type of num_threads should be int, got {type(num_threads).__name__}")
+    if num_threads < 1:
+        raise InvalidArgumentError(f"num_threads should be >= 1, got {num_threads}")
+    if num_threads > MAX_NUM_THREADS:
+        raise InvalidArgumentError(
+            f"num_threads={num_threads} is more than the {MAX_NUM_THREADS} this machine allows "
+            f"(1..{MAX_NUM_THREADS}: 64, or the number of CPU cores if more); threads beyond the cores "
+            "only wait for each other and so many can stall invoke() for minutes. Pass at most "
+            f"{MAX_NUM_THREADS}, e.g. num_threads=os.cpu_count() ({os.cpu_count()} here)"
+        )
+
 
 _UNRESOLVED = re.compile(r"unresolved custom op: ([^\s.]+(?:\.[^\s.]+)*?)\.?(?:\s|$)", re.I)
 
@@ -92,13 +142,24 @@ def _resolver_type(value) -> OpResolverType:
 
 
 def _as_op_libraries(custom_ops) -> list:
-    """Accept OpLibrary objects, python ops, and paths to prebuilt libraries."""
-    from ..ops.library import load_ops
+    """Accept op providers and what the CLI's ``--ops`` accepts, alone or in a list.
 
+    An item is an op provider (compile_ops, load_ops, python_op,
+    ``opaque_ops.kernels``) or a spec string/path (:func:`.ops.library.op_library_from_spec`):
+    a prebuilt library, a ``.c`` file (compiled with compile_ops), or
+    ``"kernels:NAME"``.  A single one need not be in a list: a string is one
+    spec, not a sequence of one-character names.
+    """
+    from ..ops.library import op_library_from_spec
+
+    if custom_ops is None:
+        return []
+    if isinstance(custom_ops, (str, bytes, os.PathLike, OpProvider)):
+        custom_ops = [custom_ops]
     libs = []
-    for item in custom_ops or ():
+    for item in custom_ops:
         if isinstance(item, (str, os.PathLike)):
-            item = load_ops(item)
+            item = op_library_from_spec(item)
         if not isinstance(item, OpProvider):
             raise not_an_op_provider(item)
         libs.append(item)
@@ -165,7 +226,8 @@ class Interpreter:
         Delegates from :func:`opaque_ops.load_delegate`, applied in order
         before XNNPACK (which takes the nodes they leave).
     num_threads : int, optional
-        Threads for the builtin kernels (at least 1).
+        Threads for the builtin kernels: 1 to :data:`MAX_NUM_THREADS` (64, or the
+        number of CPU cores if more); other values raise ``InvalidArgumentError``.
     experimental_op_resolver_type : OpResolverType, optional
         ``BUILTIN_WITHOUT_DEFAULT_DELEGATES`` turns XNNPACK off; ``AUTO`` and
         ``BUILTIN`` leave it to ``use_xnnpack``.  tflite_runtime's own enum is
@@ -182,8 +244,10 @@ class Interpreter:
         run in the model's order.  With ``experimental_delegates`` it raises.
     custom_ops : list, optional
         Op libraries (:func:`compile_ops`, :func:`load_ops`, :func:`python_op`,
-        ``opaque_ops.kernels``) or paths to prebuilt kernel libraries.
-        Keyword only.
+        ``opaque_ops.kernels``), or what the command line's ``--ops`` takes: a
+        prebuilt kernel library's path, a ``.c`` file (compiled with
+        ``compile_ops``) or ``"kernels:NAME"``.  One of them may be passed
+        alone, without a list.  Keyword only.
     library : str or path-like, optional
         The ``libtensorflowlite_c`` to use (see :func:`opaque_ops.runtime_info`).
     use_xnnpack : bool or None, optional
@@ -259,12 +323,7 @@ class Interpreter:
         self._native = None
         if (model_path is None) == (model_content is None):
             raise ValueError("pass exactly one of model_path= or model_content=")
-        # The references' rule: an int (bool included, as there) of at least 1.
-        if num_threads is not None:
-            if not isinstance(num_threads, int):
-                raise ValueError(f"type of num_threads should be int, got {type(num_threads).__name__}")
-            if num_threads < 1:
-                raise ValueError(f"num_threads should be >= 1, got {num_threads}")
+        check_num_threads(num_threads)
         resolver = _resolver_type(experimental_op_resolver_type)
         if resolver is OpResolverType.BUILTIN_REF:
             raise UnsupportedError(
@@ -613,6 +672,28 @@ class Interpreter:
         self._set_planned(graph.subgraph, True)
         self._layout_version = native.layout_version
         self._watch = True
+        if graph.subgraph == 0:
+            self._moves = _has_dynamic_tensors(native)
+
+    # True while the main subgraph has a dynamic tensor (kTfLiteDynamic, set by
+    # the allocation): then invoke() itself may move memory.  A dynamic tensor
+    # is reallocated when its shape changes, and TFLite then plans the arena
+    # again, which may move every tensor in it (inputs included).  So on such
+    # a model invoke() refuses while tensor() views exist, and drops the
+    # set/get fast path's cached views after it runs.
+    _moves = False
+
+    def _before_moving_invoke(self, what: str) -> None:
+        """On a model whose invoke may move memory: refuse while writable ``tensor()`` views exist."""
+        live = [h for h in list(self._views) if not h.__array_interface__["data"][1]]
+        if live:
+            raise LiveViewsError(
+                f"cannot {what}: {len(live)} numpy view(s) from tensor() still point into the "
+                "interpreter's memory, and this model has dynamic tensors (shapes computed while it "
+                "runs), so invoke() may move that memory and leave the views pointing at freed memory. "
+                "Delete the views before invoke() and take new ones after it (call the function "
+                "tensor() returned again), or use get_tensor(), which copies."
+            )
 
     def _preserve_tensors(self, native, status: int) -> int:
         """experimental_preserve_all_tensors: give every arena tensor a buffer of its own.
@@ -713,15 +794,18 @@ class Interpreter:
         LiveViewsError
             ``tensor()`` views exist and the memory would move.
         """
+        calls = self._calls
         lock = self._lock
         if not lock.acquire(False):
-            self._calls.wait("allocate_tensors")
+            calls.wait("allocate_tensors")
+        calls.owner = get_ident()  # (see set_tensor)
         try:
             native = self._native
             # Nothing changed since the last allocation: nothing to do.
             if self._allocated and native is not None and native.layout_version == self._layout_version:
                 return
         finally:
+            calls.owner = None
             lock.release()
         self._reshape("allocate_tensors", allocate=True)
 
@@ -746,6 +830,7 @@ class Interpreter:
         # invoke() runs Python ops: mark the owner, so that one of them
         # calling back into this interpreter is refused, not deadlocked.
         calls.owner = get_ident()
+        moves = False
         try:
             native = self._native
             if native is None or not self._allocated:
@@ -754,6 +839,9 @@ class Interpreter:
                     "invoke() needs allocate_tensors() first (after creating the interpreter "
                     "and after every resize_tensor_input)"
                 )
+            if self._moves:
+                self._before_moving_invoke("invoke()")
+                moves = True
             if self._watch:
                 status, took = invoke_watched(native, native.invoke)
                 self._watch = took > WATCH_AFTER_S
@@ -764,6 +852,8 @@ class Interpreter:
             if status or native.sink:
                 self._check(status, "invoke", native)
         finally:
+            if moves:
+                self._slots.clear()  # the arena may have moved: the fast path's views are stale
             calls.owner = None
             lock.release()
 
@@ -782,15 +872,24 @@ class Interpreter:
     def reset_all_variables(self) -> None:
         """Reset every variable tensor to its initial value (``TfLiteInterpreterResetVariableTensors``).
 
+        Before ``allocate_tensors()`` (or after a resize, before the next
+        allocation) it does nothing, as ai-edge-litert accepts it there: the
+        variables have no memory yet, and the allocation that gives them
+        memory resets them (TFLite's ``AllocateTensors``).
+
         Raises
         ------
         NotAllocatedError
-            Before ``allocate_tensors()``: the variables have no memory yet.
+            An isolated worker moved the tensors since the last allocation:
+            call ``allocate_tensors()`` again.
         """
 
         def reset(native):
-            # Before allocation the variables have no memory, and TFLite's
-            # reset would write through a null pointer.
+            if not self._allocated:
+                # Never allocated, or resized since: TFLite's reset would write
+                # through a null (or stale) pointer, and the coming allocation
+                # resets every variable tensor anyway.
+                return
             if not self._is_planned(0, native):
                 raise NotAllocatedError("reset_all_variables() needs allocate_tensors() first")
             self._check(native.reset_variables(), "reset_all_variables", native)
@@ -874,12 +973,16 @@ class Interpreter:
         NotAllocatedError
             The tensor has no memory yet.
         """
-        # The lock without owner bookkeeping: nothing here calls back into
-        # Python ops, so nothing can re-enter while set_tensor holds it (a
-        # call from inside invoke finds invoke's owner mark and is refused).
+        # The lock spelled out (see call_lock.CallLock), with the owner
+        # recorded: nothing here calls back into Python ops, but a Python
+        # signal handler may run between two bytecodes of this call, and its
+        # call to this interpreter must find the mark and be refused, not
+        # wait for a lock its own thread holds.
+        calls = self._calls
         lock = self._lock
         if not lock.acquire(False):
-            self._calls.wait("set_tensor")
+            calls.wait("set_tensor")
+        calls.owner = get_ident()
         try:
             slot = self._slots.get(tensor_index)
             # Builtin dtypes are singletons, so `is` settles the usual case
@@ -897,6 +1000,7 @@ class Interpreter:
             _tensors.write(t, value, f"tensor {tensor_index} ({t.name!r})")
             self._remember(tensor_index, t)
         finally:
+            calls.owner = None
             lock.release()
 
     def _remember(self, index, t) -> None:
@@ -917,9 +1021,11 @@ class Interpreter:
             ``subgraph_index`` other than 0: the C API reads only the main
             subgraph's tensors (a signature runner returns its outputs).
         """
+        calls = self._calls
         lock = self._lock  # as in set_tensor
         if not lock.acquire(False):
-            self._calls.wait("get_tensor")
+            calls.wait("get_tensor")
+        calls.owner = get_ident()
         try:
             slot = self._slots.get(tensor_index)
             if slot is not None and subgraph_index == 0:
@@ -932,6 +1038,7 @@ class Interpreter:
             self._remember(tensor_index, t)
             return out
         finally:
+            calls.owner = None
             lock.release()
 
     def _no_subgraph_tensors(self, subgraph_index) -> None:
@@ -997,9 +1104,11 @@ class Interpreter:
         if known is not None and type(tensor_size) in (list, tuple) and len(tensor_size) == len(known):
             shape = tuple(tensor_size)
             if shape == known and all(type(d) is int for d in shape):
+                calls = self._calls
                 lock = self._lock
                 if not lock.acquire(False):
-                    self._calls.wait("resize_tensor_input")
+                    calls.wait("resize_tensor_input")
+                calls.owner = get_ident()  # (see set_tensor)
                 try:
                     if self._input_shapes.get(input_index) == shape:
                         if strict and (input_index, shape) not in self._strict_ok:
@@ -1009,6 +1118,7 @@ class Interpreter:
                         self._live()
                         return
                 finally:
+                    calls.owner = None
                     lock.release()
         if isinstance(input_index, (bool, np.bool_)) or not isinstance(input_index, (int, np.integer)):
             raise TypeError(f"input_index must be an int, not {type(input_index).__name__}")

@@ -134,13 +134,21 @@ class SignatureRunner:
 
         def run(native):
             r = self._r
+            # The main subgraph's invoke may move its memory when it has dynamic tensors (see Interpreter._moves).
+            moves = self._graph.subgraph == 0 and it._moves
+            if moves:
+                it._before_moving_invoke(f"{what}: invoke")
             for n, a in arrays.items():
                 _tensors.write(r.input_tensor(n), a, f"{what} input {n!r}")
-            if self._watch:
-                status, took = invoke_watched(native, r.invoke)
-                self._watch = took > WATCH_AFTER_S
-            else:
-                status = r.invoke()
+            try:
+                if self._watch:
+                    status, took = invoke_watched(native, r.invoke)
+                    self._watch = took > WATCH_AFTER_S
+                else:
+                    status = r.invoke()
+            finally:
+                if moves:
+                    it._slots.clear()
             it._check(status, f"{what}: invoke", native)
             return {n: _tensors.read(r.output_tensor(n), f"{what} output {n!r}") for n in r.output_names()}
 

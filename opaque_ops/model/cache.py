@@ -334,12 +334,11 @@ class Verdicts:
 
     @classmethod
     def from_json(cls, key: bytes, owner: ModelInfo, doc: dict) -> Verdicts:
-        io = tuple(tuple(int(t) for t in part) for part in doc["io"])
-        if len(io) != 3:
-            raise ValueError("io")
-        self = cls(key, owner, io, [(str(n), int(v)) for n, v in doc["custom_ops"]], bool(doc["has_identifier"]))
+        """The verdicts of a record already checked by :func:`_valid_record`."""
+        io = tuple(tuple(part) for part in doc["io"])
+        self = cls(key, owner, io, [(n, v) for n, v in doc["custom_ops"]], doc["has_identifier"])
         for reg, v in doc["model"]:
-            self.model[frozenset(map(str, reg))] = _load_verdict(v)
+            self.model[frozenset(reg)] = _load_verdict(v)
         for k, v in doc["allocated"]:
             self._allocated[_freeze(k)] = _load_verdict(v)
         return self
@@ -373,6 +372,62 @@ def _freeze(x):
     return tuple(_freeze(v) for v in x) if isinstance(x, list) else x
 
 
+# What a record may hold (anything else: the record is ignored, then rewritten).
+_MAX_INDEX = 1 << 31  # tensor indices and op versions are int32 in the model
+_MAX_KEY_DEPTH = 16  # check_allocated's keys nest 4 deep
+
+
+def _is_int(x, low: int = 0, high: int = _MAX_INDEX) -> bool:
+    return type(x) is int and low <= x < high
+
+
+def _is_verdict(v) -> bool:
+    return v is None or (
+        type(v) is list and len(v) == 2 and v[0] in _ERRORS and type(v[0]) is str and type(v[1]) is str
+    )
+
+
+def _is_key(x, depth: int = 0) -> bool:
+    """A check_allocated key: lists of JSON scalars, nested a few levels (no float NaN/inf)."""
+    if type(x) is list:
+        return depth < _MAX_KEY_DEPTH and all(_is_key(v, depth + 1) for v in x)
+    if type(x) is float:
+        return x == x and abs(x) != float("inf")
+    return x is None or type(x) in (str, int, bool)
+
+
+def _valid_record(doc) -> bool:
+    """True if ``doc`` (parsed JSON) has exactly the shape :meth:`Verdicts.to_json` writes.
+
+    A record is trusted for its origin (owner, mode, digest), but its contents
+    are still checked before use: a record that does not parse as one, with
+    nesting, numbers or types of another shape, is ignored (and rewritten
+    once the checks have run), never a reason for a creation to fail.
+    """
+    if type(doc) is not dict or doc.get("format") != 1 or type(doc.get("format")) is not int:
+        return False
+    io, ops, model, allocated = (doc.get(k) for k in ("io", "custom_ops", "model", "allocated"))
+    return (
+        type(doc.get("has_identifier")) is bool
+        and type(io) is list
+        and len(io) == 3
+        and all(type(part) is list and all(_is_int(t) for t in part) for part in io)
+        and type(ops) is list
+        and all(type(o) is list and len(o) == 2 and type(o[0]) is str and _is_int(o[1]) for o in ops)
+        and type(model) is list
+        and all(
+            type(m) is list
+            and len(m) == 2
+            and type(m[0]) is list
+            and all(type(n) is str for n in m[0])
+            and _is_verdict(m[1])
+            for m in model
+        )
+        and type(allocated) is list
+        and all(type(a) is list and len(a) == 2 and _is_key(a[0]) and _is_verdict(a[1]) for a in allocated)
+    )
+
+
 def _read(key: bytes, data: bytes) -> ModelInfo | ModelError:
     try:
         info = read_model(data)
@@ -389,12 +444,14 @@ def _load(key: bytes, data: bytes) -> ModelInfo | None:
     if doc is None:
         return None
     try:
-        info = ModelInfo._read_later(data, bool(doc["has_identifier"]), doc["custom_ops"])
+        if not _valid_record(doc):
+            return None  # a record of another shape: rewritten after the checks run
+        info = ModelInfo._read_later(data, doc["has_identifier"], [tuple(o) for o in doc["custom_ops"]])
         info.verdicts["cacheable"] = True
         info.verdicts["store"] = Verdicts.from_json(key, info, doc)
         return info
-    except (KeyError, TypeError, ValueError):
-        return None  # a record of another shape: rewritten after the checks run
+    except (KeyError, TypeError, ValueError, OverflowError, RecursionError):
+        return None  # (the check above should leave nothing for these)
 
 
 # ------------------------------------------------------------ the records on disk
@@ -479,9 +536,9 @@ def _lookup(key: bytes) -> dict | None:
         return None
     try:
         doc = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, a 5000-digit number, or nested past the stack
         return None
-    return doc if isinstance(doc, dict) and doc.get("format") == 1 else None
+    return doc if _valid_record(doc) else None
 
 
 def _save(key: bytes, doc: dict) -> None:

@@ -216,7 +216,75 @@ def load_ops(path: str | os.PathLike) -> OpLibrary:
     p = Path(path)
     if not p.is_file():
         raise OpLibraryError(f"kernel library {p} does not exist")
-    return OpLibrary(p)
+    if p.suffix == ".c":
+        raise OpLibraryError(
+            f"{p} is C source, not a compiled library: compile it with opaque_ops.compile_ops({str(p)!r}) "
+            "(or pass the path in custom_ops, which compiles a .c file)"
+        )
+    digest = _digest(p)
+    lib = OpLibrary(p)
+    # Pickled with the digest of the bytes loaded: the receiving process
+    # loads the file at the same path only if it still holds those bytes.
+    lib._origin = ("load", digest)
+    return lib
+
+
+SPEC_HELP = (
+    "custom_ops takes op libraries (compile_ops, load_ops, python_op, opaque_ops.kernels) or, like "
+    "the command line's --ops, a prebuilt kernel library's path (.so), a C source file (.c, compiled "
+    "with compile_ops) or 'kernels:NAME' (a bundled kernel or bundle), alone or in a list"
+)
+
+
+def op_library_from_spec(spec: str | os.PathLike) -> OpProvider:
+    """The op library a ``custom_ops`` string or path names (what the CLI's ``--ops`` takes).
+
+    - ``"kernels:NAME"``: a bundled kernel file or bundle (``opaque_ops.kernels``);
+    - a path ending in ``.c``: that source, compiled with :func:`compile_ops`;
+    - any other path: a prebuilt kernel library, with :func:`load_ops`.
+
+    Raises
+    ------
+    OpLibraryError
+        The name or file does not exist, or the file is not a shared library;
+        the message says what to pass instead.
+    """
+    text = os.fspath(spec)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    if text.startswith("kernels:"):
+        name = text.split(":", 1)[1]
+        if name in _bundles.BUNDLES:
+            return OpBundle([bundled_kernel(n) for n in _bundles.expand(name)], name=name)
+        if name in _bundles.available():
+            return bundled_kernel(name)
+        raise OpLibraryError(
+            f"custom_ops={text!r}: no bundled kernel or bundle {name!r} (available: "
+            f"{', '.join(_bundles.names())}); for an installed kernel package pass "
+            f"opaque_ops.kernels.by_name({name!r}) instead"
+        )
+    p = Path(text)
+    if p.suffix == ".c":
+        if not p.is_file():
+            raise OpLibraryError(f"C source {p} (in custom_ops) does not exist; {SPEC_HELP}")
+        return compile_ops(p)
+    if not p.is_file():
+        raise OpLibraryError(f"kernel library {p} (in custom_ops) does not exist; {SPEC_HELP}")
+    try:
+        with open(p, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise OpLibraryError(f"cannot read kernel library {p}: {exc.strerror or exc}") from None
+    if magic != b"\x7fELF":
+        raise OpLibraryError(f"{p} (in custom_ops) is not a shared library (no ELF header); {SPEC_HELP}")
+    return load_ops(p)
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return _store.file_digest(path)
+    except OSError:
+        return None
 
 
 @cache
@@ -264,7 +332,11 @@ def restore_library(origin, path) -> OpLibrary:
         except (OpaqueOpsError, OSError):
             if not Path(path).is_file():
                 raise
-            lib = load_ops(path)
+            # The sender's file: a compile cache entry only through the cache's checks.
+            entry = _verified_cache_entry(path) if _is_cache_entry_name(path) else Path(path)
+            if entry is None:
+                raise
+            lib = load_ops(entry)
             lib._origin = ("kernel", origin[1])
             return lib
     if kind == "compile":
@@ -284,7 +356,20 @@ def restore_library(origin, path) -> OpLibrary:
             "process's file system; put the library at the same path on every worker, or send a bundled "
             "kernel (opaque_ops.kernels) or a compile_ops library, which are re-created from source"
         )
+    expected = origin[1] if len(origin) > 1 else None
+    if expected is not None and _digest(Path(path)) != expected:
+        raise OpLibraryError(
+            f"kernel library {path} is not the file the sending process loaded with load_ops: its bytes "
+            "changed since (SHA-256 differs), so it could run other code; put the same library at that path "
+            "on every worker, or send a bundled kernel (opaque_ops.kernels) or a compile_ops library, which "
+            "are re-created from source"
+        )
     return load_ops(path)
+
+
+def _is_cache_entry_name(path) -> bool:
+    name = Path(path).name
+    return name.endswith(".so") and len(name[: -len(".so")].split("-")) == 3
 
 
 def _verified_cache_entry(path) -> Path | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import sys
 import threading
 import weakref
 from collections import namedtuple
@@ -26,6 +27,7 @@ from typing import Callable
 import numpy as np
 
 from .. import _native
+from ..errors import KernelError
 from .provider import OpProvider
 
 TensorSpec = namedtuple("TensorSpec", ["shape", "dtype"])
@@ -33,6 +35,9 @@ TensorSpec.__doc__ = "Shape (tuple of int) and numpy dtype of one of the op's in
 
 _K_OK = 0
 _K_ERROR = 1
+# sys.getrefcount of an array over TFLite's memory in _on_invoke's check when
+# nothing else holds it: the owners list's tuple, the loop variable, the argument.
+_OWNER_REFS = 3
 
 
 class PythonOp(OpProvider):
@@ -174,22 +179,41 @@ class PythonOp(OpProvider):
             state = self._state(node)
             inputs = [node.input_array(i) for i in range(node.num_inputs())]
             outputs = [node.output_array(i) for i in range(node.num_outputs())]
-            result = self._invoke(inputs, outputs, state) if self._init is not None else self._invoke(inputs, outputs)
-            if result is not None:
-                results = [result] if isinstance(result, np.ndarray) or len(outputs) == 1 else list(result)
-                if len(results) != len(outputs):
-                    raise ValueError(f"invoke returned {len(results)} arrays for {len(outputs)} outputs")
-                for i, (out, res) in enumerate(zip(outputs, results)):
-                    res = np.asarray(res)
-                    if res.shape != out.shape:
-                        raise ValueError(
-                            f"invoke returned shape {res.shape} for output {i}, whose shape is "
-                            f"{out.shape} (set in prepare)"
-                        )
-                    np.copyto(out, res, casting="same_kind")
+            n_in = len(inputs)
+            # The arrays over TFLite's memory (every view the callback makes of
+            # one refers to it): counted again once the callback has returned.
+            owners = [(k, a.base) for k, a in enumerate(inputs + outputs) if a.base is not None]
+            self._call_invoke(inputs, outputs, state)
+            del inputs, outputs
+            kept = [k for k, owner in owners if sys.getrefcount(owner) > _OWNER_REFS]
+            if kept:
+                raise KernelError(self._kept_message(kept, n_in))
             return _K_OK
         except BaseException as exc:  # noqa: BLE001
             return self._fail(node, "invoke", exc)
+
+    def _call_invoke(self, inputs, outputs, state) -> None:
+        result = self._invoke(inputs, outputs, state) if self._init is not None else self._invoke(inputs, outputs)
+        if result is not None:
+            results = [result] if isinstance(result, np.ndarray) or len(outputs) == 1 else list(result)
+            if len(results) != len(outputs):
+                raise ValueError(f"invoke returned {len(results)} arrays for {len(outputs)} outputs")
+            for i, (out, res) in enumerate(zip(outputs, results)):
+                res = np.asarray(res)
+                if res.shape != out.shape:
+                    raise ValueError(
+                        f"invoke returned shape {res.shape} for output {i}, whose shape is {out.shape} (set in prepare)"
+                    )
+                np.copyto(out, res, casting="same_kind")
+
+    def _kept_message(self, kept: list, n_in: int) -> str:
+        names = ", ".join(f"inputs[{k}]" if k < n_in else f"outputs[{k - n_in}]" for k in kept)
+        return (
+            f"Python op {self.name!r}: its invoke kept {names} (or a view of it) after returning, e.g. in a "
+            "list, in its state or in a global. Those arrays are views of the interpreter's memory, valid only "
+            "during the call: TFLite reuses and frees that memory, so a kept array would later read other "
+            "values or write into freed memory. Keep a copy instead (outputs[0].copy(), np.array(inputs[0]))."
+        )
 
 
 class _InitFailed:

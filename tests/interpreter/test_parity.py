@@ -76,8 +76,38 @@ def test_reset_all_variables_restarts_the_state():
             out.append(it.get_tensor(5).tolist())
         seqs[name] = out
     assert seqs["ours"] == seqs["litert"] == [[[1, 2]], [[2, 4]], [[3, 6]], [[1, 2]]]
-    with pytest.raises(oo.NotAllocatedError):
-        oo.Interpreter(model_content=data).reset_all_variables()
+
+
+def test_reset_all_variables_before_allocation_is_accepted_as_the_reference_does(models):
+    # ai-edge-litert accepts it on a model whose variables live in resource
+    # variables (nabu) or that has none (mel): the same here, and the state after
+    # the allocation that follows is the fresh one, as there.
+    for which in ("nabu", "mel"):
+        for cls in IMPLS.values():
+            assert cls(model_path=models[which]).reset_all_variables() is None
+    # On a model with variable tensors the reference fails an internal check
+    # ("tensor.data.raw != nullptr", a RuntimeError); here it is accepted too:
+    # the variables have no memory yet, and allocate_tensors() resets them.
+    data = rnn_model()
+    x = np.array([[1, 2]], np.float32)
+    it = oo.Interpreter(model_content=data)
+    it.reset_all_variables()
+    it.allocate_tensors()
+    seq = []
+    for step in range(4):
+        if step == 2:
+            # After a resize, before the next allocation: accepted, and the allocation resets.
+            it.resize_tensor_input(0, [1, 2])
+            it.allocate_tensors()
+            it.invoke()  # state 3x
+            it.resize_tensor_input(0, [2, 2])
+            it.reset_all_variables()
+            it.resize_tensor_input(0, [1, 2])
+            it.allocate_tensors()
+        it.set_tensor(0, x)
+        it.invoke()
+        seq.append(it.get_tensor(5).tolist())
+    assert seq == [[[1, 2]], [[2, 4]], [[1, 2]], [[2, 4]]]
 
 
 def test_reset_on_a_streaming_model_with_resource_variables(models):
