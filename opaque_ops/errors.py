@@ -215,6 +215,17 @@ class RuntimeCrashError(OpaqueOpsError):
         self.pid = pid
 
 
+class MemoryLimitError(OpaqueOpsError, MemoryError):
+    """The isolated worker ran out of memory under its ``memory_limit``.
+
+    Raised by interpreters created with ``isolate=True`` when code in the
+    worker (a python_op, a kernel's allocation that Python sees) raised
+    :class:`MemoryError` there: the message names the cap, which is the likely
+    cause.  It is a :class:`MemoryError` too, so code that catches that still
+    does.  The worker stays usable.
+    """
+
+
 class RuntimeTimeoutError(OpaqueOpsError, TimeoutError):
     """An isolated interpreter's call ran past its ``timeout``.
 

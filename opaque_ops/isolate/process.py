@@ -19,7 +19,7 @@ import time
 import weakref
 from pathlib import Path
 
-from ..errors import ClosedError, OpaqueOpsError, RuntimeTimeoutError
+from ..errors import ClosedError, MemoryLimitError, OpaqueOpsError, RuntimeTimeoutError
 from . import crash as _crash
 from . import protocol as P
 from . import stderr_drain as _stderr
@@ -246,7 +246,16 @@ class WorkerProcess:
             raise
         if body[0] == "ok":
             return Reply(value=body[1], layout=layout, segments=self.channel.shared)
-        return Reply(error=P.unpack_exception(body[1]), layout=layout, segments=self.channel.shared)
+        error = P.unpack_exception(body[1])
+        if self.memory_limit is not None and isinstance(error, MemoryError) and not isinstance(error, OpaqueOpsError):
+            # Past the cap set on this worker, the likeliest cause: say so (issue 17 item 12).
+            capped = MemoryLimitError(
+                f"{error or 'MemoryError'} (in the isolated worker, whose memory_limit is {self.memory_limit} "
+                "bytes: raise memory_limit, or use less memory)"
+            )
+            capped.__cause__ = error.__cause__
+            error = capped
+        return Reply(error=error, layout=layout, segments=self.channel.shared)
 
     def _wait(self, stage: str, timeout):
         """Wait for the reply.  Returns None, or an exception for the caller to raise after

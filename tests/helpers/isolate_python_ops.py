@@ -21,3 +21,15 @@ def twice_op():
 
 def failing_op():
     return oo.python_op("Fails", invoke=fails_invoke)
+
+
+def hog_invoke(inputs, outputs):
+    """Allocates 2 GiB when input 0 starts with a negative value, else copies it."""
+    if inputs[0].size and inputs[0].flat[0] < 0:
+        outputs[0][...] = np.ones(1 << 28, np.float64)[: inputs[0].size]
+        return
+    outputs[0][...] = inputs[0]
+
+
+def hog_op():
+    return oo.python_op("Hog", invoke=hog_invoke)

@@ -167,3 +167,21 @@ def test_arrays_past_the_memory_cap_are_not_sent(atan_model_bytes, guide_atan):
     out = runner(x=np.ones(5, np.float32))  # and the interpreter is fine
     assert out["y"].shape == (5,)
     it.close()
+
+
+def test_memory_error_under_the_cap_names_the_cap_and_the_worker_stays_usable():
+    # A python_op whose allocation passes memory_limit raises MemoryError in the
+    # worker; the caller gets a MemoryLimitError (an OpaqueOpsError and still a
+    # MemoryError) that names the cap, and the next call runs (issue 17 item 12).
+    from tests.helpers.isolate_python_ops import hog_op
+
+    it = _ready(one_op("Hog"), [hog_op()], memory_limit="512M")
+    x = np.arange(1, 5, dtype=np.float32)
+    it.set_tensor(0, -x)
+    with pytest.raises(oo.MemoryLimitError, match=r"memory_limit is 536870912 bytes") as info:
+        it.invoke()
+    assert isinstance(info.value, MemoryError) and isinstance(info.value, oo.OpaqueOpsError)
+    it.set_tensor(0, x)
+    it.invoke()
+    np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), x)
+    it.close()
