@@ -65,6 +65,9 @@ if TYPE_CHECKING:  # imported where used: signature_runner imports this module
 _UNRESOLVED = re.compile(r"unresolved custom op: ([^\s.]+(?:\.[^\s.]+)*?)\.?(?:\s|$)", re.I)
 
 
+_ndarray = np.ndarray  # one global load on the set_tensor fast path
+
+
 class OpResolverType(enum.Enum):
     """tflite_runtime's ``experimental_op_resolver_type`` values (same names and numbers).
 
@@ -874,19 +877,21 @@ class Interpreter:
         NotAllocatedError
             The tensor has no memory yet.
         """
-        # The lock without owner bookkeeping: nothing here calls back into
-        # Python ops, so nothing can re-enter while set_tensor holds it (a
-        # call from inside invoke finds invoke's owner mark and is refused).
-        lock = self._lock
-        if not lock.acquire(False):
-            self._calls.wait("set_tensor")
+        # The lock spelled out, with its owner recorded (one attribute store):
+        # value's __array__, or a signal handler, calling back into this
+        # interpreter finds the mark and is refused, not deadlocked.
+        calls = self._calls
+        if not self._lock.acquire(False):
+            calls.wait("set_tensor")
+        calls.owner = get_ident()
         try:
             slot = self._slots.get(tensor_index)
-            # Builtin dtypes are singletons, so `is` settles the usual case
-            # without numpy's slower dtype __eq__.
+            # The cached view (_remember): an ndarray of exactly the
+            # tensor's shape and dtype (builtin dtypes are singletons, so `is`
+            # settles the usual case without numpy's slower dtype __eq__).
             if (
                 slot is not None
-                and type(value) is np.ndarray
+                and type(value) is _ndarray
                 and value.shape == slot[2]
                 and (value.dtype is slot[1] or value.dtype == slot[1])
             ):
@@ -897,7 +902,8 @@ class Interpreter:
             _tensors.write(t, value, f"tensor {tensor_index} ({t.name!r})")
             self._remember(tensor_index, t)
         finally:
-            lock.release()
+            calls.owner = None
+            self._lock.release()
 
     def _remember(self, index, t) -> None:
         """Cache a view of a writable arena tensor for the fast path (never a dynamic one: it may move)."""
@@ -917,9 +923,10 @@ class Interpreter:
             ``subgraph_index`` other than 0: the C API reads only the main
             subgraph's tensors (a signature runner returns its outputs).
         """
-        lock = self._lock  # as in set_tensor
-        if not lock.acquire(False):
-            self._calls.wait("get_tensor")
+        calls = self._calls  # as in set_tensor
+        if not self._lock.acquire(False):
+            calls.wait("get_tensor")
+        calls.owner = get_ident()
         try:
             slot = self._slots.get(tensor_index)
             if slot is not None and subgraph_index == 0:
@@ -932,7 +939,8 @@ class Interpreter:
             self._remember(tensor_index, t)
             return out
         finally:
-            lock.release()
+            calls.owner = None
+            self._lock.release()
 
     def _no_subgraph_tensors(self, subgraph_index) -> None:
         n = len(self._info.subgraphs)
