@@ -125,6 +125,7 @@ VALUES = {
 }
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.asmatrix
 @pytest.mark.parametrize("name", sorted(VALUES))
 def test_cached_view_path_matches_the_first_slow_call(name):
     """The first set/get of a tensor takes the slow path (and caches a view);
