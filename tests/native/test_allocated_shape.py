@@ -70,4 +70,7 @@ def test_allocated_shape_answers_as_the_tensor_ref_path(name, xnnpack):
         assert got == want, phase
         assert all(s is None or all(type(d) is int for d in s) for s in got)
     if name == "dynamic reshape":
-        assert native.allocated_shape(native.output_indices()[0]) is None
+        # Dynamic on 2.17.1 (the shape is an input); 2.23 plans it from the
+        # model's declared shape.  Either way both paths agree (above).
+        out = native.output_indices()[0]
+        assert (native.allocated_shape(out) is None) == native.tensor(out).is_dynamic()
