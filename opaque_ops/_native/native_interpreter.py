@@ -435,11 +435,18 @@ class NativeInterpreter:
 
     def allocated_shape(self, index: int) -> tuple[int, ...] | None:
         """The shape TFLite planned for tensor ``index``, or None if it is not
-        known before invoke (a dynamic tensor) or there is no such tensor."""
-        t = self.tensor(index)
-        if t is None or t.is_dynamic():
+        known before invoke (a dynamic tensor) or there is no such tensor.
+
+        The same calls as ``tensor(index)``, ``is_dynamic()`` and ``shape``,
+        without a TensorRef per tensor: the model checks ask this for every
+        tensor after each allocation (a model's first creation).
+        """
+        lib = self.rt.lib
+        t = lib.TfLiteInterpreterGetTensor(self._interp, int(index))
+        if t == ffi.NULL or lib.TfLiteTensorGetAllocationStrategy(t) == 4:  # kTfLiteDynamic, as is_dynamic()
             return None
-        return t.shape
+        dim = lib.TfLiteTensorDim
+        return tuple([dim(t, i) for i in range(lib.TfLiteTensorNumDims(t))])
 
     def input_tensor(self, position: int) -> TensorRef:
         return TensorRef(self.rt.lib.TfLiteInterpreterGetInputTensor(self._interp, position), self)

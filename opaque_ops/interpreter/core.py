@@ -115,6 +115,9 @@ def check_num_threads(num_threads) -> None:
 _UNRESOLVED = re.compile(r"unresolved custom op: ([^\s.]+(?:\.[^\s.]+)*?)\.?(?:\s|$)", re.I)
 
 
+_ndarray = np.ndarray  # one global load on the set_tensor fast path
+
+
 class OpResolverType(enum.Enum):
     """tflite_runtime's ``experimental_op_resolver_type`` values (same names and numbers).
 
@@ -985,11 +988,12 @@ class Interpreter:
         calls.owner = get_ident()
         try:
             slot = self._slots.get(tensor_index)
-            # Builtin dtypes are singletons, so `is` settles the usual case
-            # without numpy's slower dtype __eq__.
+            # The cached view (_remember): an ndarray of exactly the
+            # tensor's shape and dtype (builtin dtypes are singletons, so `is`
+            # settles the usual case without numpy's slower dtype __eq__).
             if (
                 slot is not None
-                and type(value) is np.ndarray
+                and type(value) is _ndarray
                 and value.shape == slot[2]
                 and (value.dtype is slot[1] or value.dtype == slot[1])
             ):

@@ -490,10 +490,37 @@ def _source_digest(folder: Path) -> str:
     instead would cost more than the checks save).
     """
     h = hashlib.sha256(f"opaque_ops {__version__}".encode())
-    for path in sorted(folder.rglob("*.py")):
-        st = os.stat(path)
-        h.update(f"\0{path.relative_to(folder).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    for parts in sorted(_py_files(os.fspath(folder))):
+        st = os.stat(os.path.join(folder, *parts))
+        h.update(f"\0{'/'.join(parts)}\0{st.st_size}\0{st.st_mtime_ns}".encode())
     return h.hexdigest()[:16]
+
+
+def _py_files(root: str, rel: tuple = ()) -> list[tuple[str, ...]]:
+    """What ``Path(root).rglob("*.py")`` finds, as relative path parts (in its sort order).
+
+    ``os.scandir`` instead of pathlib's glob: the digest is computed on a
+    model's first creation in every process, and the glob's pattern
+    compilation alone cost more than the walk.  As rglob: names ending in
+    ``.py`` at any depth, hidden ones too, through directories but not
+    through symlinks to directories.
+    """
+    out = []
+    try:
+        entries = list(os.scandir(os.path.join(root, *rel)))
+    except OSError:
+        return out
+    for e in entries:
+        parts = (*rel, e.name)
+        if e.name.endswith(".py"):
+            out.append(parts)
+        try:
+            walk = e.is_dir() and not e.is_symlink()
+        except OSError:
+            walk = False
+        if walk:
+            out += _py_files(root, parts)
+    return out
 
 
 def _directory() -> _files.Cache | None:
