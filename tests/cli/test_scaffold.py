@@ -423,6 +423,50 @@ def test_mediapipe_landmarks_to_transform_matrix(work):
             assert f" {key}={value}" in shown, (key, shown)
 
 
+FACE_RUN = r"""
+import sys
+import numpy as np
+import opaque_ops as oo
+
+it = oo.Interpreter(
+    model_path=sys.argv[1],
+    custom_ops=[oo.kernels.mp_l2t(), oo.kernels.bundle("transform_tensor_bilinear", "transform_landmarks")],
+)
+it.allocate_tensors()
+it.set_tensor(it.get_input_details()[0]["index"], np.zeros((1, 192, 192, 3), np.float32))
+try:
+    it.invoke()
+except oo.KernelError as exc:
+    print("KERNEL", exc)
+"""
+
+
+def test_mediapipe_package_installs_and_runs_the_face_model_up_to_its_op(work):
+    # The same path as for the never-seen ops, on MediaPipe's real model: the
+    # package pip-installs, the model (with the bundled kernels for its two
+    # other custom ops) allocates, and invoke stops at the scaffolded op with
+    # the options of a node of the model in the message.
+    from opaque_ops.model import read_model
+
+    face = model_file("modules", "face_landmark", "face_landmark_with_attention.tflite")
+    out = work / "mp_pkg"
+    assert cli("scaffold", face, "-o", out, "--name", "mp_l2t", "--op", "Landmarks2TransformMatrix").returncode == 0
+    site = work / "mp_site"
+    pip("install", "-q", "--no-build-isolation", "--no-deps", "--target", site, out)
+    r = run_python("-c", FACE_RUN, face, cwd=work, timeout=600, **child_env(site))
+    assert r.returncode == 0, r.stdout + r.stderr
+    message = next(line for line in r.stdout.splitlines() if line.startswith("KERNEL "))
+    assert "Landmarks2TransformMatrix: not implemented yet (options:" in message, message
+    nodes = [
+        op for sg in read_model(face).subgraphs for op in sg.operators if op.op_name == "Landmarks2TransformMatrix"
+    ]
+    from opaque_ops.model import decode_flex_options
+
+    first = decode_flex_options(nodes[0].custom_options)
+    assert f"left_rotation_idx={first['left_rotation_idx']}" in message, message
+    assert f"subset_idxs=[{', '.join(str(v) for v in first['subset_idxs'][:8])}" in message, message
+
+
 # ------------------------------------------------------- an author's work --
 
 SHRINK_INVOKE = r"""static TfLiteStatus ShrinkInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
