@@ -25,6 +25,7 @@ import io
 import mmap
 import os
 import pickle
+import re
 import socket
 import struct
 import traceback
@@ -115,6 +116,8 @@ class Segment:
             self.fd = os.memfd_create(f"opaque_ops-isolate-{seg_id}", os.MFD_CLOEXEC)
             os.ftruncate(self.fd, size)
         self.map = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        global _mapped
+        _mapped = True
 
     def close_fd(self) -> None:
         if self.fd is not None:
@@ -125,6 +128,81 @@ class Segment:
         dtype = np.dtype(dtype)
         count = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
         return np.frombuffer(self.map, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+
+_mapped = False  # has this process ever mapped a segment? (see detach_segments)
+_SEGMENT_MAP = re.compile(
+    r"^([0-9a-f]+)-([0-9a-f]+) [r-][w-][x-]s \S+ \S+ \S+ +/memfd:opaque_ops-isolate-\d+(?: \(deleted\))?$"
+)
+
+
+def detach_segments() -> None:
+    """In a forked child: make this process's mappings of every segment private copies, in place.
+
+    A segment is ``MAP_SHARED``: after ``fork()`` the child's mappings (under
+    the ``tensor()`` views it inherited) still show what the parent's worker
+    writes, and the child's writes reach it.  Each mapping is replaced, at the
+    same address and with the same bytes, by a private anonymous one, so a
+    view held across the fork keeps the values it had at the fork, as the
+    copy-on-write arena of an in-process interpreter does.  The mmap objects
+    stay valid: their later ``munmap`` of that range unmaps the private copy.
+    """
+    if not _mapped:
+        return
+    try:
+        with open("/proc/self/maps") as f:
+            ranges = [(int(m[1], 16), int(m[2], 16)) for m in map(_SEGMENT_MAP.match, f.read().splitlines()) if m]
+    except OSError:  # pragma: no cover - no /proc
+        return
+    failed = 0
+    for start, end in ranges:
+        failed += not _privatize(start, end - start)
+    if failed:  # pragma: no cover - out of memory at the fork
+        os.write(
+            2,
+            f"opaque_ops: {failed} shared tensor mapping(s) could not be made private after fork(); "
+            "tensor() views taken before the fork may show the parent's values\n".encode(),
+        )
+
+
+_libc = None
+_MREMAP_MAYMOVE, _MREMAP_FIXED = 1, 2
+
+
+def _privatize(addr: int, size: int) -> bool:
+    """Replace the shared mapping at ``[addr, addr + size)`` with a private anonymous copy of it."""
+    import ctypes
+
+    global _libc
+    if _libc is None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+        libc.mremap.restype = ctypes.c_void_p
+        libc.mremap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
+        libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+        _libc = libc
+    libc = _libc
+    failed = ctypes.c_void_p(-1).value
+    prot = mmap.PROT_READ | mmap.PROT_WRITE
+    private = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    # A private copy elsewhere, then moved over the shared mapping in one step (mremap
+    # with MREMAP_FIXED unmaps what was there): the range is never left unmapped.
+    copy = libc.mmap(None, size, prot, private, -1, 0)
+    if copy is not None and copy != failed:
+        ctypes.memmove(copy, addr, size)
+        if libc.mremap(copy, size, size, _MREMAP_MAYMOVE | _MREMAP_FIXED, addr) == addr:
+            return True
+        libc.munmap(copy, size)
+    # Otherwise: the bytes, a private mapping over the same range, the bytes back.
+    data = ctypes.string_at(addr, size)
+    if libc.mmap(addr, size, prot, private | _MAP_FIXED, -1, 0) != addr:
+        return False
+    ctypes.memmove(addr, data, size)
+    return True
+
+
+_MAP_FIXED = getattr(mmap, "MAP_FIXED", 0x10)
 
 
 # ------------------------------------------------------------------- framing

@@ -23,7 +23,14 @@ import weakref
 
 import numpy as np
 
-from ..errors import ClosedError, InvalidInputError, ModelError, RuntimeCrashError, RuntimeTimeoutError
+from ..errors import (
+    ClosedError,
+    InvalidInputError,
+    LiveViewsError,
+    ModelError,
+    RuntimeCrashError,
+    RuntimeTimeoutError,
+)
 from ..interpreter.core import Interpreter, restore_interpreter
 from ..interpreter.signature_runner import SignatureRunner
 from . import protocol as P
@@ -74,10 +81,16 @@ class IsolatedInterpreter(Interpreter):
     allocation) with the input and output values it had at the fork.  A copy
     that cannot be re-created faithfully -- a model with variables that has
     already run, or one another thread was using at the fork -- raises
-    :class:`ClosedError` saying why.
+    :class:`ClosedError` saying why.  ``tensor()`` views taken before the
+    fork keep, in the child, the values they had at the fork (private copies);
+    they cannot follow the child's new worker, so while one lives the child's
+    ``invoke``, ``set_tensor``, ``get_tensor``, signature runs,
+    ``allocate_tensors`` and ``resize_tensor_input`` raise
+    :class:`LiveViewsError`.
     """
 
     _after_fork = None
+    _fork_views = None  # in a forked child: the views taken before the fork, while any lives
     _invoked = False
     _stateful = False
 
@@ -182,6 +195,22 @@ class IsolatedInterpreter(Interpreter):
             raise ClosedError(self._closed_why) from exc
 
     # ------------------------------------------------------------ plumbing
+    def _no_fork_views(self, what: str) -> None:
+        """Refuse ``what`` while a view taken before fork() lives (it cannot follow the new worker)."""
+        views = self._fork_views
+        if views is None:
+            return
+        n = len(views)
+        if n == 0:
+            self._fork_views = None
+            return
+        raise LiveViewsError(
+            f"cannot {what}: {n} numpy view(s) from tensor() were taken before fork(); in this "
+            "process they keep the values they had at the fork and cannot follow this process's "
+            "own worker, so they would silently go stale. Drop them (del) or take new ones with "
+            "tensor() after the fork (or use get_tensor(), which copies, once they are gone)."
+        )
+
     def _live(self):
         if self._after_fork is not None and not self._closed:
             self._restart_after_fork()
@@ -326,6 +355,7 @@ class IsolatedInterpreter(Interpreter):
     def allocate_tensors(self) -> None:
         """Plan and allocate tensor memory in the worker (see :meth:`Interpreter.allocate_tensors`)."""
         with self._lock:
+            self._no_fork_views("allocate_tensors")
             self._live()
             self._no_views("allocate_tensors")
             self._request(
@@ -353,6 +383,7 @@ class IsolatedInterpreter(Interpreter):
         if timeout is not None:
             timeout = check_timeout(timeout)
         with self._lock:
+            self._no_fork_views("invoke")
             proc = self._live()
             self._invoked = True
             try:
@@ -387,9 +418,10 @@ class IsolatedInterpreter(Interpreter):
             and (value.dtype is slot[1] or value.dtype == slot[1])
         ):
             with self._lock:
-                if self._slots.get(tensor_index) is slot:
+                if self._slots.get(tensor_index) is slot and self._fork_views is None:
                     slot[0][...] = value
                     return
+        self._no_fork_views("set_tensor")
         self._call("set_tensor", (tensor_index, _sendable(value)))
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
@@ -397,8 +429,9 @@ class IsolatedInterpreter(Interpreter):
         slot = self._slots.get(tensor_index)
         if slot is not None and subgraph_index == 0:
             with self._lock:
-                if self._slots.get(tensor_index) is slot:
+                if self._slots.get(tensor_index) is slot and self._fork_views is None:
                     return slot[0].copy()
+        self._no_fork_views("get_tensor")
         return self._call(
             "get_tensor", (tensor_index,), {"subgraph_index": subgraph_index} if subgraph_index != 0 else None
         )
@@ -435,6 +468,7 @@ class IsolatedInterpreter(Interpreter):
     def resize_tensor_input(self, input_index: int, tensor_size, strict: bool = False) -> None:
         """Change an input's shape in the worker (see :meth:`Interpreter.resize_tensor_input`)."""
         with self._lock:
+            self._no_fork_views("resize_tensor_input")
             self._live()
             self._no_views("resize_tensor_input")
             self._request(
@@ -479,6 +513,7 @@ class IsolatedInterpreter(Interpreter):
     def _runner_call(self, rid: int, name: str, args, kwargs):
         stage = "invoke" if name in ("__call__", "invoke") else "call"
         with self._lock:
+            self._no_fork_views("run a signature runner")
             self._live()
             self._invoked = self._invoked or stage == "invoke"
             out = self._request(
@@ -522,6 +557,7 @@ def _after_fork_in_child() -> None:
     (:meth:`IsolatedInterpreter._restart_after_fork`), or refused with the
     reason where a re-created one could differ from the parent's.
     """
+    P.detach_segments()  # the views held across the fork: the values at the fork, never the parent's worker's
     parent = os.getppid()
     for it in list(_isolated):
         busy = not it._lock.acquire(blocking=False)  # held by a thread the fork did not copy
@@ -554,7 +590,12 @@ def _after_fork_in_child() -> None:
             continue
         values = {}
         for index, (arr, _dtype, _shape) in slots.items():
-            values[index] = arr.copy()  # the shared buffer: still the parent's worker's
+            values[index] = arr.copy()  # the values at the fork (a private copy now, see detach_segments)
+        if len(it._views):  # they cannot follow the new worker: see _no_fork_views
+            views = weakref.WeakSet(it._views)
+            if it._fork_views is not None:
+                views |= it._fork_views
+            it._fork_views, it._views = views, weakref.WeakSet()
         it._after_fork = {"resized": list(it._resized.items()), "allocated": bool(it._allocated), "values": values}
 
 
