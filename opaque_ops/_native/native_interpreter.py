@@ -127,6 +127,10 @@ class TensorRef:
     def has_data(self) -> bool:
         return self._lib.TfLiteTensorData(self._t) != ffi.NULL
 
+    def address(self) -> int:
+        """Where the tensor's data is now (0 for none): tells whether it moved."""
+        return int(ffi.cast("uintptr_t", self._lib.TfLiteTensorData(self._t)))
+
     def view(self):
         """A numpy array over the tensor's own memory (valid until the next allocate/resize).
 

@@ -686,6 +686,18 @@ class Interpreter:
     # set/get fast path's cached views after it runs.
     _moves = False
 
+    def _keep_unmoved_slots(self) -> None:
+        """After an invoke that may have moved memory: drop each fast-path view whose tensor moved.
+
+        A moved tensor (a new address, shape or byte size) would leave its
+        cached view pointing at freed memory; one still in place keeps its
+        view, so a model whose shapes settle (a streaming front end) keeps
+        the fast path instead of rebuilding its views on every call.
+        """
+        for index, (v, _dtype, shape, t) in list(self._slots.items()):
+            if t.address() != v.__array_interface__["data"][0] or t.shape != shape or t.nbytes != v.nbytes:
+                del self._slots[index]
+
     def _before_moving_invoke(self, what: str) -> None:
         """On a model whose invoke may move memory: refuse while writable ``tensor()`` views exist."""
         live = [h for h in list(self._views) if not h.__array_interface__["data"][1]]
@@ -856,7 +868,7 @@ class Interpreter:
                 self._check(status, "invoke", native)
         finally:
             if moves:
-                self._slots.clear()  # the arena may have moved: the fast path's views are stale
+                self._keep_unmoved_slots()  # the arena may have moved: drop the views left stale
             calls.owner = None
             lock.release()
 
@@ -1012,7 +1024,9 @@ class Interpreter:
         if self._allocated and not t.is_dynamic() and not t.is_read_only():
             v = t.view()
             if v is not None:
-                self._slots[index] = (v, v.dtype, v.shape)
+                # The TensorRef too: after an invoke that may move memory,
+                # _keep_unmoved_slots asks it where the tensor is now.
+                self._slots[index] = (v, v.dtype, v.shape, t)
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
         """Return a copy of a tensor's contents.
