@@ -224,10 +224,17 @@ def main() -> None:
         b.add_custom_op("AudioSpectrogram", [x], [y], {"window_size": 400, "stride": 160, "magnitude_squared": True})
         return [x], [y]
 
+    def spectrogram_no_channels(b):  # 2**31 samples of 0 channels: an empty output, the same std::vector
+        x = b.add_tensor("audio", [2147483647, 0], np.float32)
+        y = b.add_tensor("spectrogram", [0, 9, 257], np.float32)
+        b.add_custom_op("AudioSpectrogram", [x], [y], {"window_size": 400, "stride": 160, "magnitude_squared": True})
+        return [x], [y]
+
     one("conv_stride_65536", conv_stride)
     one("conv_without_options", conv_no_options)
     one("strided_slice_new_axis_into_depthwise", slice_new_axis)
     one("audio_spectrogram_2g_samples", huge_spectrogram)
+    one("audio_spectrogram_2g_samples_no_channels", spectrogram_no_channels)
     # The options of conv_without_options are dropped after the fact.
     m = unpack((CORPUS / "fuzz_conv_without_options.tflite").read_bytes())
     m.subgraphs[0].operators[0].builtinOptionsType = 0

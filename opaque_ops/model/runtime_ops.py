@@ -160,6 +160,38 @@ def check_runtime_op(sg_index: int, op) -> dict:
     return opts
 
 
+# AudioSpectrogram's Eval copies each channel's samples into a std::vector
+# and builds the frames x bins spectrogram in nested std::vectors before it
+# copies the result out.  Those allocations happen even when the channel
+# count (and so the output) is 0, and a failed one throws std::bad_alloc,
+# which cannot cross the C API: the process aborts.  2**26 floats (256 MiB)
+# per vector is 70 minutes of 16 kHz audio in one call, far beyond any
+# streaming front end, and keeps the kernel's memory to about 0.5 GiB.
+MAX_SPECTROGRAM_VALUES = 1 << 26
+
+
+def _check_spectrogram_size(where: str, samples: int, opts: dict) -> None:
+    """Refuse an AudioSpectrogram input whose kernel-side vectors would not fit (see above)."""
+    if samples > MAX_SPECTROGRAM_VALUES:
+        raise ModelError(
+            f"{where}: an input of {samples} samples is more than {MAX_SPECTROGRAM_VALUES} (2**26); the "
+            "runtime's kernel copies them into memory it cannot report failing to get. Feed shorter "
+            "windows of audio, one call per window"
+        )
+    window, stride = opts.get("window_size"), opts.get("stride")
+    if not isinstance(window, int) or not isinstance(stride, int) or window < 2 or stride < 1 or samples < window:
+        return
+    frames = 1 + (samples - window) // stride
+    bins = (1 << (window - 1).bit_length()) // 2 + 1  # next power of two of the window, halved, plus one
+    if frames * bins > MAX_SPECTROGRAM_VALUES:
+        raise ModelError(
+            f"{where}: {samples} samples with window_size={window} and stride={stride} give "
+            f"{frames} frames of {bins} bins, more than {MAX_SPECTROGRAM_VALUES} (2**26) values; the "
+            "runtime's kernel builds them in memory it cannot report failing to get. Feed shorter "
+            "windows of audio, one call per window"
+        )
+
+
 def check_runtime_op_shapes(op, opts: dict, shape_of) -> None:
     """Shape rules the runtime kernels assume but do not check (see :func:`check_runtime_op`).
 
@@ -187,8 +219,11 @@ def check_runtime_op_shapes(op, opts: dict, shape_of) -> None:
             raise ModelError(f"{where}: class predictions {list(scores)} must be [1, {boxes[1]}, classes]")
     elif op.op_name == "AudioSpectrogram":
         x = shape_of(op.inputs[0])
-        if x is not None and len(x) != 2:
+        if x is None:
+            return
+        if len(x) != 2:
             raise ModelError(f"{where}: the input must be [samples, channels], got {list(x)}")
+        _check_spectrogram_size(where, int(x[0]), opts)
     elif op.op_name == "Mfcc":
         x = shape_of(op.inputs[0])
         if x is not None and len(x) != 3:

@@ -266,6 +266,29 @@ def test_runtime_op_option_rules(edit, expect):
         check_model(read_model(_spectrogram_mfcc(**edit)))
 
 
+def test_audio_spectrogram_size_is_bounded_at_the_kernels_vectors():
+    """tensorflow/lite/kernels/audio_spectrogram.cc's Eval copies the samples into a std::vector
+    and builds frames x bins values in nested ones; a failed allocation throws std::bad_alloc
+    through the C API (fuzz seed 42 case 28994: SIGABRT).  Both counts are bounded at 2**26; the
+    bound itself still allocates.  (Running it takes 15 s: the corpus and the 1600-sample test run.)"""
+    from opaque_ops.model.runtime_ops import MAX_SPECTROGRAM_VALUES
+
+    data = _spectrogram_mfcc(window=2, stride=1)  # 2 bins a frame, one frame per sample after the first
+    frames_at_bound = MAX_SPECTROGRAM_VALUES // 2
+    it = oo.Interpreter(model_content=data)
+    it.resize_tensor_input(0, [frames_at_bound + 1, 1])
+    it.allocate_tensors()
+    assert list(it.get_output_details()[0]["shape"]) == [1, frames_at_bound, 2]
+    it = oo.Interpreter(model_content=data)
+    it.resize_tensor_input(0, [frames_at_bound + 2, 1])
+    with pytest.raises(oo.ModelError, match=re.escape(f"give {frames_at_bound + 1} frames of 2 bins, more than")):
+        it.allocate_tensors()
+    it = oo.Interpreter(model_content=_spectrogram_mfcc())
+    it.resize_tensor_input(0, [MAX_SPECTROGRAM_VALUES + 1, 0])  # no output at all, the same copy
+    with pytest.raises(oo.ModelError, match=re.escape(f"an input of {MAX_SPECTROGRAM_VALUES + 1} samples is more")):
+        it.allocate_tensors()
+
+
 def test_a_registered_kernel_replaces_the_runtime_op_and_its_rules():
     # Options the runtime's Mfcc would not accept are the registered op's business.
     data = _spectrogram_mfcc(dct=41)

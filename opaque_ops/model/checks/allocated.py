@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...errors import InvalidInputError, ModelError
+from ..flex import decode_flex_options
 from ..runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op_shapes
 from ..shapes import infer_shapes
 from . import messages
@@ -82,7 +83,19 @@ def check_allocated_shapes(info, shape_of) -> None:
         if op.op_name in ("CONV_2D", "DEPTHWISE_CONV_2D") and len(op.inputs) >= 2 and min(op.inputs[:2]) >= 0:
             _check_convolution(sg, op, known)
         elif op.is_custom and op.op_name in RUNTIME_CUSTOM_OPS and op.custom_options:
-            check_runtime_op_shapes(op, {}, known)
+            check_runtime_op_shapes(op, _runtime_options(op), known)
+
+
+def _runtime_options(op) -> dict:
+    """The op's decoded options, or ``{}`` when a registered kernel of the same name owns other ones.
+
+    check_model has refused undecodable options for the runtime's own kernel;
+    a kernel registered under its name (custom_ops) may use any format.
+    """
+    try:
+        return decode_flex_options(op.custom_options)
+    except ModelError:
+        return {}
 
 
 def _check_sizes(sg, shapes) -> None:
