@@ -131,6 +131,17 @@ class TensorRef:
         """Where the tensor's data is now (0 for none): tells whether it moved."""
         return int(ffi.cast("uintptr_t", self._lib.TfLiteTensorData(self._t)))
 
+    def placement(self):
+        """Where the tensor is and what it holds, as an opaque token: equal tokens mean it has not moved.
+
+        The data pointer, the byte size and every dimension, read with as few
+        C calls as there are dimensions plus three: the set/get fast path asks
+        this after each invoke that may move memory, so its cost is per call.
+        """
+        lib, t = self._lib, self._t
+        n = lib.TfLiteTensorNumDims(t)
+        return (lib.TfLiteTensorData(t), lib.TfLiteTensorByteSize(t), *[lib.TfLiteTensorDim(t, i) for i in range(n)])
+
     def view(self):
         """A numpy array over the tensor's own memory (valid until the next allocate/resize).
 

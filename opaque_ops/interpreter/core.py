@@ -694,12 +694,16 @@ class Interpreter:
         view, so a model whose shapes settle (a streaming front end) keeps
         the fast path instead of rebuilding its views on every call.
         """
-        for index, (v, _dtype, shape, t) in list(self._slots.items()):
-            if t.address() != v.__array_interface__["data"][0] or t.shape != shape or t.nbytes != v.nbytes:
-                del self._slots[index]
+        slots = self._slots
+        for index, slot in list(slots.items()):
+            t = slot[3]
+            if t.placement() != slot[4]:
+                del slots[index]
 
     def _before_moving_invoke(self, what: str) -> None:
         """On a model whose invoke may move memory: refuse while writable ``tensor()`` views exist."""
+        if not self._views:  # the usual case, checked first: this runs before every invoke
+            return
         live = [h for h in list(self._views) if not h.__array_interface__["data"][1]]
         if live:
             raise LiveViewsError(
@@ -1024,9 +1028,10 @@ class Interpreter:
         if self._allocated and not t.is_dynamic() and not t.is_read_only():
             v = t.view()
             if v is not None:
-                # The TensorRef too: after an invoke that may move memory,
-                # _keep_unmoved_slots asks it where the tensor is now.
-                self._slots[index] = (v, v.dtype, v.shape, t)
+                # The TensorRef and its placement too: after an invoke that
+                # may move memory, _keep_unmoved_slots asks the TensorRef where
+                # the tensor is now and compares.
+                self._slots[index] = (v, v.dtype, v.shape, t, t.placement())
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
         """Return a copy of a tensor's contents.
