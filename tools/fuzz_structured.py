@@ -3,6 +3,7 @@
     python tools/fuzz_structured.py --n 100000 [--seed 1] [--workers 2] [--json out.json]
     python tools/fuzz_structured.py --save SEED:INDEX out.tflite   # write one case, to replay it
     python tools/fuzz_structured.py --replay SEED:INDEX            # run one case here, verbosely
+    python tools/fuzz_structured.py --triage out.json              # replay a run's deaths outside the caps
 
 Where ``tools/fuzz_models.py`` flips bytes (and most of its inputs die in the
 flatbuffer verifier), this fuzzer edits the *parsed* model and serializes it
@@ -35,6 +36,15 @@ Entry points for reuse (the isolate tests drive cases through isolate=True):
   raised as a finding;
 - :func:`run` runs a range in child processes (a crash or hang kills only the
   child; it is reported with its case, saved, and the run goes on).
+
+A child's death is one of three kinds (:func:`death_kind`), all kept in
+``crashes`` and counted apart in ``deaths``: ``out_of_memory`` (the runtime
+threw ``std::bad_alloc`` under the child's 8 GB address-space cap: a legal
+model at a huge resize, or a kernel's scratch memory), ``hang`` (one case ran
+past its 20 s: a WHILE told to loop billions of times) and ``crash`` (any
+other signal or abort: a defect).  ``--triage`` replays the first two kinds
+without the cap and with a longer time, and says for each whether the case
+then ends cleanly (it needed memory or time, nothing else) or still dies.
 """
 
 from __future__ import annotations
@@ -1187,6 +1197,67 @@ out.write("STATS " + json.dumps(stats) + "\n")
 MEM_LIMIT = 8 << 30
 
 
+def death_kind(crash: dict) -> str:
+    """``out_of_memory``, ``hang`` or ``crash``, from a dead child's return code and stderr."""
+    if crash.get("returncode") == "timeout":
+        return "hang"
+    if "std::bad_alloc" in crash.get("stderr", ""):
+        return "out_of_memory"
+    return "crash"
+
+
+TRIAGE_CHILD = r"""
+import os, signal, sys, threading, time
+sys.path.insert(0, {root!r})
+from tools.fuzz_structured import make_case, run_case
+interrupt = {interrupt!r}
+if interrupt:  # a user's Ctrl-C, that many seconds in
+    threading.Timer(interrupt, os.kill, (os.getpid(), signal.SIGINT)).start()
+t0 = time.monotonic()
+try:
+    out = run_case(make_case({seed}, {index}), library={library!r})
+except KeyboardInterrupt:
+    out = "stopped by Ctrl-C after %.1f s" % (time.monotonic() - t0)
+print("OUTCOME " + out[:300].replace(chr(10), " "), flush=True)
+"""
+
+
+def triage(report: dict, timeout: float = 300.0, library=None) -> list[dict]:
+    """Replay each ``out_of_memory`` and ``hang`` death of a run without the fuzzing child's limits.
+
+    An ``out_of_memory`` case runs with no address-space cap (and ``timeout``
+    s); a ``hang`` gets a SIGINT 5 s in, as a user's Ctrl-C, which must stop
+    it cleanly.  Returns one row per replayed case: its kind, and
+    ``outcome`` (the clean result, ``"still dies: ..."`` or ``"still running
+    after N s"``).  Cases run one at a time: an uncapped one may take most of
+    the machine's memory, and the kernel's OOM killer then ends only that
+    child.
+    """
+    import subprocess
+
+    rows = []
+    for c in report.get("crashes", []):
+        kind = c.get("kind") or death_kind(c)
+        if kind == "crash":
+            continue
+        code = TRIAGE_CHILD.format(
+            root=str(ROOT),
+            seed=report["seed"],
+            index=c["index"],
+            library=library,
+            interrupt=5.0 if kind == "hang" else None,
+        )
+        env = dict(os.environ, PYTHONPATH=str(ROOT), OPAQUE_OPS_VERDICT_CACHE="off")
+        try:
+            p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+            got = [ln[8:] for ln in p.stdout.splitlines() if ln.startswith("OUTCOME ")]
+            outcome = got[0] if got and p.returncode == 0 else f"still dies: rc {p.returncode}: {p.stderr[-300:]}"
+        except subprocess.TimeoutExpired:
+            outcome = f"still running after {timeout:.0f} s"
+        rows.append({"index": c["index"], "kind": kind, "seed_model": c.get("seed_model"), "outcome": outcome})
+    return rows
+
+
 def _run_range(seed: int, start: int, stop: int, timeout: float, library=None, case_timeout: float = 20.0) -> dict:
     code = CHILD.format(
         root=str(ROOT),
@@ -1229,6 +1300,7 @@ def run(
         "refused": 0,
         "unaccounted": 0,
         "crashes": [],
+        "deaths": {"crash": 0, "out_of_memory": 0, "hang": 0},
         "findings": [],
         "reasons": {},
         "configs": {},
@@ -1262,6 +1334,8 @@ def run(
                         print(f"FINDING {f}", file=sys.stderr, flush=True)
                 if res["crash"] is not None:
                     c = res["crash"]
+                    c["kind"] = death_kind(c)
+                    totals["deaths"][c["kind"]] += 1
                     totals["unaccounted"] += max(res["partial"], 0)
                     if c["index"] >= a:
                         case = make_case(seed, c["index"])
@@ -1277,7 +1351,7 @@ def run(
                     totals["crashes"].append(c)
                     if progress:
                         print(
-                            f"CRASH at case {c['index']} (rc {c['returncode']}): {c.get('mutations')} "
+                            f"{c['kind'].upper()} at case {c['index']} (rc {c['returncode']}): {c.get('mutations')} "
                             f"{c.get('config')}",
                             file=sys.stderr,
                             flush=True,
@@ -1290,10 +1364,11 @@ def run(
                 with lock:
                     Path(snapshot).write_text(json.dumps(dict(totals, seconds=round(time.time() - t0, 1)), default=str))
             if progress:
+                d = totals["deaths"]
                 print(
                     f"[{time.time() - t0:7.0f}s] chunk {k + 1}/{len(todo)}: ok {totals['ok']} "
-                    f"refused {totals['refused']} crashes {len(totals['crashes'])} "
-                    f"findings {len(totals['findings'])}",
+                    f"refused {totals['refused']} crashes {d['crash']} out-of-memory {d['out_of_memory']} "
+                    f"hangs {d['hang']} findings {len(totals['findings'])}",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -1314,7 +1389,14 @@ def main(argv=None) -> int:
     ap.add_argument("--progress", action="store_true")
     ap.add_argument("--save", nargs=2, metavar=("SEED:INDEX", "OUT"))
     ap.add_argument("--replay", metavar="SEED:INDEX")
+    ap.add_argument("--triage", metavar="RUN.json", help="replay a run's out-of-memory deaths and hangs uncapped")
+    ap.add_argument("--triage-timeout", type=float, default=300.0)
     args = ap.parse_args(argv)
+    if args.triage:
+        rows = triage(json.loads(Path(args.triage).read_text()), args.triage_timeout, args.library)
+        for r in rows:
+            print(json.dumps(r))
+        return 1 if any(r["outcome"].startswith("still") for r in rows) else 0
     if args.save or args.replay:
         seed, index = (int(v) for v in (args.save[0] if args.save else args.replay).split(":"))
         case = make_case(seed, index)
@@ -1348,12 +1430,14 @@ def main(argv=None) -> int:
         snapshot=(args.json + ".partial") if args.json else None,
     )
     totals["reasons"] = dict(sorted(totals["reasons"].items(), key=lambda kv: -kv[1]))
-    totals["crash_count"] = len(totals["crashes"])
+    totals["crash_count"] = totals["deaths"]["crash"]
     totals["finding_count"] = len(totals["findings"])
     text = json.dumps(totals, indent=1, default=str)
     if args.json:
         Path(args.json).write_text(text)
     print(text[-20000:])
+    # Out-of-memory deaths and hangs fail the run too, until --triage shows
+    # each ends cleanly given memory and time.
     return 1 if totals["crashes"] or totals["findings"] else 0
 
 

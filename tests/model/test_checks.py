@@ -530,6 +530,30 @@ def test_structured_fuzz_short_run_has_no_crash(tmp_path):
     assert totals["ok"] > 30 and totals["refused"] > 30, totals
 
 
+def test_structured_fuzz_triage_sorts_deaths_and_a_hang_stops_on_ctrl_c():
+    """A dead fuzzing child is a crash, an out-of-memory death (std::bad_alloc under the child's cap)
+    or a hang; triage replays the last two without the limits.  Seed 43 case 6471, a hang in the
+    100,000-case run (a WHILE whose loop count became huge), stops cleanly on a user's Ctrl-C."""
+    from tools.fuzz_structured import death_kind, make_case, triage
+
+    assert death_kind({"returncode": "timeout", "stderr": ""}) == "hang"
+    bad_alloc = "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\n"
+    assert death_kind({"returncode": -6, "stderr": bad_alloc}) == "out_of_memory"
+    assert death_kind({"returncode": -6, "stderr": "free(): invalid pointer"}) == "crash"
+    assert death_kind({"returncode": -11, "stderr": ""}) == "crash"
+    assert make_case(43, 6471).seed_model == "while"
+    report = {
+        "seed": 43,
+        "crashes": [
+            {"index": 6471, "returncode": "timeout", "stderr": ""},
+            {"index": 0, "returncode": -11, "stderr": ""},  # a crash is never replayed as if it were benign
+        ],
+    }
+    rows = triage(report, timeout=120)
+    assert [(r["index"], r["kind"]) for r in rows] == [(6471, "hang")]
+    assert rows[0]["outcome"].startswith("stopped by Ctrl-C after"), rows
+
+
 @pytest.mark.parametrize("xnnpack", [False, True])
 def test_empty_batch_never_returns_garbage_shapes(xnnpack):
     # With XNNPACK 2.17.1 an empty batch leaves garbage dimensions in the
