@@ -144,6 +144,24 @@ TYPE_RULES: dict[str, TypeRule] = {
         _rule("i0 o0", i1=("INT32",), i2=("INT32",)),
     ),
     "BROADCAST_ARGS": _rule("i0 i1 o0", i0=_INDEX),
+    # bitwise_xor.cc / right_shift.cc check their two inputs against each
+    # other and then give the output their type, whatever the file declares
+    # (as WHERE does): a declared int8 output came back int32, and consumers
+    # planned on int8 would misread it.
+    **_rules("BITWISE_XOR RIGHT_SHIFT", _rule("i0 i1 o0")),
+    # bucketize.cc's Prepare sets the output's type to int32 itself, whatever
+    # the file declares: consumers planned on the declared type (as for WHERE)
+    # would read it as another one.
+    "BUCKETIZE": _rule(o0=("INT32",)),
+    # fake_quant.cc's Prepare likewise gives the output the input's type.
+    "FAKE_QUANT": _rule("i0 o0"),
+    # embedding_lookup.cc copies rows of the value's type (EvalSimple), unless
+    # int8 / uint8 / int4 values are dequantized into a float32 output
+    # (EvalHybrid); its Prepare checks only the lookup's type: float32 rows
+    # were copied into a declared int8 output, 4 times its size.
+    "EMBEDDING_LOOKUP": _rule(
+        "i1 o0", widen={"INT8": ("INT8", "FLOAT32"), "UINT8": ("UINT8", "FLOAT32"), "INT4": ("FLOAT32",)}, i0=("INT32",)
+    ),
     # Index outputs (the kernels switch on the output type, INT32 or INT64).
     **_rules("ARG_MAX ARG_MIN", _rule(o0=_INDEX)),
     "SHAPE": _rule(o0=_INDEX),
@@ -180,11 +198,11 @@ LEFT_TO_KERNELS: dict[str, str] = {
         "converts between any two types it declares (the kernel switches on both and refuses the rest)",
     ),
     **dict.fromkeys(
-        "EMBEDDING_LOOKUP HASHTABLE_LOOKUP LSH_PROJECTION LSTM RNN SVDF CONCAT_EMBEDDINGS SKIP_GRAM "
+        "HASHTABLE_LOOKUP LSH_PROJECTION LSTM RNN SVDF CONCAT_EMBEDDINGS SKIP_GRAM "
         "EMBEDDING_LOOKUP_SPARSE UNIDIRECTIONAL_SEQUENCE_RNN UNIDIRECTIONAL_SEQUENCE_LSTM "
-        "BIDIRECTIONAL_SEQUENCE_RNN BIDIRECTIONAL_SEQUENCE_LSTM FAKE_QUANT SPARSE_TO_DENSE CONV_3D "
-        "CONV_3D_TRANSPOSE IMAG REAL COMPLEX_ABS BUCKETIZE RANDOM_STANDARD_NORMAL RANDOM_UNIFORM "
-        "MULTINOMIAL BITWISE_XOR RIGHT_SHIFT REDUCE_WINDOW DILATE".split(),
+        "BIDIRECTIONAL_SEQUENCE_RNN BIDIRECTIONAL_SEQUENCE_LSTM SPARSE_TO_DENSE CONV_3D "
+        "CONV_3D_TRANSPOSE IMAG REAL COMPLEX_ABS RANDOM_STANDARD_NORMAL RANDOM_UNIFORM "
+        "MULTINOMIAL REDUCE_WINDOW DILATE".split(),
         "its Prepare checks the input and output types itself (TF_LITE_ENSURE_TYPES_EQ or a switch that refuses)",
     ),
     **dict.fromkeys(
