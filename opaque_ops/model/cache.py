@@ -61,6 +61,7 @@ from .._version import __version__
 from ..build import store as _files
 from ..errors import CacheError, ModelError
 from .checks import check_allocated_shapes, check_model
+from .gc_pause import gc_paused
 from .reader import ModelInfo, read_model
 from .runtime_ops import RUNTIME_CUSTOM_OPS
 from .shapes import ShapeError
@@ -107,9 +108,10 @@ def checked_model(data: bytes, registered=()) -> ModelInfo:
         if entry is not None:
             _memory.move_to_end(key)
     if entry is None:
-        entry = _load(key, data)
-        if entry is None:
-            entry = _read(key, data)
+        with gc_paused():
+            entry = _load(key, data)
+            if entry is None:
+                entry = _read(key, data)
         if len(data) <= _MAX_BYTES:
             with _lock:
                 _memory[key] = entry
@@ -121,7 +123,8 @@ def checked_model(data: bytes, registered=()) -> ModelInfo:
     verdict = verdicts.model.get(reg, False)
     if verdict is False:
         try:
-            check_model(entry, reg)
+            with gc_paused():
+                check_model(entry, reg)
             verdict = None
         except ModelError as exc:
             verdict = exc
@@ -179,7 +182,8 @@ def check_allocated(info: ModelInfo, shape_of, config=()) -> None:
     :func:`checked_model` the verdict (passed, or the exact error) is kept.
     """
     if not info.verdicts.get("cacheable"):
-        check_allocated_shapes(info, shape_of)
+        with gc_paused():
+            check_allocated_shapes(info, shape_of)
         return
     key, known, err, remember = _allocated_slot(info, shape_of, config)
     if known:
@@ -187,7 +191,8 @@ def check_allocated(info: ModelInfo, shape_of, config=()) -> None:
             raise type(err)(str(err))
         return
     try:
-        check_allocated_shapes(info, shape_of)
+        with gc_paused():
+            check_allocated_shapes(info, shape_of)
     except ModelError as exc:
         remember(key, exc)
         raise
