@@ -359,6 +359,13 @@ def write_type_entries() -> None:
     rel = "models/hey_jarvis.tflite"
     data = _package_file("pymicro_wakeword", *rel.split("/")).read_bytes()
     write_patch("hey_jarvis_input_retyped_int32", "pymicro_wakeword", rel, [(tensor_type_offset(data, 0, 0), b"\x02")])
+    # FULLY_CONNECTED's weights retyped INT4 with no quantization: TFLite's
+    # hybrid kernel and XNNPACK both read the absent scales (SIGSEGV at 0).
+    from tools.fuzz_structured import make_case
+
+    m = unpack(make_case(43, 25066).data)
+    assert m.subgraphs[0].tensors[1].type == 17 and m.subgraphs[0].tensors[1].quantization is None
+    (CORPUS / "fuzz_fully_connected_int4_weights_without_scales.tflite").write_bytes(pack(m))
 
 
 if __name__ == "__main__":

@@ -530,6 +530,31 @@ def test_structured_fuzz_short_run_has_no_crash(tmp_path):
     assert totals["ok"] > 30 and totals["refused"] > 30, totals
 
 
+def test_int4_weights_with_their_scales_run_and_match_ai_edge_litert():
+    """The corpus refuses INT4 weights without scales; with per-channel scales (the way converters
+    write them: two values a byte, low nibble first) the same model runs, as in ai-edge-litert."""
+    import ai_edge_litert.schema_py_generated as S
+
+    from tools.fuzz_structured import pack, unpack
+
+    m = unpack(corpus_bytes("fuzz_fully_connected_int4_weights_without_scales.tflite"))
+    w = m.subgraphs[0].tensors[1]
+    nibbles = np.array([1, -2, 3, -4, 5, -6, 7, -8, 0, 1, 2, 3, -1, -1, 4, 4, 2, -3], np.int8)
+    m.buffers[w.buffer].data = ((nibbles[0::2] & 0xF) | ((nibbles[1::2] & 0xF) << 4)).astype(np.uint8)
+    q = S.QuantizationParametersT()
+    q.scale, q.zeroPoint, q.quantizedDimension = [0.5, 0.25, 1.0], [0, 0, 0], 0
+    w.quantization = q
+    data = pack(m)
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6)
+    want, got = _both(data, [x])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+    # FULLY_CONNECTED then SOFTMAX over the 3 channels, from the nibbles and scales themselves.  The
+    # kernel is hybrid: it quantizes x to int8 on the fly, hence the tolerance (a 127th of x's range).
+    logits = x @ (nibbles.reshape(3, 6) * np.array([[0.5], [0.25], [1.0]])).T
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(got[0], (e / e.sum(axis=1, keepdims=True)).reshape(3, 2), atol=0.005)
+
+
 def test_structured_fuzz_triage_sorts_deaths_and_a_hang_stops_on_ctrl_c():
     """A dead fuzzing child is a crash, an out-of-memory death (std::bad_alloc under the child's cap)
     or a hang; triage replays the last two without the limits.  Seed 43 case 6471, a hang in the

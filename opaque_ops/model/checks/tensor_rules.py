@@ -89,9 +89,18 @@ def _check_dense_size(sg, t, count: int) -> None:
 
 
 def _check_quantization(sg, t) -> None:
-    """Scales finite, positive and normal; zero points inside the type's range."""
+    """Scales present for int4, finite, positive and normal; zero points inside the type's range."""
     quant = t.quantization
     scales = quant["scales"]
+    if t.type_name == "INT4" and not len(scales):
+        # TFLite has no unquantized int4: its kernels (and XNNPACK's) read
+        # int4 weights through their affine quantization, which is absent
+        # here (SIGSEGV at address 0 in FULLY_CONNECTED, with XNNPACK and
+        # without: fuzz_structured 43:25066).
+        raise ModelError(
+            f"{messages.tensor(sg, t)} is INT4 without quantization scales; TFLite reads int4 values only as "
+            "quantized weights, through their scales. Convert the model again (or give the tensor its scales)"
+        )
     # XNNPACK derives requantization multipliers from the scales when the
     # interpreter is created; a NaN or infinite one crashes it.  Subnormal
     # scales overflow the same multipliers.

@@ -236,18 +236,39 @@ VALUE_SHAPES: dict[str, dict[int, tuple]] = {
 }
 
 
-def _slots(spec: str, op) -> list[tuple[str, int]]:
-    """(``"input"`` / ``"output"``, position) of the slots ``spec`` names that the operator has."""
+def _positions(spec: str, n_in: int, n_out: int) -> list[tuple[str, int]]:
+    """(``"input"`` / ``"output"``, position) of the slots ``spec`` names, for an op of that arity."""
     kind, rest = spec[0], spec[1:]
-    seq = op.inputs if kind == "i" else op.outputs
+    n = n_in if kind == "i" else n_out
     what = "input" if kind == "i" else "output"
     if rest == ":":
-        positions = range(len(seq))
+        positions = range(n)
     elif rest.endswith(":"):
-        positions = range(int(rest[:-1]), len(seq))
+        positions = range(int(rest[:-1]), n)
     else:
-        positions = [int(rest)] if int(rest) < len(seq) else []
-    return [(what, k) for k in positions if seq[k] >= 0]
+        positions = [int(rest)] if int(rest) < n else []
+    return [(what, k) for k in positions]
+
+
+# (op name, input count, output count) -> the rule's slots at that arity:
+# ([(what, k, allowed)], [[(what, k), ...] per group]).  The specs are parsed
+# once per arity, not once per operator: a model has hundreds of operators
+# and a handful of arities.
+_PLANS: dict[tuple[str, int, int], tuple[list, list]] = {}
+
+
+def _plan(op) -> tuple[list, list]:
+    key = (op.op_name, len(op.inputs), len(op.outputs))
+    plan = _PLANS.get(key)
+    if plan is None:
+        rule = TYPE_RULES.get(op.op_name, _NO_RULE)
+        fixed = [(w, k, allowed) for spec, allowed in rule.fixed.items() for w, k in _positions(spec, *key[1:])]
+        groups = [[s for spec in group for s in _positions(spec, *key[1:])] for group in rule.same]
+        plan = _PLANS[key] = (fixed, groups)
+    return plan
+
+
+_NO_RULE = TypeRule()
 
 
 def _tensor(op, what, k):
@@ -258,47 +279,51 @@ def check_types(sg, op) -> None:
     """The operator's input and output dtypes are the ones its kernel reads and writes."""
     if op.is_custom:
         return
-    where = messages.operator(sg, op)
-    rule = TYPE_RULES.get(op.op_name, TypeRule())
-
-    def name(what, k):
+    fixed, groups = _plan(op)
+    tensors = sg.tensors
+    for what, k, allowed in fixed:
         t = _tensor(op, what, k)
-        return f"{what} {k} (tensor {t}) is {sg.tensors[t].type_name}"
-
-    for spec, allowed in rule.fixed.items():
-        for what, k in _slots(spec, op):
-            if sg.tensors[_tensor(op, what, k)].type_name not in allowed:
-                raise ModelError(
-                    f"{where}: {name(what, k)}; {op.op_name} {'reads' if what == 'input' else 'writes'} "
-                    f"{' or '.join(allowed)} there. Convert the model again (or fix the tensor's type)"
-                )
-    for g, group in enumerate(rule.same):
-        slots = [s for spec in group for s in _slots(spec, op)]
+        if t >= 0 and tensors[t].type_name not in allowed:
+            raise ModelError(
+                f"{messages.operator(sg, op)}: {_typed(sg, op, what, k)}; {op.op_name} "
+                f"{'reads' if what == 'input' else 'writes'} {' or '.join(allowed)} there. Convert the model "
+                "again (or fix the tensor's type)"
+            )
+    for g, group in enumerate(groups):
+        slots = [(what, k) for what, k in group if _tensor(op, what, k) >= 0]
         if len(slots) < 2:
             continue
-        first = sg.tensors[_tensor(op, *slots[0])].type_name
+        first = tensors[_tensor(op, *slots[0])].type_name
         for what, k in slots[1:]:
-            got = sg.tensors[_tensor(op, what, k)].type_name
-            ok = (first,) if (g or what == "input") else rule.widen.get(first, (first,))
+            got = tensors[_tensor(op, what, k)].type_name
+            ok = (first,) if (g or what == "input") else TYPE_RULES[op.op_name].widen.get(first, (first,))
             if got not in ok:
                 want = " or ".join(ok)
                 verb = "reads" if what == "input" else "writes"
                 raise ModelError(
-                    f"{where}: {name(what, k)}, but {name(*slots[0])}; {op.op_name} {verb} {want} there "
-                    f"(the type of its {slots[0][0]} {slots[0][1]}). Convert the model again (or fix the "
-                    "tensor's type)"
+                    f"{messages.operator(sg, op)}: {_typed(sg, op, what, k)}, but {_typed(sg, op, *slots[0])}; "
+                    f"{op.op_name} {verb} {want} there (the type of its {slots[0][0]} {slots[0][1]}). Convert "
+                    "the model again (or fix the tensor's type)"
                 )
     if op.op_name == "UNIQUE" and len(op.outputs) > 1 and op.outputs[1] >= 0 and has_own_options(op):
         # The kernel writes indices of the options' type (anything but INT64 means INT32).
         want = "INT64" if effective_options(op).get("idx_out_type") in ("INT64", 4) else "INT32"
-        got = sg.tensors[op.outputs[1]].type_name
+        got = tensors[op.outputs[1]].type_name
         if got != want:
             raise ModelError(
-                f"{where}: output 1 (tensor {op.outputs[1]}) is {got}, but its options' idx_out_type makes "
-                f"the kernel write {want} indices there. Convert the model again (or fix the tensor's type)"
+                f"{messages.operator(sg, op)}: output 1 (tensor {op.outputs[1]}) is {got}, but its options' "
+                f"idx_out_type makes the kernel write {want} indices there. Convert the model again (or fix "
+                "the tensor's type)"
             )
-    _check_value_shapes(sg, op, where)
-    _check_elementwise_rank(sg, op, where)
+    if op.op_name in VALUE_SHAPES:
+        _check_value_shapes(sg, op)
+    _check_elementwise_rank(sg, op)
+
+
+def _typed(sg, op, what, k) -> str:
+    """``input K (tensor T) is TYPE``, for a message."""
+    t = _tensor(op, what, k)
+    return f"{what} {k} (tensor {t}) is {sg.tensors[t].type_name}"
 
 
 def _declared_rank(t):
@@ -307,7 +332,7 @@ def _declared_rank(t):
     return len(shape) if shape else None
 
 
-def _check_elementwise_rank(sg, op, where) -> None:
+def _check_elementwise_rank(sg, op) -> None:
     """An elementwise op's output keeps its inputs' rank (the broadcast rank for two inputs).
 
     A value-dependent tensor ([N, rank] out of WHERE) has its extent known
@@ -332,12 +357,12 @@ def _check_elementwise_rank(sg, op, where) -> None:
     t = sg.tensors[op.outputs[0]]
     shapes = ", ".join(f"input {k} (tensor {i}) is {list(sg.tensors[i].shape)}" for k, i in enumerate(ins))
     raise ModelError(
-        f"{where}: {shapes}, but output 0 (tensor {op.outputs[0]}) is declared {list(t.shape)}; "
+        f"{messages.operator(sg, op)}: {shapes}, but output 0 (tensor {op.outputs[0]}) is declared {list(t.shape)}; "
         f"{name} writes a rank-{max(ranks)} tensor there. Convert the model again (or fix the declared shape)"
     )
 
 
-def _check_value_shapes(sg, op, where) -> None:
+def _check_value_shapes(sg, op) -> None:
     """A value-dependent output declares the rank its kernel writes (see :data:`VALUE_SHAPES`)."""
     for k, (rank, last) in VALUE_SHAPES.get(op.op_name, {}).items():
         if k >= len(op.outputs) or op.outputs[k] < 0:
@@ -354,7 +379,7 @@ def _check_value_shapes(sg, op, where) -> None:
         if len(shape) != rank or (want is not None and shape[-1] not in (want, -1)):
             what = f"[N, {want}]" if want is not None else f"rank {rank}"
             raise ModelError(
-                f"{where}: output {k} (tensor {op.outputs[k]}) is declared {list(t.shape)}, but the kernel "
+                f"{messages.operator(sg, op)}: output {k} (tensor {op.outputs[k]}) is declared {list(t.shape)}, but the kernel "
                 f"writes a {what} tensor whose size depends on the input values; declare it {what} "
                 "(and let the operators after it take a shape known only at invoke)"
             )
