@@ -366,6 +366,10 @@ def write_type_entries() -> None:
     m = unpack(make_case(43, 25066).data)
     assert m.subgraphs[0].tensors[1].type == 17 and m.subgraphs[0].tensors[1].quantization is None
     (CORPUS / "fuzz_fully_connected_int4_weights_without_scales.tflite").write_bytes(pack(m))
+    # A WHERE inserted before melspectrogram's front end: its [N, 2] result
+    # reaches a convolution that XNNPACK planned at creation (SIGSEGV at
+    # invoke after a resize to [3, 3]; the reference kernels refuse cleanly).
+    (CORPUS / "fuzz_where_into_xnnpack_convolution.tflite").write_bytes(make_case(44, 10417).data)
 
 
 if __name__ == "__main__":

@@ -384,9 +384,12 @@ class Interpreter:
         self._model_bytes = data
         operators = _collect_operators(self._libs)
         # XNNPACK for the builtins; registered kernels keep their nodes (see _xnnpack).
-        self.xnnpack, aliases = _xnnpack.plan(
-            self._info, {op.name for op in operators}, use_xnnpack, _native.load_runtime()
-        )
+        try:
+            self.xnnpack, aliases = _xnnpack.plan(
+                self._info, {op.name for op in operators}, use_xnnpack, _native.load_runtime()
+            )
+        except ModelError as exc:
+            raise ModelError(f"{self._model_name} cannot run with XNNPACK: {exc}") from None
         model = _native.NativeModel(_xnnpack.alias_model(data, aliases))
         if not model.ok:
             msgs = model.sink.take()

@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import struct
 
+from ..errors import ModelError
+from ..model.cache import xnnpack_hazard
+
 # Custom ops the XNNPACK delegate implements itself and claims by name.
 XNNPACK_CUSTOM_OPS = frozenset({"Convolution2DTransposeBias", "MaxPoolingWithArgmax2D", "MaxUnpooling2D"})
 _ARGMAX_PAIR = ("MaxPoolingWithArgmax2D", "MaxUnpooling2D")
@@ -44,15 +47,39 @@ def plan(info, registered_names, use_xnnpack, runtime) -> tuple[bool, dict[str, 
     a kernel under an alias, so there the default keeps XNNPACK off for a
     model with one of XNNPACK's MediaPipe ops, as opaque_ops 0.1 did.
 
+    A model whose value-dependent output (WHERE, UNIQUE, NON_MAX_SUPPRESSION)
+    feeds another operator gets no XNNPACK by default, and ``True`` is
+    refused for it (see :func:`~opaque_ops.model.checks.type_rules.value_dependent_feed`).
+
     Returns
     -------
     (bool, dict)
         Whether to add the XNNPACK delegate, and :func:`hidden_ops`' aliases.
+
+    Raises
+    ------
+    ModelError
+        ``use_xnnpack=True`` for a model XNNPACK would plan wrongly.
     """
     if use_xnnpack is not None:
         use_xnnpack = bool(use_xnnpack)
     if use_xnnpack is False or not runtime.has("TfLiteXNNPackDelegateCreate"):
         return False, {}
+    feed = xnnpack_hazard(info)
+    if feed is not None:
+        # Shapes decided while the model runs, flowing into operators that
+        # XNNPACK plans ahead (see value_dependent_feed): the default leaves
+        # XNNPACK out, an explicit use_xnnpack=True is refused.
+        if use_xnnpack is None:
+            return False, {}
+        sg, op, name, consumer, consumer_name = feed
+        raise ModelError(
+            f"subgraph {sg} operator {op} ({name}) computes the shape of its output from the input values while "
+            f"the model runs, and operator {consumer} ({consumer_name}) takes that output; the "
+            "XNNPACK delegate plans such operators when the interpreter is created and does not survive "
+            "the shape changing. Create the interpreter with use_xnnpack=False (or leave use_xnnpack "
+            "unset: the default leaves XNNPACK out for this model)"
+        )
     aliases = hidden_ops(info, registered_names, use_xnnpack)
     if aliases and not runtime.has("TfLiteInterpreterOptionsAddCustomOp"):
         return use_xnnpack is True, {}

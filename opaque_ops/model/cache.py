@@ -61,6 +61,7 @@ from .._version import __version__
 from ..build import store as _files
 from ..errors import CacheError, ModelError
 from .checks import check_allocated_shapes, check_model
+from .checks.type_rules import value_dependent_feed
 from .gc_pause import gc_paused
 from .reader import ModelInfo, read_model
 from .runtime_ops import RUNTIME_CUSTOM_OPS
@@ -80,6 +81,9 @@ _MAX_RECORDS = 512
 
 _lock = threading.Lock()
 _memory: OrderedDict[bytes, ModelInfo | ModelError] = OrderedDict()
+
+# A Verdicts.feed not known yet (a record written before it was kept).
+_UNKNOWN = object()
 
 # The verdicts that can be kept, by exception class name.
 _ERRORS = {"ModelError": ModelError, "ShapeError": ShapeError}
@@ -282,7 +286,7 @@ class Verdicts:
     exception raised.
     """
 
-    def __init__(self, key: bytes, owner: ModelInfo, io, custom_ops, has_identifier: bool):
+    def __init__(self, key: bytes, owner: ModelInfo, io, custom_ops, has_identifier: bool, feed=_UNKNOWN):
         self.key = key
         self.owner = weakref.ref(owner)
         # Subgraph 0's inputs, outputs and custom-op outputs: the tensors
@@ -290,6 +294,9 @@ class Verdicts:
         self.io = io
         self.custom_ops = custom_ops
         self.has_identifier = has_identifier
+        # value_dependent_feed's answer, as xnnpack_hazard returns it (kept
+        # here so that a later start needs no read of the operators for it).
+        self.feed = feed
         self.model: dict = {}
         self._allocated: dict = {}
 
@@ -305,7 +312,7 @@ class Verdicts:
                 tuple(t for op in sg.operators if op.is_custom for t in op.outputs if t >= 0),
             )
         )
-        return cls(key, info, io, info.custom_ops(), info.has_identifier)
+        return cls(key, info, io, info.custom_ops(), info.has_identifier, _feed_of(info))
 
     def allocated(self, key):
         """check_allocated's verdict for ``key``: (True, None or exception) or (False, None)."""
@@ -328,7 +335,7 @@ class Verdicts:
 
     # ---------------------------------------------------------------- disk
     def to_json(self) -> dict:
-        return {
+        doc = {
             "format": 1,
             "has_identifier": self.has_identifier,
             "custom_ops": self.custom_ops,
@@ -336,12 +343,17 @@ class Verdicts:
             "model": [[sorted(reg), _dump(v)] for reg, v in self.model.items()],
             "allocated": [[list(k), _dump(v)] for k, v in self._allocated.items()],
         }
+        if self.feed is not _UNKNOWN:
+            doc["feed"] = self.feed
+        return doc
 
     @classmethod
     def from_json(cls, key: bytes, owner: ModelInfo, doc: dict) -> Verdicts:
         """The verdicts of a record already checked by :func:`_valid_record`."""
         io = tuple(tuple(part) for part in doc["io"])
-        self = cls(key, owner, io, [(n, v) for n, v in doc["custom_ops"]], doc["has_identifier"])
+        feed = doc.get("feed", _UNKNOWN)  # (absent from records of opaque_ops before it)
+        feed = tuple(feed) if type(feed) is list else feed
+        self = cls(key, owner, io, [(n, v) for n, v in doc["custom_ops"]], doc["has_identifier"], feed)
         for reg, v in doc["model"]:
             self.model[frozenset(reg)] = _load_verdict(v)
         for k, v in doc["allocated"]:
@@ -355,6 +367,31 @@ class Verdicts:
                 return
             doc = self.to_json()
         _save(self.key, doc)
+
+
+def xnnpack_hazard(info: ModelInfo):
+    """:func:`~opaque_ops.model.checks.type_rules.value_dependent_feed` of ``info``, kept with its verdicts.
+
+    Returns None, or ``(subgraph, operator, op name, consumer, consumer's op
+    name)`` (indices and names, for the message).  For a model the
+    Interpreter holds, the answer is kept in its record, so a later start
+    does not read the operators again to give it.
+    """
+    store = info.verdicts.get("store")
+    if store is not None and store.owner() is info:
+        if store.feed is _UNKNOWN:  # a record written before the answer was kept
+            store.feed = _feed_of(info)
+            store.save()
+        return store.feed
+    return _feed_of(info)
+
+
+def _feed_of(info: ModelInfo):
+    found = value_dependent_feed(info)
+    if found is None:
+        return None
+    sg, op, consumer = found
+    return (sg.index, op.index, op.op_name, consumer.index, consumer.op_name)
 
 
 def _dump(verdict):
@@ -412,8 +449,16 @@ def _valid_record(doc) -> bool:
     if type(doc) is not dict or doc.get("format") != 1 or type(doc.get("format")) is not int:
         return False
     io, ops, model, allocated = (doc.get(k) for k in ("io", "custom_ops", "model", "allocated"))
+    feed = doc.get("feed")
     return (
-        type(doc.get("has_identifier")) is bool
+        (
+            feed is None
+            or type(feed) is list
+            and len(feed) == 5
+            and all(_is_int(feed[k]) for k in (0, 1, 3))
+            and all(type(feed[k]) is str for k in (2, 4))
+        )
+        and type(doc.get("has_identifier")) is bool
         and type(io) is list
         and len(io) == 3
         and all(type(part) is list and all(_is_int(t) for t in part) for part in io)

@@ -522,3 +522,42 @@ def test_selfie_default_matches_ai_edge_litert():
     ours, peer = masks
     assert peer[fg].mean() > 0.6 and peer[~fg].mean() < 0.05  # the reference itself segments the figure
     np.testing.assert_allclose(ours, peer, atol=5e-3)
+
+
+def _where_then(consumer: bool) -> bytes:
+    """x [3, 3] -> WHERE -> int64 coordinates [N, 2] (-> CAST to float32 when ``consumer``)."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [3, 3], np.bool_)
+    coords = b.add_tensor("coords", [9, 2], np.int64, shape_signature=[-1, 2])
+    b.add_op("WHERE", [x], [coords])
+    out = coords
+    if consumer:
+        out = b.add_tensor("coords_f", [9, 2], np.float32, shape_signature=[-1, 2])
+        b.add_op("CAST", [coords], [out])
+    b.set_inputs([x])
+    b.set_outputs([out])
+    return b.build()
+
+
+def test_a_value_dependent_output_that_feeds_an_operator_keeps_xnnpack_out():
+    """XNNPACK plans the operators after a WHERE at creation, for a shape known only at invoke
+    (tests/corpus/fuzz_where_into_xnnpack_convolution.tflite crashed it).  By default such a model
+    runs without XNNPACK (and gives what ai-edge-litert gives and numpy's nonzero); use_xnnpack=True
+    is refused, naming both operators; a WHERE whose result goes straight out keeps XNNPACK."""
+    litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
+    x = np.array([[1, 0, 1], [0, 0, 0], [1, 1, 0]], np.bool_)
+    data = _where_then(consumer=True)
+    it = oo.Interpreter(model_content=data)
+    assert it.xnnpack is False
+    outs = []
+    for interp in (it, litert.Interpreter(model_content=data)):
+        interp.allocate_tensors()
+        interp.set_tensor(interp.get_input_details()[0]["index"], x)
+        interp.invoke()
+        outs.append(interp.get_tensor(interp.get_output_details()[0]["index"]))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], np.argwhere(x).astype(np.float32))
+    with pytest.raises(oo.ModelError, match=r"operator 0 \(WHERE\) computes the shape .* operator 1 \(CAST\) takes"):
+        oo.Interpreter(model_content=data, use_xnnpack=True)
+    assert oo.Interpreter(model_content=data, use_xnnpack=False).xnnpack is False
+    assert oo.Interpreter(model_content=_where_then(consumer=False)).xnnpack is True

@@ -53,6 +53,11 @@ MALFORMED = {
     "custom_ops entry a string": lambda doc: _with(doc, "custom_ops", '["Atan"]'),
     "format 1 but a list": lambda doc: '[{"format": 1}]',
     "keys missing": lambda doc: '{"format": 1}',
+    "feed a string": lambda doc: _with(doc, "feed", '"WHERE"'),
+    "feed nested": lambda doc: _with(doc, "feed", _nested(DEEP)),
+    "feed of four parts": lambda doc: _with(doc, "feed", '[0, 0, "WHERE", 1]'),
+    "feed huge index": lambda doc: _with(doc, "feed", f'[0, {10**30}, "WHERE", 1, "CAST"]'),
+    "feed names not strings": lambda doc: _with(doc, "feed", "[0, 0, 1, 1, 2]"),
 }
 
 # Well-formed records with values that are merely wrong: used (a record is
@@ -126,3 +131,26 @@ def test_a_valid_record_is_still_used(verdicts, monkeypatch):
 
     monkeypatch.setattr(cache, "check_model", boom)
     np.testing.assert_array_equal(_run(data), want)
+
+
+def test_a_record_from_before_the_xnnpack_answer_was_kept_gets_it_added(verdicts, monkeypatch):
+    """Records written before the value-dependent feed was kept lack the "feed" key: still used (the
+    model is not checked again), the answer is worked out once and the record rewritten with it."""
+    data, _offset, _scale = add_mul_model()
+    want = _run(data)
+    [record] = sorted(verdicts.glob("*.json"))
+    doc = json.loads(record.read_bytes())
+    assert doc["feed"] is None
+    old = dict(doc)
+    del old["feed"]
+    _plant(record, json.dumps(old, sort_keys=True, separators=(",", ":")))
+
+    cache.clear()
+
+    def boom(*_a, **_k):
+        raise AssertionError("the model was checked again")
+
+    monkeypatch.setattr(cache, "check_model", boom)
+    np.testing.assert_array_equal(_run(data), want)
+    [again] = sorted(verdicts.glob("*.json"))
+    assert json.loads(again.read_bytes())["feed"] is None

@@ -236,6 +236,31 @@ VALUE_SHAPES: dict[str, dict[int, tuple]] = {
 }
 
 
+def value_dependent_feed(info):
+    """The first value-dependent operator (:data:`VALUE_SHAPES`) whose output another operator takes.
+
+    Returns ``(subgraph, operator, consumer)`` or None.  Such an output's
+    extent is known only at invoke; the reference kernels prepare the
+    operators after it again with the real shape, but the XNNPACK delegate
+    plans them when the interpreter is created, and a WHERE whose result
+    went on through CAST and EXPAND_DIMS into melspectrogram's convolution
+    made it read and write outside its buffers (SIGSEGV; fuzz_structured
+    44:10417) where the reference kernels refused the shape cleanly.
+    """
+    for sg in info.subgraphs:
+        consumers: dict[int, object] = {}
+        for op in sg.operators:
+            for t in op.inputs:
+                if t >= 0:
+                    consumers.setdefault(t, op)
+        for op in sg.operators:
+            if op.op_name in VALUE_SHAPES and not op.is_custom:
+                for t in op.outputs:
+                    if t >= 0 and t in consumers:
+                        return sg, op, consumers[t]
+    return None
+
+
 def _positions(spec: str, n_in: int, n_out: int) -> list[tuple[str, int]]:
     """(``"input"`` / ``"output"``, position) of the slots ``spec`` names, for an op of that arity."""
     kind, rest = spec[0], spec[1:]
