@@ -267,7 +267,11 @@ class Interpreter:
         three that have no kernel (the argmax pair only together, and only
         where it cannot crash).  ``False``: XNNPACK off; TFLite's reference
         kernels run every builtin.  The attribute ``xnnpack`` tells whether
-        XNNPACK was applied.
+        XNNPACK was applied.  A model in which the output of a WHERE, UNIQUE
+        or NON_MAX_SUPPRESSION (a shape known only while the model runs)
+        feeds another operator gets no XNNPACK by default, and ``True`` is
+        refused for it (``ModelError``): the delegate plans the operators
+        after it at creation and crashed when the shape changed.
 
     isolate : bool or opaque_ops.isolate.Worker, optional
         Run the TFLite runtime in a worker process (see
