@@ -60,6 +60,8 @@ class Server:
         )
         self.it = None
         self.placement: Placement | None = None
+        # The hosted interpreter's hooks, released when it is closed (see StageHooks).
+        self.hooks: HostedHooks | None = None
         self.runners: dict = {}
         self.helper = None
         self.layout_sent = None
@@ -226,6 +228,7 @@ class Server:
         try:
             it = Interpreter._with_hooks(hooks, **kwargs, custom_ops=custom_ops or None)
         except Exception as exc:
+            hooks.release()
             # The parent read the model file and sent its bytes: name the file, as in-process.
             if name is not None and exc.args and isinstance(exc.args[0], str):
                 exc.args = (exc.args[0].replace("<model_content>", name),) + exc.args[1:]
@@ -233,6 +236,7 @@ class Server:
         if name is not None:
             it._model_name = name
         self.placement = hooks.placement
+        self.hooks = hooks
         with self._cancel_lock:
             self.it = it
         self.layout_sent = None
@@ -311,16 +315,23 @@ class Server:
         self.runners.clear()
         self.placement = None
         self.layout_sent = None
+        hooks, self.hooks = self.hooks, None
         if it is not None:
             self.stage("close")
             it.close()
+        if hooks is not None:
+            hooks.release()
 
     def do_run_op(self, ops, kwargs, main_path):
         from ..interpreter.one_op import run_one_op
 
         self._main(main_path)
         self.stage("run_op")
-        return run_one_op(unpack_ops(ops), **kwargs, hooks=StageHooks(self))
+        hooks = StageHooks(self)
+        try:
+            return run_one_op(unpack_ops(ops), **kwargs, hooks=hooks)
+        finally:
+            hooks.release()
 
     def _main(self, main_path) -> None:
         if main_path and main_path != self.main_loaded:

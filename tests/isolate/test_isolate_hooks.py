@@ -94,3 +94,48 @@ def test_the_worker_stages_run_op_and_hosted_interpreters_through_hooks_not_patc
         assert it._slots  # inputs and outputs live in shared buffers (HostedHooks' Placement)
     (y,) = oo.testing.run_op([op], "Double", inputs=[np.ones(3, np.float32)], isolate=True)
     np.testing.assert_array_equal(y, [2, 2, 2])
+
+
+def test_released_hooks_leave_no_cycle_and_a_reused_worker_keeps_its_threads():
+    """The worker's hooks wrap the native interpreter's methods with closures over them: left in
+    place, each closed interpreter's native objects, and TFLite's threads with them, lived until the
+    next garbage collection (a worker that had run 60 interpreters held 28 threads; in-process, 3).
+    Released on close, the native interpreter is freed at once, without a collection, and a worker
+    reused for 40 interpreters keeps the thread count it had after the first."""
+    import gc
+    import os
+    import weakref
+
+    from opaque_ops.isolate import Worker, run_model
+    from opaque_ops.isolate.instrumentation import StageHooks
+    from tests.helpers.locations import package_file
+
+    class Server:  # what the hooks use of the worker's server
+        words = [0] * 4096
+
+        def stage(self, _name):
+            pass
+
+    # The mechanism, in this process: no collection runs, the native object still goes.
+    gc.disable()
+    try:
+        hooks = StageHooks(Server())
+        it = Interpreter._with_hooks(hooks, model_content=_model(), custom_ops=[oo.python_op("Double", _double)])
+        it.allocate_tensors()
+        native = weakref.ref(it._native)
+        it.close()
+        del it
+        assert native() is not None, "the wrappers hold it (the cycle this test is about)"
+        hooks.release()
+        assert native() is None
+    finally:
+        gc.enable()
+
+    # The effect, in a reused worker: TFLite's threads do not pile up.
+    data = package_file("mediapipe", "modules", "face_detection", "face_detection_short_range.tflite").read_bytes()
+    with Worker(forward_stderr=False) as w:
+        counts = []
+        for i in range(40):
+            assert run_model(data, worker=w, use_xnnpack=bool(i % 2), seed=i).status == "ok"
+            counts.append(len(os.listdir(f"/proc/{w.pid}/task")))
+        assert max(counts) <= counts[0] + 2, counts
