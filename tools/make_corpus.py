@@ -370,6 +370,10 @@ def write_type_entries() -> None:
     # reaches a convolution that XNNPACK planned at creation (SIGSEGV at
     # invoke after a resize to [3, 3]; the reference kernels refuse cleanly).
     (CORPUS / "fuzz_where_into_xnnpack_convolution.tflite").write_bytes(make_case(44, 10417).data)
+    # melspectrogram with one tensor's shape made rank 3 under its rank-4
+    # shape_signature: XNNPACK divided by zero planning the convolution after
+    # it once the input was resized to [0, 1280] (SIGFPE).
+    (CORPUS / "fuzz_shape_rank_3_signature_rank_4.tflite").write_bytes(make_case(45, 17481).data)
 
 
 if __name__ == "__main__":

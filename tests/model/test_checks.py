@@ -530,6 +530,37 @@ def test_structured_fuzz_short_run_has_no_crash(tmp_path):
     assert totals["ok"] > 30 and totals["refused"] > 30, totals
 
 
+@pytest.mark.parametrize(
+    "shape, signature, refused",
+    [
+        ([1, 8, 2], [-1, 8, 2], False),
+        ([1, 8, 2], [-1, -1, -1], False),
+        ([1, 8, 2], None, False),
+        ([1, 8, 2], [-1, 8, 2, 1], True),  # another rank (the corpus's SIGFPE)
+        ([1, 8, 2], [-1, 4, 2], True),  # a fixed dimension that is not the shape's
+    ],
+)
+def test_a_shape_signature_is_the_shape_with_free_dimensions(shape, signature, refused):
+    from tools.fuzz_structured import pack, unpack
+
+    b = ModelBuilder()
+    x = b.add_tensor("x", shape, np.float32)
+    y = b.add_tensor("y", shape, np.float32)
+    b.add_op("ABS", [x], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    # (Written through TFLite's own schema: the ModelBuilder refuses a signature of another rank.)
+    m = unpack(b.build())
+    for t in m.subgraphs[0].tensors:
+        t.shapeSignature = None if signature is None else np.array(signature, np.int32)
+    info = read_model(pack(m))
+    if not refused:
+        check_model(info)
+        return
+    with pytest.raises(oo.ModelError, match=re.escape(f"has shape {shape} but shape_signature {signature}")):
+        check_model(info)
+
+
 def test_int4_weights_with_their_scales_run_and_match_ai_edge_litert():
     """The corpus refuses INT4 weights without scales; with per-channel scales (the way converters
     write them: two values a byte, low nibble first) the same model runs, as in ai-edge-litert."""

@@ -56,6 +56,16 @@ def _check_shape(sg, t) -> int:
         raise ModelError(
             f"{messages.tensor(sg, t)} has rank {len(shape)}; the runtime supports at most {MAX_RANK} dimensions"
         )
+    if sig is not None and len(sig) and (len(sig) != len(shape) or any(s != -1 and s != d for s, d in zip(sig, shape))):
+        # The schema's shape_signature is the shape with -1 where a
+        # dimension may vary.  XNNPACK plans its partitions from the
+        # signature and TFLite's kernels from the shape: a rank-3 shape with
+        # a rank-4 signature on melspectrogram's convolution input divided by
+        # zero inside the delegate's planning (SIGFPE, fuzz_structured 45:17481).
+        raise ModelError(
+            f"{messages.tensor(sg, t)} has shape {list(shape)} but shape_signature {list(sig)}; the "
+            "signature must be the shape with -1 where a dimension may vary. Convert the model again"
+        )
     if not shape:
         return 1
     if min(shape) < 0:
