@@ -374,6 +374,9 @@ def write_type_entries() -> None:
     # shape_signature: XNNPACK divided by zero planning the convolution after
     # it once the input was resized to [0, 1280] (SIGFPE).
     (CORPUS / "fuzz_shape_rank_3_signature_rank_4.tflite").write_bytes(make_case(45, 17481).data)
+    # A WHILE whose condition became a STABLEHLO_GATHER of two scalars: the
+    # runtime has a kernel for it, which threw std::length_error (SIGABRT).
+    (CORPUS / "fuzz_stablehlo_gather_in_while_condition.tflite").write_bytes(make_case(46, 51604).data)
 
 
 if __name__ == "__main__":

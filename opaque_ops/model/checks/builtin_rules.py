@@ -113,6 +113,17 @@ def check_window_options(sg, op) -> None:
 
 def check_builtin(info, sg, op, producer) -> None:
     """Per-builtin rules on the options the runtime will parse (see :func:`effective_options`)."""
+    if not op.is_custom and op.op_name.startswith("STABLEHLO_"):
+        # Most have no kernel in the runtime (an unresolved op), but 2.17.1
+        # registers seven and 2.23 nine (ADD, MULTIPLY, MAXIMUM, MINIMUM,
+        # SCATTER, GATHER, RNG_BIT_GENERATOR; AND, SHIFT_LEFT), and they trust
+        # their inputs: a STABLEHLO_GATHER of two scalars in a WHILE condition
+        # threw std::length_error through the C API (fuzz_structured 46:51604).
+        raise ModelError(
+            f"{messages.operator(sg, op)} is a StableHLO operator: opaque_ops has no rules for those, and "
+            "the runtime's kernels for them do not check their inputs. Convert the model to TFLite's "
+            "builtin operators"
+        )
     rule = None if op.is_custom else _RULES.get(op.op_name)
     if rule is not None:
         rule(info, sg, op, producer, messages.operator(sg, op), effective_options(op))
