@@ -6,6 +6,7 @@ whatever threads and forks did meanwhile; that is what is checked here.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import sys
@@ -65,27 +66,9 @@ def test_an_exception_inside_still_restores_it():
     assert gc.isenabled()
 
 
-def test_overlapping_sections_in_two_threads_end_with_the_last():
-    entered, release = threading.Event(), threading.Event()
-
-    def other():
-        with gc_paused():
-            entered.set()
-            release.wait(10)
-
-    t = threading.Thread(target=other)
-    t.start()
-    entered.wait(10)
-    with gc_paused():
-        pass
-    assert not gc.isenabled(), "the other thread's section is still open"
-    release.set()
-    t.join(10)
-    assert gc.isenabled()
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
-def test_a_fork_while_another_thread_is_inside_leaves_the_child_collecting():
+@contextlib.contextmanager
+def _another_thread_inside():
+    """Another thread holds a pause section open for the ``with`` body, then ends it."""
     entered, release = threading.Event(), threading.Event()
 
     def other():
@@ -97,6 +80,23 @@ def test_a_fork_while_another_thread_is_inside_leaves_the_child_collecting():
     t.start()
     entered.wait(10)
     try:
+        yield
+    finally:
+        release.set()
+        t.join(10)
+
+
+def test_overlapping_sections_in_two_threads_end_with_the_last():
+    with _another_thread_inside():
+        with gc_paused():
+            pass
+        assert not gc.isenabled(), "the other thread's section is still open"
+    assert gc.isenabled()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_fork_while_another_thread_is_inside_leaves_the_child_collecting():
+    with _another_thread_inside():
         pid = os.fork()
         if pid == 0:  # the child: the other thread is gone, its section with it
             code = 0
@@ -115,7 +115,4 @@ def test_a_fork_while_another_thread_is_inside_leaves_the_child_collecting():
         _, status = os.waitpid(pid, 0)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
         assert not gc.isenabled(), "the parent's other thread is still inside its section"
-    finally:
-        release.set()
-        t.join(10)
     assert gc.isenabled()
