@@ -29,6 +29,7 @@ import struct
 
 from ..errors import ModelError
 from ..model.cache import xnnpack_hazard
+from ..model.checks import messages
 
 # Custom ops the XNNPACK delegate implements itself and claims by name.
 XNNPACK_CUSTOM_OPS = frozenset({"Convolution2DTransposeBias", "MaxPoolingWithArgmax2D", "MaxUnpooling2D"})
@@ -74,7 +75,7 @@ def plan(info, registered_names, use_xnnpack, runtime) -> tuple[bool, dict[str, 
             return False, {}
         sg, op, name, consumer, consumer_name = feed
         raise ModelError(
-            f"subgraph {sg} operator {op} ({name}) computes the shape of its output from the input values while "
+            f"{messages.operator_at(sg, op, name)} computes the shape of its output from the input values while "
             f"the model runs, and operator {consumer} ({consumer_name}) takes that output; the "
             "XNNPACK delegate plans such operators when the interpreter is created and does not survive "
             "the shape changing. Create the interpreter with use_xnnpack=False (or leave use_xnnpack "

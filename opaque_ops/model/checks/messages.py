@@ -11,7 +11,12 @@ from __future__ import annotations
 
 def operator(sg, op) -> str:
     """``subgraph S operator N (NAME)``: an operator of the model as stored."""
-    return f"subgraph {sg.index} operator {op.index} ({op.op_name})"
+    return operator_at(sg.index, op.index, op.op_name)
+
+
+def operator_at(subgraph: int, index: int, name: str) -> str:
+    """:func:`operator` from the indices and the name alone (a verdict record keeps no more)."""
+    return f"subgraph {subgraph} operator {index} ({name})"
 
 
 def tensor(sg, t) -> str:
