@@ -458,10 +458,31 @@ class NativeInterpreter:
         """
         lib = self.rt.lib
         t = lib.TfLiteInterpreterGetTensor(self._interp, int(index))
-        if t == ffi.NULL or lib.TfLiteTensorGetAllocationStrategy(t) == 4:  # kTfLiteDynamic, as is_dynamic()
+        if not t or lib.TfLiteTensorGetAllocationStrategy(t) == 4:  # NULL, or kTfLiteDynamic as is_dynamic()
             return None
+        n = lib.TfLiteTensorNumDims(t)
+        if n == 4:  # most tensors: four calls without the list and range
+            dim = lib.TfLiteTensorDim
+            return (dim(t, 0), dim(t, 1), dim(t, 2), dim(t, 3))
         dim = lib.TfLiteTensorDim
-        return tuple([dim(t, i) for i in range(lib.TfLiteTensorNumDims(t))])
+        return tuple([dim(t, i) for i in range(n)])
+
+    def has_dynamic_tensor(self) -> bool:
+        """True if a tensor of the main subgraph is dynamic (kTfLiteDynamic, as ``is_dynamic()``).
+
+        The same C calls as ``tensor(i).is_dynamic()`` over every tensor,
+        without a TensorRef per tensor: asked after every allocation.
+        """
+        lib = self.rt.lib
+        get, strategy, interp = lib.TfLiteInterpreterGetTensor, lib.TfLiteTensorGetAllocationStrategy, self._interp
+        i = 0
+        while True:
+            t = get(interp, i)  # NULL past the last tensor (the C API checks the index)
+            if not t:
+                return False
+            if strategy(t) == 4:
+                return True
+            i += 1
 
     def input_tensor(self, position: int) -> TensorRef:
         return TensorRef(self.rt.lib.TfLiteInterpreterGetInputTensor(self._interp, position), self)

@@ -73,18 +73,6 @@ if TYPE_CHECKING:  # imported where used: signature_runner imports this module
 MAX_NUM_THREADS = max(64, os.cpu_count() or 1)
 
 
-def _has_dynamic_tensors(native) -> bool:
-    """True if a tensor of the main subgraph is dynamic (it may be reallocated during invoke)."""
-    i = 0
-    while True:
-        t = native.tensor(i)  # None past the last tensor (the C API checks the index)
-        if t is None:
-            return False
-        if t.is_dynamic():
-            return True
-        i += 1
-
-
 def check_num_threads(num_threads) -> None:
     """Refuse a ``num_threads`` that is not None or an int in ``1..MAX_NUM_THREADS``.
 
@@ -683,7 +671,7 @@ class Interpreter:
         self._layout_version = native.layout_version
         self._watch = True
         if graph.subgraph == 0:
-            self._moves = _has_dynamic_tensors(native)
+            self._moves = native.has_dynamic_tensor()  # it may be reallocated during invoke
 
     # True while the main subgraph has a dynamic tensor (kTfLiteDynamic, set by
     # the allocation): then invoke() itself may move memory.  A dynamic tensor

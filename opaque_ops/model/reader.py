@@ -314,20 +314,38 @@ class _Flat:
 
     def ints(self, p: int, base: str, index=None, name=None) -> tuple:
         """An int32 vector as a tuple of ints (no numpy round trip: these are short)."""
-        start, n = self.vector(p, 4, base, index, name)
+        # :meth:`vector`'s checks and charge, inline: a model's shapes and
+        # operator inputs and outputs are most of its vectors.  Anything out
+        # of bounds goes through :meth:`vector` for its message.
+        buf, size = self.buf, self.size
+        t = p + _U32(buf, p)[0]
+        if t + 4 > size:
+            self.vector(p, 4, base, index, name)
+        n = _U32(buf, t)[0]
+        if 4 * n > size - t - 4 or self.budget < n:
+            self.vector(p, 4, base, index, name)
+        self.budget -= n
         st = _INT_VECTORS.get(n)
         if st is None:
             if n > 64:
-                return struct.unpack_from(f"<{n}i", self.buf, start)
+                return struct.unpack_from(f"<{n}i", buf, t + 4)
             st = _INT_VECTORS[n] = struct.Struct(f"<{n}i")
-        return st.unpack_from(self.buf, start)
+        return st.unpack_from(buf, t + 4)
 
     def string(self, p: int, base: str, index=None, name=None) -> str:
-        start, n = self.vector(p, 1, base, index, name)
+        # :meth:`vector`'s checks and charge, inline (as in :meth:`ints`).
+        buf, size = self.buf, self.size
+        t = p + _U32(buf, p)[0]
+        if t + 4 > size:
+            self.vector(p, 1, base, index, name)
+        n = _U32(buf, t)[0]
+        if n > size - t - 4 or self.budget < n:
+            self.vector(p, 1, base, index, name)
+        self.budget -= n
         try:
-            return self.buf[start : start + n].decode("utf-8")
+            return buf[t + 4 : t + 4 + n].decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ModelError(f"{_w(base, index, name)} at offset {start - 4} is not valid UTF-8: {exc}") from None
+            raise ModelError(f"{_w(base, index, name)} at offset {t} is not valid UTF-8: {exc}") from None
 
     def array(self, p: int, dtype: np.dtype, base: str, index=None, name=None) -> np.ndarray:
         start, n = self.vector(p, dtype.itemsize, base, index, name)
