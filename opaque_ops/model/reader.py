@@ -210,6 +210,7 @@ _IDS = {
     _INDEXVEC: 11,
     _METADATA: 12,
 }
+_TENSOR_LID, _OPERATOR_LID = _IDS[_TENSOR], _IDS[_OPERATOR]  # (one global load each in the per-item readers)
 
 
 def _w(base: str, index=None, name=None) -> str:
@@ -509,7 +510,7 @@ def _buffer(f: _Flat, bp: int, i: int) -> tuple[int, int] | None:
 def _tensor(f: _Flat, tp: int, si: int, ti: int, base: str, buffers) -> TensorInfo:
     """Tensor ``ti`` of subgraph ``si`` (its table at ``tp``); ``buffers`` is the model's buffer list."""
     buf = f.buf
-    o0, o1, o2, o3, o4, o5, o6, o7 = f.table(tp, _TENSOR, _IDS[_TENSOR], base, ti)
+    o0, o1, o2, o3, o4, o5, o6, o7 = f.table(tp, _TENSOR, _TENSOR_LID, base, ti)
     shape = f.ints(tp + o0, base, ti, "shape") if o0 else ()
     ttype = _I8(buf, tp + o1)[0] if o1 else 0
     bidx = _U32(buf, tp + o2)[0] if o2 else 0
@@ -550,26 +551,30 @@ def _operator(f: _Flat, op: int, si: int, oi: int, base: str, codes, ntens: int)
     """Operator ``oi`` of subgraph ``si`` (its table at ``op``); ``codes`` = (operator codes, op names)."""
     buf = f.buf
     opcodes, op_names = codes
-    o = f.table(op, _OPERATOR, _IDS[_OPERATOR], base, oi)
-    opcode_index = _U32(buf, op + o[0])[0] if o[0] else 0
+    o0, o1, o2, o3, o4, o5, _, _, _, o9, o10 = f.table(op, _OPERATOR, _OPERATOR_LID, base, oi)
+    opcode_index = _U32(buf, op + o0)[0] if o0 else 0
     if opcode_index >= len(opcodes):
         raise ModelError(
             f"subgraph {si} operator {oi} uses opcode index {opcode_index} "
             f"but the model has {len(opcodes)} operator codes"
         )
     code, _custom, ver = opcodes[opcode_index]
-    op_in = _check_indices(list(f.ints(op + o[1], base, oi, "inputs")) if o[1] else [], ntens, True, si, "inputs", oi)
-    op_out = _check_indices(
-        list(f.ints(op + o[2], base, oi, "outputs")) if o[2] else [], ntens, True, si, "outputs", oi
-    )
-    opt_type = _U8(buf, op + o[3])[0] if o[3] else 0
+    op_in = list(f.ints(op + o1, base, oi, "inputs")) if o1 else []
+    # _check_indices' test, inline (it runs twice per operator); the call
+    # finds the culprit for the message.
+    if op_in and (min(op_in) < -1 or max(op_in) >= ntens):
+        _check_indices(op_in, ntens, True, si, "inputs", oi)
+    op_out = list(f.ints(op + o2, base, oi, "outputs")) if o2 else []
+    if op_out and (min(op_out) < -1 or max(op_out) >= ntens):
+        _check_indices(op_out, ntens, True, si, "outputs", oi)
+    opt_type = _U8(buf, op + o3)[0] if o3 else 0
     custom_options = None
-    if o[5]:
-        start, n = f.vector(op + o[5], 1, base, oi, "custom_options")
+    if o5:
+        start, n = f.vector(op + o5, 1, base, oi, "custom_options")
         custom_options = bytes(buf[start : start + n])
     else:
-        off = _U64(buf, op + o[9])[0] if o[9] else 0
-        n = _U64(buf, op + o[10])[0] if o[10] else 0
+        off = _U64(buf, op + o9)[0] if o9 else 0
+        n = _U64(buf, op + o10)[0] if o10 else 0
         if off > 1:
             if off + n > f.size:
                 raise ModelError(
@@ -597,8 +602,8 @@ def _operator(f: _Flat, op: int, si: int, oi: int, base: str, codes, ntens: int)
         options,
         opt_type,
         (
-            _builtin_options(f, f.sub(op + o[4], base, oi, "builtin_options"), opt_type, base, oi)
-            if opt_type and o[4]
+            _builtin_options(f, f.sub(op + o4, base, oi, "builtin_options"), opt_type, base, oi)
+            if opt_type and o4
             else None
         ),
     )

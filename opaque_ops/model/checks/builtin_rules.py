@@ -92,23 +92,24 @@ def check_window_options(sg, op) -> None:
     keys = _WINDOW_OPTIONS.get(op.op_name)
     if keys is None:
         return
-    where, opts = messages.operator(sg, op), effective_options(op)
+    # (The message prefix is built only for a refusal.)
+    opts = effective_options(op)
     if not has_own_options(op):
         # Without its own table the runtime zero-fills the params: padding
         # "unknown" and strides 0.
         raise ModelError(
-            f"{where} has no {_OP_OPTIONS[op.op_name]} (options type {op.builtin_options_type}); "
-            "the runtime would run it with strides of 0"
+            f"{messages.operator(sg, op)} has no {_OP_OPTIONS[op.op_name]} (options type "
+            f"{op.builtin_options_type}); the runtime would run it with strides of 0"
         )
     pad = opts.get("padding")
     if pad not in ("SAME", "VALID"):
         # An unknown padding enum leaves the output size undefined.
-        raise ModelError(f"{where} has padding {pad!r}; it must be SAME or VALID")
+        raise ModelError(f"{messages.operator(sg, op)} has padding {pad!r}; it must be SAME or VALID")
     # Kernels divide by strides and multiply by dilations unchecked.
     for key in keys:
         v = opts.get(key)
         if v is not None and not 1 <= v <= MAX_WINDOW_PARAM:
-            raise ModelError(f"{where} has {key}={v}; it must be between 1 and {MAX_WINDOW_PARAM}")
+            raise ModelError(f"{messages.operator(sg, op)} has {key}={v}; it must be between 1 and {MAX_WINDOW_PARAM}")
 
 
 def check_builtin(info, sg, op, producer) -> None:

@@ -106,29 +106,31 @@ def _check_handle_reads(sg, op, handles) -> None:
 
 def _check_output(sg, op, t: int, handles, producer) -> None:
     """Operator ``op`` may write tensor ``t``."""
-    where, tensor = messages.operator(sg, op), sg.tensors[t]
+    tensor = sg.tensors[t]  # (the message prefix is built only for a refusal)
     if t in producer:
         raise ModelError(
-            f"{where} writes tensor {t}, which operator {producer[t]} already writes: each tensor may have one producer"
+            f"{messages.operator(sg, op)} writes tensor {t}, which operator {producer[t]} already writes: each tensor may have one producer"
         )
     if t in op.inputs:
-        raise ModelError(f"{where} writes tensor {t}, which is also one of its own inputs")
+        raise ModelError(f"{messages.operator(sg, op)} writes tensor {t}, which is also one of its own inputs")
     if t in sg.inputs:
-        raise ModelError(f"{where} writes tensor {t}, which is an input of the subgraph")
+        raise ModelError(f"{messages.operator(sg, op)} writes tensor {t}, which is an input of the subgraph")
     if tensor.data is not None:
-        raise ModelError(f"{where} writes tensor {t}, which is a constant (it has data in the model)")
+        raise ModelError(
+            f"{messages.operator(sg, op)} writes tensor {t}, which is a constant (it has data in the model)"
+        )
     if t in handles and not op.is_custom and op.op_name not in _HANDLE_PRODUCERS:
         # Resource and variant tensors hold handles, not arena data: a
         # kernel writing its values there corrupts them.
         raise ModelError(
-            f"{where} writes tensor {t} of type {tensor.type_name}; only {sorted(_HANDLE_PRODUCERS)} produce those"
+            f"{messages.operator(sg, op)} writes tensor {t} of type {tensor.type_name}; only {sorted(_HANDLE_PRODUCERS)} produce those"
         )
     if tensor.type_name == "STRING" and not op.is_custom and op.op_name not in _STRING_PRODUCERS:
         # A string tensor gets no arena memory: the kernels that produce
         # strings allocate it themselves.  Any other kernel writes its
         # numbers through a null pointer (SOFTMAX: SIGSEGV).
         raise ModelError(
-            f"{where} writes tensor {t} of type STRING, which {op.op_name} cannot produce; "
+            f"{messages.operator(sg, op)} writes tensor {t} of type STRING, which {op.op_name} cannot produce; "
             f"only {sorted(_STRING_PRODUCERS)} write strings"
         )
     if tensor.is_variable:
@@ -136,7 +138,7 @@ def _check_output(sg, op, t: int, handles, producer) -> None:
         # through an *input*; planned as an output, the arena gives the same
         # bytes two lifetimes.
         raise ModelError(
-            f"{where} writes tensor {t}, which is marked as a variable (is_variable); "
+            f"{messages.operator(sg, op)} writes tensor {t}, which is marked as a variable (is_variable); "
             "variables are inputs of the ops that update them"
         )
 

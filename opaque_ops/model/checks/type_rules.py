@@ -277,9 +277,10 @@ def _positions(spec: str, n_in: int, n_out: int) -> list[tuple[str, int]]:
 
 
 # (op name, input count, output count) -> the rule's slots at that arity:
-# ([(what, k, allowed)], [[(what, k), ...] per group]).  The specs are parsed
-# once per arity, not once per operator: a model has hundreds of operators
-# and a handful of arities.
+# ([(what, k, allowed, i)], [[(what, k, i), ...] per group]), where i is the
+# slot's place in inputs + outputs.  The specs are parsed once per arity, not
+# once per operator: a model has hundreds of operators and a handful of
+# arities.
 _PLANS: dict[tuple[str, int, int], tuple[list, list]] = {}
 
 
@@ -287,9 +288,16 @@ def _plan(op) -> tuple[list, list]:
     key = (op.op_name, len(op.inputs), len(op.outputs))
     plan = _PLANS.get(key)
     if plan is None:
+        n_in = key[1]
+
+        def slot(w, k):
+            return k if w == "input" else n_in + k
+
         rule = TYPE_RULES.get(op.op_name, _NO_RULE)
-        fixed = [(w, k, allowed) for spec, allowed in rule.fixed.items() for w, k in _positions(spec, *key[1:])]
-        groups = [[s for spec in group for s in _positions(spec, *key[1:])] for group in rule.same]
+        fixed = [
+            (w, k, allowed, slot(w, k)) for spec, allowed in rule.fixed.items() for w, k in _positions(spec, *key[1:])
+        ]
+        groups = [[(w, k, slot(w, k)) for spec in group for w, k in _positions(spec, *key[1:])] for group in rule.same]
         plan = _PLANS[key] = (fixed, groups)
     return plan
 
@@ -307,8 +315,9 @@ def check_types(sg, op) -> None:
         return
     fixed, groups = _plan(op)
     tensors = sg.tensors
-    for what, k, allowed in fixed:
-        t = _tensor(op, what, k)
+    io = (*op.inputs, *op.outputs)
+    for what, k, allowed, i in fixed:
+        t = io[i]
         if t >= 0 and tensors[t].type_name not in allowed:
             raise ModelError(
                 f"{messages.operator(sg, op)}: {_typed(sg, op, what, k)}; {op.op_name} "
@@ -316,18 +325,18 @@ def check_types(sg, op) -> None:
                 "again (or fix the tensor's type)"
             )
     for g, group in enumerate(groups):
-        slots = [(what, k) for what, k in group if _tensor(op, what, k) >= 0]
+        slots = [(what, k, i) for what, k, i in group if io[i] >= 0]
         if len(slots) < 2:
             continue
-        first = tensors[_tensor(op, *slots[0])].type_name
-        for what, k in slots[1:]:
-            got = tensors[_tensor(op, what, k)].type_name
+        first = tensors[io[slots[0][2]]].type_name
+        for what, k, i in slots[1:]:
+            got = tensors[io[i]].type_name
             ok = (first,) if (g or what == "input") else TYPE_RULES[op.op_name].widen.get(first, (first,))
             if got not in ok:
                 want = " or ".join(ok)
                 verb = "reads" if what == "input" else "writes"
                 raise ModelError(
-                    f"{messages.operator(sg, op)}: {_typed(sg, op, what, k)}, but {_typed(sg, op, *slots[0])}; "
+                    f"{messages.operator(sg, op)}: {_typed(sg, op, what, k)}, but {_typed(sg, op, *slots[0][:2])}; "
                     f"{op.op_name} {verb} {want} there (the type of its {slots[0][0]} {slots[0][1]}). Convert "
                     "the model again (or fix the tensor's type)"
                 )
