@@ -127,15 +127,16 @@ def check_builtin(info, sg, op, producer) -> None:
         )
     rule = None if op.is_custom else _RULES.get(op.op_name)
     if rule is not None:
-        rule(info, sg, op, producer, messages.operator(sg, op), effective_options(op))
+        # (Each rule spells its message prefix only when it refuses.)
+        rule(info, sg, op, producer, effective_options(op))
 
 
-def _split(info, sg, op, producer, where, opts) -> None:
+def _split(info, sg, op, producer, opts) -> None:
     # The reference kernel refuses a mismatch in Prepare; the XNNPACK
     # delegate writes num_splits outputs while it builds its graph.
     if opts.get("num_splits") != len(op.outputs):
         raise ModelError(
-            f"{where} has {len(op.outputs)} outputs but num_splits={opts.get('num_splits')}; they must be equal"
+            f"{messages.operator(sg, op)} has {len(op.outputs)} outputs but num_splits={opts.get('num_splits')}; they must be equal"
         )
     k = _SPLIT_AXIS[op.op_name]
     ax = op.inputs[k] if len(op.inputs) > k else -1
@@ -144,12 +145,12 @@ def _split(info, sg, op, producer, where, opts) -> None:
         # The kernels read the axis as one int32 (GetTensorData<int>(axis)[0]),
         # checking neither its type nor its size: an empty one is a null read.
         raise ModelError(
-            f"{where} reads its axis from tensor {ax}, a {axis.type_name} of shape "
+            f"{messages.operator(sg, op)} reads its axis from tensor {ax}, a {axis.type_name} of shape "
             f"{list(axis.shape)}; the axis must be one INT32 value"
         )
 
 
-def _transpose(info, sg, op, producer, where, opts) -> None:
+def _transpose(info, sg, op, producer, opts) -> None:
     if len(op.inputs) < 2 or op.inputs[1] < 0:
         return
     # The XNNPACK delegate copies the permutation into a fixed array of
@@ -159,23 +160,23 @@ def _transpose(info, sg, op, producer, where, opts) -> None:
     perm = sg.tensors[op.inputs[1]]
     if perm.type_name not in ("INT32", "INT64") or len(perm.shape) != 1 or perm.shape[0] > MAX_RANK:
         raise ModelError(
-            f"{where} takes its permutation from tensor {op.inputs[1]}, a {perm.type_name} "
+            f"{messages.operator(sg, op)} takes its permutation from tensor {op.inputs[1]}, a {perm.type_name} "
             f"of shape {list(perm.shape)}; it must be a 1-D INT32 or INT64 tensor of at most "
             f"{MAX_RANK} entries"
         )
 
 
-def _concatenation(info, sg, op, producer, where, opts) -> None:
+def _concatenation(info, sg, op, producer, opts) -> None:
     if not op.inputs or op.inputs[0] < 0:
         return
     rank = len(sg.tensors[op.inputs[0]].shape)
     ax = opts.get("axis", 0)
     # The XNNPACK delegate indexes the shape with the axis at creation.
     if not -rank <= ax < max(rank, 1):
-        raise ModelError(f"{where} has axis={ax}, outside the inputs' rank {rank}")
+        raise ModelError(f"{messages.operator(sg, op)} has axis={ax}, outside the inputs' rank {rank}")
 
 
-def _dequantize(info, sg, op, producer, where, opts) -> None:
+def _dequantize(info, sg, op, producer, opts) -> None:
     if not op.inputs or not op.outputs or min(op.inputs[0], op.outputs[0]) < 0:
         return
     src, dst = sg.tensors[op.inputs[0]], sg.tensors[op.outputs[0]]
@@ -184,23 +185,23 @@ def _dequantize(info, sg, op, producer, where, opts) -> None:
         # weights) into static weights of the *declared* output shape, and
         # reads that many values from the constant.
         raise ModelError(
-            f"{where} turns constant {op.inputs[0]} of shape {list(src.shape)} into tensor "
+            f"{messages.operator(sg, op)} turns constant {op.inputs[0]} of shape {list(src.shape)} into tensor "
             f"{op.outputs[0]} declared {list(dst.shape)}; the shapes must be equal"
         )
 
 
-def _strided_slice(info, sg, op, producer, where, opts) -> None:
+def _strided_slice(info, sg, op, producer, opts) -> None:
     if opts.get("offset"):
         # With offset=True, end is relative to begin; the XNNPACK delegate of
         # the runtimes in use ignores the flag and slices another shape than
         # the one planned.  Refused until a runtime handles it everywhere.
         raise ModelError(
-            f"{where} has offset=True (end relative to begin), which the runtime's "
+            f"{messages.operator(sg, op)} has offset=True (end relative to begin), which the runtime's "
             "XNNPACK path does not honour; re-export the model without it"
         )
 
 
-def _block_size(info, sg, op, producer, where, opts) -> None:
+def _block_size(info, sg, op, producer, opts) -> None:
     # The kernels divide by block_size and compute block_size**2 in an int:
     # 65536 wraps to 0 and the XNNPACK delegate's channel check divides by
     # it (SIGFPE while the interpreter is created).  Above sqrt(MAX_ELEMENTS)
@@ -208,10 +209,12 @@ def _block_size(info, sg, op, producer, where, opts) -> None:
     # run.
     bs = opts.get("block_size", 0)
     if bs < 1 or bs * bs > MAX_ELEMENTS:
-        raise ModelError(f"{where} has block_size={bs}; it must be at least 1 and its square at most {MAX_ELEMENTS}")
+        raise ModelError(
+            f"{messages.operator(sg, op)} has block_size={bs}; it must be at least 1 and its square at most {MAX_ELEMENTS}"
+        )
 
 
-def _variable(info, sg, op, producer, where, opts) -> None:
+def _variable(info, sg, op, producer, opts) -> None:
     if not op.inputs or op.inputs[0] < 0:
         return
     # The kernels look the variable up by the handle VAR_HANDLE wrote into
@@ -220,18 +223,18 @@ def _variable(info, sg, op, producer, where, opts) -> None:
     p = producer.get(res)
     if res not in sg.inputs and (p is None or sg.operators[p].op_name != "VAR_HANDLE"):
         raise ModelError(
-            f"{where} reads resource tensor {res}, which no VAR_HANDLE of subgraph "
+            f"{messages.operator(sg, op)} reads resource tensor {res}, which no VAR_HANDLE of subgraph "
             f"{sg.index} writes (and which is not a subgraph input)"
         )
 
 
-def _control_flow(info, sg, op, producer, where, opts) -> None:
+def _control_flow(info, sg, op, producer, opts) -> None:
     name = op.op_name
     for field in SUBGRAPH_FIELDS[name]:
         k = opts.get(field, 0)
         if not 0 < k < len(info.subgraphs) or k == sg.index:
             raise ModelError(
-                f"{where} has {field}={k}; it must name another subgraph "
+                f"{messages.operator(sg, op)} has {field}={k}; it must name another subgraph "
                 f"(1 to {len(info.subgraphs) - 1}, not {sg.index} itself)"
             )
     # The kernels copy tensors between the caller and the called subgraph by
@@ -257,7 +260,7 @@ def _control_flow(info, sg, op, producer, where, opts) -> None:
             ta, tb = sg.tensors[a].type_name, callee.tensors[b].type_name
             if ta != tb:
                 raise ModelError(
-                    f"{where}: {what} {k} (tensor {a}) is {ta}, but subgraph "
+                    f"{messages.operator(sg, op)}: {what} {k} (tensor {a}) is {ta}, but subgraph "
                     f"{callee.index}'s {what} {k} is {tb}; they must have the same type"
                 )
 

@@ -277,10 +277,11 @@ def _positions(spec: str, n_in: int, n_out: int) -> list[tuple[str, int]]:
 
 
 # (op name, input count, output count) -> the rule's slots at that arity:
-# ([(what, k, allowed, i)], [[(what, k, i), ...] per group]), where i is the
-# slot's place in inputs + outputs.  The specs are parsed once per arity, not
-# once per operator: a model has hundreds of operators and a handful of
-# arities.
+# ([(i, allowed, what, k)], [[(i, widen, what, k), ...] per group]), where i
+# is the slot's place in inputs + outputs and widen the rule's widen table
+# where it applies (a first group's outputs), else None.  The specs are
+# parsed once per arity, not once per operator: a model has hundreds of
+# operators and a handful of arities.
 _PLANS: dict[tuple[str, int, int], tuple[list, list]] = {}
 
 
@@ -289,15 +290,20 @@ def _plan(op) -> tuple[list, list]:
     plan = _PLANS.get(key)
     if plan is None:
         n_in = key[1]
-
-        def slot(w, k):
-            return k if w == "input" else n_in + k
-
         rule = TYPE_RULES.get(op.op_name, _NO_RULE)
         fixed = [
-            (w, k, allowed, slot(w, k)) for spec, allowed in rule.fixed.items() for w, k in _positions(spec, *key[1:])
+            (k if w == "input" else n_in + k, allowed, w, k)
+            for spec, allowed in rule.fixed.items()
+            for w, k in _positions(spec, *key[1:])
         ]
-        groups = [[(w, k, slot(w, k)) for spec in group for w, k in _positions(spec, *key[1:])] for group in rule.same]
+        groups = [
+            [
+                (k if w == "input" else n_in + k, None if (g or w == "input" or not rule.widen) else rule.widen, w, k)
+                for spec in group
+                for w, k in _positions(spec, *key[1:])
+            ]
+            for g, group in enumerate(rule.same)
+        ]
         plan = _PLANS[key] = (fixed, groups)
     return plan
 
@@ -316,7 +322,7 @@ def check_types(sg, op) -> None:
     fixed, groups = _plan(op)
     tensors = sg.tensors
     io = (*op.inputs, *op.outputs)
-    for what, k, allowed, i in fixed:
+    for i, allowed, what, k in fixed:
         t = io[i]
         if t >= 0 and tensors[t].type_name not in allowed:
             raise ModelError(
@@ -324,22 +330,31 @@ def check_types(sg, op) -> None:
                 f"{'reads' if what == 'input' else 'writes'} {' or '.join(allowed)} there. Convert the model "
                 "again (or fix the tensor's type)"
             )
-    for g, group in enumerate(groups):
-        slots = [(what, k, i) for what, k, i in group if io[i] >= 0]
-        if len(slots) < 2:
-            continue
-        first = tensors[io[slots[0][2]]].type_name
-        for what, k, i in slots[1:]:
-            got = tensors[io[i]].type_name
-            ok = (first,) if (g or what == "input") else TYPE_RULES[op.op_name].widen.get(first, (first,))
-            if got not in ok:
-                want = " or ".join(ok)
-                verb = "reads" if what == "input" else "writes"
-                raise ModelError(
-                    f"{messages.operator(sg, op)}: {_typed(sg, op, what, k)}, but {_typed(sg, op, *slots[0][:2])}; "
-                    f"{op.op_name} {verb} {want} there (the type of its {slots[0][0]} {slots[0][1]}). Convert "
-                    "the model again (or fix the tensor's type)"
-                )
+    for group in groups:
+        # The first slot present (not an omitted -1) sets the type the others must have.
+        first = lead = None
+        for i, widen, what, k in group:
+            t = io[i]
+            if t < 0:
+                continue
+            got = tensors[t].type_name
+            if lead is None:
+                first, lead = got, (what, k)
+                continue
+            if widen is None:
+                if got == first:
+                    continue
+                ok: tuple = (first,)
+            else:
+                ok = widen.get(first, (first,))
+                if got in ok:
+                    continue
+            verb = "reads" if what == "input" else "writes"
+            raise ModelError(
+                f"{messages.operator(sg, op)}: {_typed(sg, op, what, k)}, but {_typed(sg, op, *lead)}; "
+                f"{op.op_name} {verb} {' or '.join(ok)} there (the type of its {lead[0]} {lead[1]}). Convert "
+                "the model again (or fix the tensor's type)"
+            )
     if op.op_name == "UNIQUE" and len(op.outputs) > 1 and op.outputs[1] >= 0 and has_own_options(op):
         # The kernel writes indices of the options' type (anything but INT64 means INT32).
         want = "INT64" if effective_options(op).get("idx_out_type") in ("INT64", 4) else "INT32"
@@ -367,6 +382,10 @@ def _declared_rank(t):
     return len(shape) if shape else None
 
 
+_UNARY_RANK = frozenset(_UNARY | {"CAST"})
+_BINARY_RANK = frozenset(_BINARY | {"PRELU"}) - _UNARY_RANK
+
+
 def _check_elementwise_rank(sg, op) -> None:
     """An elementwise op's output keeps its inputs' rank (the broadcast rank for two inputs).
 
@@ -377,23 +396,33 @@ def _check_elementwise_rank(sg, op) -> None:
     be placeholders.
     """
     name = op.op_name
-    if name == "CAST" or name in _UNARY:
+    if name in _UNARY_RANK:
         ins = op.inputs[:1]
-    elif name in _BINARY or name == "PRELU":
+    elif name in _BINARY_RANK:
         ins = op.inputs[:2]
     else:
         return
     if not ins or min(ins) < 0 or len(op.outputs) != 1 or op.outputs[0] < 0:
         return
-    ranks = [_declared_rank(sg.tensors[t]) for t in ins]
-    out = _declared_rank(sg.tensors[op.outputs[0]])
-    if None in ranks or out is None or out == max(ranks):
+    tensors = sg.tensors
+    out = _declared_rank(tensors[op.outputs[0]])
+    if out is None:
+        return
+    rank = _declared_rank(tensors[ins[0]])
+    if rank is None:
+        return
+    if len(ins) > 1:
+        second = _declared_rank(tensors[ins[1]])
+        if second is None:
+            return
+        rank = max(rank, second)
+    if out == rank:
         return
     t = sg.tensors[op.outputs[0]]
     shapes = ", ".join(f"input {k} (tensor {i}) is {list(sg.tensors[i].shape)}" for k, i in enumerate(ins))
     raise ModelError(
         f"{messages.operator(sg, op)}: {shapes}, but output 0 (tensor {op.outputs[0]}) is declared {list(t.shape)}; "
-        f"{name} writes a rank-{max(ranks)} tensor there. Convert the model again (or fix the declared shape)"
+        f"{name} writes a rank-{rank} tensor there. Convert the model again (or fix the declared shape)"
     )
 
 
