@@ -370,7 +370,10 @@ class Interpreter:
         try:
             # A registered kernel replaces the runtime's op of the same name.
             # Parsed and checked once per model content (model.cache).
-            self._info = checked_model(data, registered={op for lib in self._libs for op, _v in lib.ops})
+            # The record of a new verdict is written after the first allocation (see _allocate_locked).
+            self._info = checked_model(
+                data, registered={op for lib in self._libs for op, _v in lib.ops}, defer_write=True
+            )
         except ModelError as exc:
             raise ModelError(f"{self._model_name} is not a usable TFLite model: {exc}") from None
         self._model_bytes = data
@@ -666,6 +669,10 @@ class Interpreter:
             if pending is not None and err.__context__ is None:
                 err.__context__ = pending
             raise
+        finally:
+            # One write of the model's record, with this allocation's verdict
+            # (check_allocated wrote it if it kept a new one).
+            model_cache.write_pending(self._info)
         self._check(status, what, native)
         self._set_planned(graph.subgraph, True)
         self._layout_version = native.layout_version

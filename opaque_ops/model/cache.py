@@ -19,7 +19,10 @@ step (the *verdict*: passed, or the exact error) is kept:
   verdicts (check_model's per registered runtime-op names, check_allocated's
   per configuration and planned shapes, refusals included), the custom ops
   the model uses and the tensor indices that key check_allocated's verdicts;
-  nothing else of the model.  A refused model gets no record.
+  nothing else of the model.  A refused model gets no record.  An
+  interpreter writes its model's record once, with the verdict of its first
+  allocation (:func:`write_pending`): creating a file is most of a write's
+  cost, and a first start would otherwise write the record twice.
 
 No check is weakened.  A verdict is reused only for the exact same bytes (the
 SHA-256 is the key), the same checking code (the record's name carries a
@@ -89,7 +92,7 @@ _UNKNOWN = object()
 _ERRORS = {"ModelError": ModelError, "ShapeError": ShapeError}
 
 
-def checked_model(data: bytes, registered=()) -> ModelInfo:
+def checked_model(data: bytes, registered=(), defer_write: bool = False) -> ModelInfo:
     """Parse ``data`` and run :func:`check_model`, or return the kept result.
 
     Parameters
@@ -98,6 +101,10 @@ def checked_model(data: bytes, registered=()) -> ModelInfo:
         The model.
     registered : collection of str
         Custom op names the caller registers (see :func:`check_model`).
+    defer_write : bool
+        Keep a new verdict in memory only, until :func:`write_pending` (or
+        the next verdict kept) writes the record: an interpreter writes it
+        after its first allocation, with the allocation's verdict.
 
     Raises
     ------
@@ -132,7 +139,7 @@ def checked_model(data: bytes, registered=()) -> ModelInfo:
             verdict = None
         except ModelError as exc:
             verdict = exc
-        verdicts.set_model(reg, verdict)
+        verdicts.set_model(reg, verdict, write=not defer_write)
     if verdict is not None:
         raise ModelError(str(verdict))
     return entry
@@ -299,6 +306,9 @@ class Verdicts:
         self.feed = feed
         self.model: dict = {}
         self._allocated: dict = {}
+        # A verdict kept in memory that the record on disk does not have yet
+        # (set_model(write=False)).
+        self.pending = False
 
     @classmethod
     def of(cls, key: bytes, info: ModelInfo) -> Verdicts:
@@ -327,11 +337,13 @@ class Verdicts:
             self._allocated[key] = verdict
         self.save()
 
-    def set_model(self, registered: frozenset, verdict) -> None:
-        """Keep check_model's verdict for these registered runtime-op names (and write the record)."""
+    def set_model(self, registered: frozenset, verdict, write: bool = True) -> None:
+        """Keep check_model's verdict for these registered runtime-op names; write the record or mark it pending."""
         with _lock:
             self.model[registered] = verdict
-        self.save()
+            self.pending = not write
+        if write:
+            self.save()
 
     # ---------------------------------------------------------------- disk
     def to_json(self) -> dict:
@@ -363,10 +375,18 @@ class Verdicts:
     def save(self) -> None:
         """Write the record, for a model that passed :func:`check_model` (refusals are not kept on disk)."""
         with _lock:
+            self.pending = False
             if None not in self.model.values():
                 return
             doc = self.to_json()
         _save(self.key, doc)
+
+
+def write_pending(info: ModelInfo) -> None:
+    """Write the record of a model from :func:`checked_model` if it holds a verdict not written yet."""
+    store = info.verdicts.get("store")
+    if store is not None and store.pending:
+        store.save()
 
 
 def xnnpack_hazard(info: ModelInfo):

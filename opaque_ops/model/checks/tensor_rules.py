@@ -44,9 +44,11 @@ def check_tensor(sg, t) -> None:
                 f"{messages.tensor(sg, t)} has sparsity parameters but no data; only constant tensors can be sparse"
             )
         check_sparsity(sg, t)
-    else:
+    elif t.data is not None:  # (the rule's own first test, before the call: most tensors have no data)
         _check_dense_size(sg, t, count)
-    _check_quantization(sg, t)
+    quant = t.quantization
+    if len(quant["scales"]) or len(quant["zero_points"]) or t.type_name == "INT4":  # (likewise)
+        _check_quantization(sg, t)
 
 
 def _check_shape(sg, t) -> int:
