@@ -447,7 +447,8 @@ def infer_shapes(info, shape_of) -> dict:
 
     prepared = True
     for op in sg.operators:
-        ins = [get(t) for t in op.inputs]
+        # (Most inputs are known already: the output of an earlier operator.)
+        ins = [known[t] if t in known else get(t) for t in op.inputs]
         where = f"operator {op.index} ({op.op_name})"
         # A custom op's output shape is its kernel's business (its Prepare
         # reports what is wrong better than a rule here could).

@@ -108,7 +108,7 @@ def _check_sizes(sg, shapes) -> None:
                 f"{messages.planned_tensor(sg, t)} would have rank {len(shape)}; the "
                 f"runtime supports at most {MAX_RANK} dimensions"
             )
-        if min(shape, default=0) >= 0 and elements(shape) > MAX_ELEMENTS:
+        if (not shape or min(shape) >= 0) and elements(shape) > MAX_ELEMENTS:  # (min's default= costs a call's worth)
             raise ModelError(
                 f"{messages.planned_tensor(sg, t)} would have shape {list(shape)}: more "
                 f"than {MAX_ELEMENTS} elements. Resize the input to a smaller shape"
