@@ -456,16 +456,28 @@ class NativeInterpreter:
         without a TensorRef per tensor: the model checks ask this for every
         tensor after each allocation (a model's first creation).
         """
-        lib = self.rt.lib
-        t = lib.TfLiteInterpreterGetTensor(self._interp, int(index))
-        if not t or lib.TfLiteTensorGetAllocationStrategy(t) == 4:  # NULL, or kTfLiteDynamic as is_dynamic()
+        t = self._planned(index)
+        if t is None:
             return None
+        lib = self.rt.lib
         n = lib.TfLiteTensorNumDims(t)
         if n == 4:  # most tensors: four calls without the list and range
             dim = lib.TfLiteTensorDim
             return (dim(t, 0), dim(t, 1), dim(t, 2), dim(t, 3))
         dim = lib.TfLiteTensorDim
         return tuple([dim(t, i) for i in range(n)])
+
+    def _planned(self, index: int):
+        """Tensor ``index`` (a TfLiteTensor*) if TFLite planned its shape, else None (no such tensor, or dynamic)."""
+        lib = self.rt.lib
+        t = lib.TfLiteInterpreterGetTensor(self._interp, int(index))
+        if not t or lib.TfLiteTensorGetAllocationStrategy(t) == 4:  # NULL, or kTfLiteDynamic as is_dynamic()
+            return None
+        return t
+
+    def is_planned(self, index: int) -> bool:
+        """Whether ``allocated_shape(index)`` is a shape (not None), with two C calls instead of the shape's."""
+        return self._planned(index) is not None
 
     def has_dynamic_tensor(self) -> bool:
         """True if a tensor of the main subgraph is dynamic (kTfLiteDynamic, as ``is_dynamic()``).

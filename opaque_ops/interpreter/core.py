@@ -783,7 +783,7 @@ class Interpreter:
 
     def _check_allocated(self, native, graph: _Graph) -> None:
         if graph.subgraph == 0:
-            check_allocated(self._info, native.allocated_shape, self._check_config)
+            check_allocated(self._info, native.allocated_shape, self._check_config, native.is_planned)
         else:
             # The C API reaches another subgraph's tensors only through its
             # signature: those shapes are known, the rest are "unknown".

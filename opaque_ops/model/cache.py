@@ -145,7 +145,7 @@ def checked_model(data: bytes, registered=(), defer_write: bool = False) -> Mode
     return entry
 
 
-def check_allocated(info: ModelInfo, shape_of, config=()) -> None:
+def check_allocated(info: ModelInfo, shape_of, config=(), planned=None) -> None:
     """Reject what only the allocated shapes reveal, before anything is invoked.
 
     Parameters
@@ -162,6 +162,11 @@ def check_allocated(info: ModelInfo, shape_of, config=()) -> None:
         What else the planned shapes depend on (the runtime library, whether
         XNNPACK is applied): part of the key under which the verdict is kept
         for a model the Interpreter holds (one from :func:`checked_model`).
+    planned : callable, optional
+        ``planned(tensor_index) -> bool``: whether ``shape_of(tensor_index)``
+        is a shape rather than None, asked instead where only that matters
+        (the runtime answers it with fewer calls than the shape).  Default:
+        ``shape_of(tensor_index) is not None``.
 
     Raises
     ------
@@ -194,7 +199,7 @@ def check_allocated(info: ModelInfo, shape_of, config=()) -> None:
     """
     if not info.verdicts.get("cacheable"):
         with gc_paused():
-            check_allocated_shapes(info, shape_of)
+            check_allocated_shapes(info, shape_of, planned)
         return
     key, known, err, remember = _allocated_slot(info, shape_of, config)
     if known:
@@ -203,7 +208,7 @@ def check_allocated(info: ModelInfo, shape_of, config=()) -> None:
         return
     try:
         with gc_paused():
-            check_allocated_shapes(info, shape_of)
+            check_allocated_shapes(info, shape_of, planned)
     except ModelError as exc:
         remember(key, exc)
         raise

@@ -408,7 +408,7 @@ def _strided_slice(sg, op, x, o, where):
     return [tuple(out)]
 
 
-def infer_shapes(info, shape_of) -> dict:
+def infer_shapes(info, shape_of, planned=None) -> dict:
     """Shapes of subgraph 0's tensors as TFLite will use them (None: not known before invoke).
 
     Parameters
@@ -416,6 +416,10 @@ def infer_shapes(info, shape_of) -> dict:
     info : ModelInfo
     shape_of : callable
         ``shape_of(i)``: the runtime's shape for tensor i (None if dynamic).
+    planned : callable, optional
+        ``planned(i)``: whether ``shape_of(i)`` is not None, asked instead of
+        ``shape_of`` for outputs whose shape the op's rule gives (only
+        whether the runtime planned them matters there).
 
     Raises
     ------
@@ -471,13 +475,16 @@ def infer_shapes(info, shape_of) -> dict:
             if t < 0:
                 continue
             # (Once preparing has stopped, the runtime's shapes are not used.)
+            # A dynamic output (no shape planned): the runtime stops preparing here.
+            if outs is not None and outs[k] is not None:
+                if prepared and not (planned(t) if planned is not None else shape_of(t) is not None):
+                    prepared = False
+                known[t] = tuple(map(int, outs[k]))
+                continue
             rt = shape_of(t) if prepared else None
             if rt is None:
-                # A dynamic output: the runtime stops preparing here.
                 prepared = False
-            if outs is not None and outs[k] is not None:
-                known[t] = tuple(map(int, outs[k]))
-            elif prepared and None not in ins and rt is not None:
+            if prepared and None not in ins and rt is not None:
                 known[t] = tuple(rt)
             else:
                 known[t] = None

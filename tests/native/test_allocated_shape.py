@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from opaque_ops import _native
-from opaque_ops.model import ModelBuilder
+from opaque_ops.errors import ModelError
+from opaque_ops.model import ModelBuilder, read_model
+from opaque_ops.model.shapes import infer_shapes
 from tests.helpers.reference_models import wheel_models
 
 
@@ -69,8 +71,27 @@ def test_allocated_shape_answers_as_the_tensor_ref_path(name, xnnpack):
         want = [_by_tensor_ref(native, i) for i in indices]
         assert got == want, phase
         assert all(s is None or all(type(d) is int for d in s) for s in got)
+        # is_planned, which the checks ask where only that matters, says the same with fewer calls.
+        assert [native.is_planned(i) for i in indices] == [s is not None for s in got], phase
+    assert native.has_dynamic_tensor() == any(native.tensor(i).is_dynamic() for i in range(n))
     if name == "dynamic reshape":
         # Dynamic on 2.17.1 (the shape is an input); 2.23 plans it from the
         # model's declared shape.  Either way both paths agree (above).
         out = native.output_indices()[0]
         assert (native.allocated_shape(out) is None) == native.tensor(out).is_dynamic()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_infer_shapes_gives_the_same_shapes_when_it_asks_is_planned(name):
+    data = MODELS[name]()
+    native = _native.NativeInterpreter(_native.NativeModel(data), [], use_xnnpack=True)
+    native.allocate()
+    info = read_model(data)
+
+    def shapes(*planned):
+        try:
+            return infer_shapes(info, native.allocated_shape, *planned)
+        except ModelError as exc:  # (a model refused at its declared shapes: the same refusal)
+            return type(exc), str(exc)
+
+    assert shapes(native.is_planned) == shapes()

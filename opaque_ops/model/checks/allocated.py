@@ -45,7 +45,7 @@ def check_resize(info, tensor_index: int, shape) -> None:
         )
 
 
-def check_allocated_shapes(info, shape_of) -> None:
+def check_allocated_shapes(info, shape_of, planned=None) -> None:
     """The rules of :func:`~opaque_ops.model.check_allocated`, run every time (nothing is kept).
 
     Parameters
@@ -55,6 +55,8 @@ def check_allocated_shapes(info, shape_of) -> None:
     shape_of : callable
         ``shape_of(tensor_index) -> tuple of int or None``, as for
         :func:`~opaque_ops.model.check_allocated`.
+    planned : callable, optional
+        As for :func:`~opaque_ops.model.check_allocated`.
 
     Raises
     ------
@@ -62,7 +64,7 @@ def check_allocated_shapes(info, shape_of) -> None:
         The message names the operator and tensor at fault and the fix.
     """
     sg = info.subgraphs[0]
-    shapes = infer_shapes(info, shape_of)
+    shapes = infer_shapes(info, shape_of, planned)
     _check_sizes(sg, shapes)
     # What the caller will read: the runtime's output shapes must be the ones
     # the operators give (with an empty batch, XNNPACK 2.17.1 leaves garbage

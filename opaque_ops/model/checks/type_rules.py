@@ -249,6 +249,8 @@ def value_dependent_feed(info):
     44:10417) where the reference kernels refused the shape cleanly.
     """
     for sg in info.subgraphs:
+        if not any(op.op_name in VALUE_SHAPES and not op.is_custom for op in sg.operators):
+            continue  # (most subgraphs: no consumer map to build)
         consumers: dict[int, object] = {}
         for op in sg.operators:
             for t in op.inputs:
