@@ -54,25 +54,6 @@ def per_call(fn, n: int, repeats: int = 7) -> float:
     return statistics.median(samples)
 
 
-class _NoLock:
-    """Stands in for an Interpreter's call lock, to measure what the lock costs."""
-
-    owner = None
-
-    class lock:  # noqa: N801 - mimics opaque_ops.interpreter.call_lock.CallLock.lock
-        acquire = staticmethod(lambda blocking=True: True)
-        release = staticmethod(lambda: None)
-
-    def wait(self, what):
-        pass
-
-    def acquire(self, what):
-        pass
-
-    def release(self):
-        pass
-
-
 def tiny_loops() -> dict:
     """The per-iteration loops on the tiny ADD model, by implementation name.
 
@@ -112,19 +93,18 @@ def tiny_loops() -> dict:
         raw_invoke(handle)
         return rout.copy()
 
-    # The same loop on an interpreter whose call lock is removed: the
-    # difference to "opaque_ops" is what serializing the calls costs.
-    # (Benchmark only: an unlocked interpreter is not safe to share.)
-    bare = oo.Interpreter(model_content=data)
-    bare.allocate_tensors()
-    bare._calls, bare._lock = _NoLock(), _NoLock.lock
+    # The same loop through the Python methods alone, as where the fast
+    # calls module cannot be built (opaque_ops.interpreter.fast_calls).
+    slow = oo.Interpreter(model_content=data)
+    slow.allocate_tensors()
+    slow._fast = None
 
-    def ours_unlocked():
-        bare.set_tensor(i_in, x)
-        bare.invoke()
-        return bare.get_tensor(i_out)
+    def ours_python():
+        slow.set_tensor(i_in, x)
+        slow.invoke()
+        return slow.get_tensor(i_out)
 
-    loops = {"opaque_ops": ours, "opaque_ops_unlocked": ours_unlocked, "opaque_ops_views": ours_views, "raw_cffi": raw}
+    loops = {"opaque_ops": ours, "opaque_ops_python": ours_python, "opaque_ops_views": ours_views, "raw_cffi": raw}
     for modname in ("ai_edge_litert.interpreter", "tflite_runtime.interpreter"):
         try:
             mod = __import__(modname, fromlist=["Interpreter"])

@@ -50,6 +50,15 @@ def _compile_cache(tmp_path_factory):
     """One compile cache for the whole run, away from the user's own cache."""
     if "OPAQUE_OPS_CACHE_DIR" not in os.environ:
         os.environ["OPAQUE_OPS_CACHE_DIR"] = str(tmp_path_factory.mktemp("oo_cache"))
+    # The fast calls module (opaque_ops.interpreter.fast_calls) is built once,
+    # into that cache, and named to every child process: one with a cache of
+    # its own (the lifecycle cases) would otherwise build it again.
+    if "OPAQUE_OPS_FASTCALLS" not in os.environ:
+        from opaque_ops.interpreter import fast_calls
+
+        used, where = fast_calls.status()
+        if used:
+            os.environ["OPAQUE_OPS_FASTCALLS"] = where
     yield
 
 

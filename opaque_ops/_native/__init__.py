@@ -11,7 +11,9 @@ sees a raw pointer.  It is cffi's ABI mode: nothing is compiled to use it.
 - :mod:`.python_operator`: operators whose callbacks are Python functions;
 - :mod:`.native_delegate`: delegate plugins (``tflite_plugin_create_delegate``);
 - :mod:`.lifetime`: freeing C objects that interpreters point to, in a safe order;
-- :mod:`.pending`: exceptions raised inside callbacks, re-raised after C returns.
+- :mod:`.pending`: exceptions raised inside callbacks, re-raised after C returns;
+- :mod:`.fast_calls`: importing the fast calls extension (``c/src/fastcalls.c``) and
+  the addresses it calls.
 
 It imports nothing of opaque_ops but :mod:`opaque_ops.errors`: policy (XNNPACK's
 op aliases, the host architecture for a message) comes in as arguments
@@ -20,6 +22,7 @@ op aliases, the host architecture for a message) comes in as arguments
 
 from __future__ import annotations
 
+from . import fast_calls
 from .kernel_library import ABI_VERSION, KernelLibrary, Operator, kernel_library, parse_stamp
 from .native_delegate import NativeDelegate
 from .native_interpreter import (
@@ -51,6 +54,7 @@ __all__ = [
     "Operator",
     "PyOperator",
     "Runtime",
+    "fast_calls",
     "STATUS_NAMES",
     "TENSOR_ALIGNMENT",
     "TFLITE_TO_NUMPY",

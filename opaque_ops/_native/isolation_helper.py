@@ -122,22 +122,26 @@ def _bind(fn, ptr):
     return functools.partial(fn, ptr)
 
 
-def moved_probe(tensors):
-    """A function telling whether any of ``tensors`` left its place.
+def moved_probe(native, tensors):
+    """A function telling whether any of ``tensors`` of ``native`` (a NativeInterpreter) left its place.
 
-    ``tensors`` holds ``(TensorRef, address, nbytes)``: where each tensor's
-    data was and how big it was.  TFLite may reallocate a tensor during
-    ``invoke`` (an op that resizes its output makes it dynamic), even one
-    placed in a custom allocation.  Two C calls per tensor, no Python objects
-    made: this runs after every isolated invoke.
+    ``tensors`` holds ``(tensor index, address, nbytes)``: where each
+    tensor's data was and how big it was.  TFLite may reallocate a tensor
+    during ``invoke`` (an op that resizes its output makes it dynamic), even
+    one placed in a custom allocation; and it may move the TfLiteTensor
+    structs themselves (2.23 grows its tensor table while it prepares a
+    dynamic model's ops), so each is looked up again by index.  Three C calls
+    per tensor, no Python objects made: this runs after every isolated invoke.
     """
     lib = load_runtime().lib
-    data, size = lib.TfLiteTensorData, lib.TfLiteTensorByteSize
-    checks = [(t._t, ffi.cast("void*", address), nbytes) for t, address, nbytes in tensors]
+    get, data, size = lib.TfLiteInterpreterGetTensor, lib.TfLiteTensorData, lib.TfLiteTensorByteSize
+    interp = native._interp  # native outlives the probe: the placement that keeps both holds it
+    checks = [(int(i), ffi.cast("void*", address), nbytes) for i, address, nbytes in tensors]
 
     def moved() -> bool:
-        for ptr, address, nbytes in checks:
-            if data(ptr) != address or size(ptr) != nbytes:
+        for index, address, nbytes in checks:
+            t = get(interp, index)
+            if t == ffi.NULL or data(t) != address or size(t) != nbytes:
                 return True
         return False
 

@@ -374,6 +374,9 @@ class NativeInterpreter:
 
     # -- lifetime
     def close(self):
+        # Never called while an Interpreter's fast calls are bound to this
+        # object (fast_calls.entry_points): they hold a reference to it, and
+        # the Interpreter unbinds them before it lets go of this object.
         rt = getattr(self, "rt", None)
         if rt is None:
             return

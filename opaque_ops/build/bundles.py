@@ -99,7 +99,9 @@ def prebuilt_library(name: str) -> Path | None:
     return verified_library(prebuilt_dir(), name, _paths.kernels_dir() / f"{name}.c", _manifest())
 
 
-def verified_library(d: Path | None, name: str, source: Path, manifest: dict | None = None) -> Path | None:
+def verified_library(
+    d: Path | None, name: str, source: Path, manifest: dict | None = None, section: str = "kernels"
+) -> Path | None:
     """``d/<name>.so`` if ``d``'s manifest holds its digest and the digest of ``source``, else None.
 
     The one rule for loading a prebuilt library without a compiler, for the
@@ -117,6 +119,9 @@ def verified_library(d: Path | None, name: str, source: Path, manifest: dict | N
         The C file the library was built from, as installed.
     manifest : dict, optional
         ``d``'s manifest, already read; read from ``d`` if not given.
+    section : str
+        The manifest's table that lists it: ``"kernels"``, or ``"fastcalls"``
+        for the fast calls module (one entry per Python ABI).
     """
     if d is None:
         return None
@@ -125,7 +130,7 @@ def verified_library(d: Path | None, name: str, source: Path, manifest: dict | N
             manifest = json.loads((d / PREBUILT_MANIFEST).read_text())
         except (OSError, ValueError):
             return None
-    entry = manifest.get("kernels", {}).get(name) if isinstance(manifest, dict) else None
+    entry = manifest.get(section, {}).get(name) if isinstance(manifest, dict) else None
     if not isinstance(entry, dict):
         return None
     lib = d / f"{name}.so"

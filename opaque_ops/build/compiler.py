@@ -43,10 +43,13 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # gcc/clang diagnostics: "file:line:col: error: message" (col optional).
 _DIAG = re.compile(r"^(?P<loc>[^\s:][^:]*:\d+(?::\d+)?): (?P<kind>(?:fatal )?error|warning): (?P<msg>.*)$")
 # GNU ld: "undefined reference to `name'"; lld: "undefined symbol: name".
-_UNDEF = re.compile(r"undefined (?:reference to [`']|symbol: )([A-Za-z_][A-Za-z0-9_.@$]*)")
+# (GNU ld ends a run of warnings for one name with "more undefined references to `name' follow".)
+_UNDEF = re.compile(r"undefined (?:references? to [`']|symbol: )([A-Za-z_][A-Za-z0-9_.@$]*)")
 _RUNTIME_SYMBOL = re.compile(r"TfLite[A-Za-z0-9_]*\Z")
 # clang leaves its sanitizer runtime's symbols for the (preloaded) runtime.
 _SANITIZER_SYMBOL = re.compile(r"__(?:asan|ubsan|tsan|lsan|msan|sanitizer)_[A-Za-z0-9_]*\Z")
+# A CPython extension leaves the C API's symbols for the interpreter that imports it.
+_PYTHON_SYMBOL = re.compile(r"_?(?:Py|PY_)[A-Za-z0-9_]*\Z")
 
 # Flags every kernel library is built with.  -Bsymbolic: each library's glue
 # calls its own copy even if another library exports the same names.
@@ -189,14 +192,18 @@ def compiler_output_summary(output: str, limit: int = 20) -> str:
     return "\n".join(picked[:limit])
 
 
-def split_link_output(output: str, sanitized: bool = False) -> tuple[str, list[str]]:
+def split_link_output(output: str, sanitized: bool = False, extension: bool = False) -> tuple[str, list[str]]:
     """Drop the expected undefined-TfLite noise; return (remaining output, other undefined names)."""
     kept, missing = [], []
     for line in output.splitlines():
         m = _UNDEF.search(line)
         if m:
             name = m.group(1)
-            if _RUNTIME_SYMBOL.match(name) or (sanitized and _SANITIZER_SYMBOL.match(name)):
+            if (
+                _RUNTIME_SYMBOL.match(name)
+                or (sanitized and _SANITIZER_SYMBOL.match(name))
+                or (extension and _PYTHON_SYMBOL.match(name))
+            ):
                 continue
             if name not in missing:
                 missing.append(name)
@@ -240,6 +247,12 @@ class BuildSpec:
         Sanitizers (``-fsanitize=...``, at compile and link time).
     label : str
         What the error message calls the build ("compiling atan.c").
+    extension : bool
+        Build a CPython extension module for the running Python (the fast
+        calls, ``c/src/fastcalls.c``) instead of a kernel library: no runtime
+        glue, Python's and numpy's headers on the include path, the C API's
+        symbols left for the importing interpreter.  Keyed by the Python and
+        numpy versions rather than by a digest of their (many) headers.
     """
 
     compiler: list[str]
@@ -252,6 +265,7 @@ class BuildSpec:
     debug: bool = False
     sanitize: list[str] = field(default_factory=list)
     label: str = "building the kernel library"
+    extension: bool = False
 
     def compile_flags(self) -> list[str]:
         flags = list(BASE_CFLAGS) + (["-O0", "-g"] if self.debug else ["-O2"])
@@ -273,8 +287,20 @@ class BuildSpec:
                 dirs.append(d)
         return dirs + [str(d) for d in self.include_dirs]
 
+    def python_include_dirs(self) -> list[str]:
+        """Python's and numpy's headers, for an extension build (else none)."""
+        if not self.extension:
+            return []
+        import sysconfig
+
+        import numpy
+
+        return [sysconfig.get_paths()["include"], numpy.get_include()]
+
     def key(self) -> str:
         """Digest of everything the build reads except the compiler (see :func:`compiler_identity`)."""
+        if self.extension:
+            return self._extension_key()
         h = hashlib.sha256()
         parts = [
             BUILD_PATH_VERSION,
@@ -293,6 +319,40 @@ class BuildSpec:
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()
+
+    def _extension_key(self) -> str:
+        # Looked up at the first Interpreter of every process, so it reads only
+        # what it must: the sources, the flags, and which Python and numpy the
+        # module is for (their versions and places stand for their headers,
+        # which would take milliseconds to hash, as would loading sysconfig).
+        from importlib.machinery import EXTENSION_SUFFIXES
+
+        import numpy
+
+        parts = [
+            BUILD_PATH_VERSION,
+            "extension",
+            self.text or "",
+            repr(self.defines),
+            repr(self.compile_flags()),
+            repr(self.link_flags()),
+            sys.version,
+            sys.base_prefix,
+            EXTENSION_SUFFIXES[0],
+            numpy.__version__,
+            os.path.dirname(numpy.__file__),
+        ]
+        for p in self.sources:
+            parts += [str(Path(p).resolve()), Path(p).read_text()]
+        return _digest(parts)
+
+
+def _digest(parts) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
 
 
 def build(spec: BuildSpec, workdir: str | os.PathLike, *, verbose: bool = False) -> tuple[Path, str]:
@@ -315,7 +375,7 @@ def build(spec: BuildSpec, workdir: str | os.PathLike, *, verbose: bool = False)
         text_c = work / "kernel_source.c"
         text_c.write_text(f'#line 1 "<string>"\n{spec.text}\n')
         sources.append(str(text_c))
-    factories = factory_lines(spec.ops)
+    factories = "" if spec.extension else factory_lines(spec.ops)
     if factories:
         # A translation unit of its own, so the factories need prototypes
         # here: they must have external linkage in the user's file.
@@ -323,12 +383,13 @@ def build(spec: BuildSpec, workdir: str | os.PathLike, *, verbose: bool = False)
         gen = work / "opaque_ops_factories.c"
         gen.write_text('#include "opaque_ops.h"\n' + protos + '#line 1 "<opaque_ops: ops=...>"\n' + factories)
         sources.append(str(gen))
-    sources.append(str(_paths.runtime_source()))
+    if not spec.extension:
+        sources.append(str(_paths.runtime_source()))
     output = work / "library.so"
     request = {
         "cc": list(spec.compiler),
         "sources": sources,
-        "include_dirs": spec.all_include_dirs(),
+        "include_dirs": spec.all_include_dirs() + spec.python_include_dirs(),
         "define_macros": [list(m) for m in spec.defines],
         "extra_compile_args": spec.compile_flags(),
         "extra_link_args": spec.link_flags(),
@@ -355,7 +416,7 @@ def build(spec: BuildSpec, workdir: str | os.PathLike, *, verbose: bool = False)
         result = json.loads((work / "result.json").read_text())
     except (OSError, ValueError):
         result = {"ok": False, "error": f"the build process exited with status {proc.returncode}"}
-    text, missing = split_link_output(log, sanitized=bool(spec.sanitize))
+    text, missing = split_link_output(log, sanitized=bool(spec.sanitize), extension=spec.extension)
     if not result.get("ok"):
         summary = compiler_output_summary(text) or text.strip() or result.get("error", "")
         raise CompileError(f"{spec.label} failed:\n{summary}", output=log)
@@ -371,6 +432,21 @@ def build(spec: BuildSpec, workdir: str | os.PathLike, *, verbose: bool = False)
             output=log,
         )
     return output, text.strip()
+
+
+def cached_build(spec: BuildSpec, cache_root: str | os.PathLike | None = None) -> Path | None:
+    """The verified cache entry for ``spec`` built by any compiler, or None; never compiles.
+
+    Cheaper than :func:`compile_cached` by the compiler's identity (a
+    subprocess): for a lookup at every process start (the fast calls), where
+    a module built by another version of the compiler is as good.
+
+    Raises
+    ------
+    CacheError
+        As :func:`compile_cached`.
+    """
+    return _cache.Cache(cache_dir(cache_root)).lookup(spec.key(), None)
 
 
 def compile_cached(spec: BuildSpec, cache_root: str | os.PathLike | None = None) -> tuple[Path, bool, str]:

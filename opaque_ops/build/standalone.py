@@ -282,7 +282,9 @@ def build_prebuilt(
     One library per kernel file (``<name>.so``), so ``opaque_ops.kernels.kernel(name)``
     means the same with or without a compiler, and a ``manifest.json`` with
     each library's SHA-256 and its source's, which ``opaque_ops.kernels``
-    checks before loading one.  The libraries come out of the same build path
+    checks before loading one.  A native build of the bundled kernels also
+    carries the fast calls module for the running Python
+    (:mod:`opaque_ops.build.extension`), under the manifest's ``fastcalls``.  The libraries come out of the same build path
     as ``build.py`` and ``compile_ops``.
 
     Parameters
@@ -319,6 +321,22 @@ def build_prebuilt(
         manifest["kernels"][source.stem] = {
             "sha256": hashlib.sha256(lib.read_bytes()).hexdigest(),
             "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+        }
+    if arch == _cbuild.host_arch() and cc is None and kernels_dir is None:
+        # The fast calls module, for the Python running this build (a CPython
+        # extension is built per Python ABI, and only natively: the target's
+        # Python headers are not here for a cross build).
+        from . import extension as _extension
+
+        name = _extension.prebuilt_name()
+        with _cbuild.tempdir() as work:
+            built, _log = _cbuild.build(_extension.build_spec(), work)
+            shutil.move(str(built), str(out / f"{name}.so"))
+        manifest["fastcalls"] = {
+            name: {
+                "sha256": hashlib.sha256((out / f"{name}.so").read_bytes()).hexdigest(),
+                "source_sha256": hashlib.sha256(_extension.source().read_bytes()).hexdigest(),
+            }
         }
     (out / PREBUILT_MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest

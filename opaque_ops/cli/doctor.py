@@ -256,7 +256,20 @@ def _runtime_facts() -> tuple[dict, object]:
         "custom_ops": rt.custom_ops,
         "custom_ops_problem": rt.custom_ops_problem,
         "xnnpack": rt.xnnpack,
+        "fast_calls": _fast_calls_facts(),
     }, rt
+
+
+def _fast_calls_facts() -> dict:
+    """Whether set_tensor/invoke/get_tensor run in C here, and the module's file or why not."""
+    from ..errors import OpaqueOpsError
+    from ..interpreter import fast_calls
+
+    try:
+        used, where = fast_calls.status()
+    except OpaqueOpsError as exc:
+        return {"in_use": False, "where": str(exc)}
+    return {"in_use": used, "where": where}
 
 
 # ---------------------------------------------------------------- providers --
@@ -617,6 +630,12 @@ def render(facts: dict) -> str:
             f"runtime: TFLite {r['version']} at {r['path']} (found by {r['found_by']}; {known}; "
             f"XNNPACK {'yes' if r['xnnpack'] else 'no'}; custom kernels "
             f"{'yes' if r['custom_ops'] else 'NO: ' + str(r['custom_ops_problem'])})"
+        )
+        fast = r["fast_calls"]
+        out.append(
+            f"fast calls: in use ({fast['where']})"
+            if fast["in_use"]
+            else f"fast calls: not in use, set_tensor/invoke/get_tensor run as Python methods ({fast['where']})"
         )
     else:
         out.append(f"runtime: NOT LOADED: {r['problem']}")

@@ -46,8 +46,10 @@ class CallLock:
 
     __slots__ = ("lock", "owner")
 
-    def __init__(self):
-        self.lock = threading.Lock()
+    def __init__(self, lock=None):
+        # threading.Lock's interface; the fast calls' own Lock when given
+        # (interpreter.fast_calls): their C methods take the same lock.
+        self.lock = lock if lock is not None else threading.Lock()
         # Thread id of the holder (None when free).  Set after acquiring and
         # cleared before releasing, so a thread that sees its own id here
         # holds the lock.

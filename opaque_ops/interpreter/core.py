@@ -51,6 +51,7 @@ from ..model.cache import checked_model
 # Custom ops that TFLite's own builtin resolver provides (and their option rules).
 from ..model.runtime_ops import RUNTIME_CUSTOM_OPS as _RUNTIME_CUSTOM_OPS  # noqa: E402
 from ..ops.provider import OpProvider, not_an_op_provider
+from . import fast_calls as _fast
 from . import fork_guard as _fork
 from . import tensors as _tensors
 from . import xnnpack as _xnnpack
@@ -413,7 +414,10 @@ class Interpreter:
         # What the planned shapes depend on besides the model and the input
         # shapes: part of the key of check_allocated's kept verdicts.
         self._check_config = (model_cache.runtime_identity(native.rt), bool(self.xnnpack), len(delegates))
-        self._calls = CallLock()
+        # A plain Interpreter's three hot calls may run in C (fast_calls); a
+        # subclass may override them, and hooks wrap the invoke C would skip.
+        fast = type(self) is Interpreter and self._hooks is None
+        self._calls = CallLock(_fast.new_lock() if fast else None)
         self._lock = self._calls.lock  # the same lock, one attribute hop less on the hot paths
         self._views: weakref.WeakSet = weakref.WeakSet()
         self._input_positions = {idx: pos for pos, idx in enumerate(native.input_indices())}
@@ -435,6 +439,10 @@ class Interpreter:
         # same-shape resize is then a dictionary lookup.
         self._input_shapes: dict[int, tuple] = {}
         self._strict_ok: set = set()
+        # The state of the C set_tensor/invoke/get_tensor (fast_calls; None:
+        # the methods below serve alone).  invoke runs in C only while it is
+        # bound, which _fast_sync decides after every change of state.
+        self._fast = _fast.attach(self, Interpreter) if fast else None
         _fork.track(self)  # refused in a forked child where it would hang (see _fork)
 
     # ------------------------------------------------------------ lifetime
@@ -450,6 +458,7 @@ class Interpreter:
         with calls.held("close"):
             self._native = None  # the C objects go when the last view (or running call) does
             self._slots.clear()
+            self._fast_sync()
 
     def __enter__(self):
         return self
@@ -498,6 +507,35 @@ class Interpreter:
         self._native = None
         self._slots = {}
         self._closed_reason = reason
+        # The fast calls hold the parent's lock and slots: off, the methods refuse.
+        if self._fast is not None:
+            self._fast.unbind()
+            self._fast = None
+
+    _fast = None
+
+    def _fast_sync(self) -> None:
+        """Bind or unbind the C invoke (fast_calls) to match the state; called under the lock.
+
+        It may run only what the Python ``invoke`` runs: allocated and
+        planned, Ctrl-C watch not armed; on a model with dynamic tensors
+        (``_moves``) it runs the live-view check before and drops moved
+        cached views after, as the Python method does.
+        """
+        fast = self._fast
+        if fast is not None:
+            ready = self._allocated and not self._watch
+            _fast.bind(
+                fast,
+                self._native if ready else None,
+                moves=self._moves,
+                views=self._views,
+                before=_fast.python_function(Interpreter, "_before_moving_invoke"),
+            )
+
+    def _invoke_failed(self, status: int, native) -> None:
+        """The C invoke's error path: what the Python ``invoke`` does with a failed status."""
+        self._check(status, "invoke", native)
 
     # -------------------------------------------------------------- errors
     def _check(self, status: int, what: str, native) -> None:
@@ -649,6 +687,8 @@ class Interpreter:
     def _set_planned(self, subgraph: int, value: bool) -> None:
         if subgraph == 0:
             self._allocated = value
+            if not value:
+                self._fast_sync()
         elif value:
             self._planned.add(subgraph)
         else:
@@ -679,6 +719,7 @@ class Interpreter:
         self._watch = True
         if graph.subgraph == 0:
             self._moves = native.has_dynamic_tensor()  # it may be reallocated during invoke
+        self._fast_sync()
 
     # True while the main subgraph has a dynamic tensor (kTfLiteDynamic, set by
     # the allocation): then invoke() itself may move memory.  A dynamic tensor
@@ -688,18 +729,22 @@ class Interpreter:
     # set/get fast path's cached views after it runs.
     _moves = False
 
-    def _keep_unmoved_slots(self) -> None:
+    def _keep_unmoved_slots(self, native) -> None:
         """After an invoke that may have moved memory: drop each fast-path view whose tensor moved.
 
         A moved tensor (a new address, shape or byte size) would leave its
         cached view pointing at freed memory; one still in place keeps its
         view, so a model whose shapes settle (a streaming front end) keeps
-        the fast path instead of rebuilding its views on every call.
+        the fast path instead of rebuilding its views on every call.  Each
+        tensor is looked up again by its index: the invoke may have moved the
+        TfLiteTensor structs themselves (TFLite 2.23 grows its tensor table
+        while preparing a dynamic model's ops), leaving any pointer to one
+        dangling.
         """
         slots = self._slots
         for index, slot in list(slots.items()):
-            t = slot[3]
-            if t.placement() != slot[4]:
+            t = native.tensor(index)
+            if t is None or t.placement() != slot[3]:
                 del slots[index]
 
     def _before_moving_invoke(self, what: str) -> None:
@@ -866,6 +911,7 @@ class Interpreter:
             if self._watch:
                 status, took = invoke_watched(native, native.invoke)
                 self._watch = took > WATCH_AFTER_S
+                self._fast_sync()
             else:
                 status = native.invoke()
             # A failing Python op returns an error status (and reports), so its
@@ -874,7 +920,7 @@ class Interpreter:
                 self._check(status, "invoke", native)
         finally:
             if moves:
-                self._keep_unmoved_slots()  # the arena may have moved: drop the views left stale
+                self._keep_unmoved_slots(native)  # the arena may have moved: drop the views left stale
             calls.owner = None
             lock.release()
 
@@ -1030,10 +1076,10 @@ class Interpreter:
         if self._allocated and not t.is_dynamic() and not t.is_read_only():
             v = t.view()
             if v is not None:
-                # The TensorRef and its placement too: after an invoke that
-                # may move memory, _keep_unmoved_slots asks the TensorRef where
+                # Its placement too: after an invoke that may move memory,
+                # _keep_unmoved_slots (or the C invoke, fast_calls) asks where
                 # the tensor is now and compares.
-                self._slots[index] = (v, v.dtype, v.shape, t, t.placement())
+                self._slots[index] = (v, v.dtype, v.shape, t.placement())
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
         """Return a copy of a tensor's contents.
@@ -1086,10 +1132,15 @@ class Interpreter:
         Views of constants are read-only.
         """
         with self._calls.held("tensor"):
-            t = self._tensor_ref(tensor_index, self._live())
+            native = self._live()
+            self._tensor_ref(tensor_index, native)  # an int, in range: or the caller hears now
+            index = int(tensor_index)
 
         def view():
             with self._calls.held("tensor() view"):
+                # Looked up at each call: an allocation (or a dynamic model's
+                # invoke) may move the TfLiteTensor structs (see _keep_unmoved_slots).
+                t = native.tensor(index)
                 v = t.view()
                 if v is None:
                     raise NotAllocatedError(f"tensor {tensor_index} has no data yet: call allocate_tensors() first")

@@ -148,7 +148,7 @@ class SignatureRunner:
                     status = r.invoke()
             finally:
                 if moves:
-                    it._keep_unmoved_slots()
+                    it._keep_unmoved_slots(native)
             it._check(status, f"{what}: invoke", native)
             return {n: _tensors.read(r.output_tensor(n), f"{what} output {n!r}") for n in r.output_names()}
 

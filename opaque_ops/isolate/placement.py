@@ -36,7 +36,7 @@ class Placement:
         self.slots: dict[int, tuple] = {}  # index -> (segment, offset, capacity)
         # Inputs and outputs left in TFLite's arena (dynamic ones): their
         # shapes may change in invoke, which the parent's details must follow.
-        self.watch: list = []  # (TensorRef, shape when last reported)
+        self.watch: list = []  # (tensor index, shape when last reported)
         self.moved = _never  # did a shared output leave its buffer during invoke? (see layout)
         self.resized: set = set()  # inputs resized since the last allocation (see Server._stale)
         self.new_segments: list = []
@@ -131,17 +131,20 @@ class Placement:
             if v is None or v.nbytes > cap or v.ctypes.data != _address(seg, off):
                 continue
             out[i] = (seg.id, off, v.dtype.str, v.shape)
-            placed.append((t, v.ctypes.data, v.nbytes))
-        self.watch = [
-            (t, t.shape) for t in (self.native.tensor(i) for i in self._io() if i not in out) if t is not None
-        ]
+            placed.append((i, v.ctypes.data, v.nbytes))
+        # By index, never by TensorRef: an invoke may move the TfLiteTensor
+        # structs themselves (TFLite 2.23 grows its tensor table while it
+        # prepares a dynamic model's ops), leaving a kept pointer dangling.
+        self.watch = [(i, t.shape) for i, t in ((i, self.native.tensor(i)) for i in self._io() if i not in out) if t]
         outputs = set(self.native.output_indices())
-        self.moved = moved_probe([p for p, i in zip(placed, out) if i in outputs]) if outputs & set(out) else _never
+        probed = [p for p in placed if p[0] in outputs]
+        self.moved = moved_probe(self.native, probed) if probed else _never
         return out
 
     def reshaped(self) -> bool:
         """True if an input or output outside the shared buffers changed shape (after an invoke)."""
-        return any(t.shape != shape for t, shape in self.watch)
+        tensor = self.native.tensor
+        return any(getattr(tensor(i), "shape", None) != shape for i, shape in self.watch)
 
     def take_new_segments(self) -> list:
         segs, self.new_segments = self.new_segments, []

@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -71,9 +72,14 @@ it.set_tensor(it.get_input_details()[0]["index"], np.load(inputs))
 it.invoke()
 np.save(out, it.get_tensor(it.get_output_details()[0]["index"]))
 import platform
-info.update(machine=platform.machine(), oo=oo.__file__)
+from opaque_ops.interpreter import fast_calls
+info.update(machine=platform.machine(), oo=oo.__file__, fastcalls=fast_calls.status())
 print("INFO " + json.dumps(info))
 """
+
+
+def _fast_name() -> str:
+    return "_fastcalls" + sysconfig.get_config_var("EXT_SUFFIX")[: -len(".so")]
 
 
 def info_line(r: subprocess.CompletedProcess) -> dict:
@@ -247,6 +253,16 @@ def test_platform_wheel_carries_verified_kernels_for_its_arch(wheels, arch):
             versions = {tuple(map(int, v)) for v in re.findall(rb"GLIBC_(\d+)\.(\d+)", data)}
             assert versions and max(versions) <= (2, 35), (name, max(versions))
             assert b"libpython" not in data and b"PyInit_" not in data
+        # The fast calls module, for the Python that built the wheel: native builds only.
+        fast = manifest.get("fastcalls", {})
+        if arch == "x86_64":
+            [(name, entry)] = fast.items()
+            assert name == _fast_name()
+            data = z.read(f"opaque_ops/prebuilt/{arch}/{name}.so")
+            assert hashlib.sha256(data).hexdigest() == entry["sha256"] and b"PyInit__fastcalls" in data
+            assert hashlib.sha256(z.read("opaque_ops/c/src/fastcalls.c")).hexdigest() == entry["source_sha256"]
+        else:
+            assert fast == {}, "a cross build has no target Python headers: no fast calls module"
 
 
 _X86_WHEEL = _RUN_MODEL
@@ -268,8 +284,14 @@ def test_x86_64_wheel_runs_prebuilt_kernels_without_a_compiler(wheels, work, sel
         timeout=600,
     )
     assert r.returncode == 0, r.stderr
-    # Only the installed wheel on the path: the checkout's opaque_ops must not be found.
-    env = {"PATH": "/nonexistent", "OPAQUE_OPS_CACHE_DIR": str(work / "never_used_cache"), "CC": None}
+    # Only the installed wheel on the path: the checkout's opaque_ops must not be found
+    # (nor the fast calls module the test session built).
+    env = {
+        "PATH": "/nonexistent",
+        "OPAQUE_OPS_CACHE_DIR": str(work / "never_used_cache"),
+        "CC": None,
+        "OPAQUE_OPS_FASTCALLS": None,
+    }
     r = run_child(
         _X86_WHEEL,
         "bundle",
@@ -285,6 +307,7 @@ def test_x86_64_wheel_runs_prebuilt_kernels_without_a_compiler(wheels, work, sel
     assert info["oo"].startswith(str(target))
     assert info["prebuilt"] == [True] * len(kernels.MEDIAPIPE)
     assert all(p.startswith(str(target / "opaque_ops" / "prebuilt" / "x86_64")) for p in info["paths"])
+    assert info["fastcalls"] == [True, str(target / "opaque_ops" / "prebuilt" / "x86_64" / f"{_fast_name()}.so")]
     # Nothing compiled: no library in the compile cache (creating the
     # interpreter keeps the model's verdict in its verdicts/ directory).
     assert not list((work / "never_used_cache").glob("*.so")), "nothing may be compiled"

@@ -339,3 +339,18 @@ def test_mediapipe_face_model():
     ok = gather(path, ["kernels:mediapipe"])
     assert ok["verdict"] == {"runs": True, "exit": 0, "reasons": []}
     assert op(ok, "Landmarks2TransformMatrix")["provider"] == "a bundled kernel"
+
+
+def test_says_whether_the_fast_calls_are_in_use(new_ops_model):
+    from opaque_ops.interpreter import fast_calls
+    from tests.helpers.child_process import run_python
+
+    used, where = fast_calls.status()
+    text = cli("doctor", new_ops_model).stdout
+    expected = f"fast calls: in use ({where})" if used else "fast calls: not in use"
+    assert expected in text, text
+    off = run_python("-m", "opaque_ops", "doctor", new_ops_model, env={"OPAQUE_OPS_FASTCALLS": "0"}, timeout=180)
+    assert (
+        "fast calls: not in use, set_tensor/invoke/get_tensor run as Python methods "
+        "(turned off by OPAQUE_OPS_FASTCALLS=0)" in off.stdout
+    ), off.stdout

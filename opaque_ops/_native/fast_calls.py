@@ -1,0 +1,75 @@
+"""Loading the fast calls extension (``c/src/fastcalls.c``) and the addresses it calls.
+
+The extension is a CPython module, so it is imported, not opened with cffi;
+the import is a ``dlopen`` all the same, so the file is checked for ELF
+damage first, as :func:`.ffi.dlopen` checks every library (a truncated
+``.so`` would kill the process with SIGBUS).  Where the file comes from
+(prebuilt, compiled) is decided above this package
+(:mod:`opaque_ops.interpreter.fast_calls`).
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+
+from . import elf
+from .ffi import DamagedLibraryError, ffi
+
+# The module's init function is PyInit__fastcalls: the name it is imported under.
+MODULE_NAME = "opaque_ops._fastcalls"
+# What this Python side expects of the module (its ABI constant).
+ABI = 1
+
+
+def load_extension(path: str | os.PathLike):
+    """Import the compiled fast calls module at ``path``; return it.
+
+    Raises
+    ------
+    DamagedLibraryError
+        The file is truncated or damaged (checked before the import).
+    ImportError
+        The import failed, or the module is of another ``ABI``.
+    """
+    problem = elf.damage(path)
+    if problem:
+        raise DamagedLibraryError(
+            f"{os.fspath(path)} is truncated or damaged: {problem}; delete it, and it is built again"
+        )
+    loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, os.fspath(path))
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, os.fspath(path), loader=loader)
+    if spec is None:  # pragma: no cover - a file path with an extension loader always gives a spec
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    if getattr(module, "ABI", None) != ABI:
+        raise ImportError(f"{path} is a fast calls module of ABI {getattr(module, 'ABI', None)}, not {ABI}")
+    return module
+
+
+# What the C invoke calls, in the order Calls.bind takes them.
+_FUNCTIONS = (
+    "TfLiteInterpreterInvoke",
+    "TfLiteInterpreterGetTensor",
+    "TfLiteTensorData",
+    "TfLiteTensorByteSize",
+    "TfLiteTensorNumDims",
+    "TfLiteTensorDim",
+)
+
+
+def entry_points(native) -> tuple[int, tuple[int, ...]] | None:
+    """``(TfLiteInterpreter*, (functions...))`` as integers, for ``Calls.bind``.
+
+    None when ``native`` (a :class:`~.native_interpreter.NativeInterpreter`)
+    has no live interpreter, or when its ``invoke`` is not TFLite's own (hooks
+    wrapped it, as an isolated worker's stages do): then the fast invoke
+    must not bypass it.
+    """
+    interp = getattr(native, "_interp", None)
+    if interp is None or interp == ffi.NULL or native.hooks is not None:
+        return None
+    lib = native.rt.lib
+    return int(ffi.cast("uintptr_t", interp)), tuple(int(ffi.cast("uintptr_t", getattr(lib, f))) for f in _FUNCTIONS)

@@ -1,0 +1,41 @@
+"""The fast calls extension (``c/src/fastcalls.c``): its source, its build and its prebuilt name.
+
+It is the one CPython extension of opaque_ops, and optional: the Python
+methods it speeds up stay (:mod:`opaque_ops.interpreter.fast_calls` loads
+it).  It comes out of the kernels' build path (:func:`.compiler.build`),
+for the running Python and numpy, into the compile cache or, for a platform
+wheel, beside the prebuilt kernels (:func:`.standalone.build_prebuilt`).
+"""
+
+from __future__ import annotations
+
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
+
+from . import compiler as _cbuild
+from . import paths as _paths
+
+
+def source() -> Path:
+    """The C source of the fast calls module."""
+    return _paths.c_dir() / "src" / "fastcalls.c"
+
+
+def prebuilt_name() -> str:
+    """Its file stem among prebuilt libraries, one per Python ABI: ``_fastcalls.cpython-311-x86_64-linux-gnu``."""
+    suffix = EXTENSION_SUFFIXES[0]  # the interpreter's own tag first (sysconfig's EXT_SUFFIX, cheaper)
+    return "_fastcalls" + (suffix[: -len(".so")] if suffix.endswith(".so") else "")
+
+
+def build_spec(compiler: list[str] | None = None, *, lookup_only: bool = False) -> _cbuild.BuildSpec:
+    """What the module is built from, for the running Python and numpy.
+
+    ``lookup_only``: a spec for its cache key alone, which does not depend on
+    the compiler; finding the compiler (a walk of ``PATH``) is left to a build.
+    """
+    return _cbuild.BuildSpec(
+        compiler=[] if lookup_only else (compiler or _cbuild.native_compiler()),
+        sources=[source()],
+        extension=True,
+        label="building the fast calls (c/src/fastcalls.c)",
+    )

@@ -1,0 +1,153 @@
+"""The fast calls: an in-process Interpreter's ``set_tensor``, ``invoke`` and ``get_tensor`` in C.
+
+``c/src/fastcalls.c`` does the common case of each of the three calls in
+one C call (its comment says what, and why it matches the Python methods);
+every other case goes to the Python method, which stays the reference.  The
+class's three methods become C method descriptors (:func:`attach`), so the
+caller's ``interp.invoke()`` reaches C with no Python frame between.  Only
+a plain :class:`~opaque_ops.Interpreter` gets a fast calls state: a
+subclass may override the methods, and an isolated worker's interpreter
+wraps its invoke in stage hooks that the C call would bypass.
+
+Where the compiled module comes from, the first that works:
+
+1. ``OPAQUE_OPS_FASTCALLS``: ``0`` turns the fast calls off; a path names
+   the compiled module to use, and a failure to load it is an error (a test
+   suite pins one build for all its processes with it);
+2. the module prebuilt in a platform wheel (``prebuilt/<arch>/``, checked
+   against the digests in its ``manifest.json``), for the Python it was built for;
+3. the compile cache: built once per machine and Python, through the
+   kernels' build path (the compiler in a child process, cached, verified).
+
+Otherwise the Python methods serve alone; :func:`status` says why.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from importlib.machinery import EXTENSION_SUFFIXES
+
+from .. import _native
+from ..build import bundles as _bundles
+from ..build import compiler as _cbuild
+from ..build import extension as _extension
+from ..errors import OpaqueOpsError
+from .call_lock import CallLock
+
+ENV = "OPAQUE_OPS_FASTCALLS"
+
+_loading = threading.Lock()
+# (module or None, where it came from or why there is none); set once per process.
+_loaded: tuple[object | None, str] | None = None
+
+
+class FastCallsError(OpaqueOpsError, ImportError):
+    """``OPAQUE_OPS_FASTCALLS`` names a fast calls module that cannot be loaded."""
+
+
+def _find() -> tuple[object | None, str]:
+    setting = os.environ.get(ENV, "").strip()
+    if setting.lower() in ("0", "off", "no", "false"):
+        return None, f"turned off by {ENV}={setting}"
+    if setting and setting.lower() not in ("1", "on", "yes", "true"):
+        try:
+            return _native.fast_calls.load_extension(setting), setting
+        except (OSError, ImportError) as exc:
+            raise FastCallsError(
+                f"{ENV}={setting}: cannot load the fast calls module there ({exc}); name a module built "
+                f"for this Python ({EXTENSION_SUFFIXES[0]}), or unset {ENV} to find or "
+                "build one, or set it to 0 to run without"
+            ) from None
+    tried = []
+    prebuilt = _bundles.verified_library(
+        _bundles.prebuilt_dir(), _extension.prebuilt_name(), _extension.source(), section="fastcalls"
+    )
+    if prebuilt is not None:
+        try:
+            return _native.fast_calls.load_extension(prebuilt), str(prebuilt)
+        except (OSError, ImportError) as exc:
+            tried.append(f"prebuilt {prebuilt}: {exc}")
+    try:
+        # Built before (the usual case): no compiler is looked for, or asked who it is.
+        path = _cbuild.cached_build(_extension.build_spec(lookup_only=True))
+        if path is None:
+            path = _cbuild.compile_cached(_extension.build_spec())[0]
+        return _native.fast_calls.load_extension(path), str(path)
+    except (OpaqueOpsError, OSError, ImportError) as exc:
+        # The first lines: what failed, and the compiler's first error.
+        tried.append("compile cache: " + " ".join(str(exc).splitlines()[:2]) or type(exc).__name__)
+    return None, "; ".join(tried)
+
+
+def module():
+    """The loaded fast calls module, or None (see :func:`status`); looked up once per process.
+
+    Raises
+    ------
+    FastCallsError
+        ``OPAQUE_OPS_FASTCALLS`` names a file that cannot be loaded.
+    """
+    global _loaded
+    if _loaded is None:
+        with _loading:
+            if _loaded is None:
+                _loaded = _find()
+    return _loaded[0]
+
+
+def status() -> tuple[bool, str]:
+    """``(in use, where the module came from or why it is not used)``."""
+    mod = module()
+    assert _loaded is not None
+    return mod is not None, _loaded[1]
+
+
+def new_lock():
+    """A lock for an interpreter's :class:`CallLock`: the module's (its fast calls take it) when there is one."""
+    mod = module()
+    return mod.Lock() if mod is not None else None
+
+
+_METHODS = ("set_tensor", "invoke", "get_tensor")
+
+
+def attach(interp, cls):
+    """The fast calls state for ``interp``, a ``cls`` exactly (None: the module is not here).
+
+    The first call also makes ``cls``'s three methods the module's ``Method``
+    descriptors around the Python functions (once per process): they reach
+    C through the instance's ``_fast`` (this function's result), and call the
+    Python function for an instance without one (an interpreter created
+    before, a subclass's instance) and for every case C leaves to it.
+    """
+    mod = module()
+    if mod is None or not isinstance(interp._lock, mod.Lock):
+        return None
+    with _loading:
+        for name in _METHODS:
+            method = cls.__dict__[name]
+            if not isinstance(method, mod.Method):
+                setattr(cls, name, mod.Method(method, name))
+    return mod.Calls(interp._lock, interp._calls, CallLock.owner, interp._slots, python_function(cls, "_invoke_failed"))
+
+
+def python_function(cls, name: str):
+    """``cls``'s own Python function ``name``, also after :func:`attach` wrapped it."""
+    f = cls.__dict__[name]
+    return getattr(f, "__wrapped__", f)
+
+
+def bind(calls, native, moves: bool = False, views=None, before=None) -> None:
+    """Let ``calls.invoke`` call TFLite directly on ``native`` (None: never, until bound again).
+
+    ``moves``: the model's invoke may move memory; then ``before(interp,
+    what)`` runs first whenever ``views`` (a sized collection of the
+    ``tensor()`` views) is not empty, and each cached view whose tensor
+    moved is dropped after the run.
+    """
+    entry = None if native is None else _native.fast_calls.entry_points(native)
+    if entry is None:
+        calls.unbind()
+    else:
+        calls.bind(native, entry[0], entry[1], native.sink, moves, views if moves else (), before)

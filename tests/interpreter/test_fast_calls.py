@@ -1,0 +1,227 @@
+"""The fast calls (opaque_ops.interpreter.fast_calls, c/src/fastcalls.c) against the Python methods.
+
+The C set_tensor / invoke / get_tensor handle the common case of each call
+and leave every other case to the Python method.  These tests run the same
+call sequences both ways, in two child processes, and require the same
+bytes and the same exceptions (class and message); they check that the C
+calls really run (no Python frame for a warm call), that they share the
+interpreter's lock, and how the module is found, refused and prebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import opaque_ops as oo
+from opaque_ops.interpreter import fast_calls
+from tests.helpers.child_process import crashed, run_child, run_python
+from tests.helpers.fast_call_scenarios import X, add_model
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+@pytest.fixture(scope="module")
+def module_path() -> str:
+    used, where = fast_calls.status()
+    if not used:
+        if IN_CI:
+            pytest.fail(f"the fast calls must be in use under CI: {where}")
+        pytest.skip(f"the fast calls are not in use here: {where}")
+    return where
+
+
+def _warm():
+    it = oo.Interpreter(model_content=add_model())
+    it.allocate_tensors()
+    it.set_tensor(0, X)
+    it.invoke()  # the first invoke after an allocation is watched (Ctrl-C): the Python method
+    it.get_tensor(2)
+    return it
+
+
+def _python_frames(fn) -> list[str]:
+    """The names of the opaque_ops Python functions that ``fn()`` entered."""
+    entered = []
+
+    def profile(frame, event, arg):
+        if event == "call" and "opaque_ops" in frame.f_code.co_filename:
+            entered.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return entered
+
+
+def test_warm_calls_run_in_c(module_path):
+    it = _warm()
+    assert it._fast is not None and it._fast.bound
+    assert _python_frames(lambda: it.set_tensor(0, X)) == []
+    assert _python_frames(it.invoke) == []
+    assert _python_frames(lambda: it.get_tensor(2)) == []
+    np.testing.assert_array_equal(it.get_tensor(2), X + np.arange(6, dtype=np.float32).reshape(2, 3))
+    # What C leaves to Python reaches the Python method.
+    assert "set_tensor" in _python_frames(lambda: it.set_tensor(0, np.asfortranarray(X)))
+
+
+def test_binding_follows_the_state(module_path):
+    it = _warm()
+    assert it._fast.bound
+    it.resize_tensor_input(0, [3, 2, 3])
+    assert not it._fast.bound  # not allocated: invoke must raise NotAllocatedError in Python
+    it.allocate_tensors()
+    assert not it._fast.bound  # the first invoke after an allocation is watched
+    it.invoke()
+    assert it._fast.bound
+    it.close()
+    assert not it._fast.bound
+
+
+def test_both_ways_give_the_same_bytes_and_errors(module_path):
+    """Every scenario of tests/helpers/fast_call_scenarios.py, with and without the fast calls."""
+    runs = {}
+    for name, setting in (("fast", module_path), ("python", "0")):
+        p = run_python("-m", "tests.helpers.fast_call_scenarios", env={"OPAQUE_OPS_FASTCALLS": setting}, timeout=300)
+        assert p.returncode == 0, crashed(p)
+        runs[name] = json.loads(p.stdout.strip().splitlines()[-1])
+    assert runs["fast"].pop("fast calls") is True
+    assert runs["python"].pop("fast calls") is False
+    assert runs["fast"].keys() == runs["python"].keys()
+    for scenario in runs["fast"]:
+        assert runs["fast"][scenario] == runs["python"][scenario], scenario
+
+
+def test_the_c_calls_wait_for_the_python_holder_of_the_lock(module_path):
+    """A Python method holding the lock (here: held by hand) keeps the C calls out until it lets go."""
+    it = _warm()
+    done = []
+    it._calls.acquire("test")
+    try:
+        t = threading.Thread(target=lambda: (it.set_tensor(0, X), it.invoke(), done.append(it.get_tensor(2))))
+        t.start()
+        time.sleep(0.3)
+        assert t.is_alive() and not done  # waiting, not running beside the holder
+    finally:
+        it._calls.release()
+    t.join(10)
+    assert not t.is_alive() and len(done) == 1
+
+
+def test_lock_behaves_as_threading_lock(module_path):
+    mod = fast_calls.module()
+    lock = mod.Lock()
+    assert lock.acquire() is True and lock.locked()
+    assert lock.acquire(False) is False
+    t0 = time.perf_counter()
+    assert lock.acquire(timeout=0.05) is False
+    assert time.perf_counter() - t0 >= 0.04
+    lock.release()
+    assert not lock.locked()
+    with pytest.raises(RuntimeError, match="release unlocked lock"):
+        lock.release()
+    with pytest.raises(ValueError):
+        lock.acquire(False, 1.0)
+    with pytest.raises(ValueError):
+        lock.acquire(timeout=-2)
+
+
+def test_methods_keep_their_name_doc_and_signature(module_path):
+    import inspect
+
+    _warm()
+    for name in ("set_tensor", "invoke", "get_tensor"):
+        m = getattr(oo.Interpreter, name)
+        assert m.__name__ == name
+        assert m.__doc__ and m.__doc__ == m.__wrapped__.__doc__
+        assert list(inspect.signature(m).parameters)[0] == "self"
+
+
+def test_a_named_module_that_cannot_load_is_an_error(tmp_path, module_path):
+    truncated = tmp_path / "truncated.so"
+    truncated.write_bytes(open(module_path, "rb").read()[:4096])
+    not_there = tmp_path / "missing.so"
+    code = """
+        import sys, opaque_ops as oo
+        from tests.helpers.fast_call_scenarios import add_model
+        try:
+            oo.Interpreter(model_content=add_model())
+        except oo.OpaqueOpsError as e:
+            print(type(e).__name__, "|", e)
+    """
+    for path, words in ((truncated, "truncated or damaged"), (not_there, "cannot load")):
+        p = run_child(code, env={"OPAQUE_OPS_FASTCALLS": str(path)}, timeout=60)
+        assert p.returncode == 0, crashed(p)
+        out = p.stdout.strip()
+        assert out.startswith("FastCallsError |") and "OPAQUE_OPS_FASTCALLS" in out and words in out, out
+
+
+def test_turned_off_says_why():
+    p = run_child(
+        """
+        from opaque_ops.interpreter import fast_calls
+        print(fast_calls.status())
+        """,
+        env={"OPAQUE_OPS_FASTCALLS": "0"},
+    )
+    assert p.returncode == 0, crashed(p)
+    assert p.stdout.strip() == "(False, 'turned off by OPAQUE_OPS_FASTCALLS=0')"
+
+
+def test_fork_while_another_thread_is_in_a_c_call(module_path):
+    """A fork taken while another thread runs the C calls: in each child the interpreter either
+    works (the lock was free at the fork) and gives the right bytes, or refuses with
+    ClosedError (it was held, by a thread the child does not have); it never hangs."""
+    code = """
+        import json, os, signal, threading, time, numpy as np, opaque_ops as oo
+        from tests.helpers.fast_call_scenarios import X, add_model
+        it = oo.Interpreter(model_content=add_model())
+        it.allocate_tensors()
+        it.set_tensor(0, X)
+        it.invoke()
+        assert it._fast.bound
+        want = it.get_tensor(2).tobytes()
+        stop = False
+
+        def hammer():
+            # The C invoke releases the GIL while it holds the lock, so a fork
+            # mostly lands there; the pause lets some land between calls.
+            while not stop:
+                it.set_tensor(0, X)
+                it.invoke()
+                it.get_tensor(2)
+                time.sleep(0.0002)
+
+        t = threading.Thread(target=hammer)
+        t.start()
+        seen = {"ok": 0, "refused": 0}
+        for _ in range(60):
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(20)  # a hang would end the child with SIGALRM
+                try:
+                    it.set_tensor(0, X)
+                    it.invoke()
+                    os._exit(0 if it.get_tensor(2).tobytes() == want else 3)
+                except oo.ClosedError:
+                    os._exit(4)
+            _, status = os.waitpid(pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+            assert code in (0, 4), code
+            seen["ok" if code == 0 else "refused"] += 1
+        stop = True
+        t.join()
+        print(json.dumps(seen))
+    """
+    p = run_child(code, timeout=300)
+    assert p.returncode == 0, crashed(p)
+    seen = json.loads(p.stdout.strip().splitlines()[-1])
+    assert seen["ok"] + seen["refused"] == 60 and seen["ok"] > 0, seen

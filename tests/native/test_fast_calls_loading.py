@@ -1,0 +1,43 @@
+"""opaque_ops._native.fast_calls: the fast calls module is imported only when its file is whole and its ABI matches."""
+
+from __future__ import annotations
+
+import pytest
+
+from opaque_ops._native import fast_calls as native_fast
+from opaque_ops._native.ffi import DamagedLibraryError
+from opaque_ops.interpreter import fast_calls
+
+
+@pytest.fixture(scope="module")
+def module_file() -> str:
+    used, where = fast_calls.status()
+    if not used:
+        pytest.skip(f"the fast calls are not in use here: {where}")
+    return where
+
+
+def test_a_truncated_file_is_refused_before_the_import(tmp_path, module_file):
+    # dlopen of a .so cut short maps pages with no file behind them: SIGBUS on first touch.
+    cut = tmp_path / "cut.so"
+    with open(module_file, "rb") as f:
+        cut.write_bytes(f.read()[:6000])
+    with pytest.raises(DamagedLibraryError, match="truncated or damaged"):
+        native_fast.load_extension(cut)
+
+
+def test_a_library_that_is_not_the_module_is_an_import_error(tmp_path, guide_atan):
+    # A kernel library is a whole ELF file, but has no PyInit__fastcalls.
+    with pytest.raises(ImportError):
+        native_fast.load_extension(guide_atan.path)
+
+
+def test_entry_points_only_for_a_plain_live_interpreter(module_file):
+    import opaque_ops as oo
+    from tests.helpers.fast_call_scenarios import add_model
+
+    it = oo.Interpreter(model_content=add_model())
+    interp, functions = native_fast.entry_points(it._native)
+    assert interp and len(functions) == len(native_fast._FUNCTIONS) == 6 and all(functions)
+    it._native.close()
+    assert native_fast.entry_points(it._native) is None
