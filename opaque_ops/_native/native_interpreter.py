@@ -64,7 +64,13 @@ STATUS_NAMES = {
 
 
 class TensorRef:
-    """A tensor of a live interpreter: metadata and data access, no raw pointer outside."""
+    """A tensor of a live interpreter: metadata and data access, no raw pointer outside.
+
+    Valid until the interpreter's next allocation or invoke: either may move
+    the ``TfLiteTensor`` structs themselves (TFLite 2.23 grows its tensor
+    table while it prepares a dynamic model's ops), so a holder across them
+    keeps the tensor's index and asks :meth:`NativeInterpreter.tensor` again.
+    """
 
     __slots__ = ("_t", "_owner", "_lib")
 

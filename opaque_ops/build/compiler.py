@@ -301,7 +301,6 @@ class BuildSpec:
         """Digest of everything the build reads except the compiler (see :func:`compiler_identity`)."""
         if self.extension:
             return self._extension_key()
-        h = hashlib.sha256()
         parts = [
             BUILD_PATH_VERSION,
             self.text or "",
@@ -315,10 +314,7 @@ class BuildSpec:
         ]
         for p in self.sources:
             parts += [str(Path(p).resolve()), Path(p).read_text()]
-        for part in parts:
-            h.update(part.encode())
-            h.update(b"\0")
-        return h.hexdigest()
+        return _digest(parts)
 
     def _extension_key(self) -> str:
         # Looked up at the first Interpreter of every process, so it reads only

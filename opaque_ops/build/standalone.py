@@ -303,7 +303,6 @@ def build_prebuilt(
     dict
         The manifest written.
     """
-    import hashlib
     import json
 
     from .bundles import PREBUILT_MANIFEST
@@ -318,10 +317,7 @@ def build_prebuilt(
         lib = build_library(
             [], out / f"{source.stem}.so", target=target, kernels=[source.stem], kernels_dir=kernels_dir, cc=cc
         )
-        manifest["kernels"][source.stem] = {
-            "sha256": hashlib.sha256(lib.read_bytes()).hexdigest(),
-            "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
-        }
+        manifest["kernels"][source.stem] = _manifest_entry(lib, source)
     if arch == _cbuild.host_arch() and cc is None and kernels_dir is None:
         # The fast calls module, for the Python running this build (a CPython
         # extension is built per Python ABI, and only natively: the target's
@@ -332,14 +328,19 @@ def build_prebuilt(
         with _cbuild.tempdir() as work:
             built, _log = _cbuild.build(_extension.build_spec(), work)
             shutil.move(str(built), str(out / f"{name}.so"))
-        manifest["fastcalls"] = {
-            name: {
-                "sha256": hashlib.sha256((out / f"{name}.so").read_bytes()).hexdigest(),
-                "source_sha256": hashlib.sha256(_extension.source().read_bytes()).hexdigest(),
-            }
-        }
+        manifest["fastcalls"] = {name: _manifest_entry(out / f"{name}.so", _extension.source())}
     (out / PREBUILT_MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
+
+
+def _manifest_entry(lib: Path, source: Path) -> dict:
+    """A prebuilt manifest's entry: the library's digest and its source's (``bundles.verified_library`` checks both)."""
+    import hashlib
+
+    return {
+        "sha256": hashlib.sha256(lib.read_bytes()).hexdigest(),
+        "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+    }
 
 
 def _parse_op(spec: str) -> tuple[str, str]:

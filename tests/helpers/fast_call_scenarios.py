@@ -19,18 +19,7 @@ import numpy as np
 
 import opaque_ops as oo
 from opaque_ops.model import ModelBuilder
-
-
-def add_model() -> bytes:
-    """y = x + c: x (index 0) a [2, 3] float32 input, c (1) a constant, y (2) the output."""
-    b = ModelBuilder()
-    x = b.add_tensor("x", [2, 3], np.float32)
-    c = b.add_constant("c", np.arange(6, dtype=np.float32).reshape(2, 3))
-    y = b.add_tensor("y", [2, 3], np.float32)
-    b.add_op("ADD", [x, c], [y])
-    b.set_inputs([x])
-    b.set_outputs([y])
-    return b.build()
+from tests.helpers.interpreter_models import add_model, tile_model
 
 
 def pyop_model() -> bytes:
@@ -40,20 +29,6 @@ def pyop_model() -> bytes:
     y = b.add_tensor("y", [4], np.float32)
     b.add_custom_op("Twice", [x], [y])
     b.set_inputs([x])
-    b.set_outputs([y])
-    return b.build()
-
-
-def tile_model() -> bytes:
-    """y = 2 * tile(x, multiples): a dynamic tensor, so invoke may move memory."""
-    b = ModelBuilder()
-    x = b.add_tensor("x", [4], np.float32)
-    m = b.add_tensor("multiples", [1], np.int32)
-    t = b.add_tensor("tiled", [4], np.float32, shape_signature=[-1])
-    y = b.add_tensor("y", [4], np.float32, shape_signature=[-1])
-    b.add_op("TILE", [x, m], [t])
-    b.add_op("ADD", [t, t], [y])
-    b.set_inputs([x, m])
     b.set_outputs([y])
     return b.build()
 

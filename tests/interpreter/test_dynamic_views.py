@@ -24,24 +24,10 @@ from ai_edge_litert import interpreter as litert
 import opaque_ops as oo
 from opaque_ops.model import ModelBuilder
 from tests.helpers.child_process import crashed, run_child
+from tests.helpers.interpreter_models import tile_model
 
 X = np.array([1.0, -2.0, 3.5, 4.0], np.float32)
 MULTIPLES = [1, 1000, 3, 100_000, 5]
-
-
-def tile_model() -> bytes:
-    """y = 2 * tile(x, multiples): ``tiled`` is dynamic, ``y`` is resized while the model runs."""
-    b = ModelBuilder()
-    x = b.add_tensor("x", [4], np.float32)
-    m = b.add_tensor("multiples", [1], np.int32)
-    t = b.add_tensor("tiled", [4], np.float32, shape_signature=[-1])
-    y = b.add_tensor("y", [4], np.float32, shape_signature=[-1])
-    b.add_op("TILE", [x, m], [t])
-    b.add_op("ADD", [t, t], [y])
-    b.set_inputs([x, m])
-    b.set_outputs([y])
-    b.add_signature("run", {"x": x, "multiples": m}, {"y": y})
-    return b.build()
 
 
 def _reference() -> list[np.ndarray]:
@@ -71,7 +57,8 @@ def test_set_get_fast_path_follows_memory_that_invoke_moved(reference, xnnpack):
         f"""
         import hashlib
         import numpy as np, opaque_ops as oo
-        from tests.interpreter.test_dynamic_views import tile_model, X, MULTIPLES
+        from tests.helpers.interpreter_models import tile_model
+        from tests.interpreter.test_dynamic_views import X, MULTIPLES
         it = oo.Interpreter(model_content=tile_model(), use_xnnpack={xnnpack})
         it.allocate_tensors()
         for m in MULTIPLES:
@@ -113,7 +100,8 @@ def test_a_view_kept_across_a_growth_never_reads_freed_memory():
     p = run_child(
         """
         import numpy as np, opaque_ops as oo
-        from tests.interpreter.test_dynamic_views import tile_model, X
+        from tests.helpers.interpreter_models import tile_model
+        from tests.interpreter.test_dynamic_views import X
         it = oo.Interpreter(model_content=tile_model())
         it.allocate_tensors()
         it.set_tensor(0, X)

@@ -22,7 +22,8 @@ import pytest
 import opaque_ops as oo
 from opaque_ops.interpreter import fast_calls
 from tests.helpers.child_process import crashed, run_child, run_python
-from tests.helpers.fast_call_scenarios import X, add_model
+from tests.helpers.fast_call_scenarios import X
+from tests.helpers.interpreter_models import add_model
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -182,7 +183,8 @@ def test_fork_while_another_thread_is_in_a_c_call(module_path):
     ClosedError (it was held, by a thread the child does not have); it never hangs."""
     code = """
         import json, os, signal, threading, time, numpy as np, opaque_ops as oo
-        from tests.helpers.fast_call_scenarios import X, add_model
+        from tests.helpers.fast_call_scenarios import X
+        from tests.helpers.interpreter_models import add_model
         it = oo.Interpreter(model_content=add_model())
         it.allocate_tensors()
         it.set_tensor(0, X)

@@ -14,20 +14,7 @@ import pytest
 
 import opaque_ops as oo
 from tests.helpers.child_process import crashed, run_child
-
-
-def _add_model() -> bytes:
-    from opaque_ops.model import ModelBuilder
-
-    b = ModelBuilder()
-    x = b.add_tensor("x", [2, 3], np.float32)
-    c = b.add_constant("c", np.arange(6, dtype=np.float32).reshape(2, 3))
-    y = b.add_tensor("y", [2, 3], np.float32)
-    b.add_op("ADD", [x, c], [y])
-    b.set_inputs([x])
-    b.set_outputs([y])
-    return b.build()
-
+from tests.helpers.interpreter_models import add_model
 
 # Re-entry from inside set_tensor / get_tensor: the value's __array__ or the
 # index's __hash__ runs while the call holds the lock.  Before the owner was
@@ -44,7 +31,7 @@ REENTRY = {
 def test_reentry_into_set_and_get_is_refused_not_deadlocked():
     code = """
         import json, numpy as np, opaque_ops as oo
-        from tests.interpreter.test_fast_path import _add_model
+        from tests.helpers.interpreter_models import add_model
 
         class Hostile:
             def __init__(self, call):
@@ -71,7 +58,7 @@ def test_reentry_into_set_and_get_is_refused_not_deadlocked():
         x = np.ones((2, 3), np.float32)
         results = {}
         for name, stmt in json.loads(%r).items():
-            it = oo.Interpreter(model_content=_add_model())
+            it = oo.Interpreter(model_content=add_model())
             it.allocate_tensors()
             it.set_tensor(0, x)
             it.invoke()
@@ -97,7 +84,7 @@ def test_reentry_into_set_and_get_is_refused_not_deadlocked():
 
 
 def _fresh():
-    it = oo.Interpreter(model_content=_add_model())
+    it = oo.Interpreter(model_content=add_model())
     it.allocate_tensors()
     return it
 

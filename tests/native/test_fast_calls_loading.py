@@ -34,7 +34,7 @@ def test_a_library_that_is_not_the_module_is_an_import_error(tmp_path, guide_ata
 
 def test_entry_points_only_for_a_plain_live_interpreter(module_file):
     import opaque_ops as oo
-    from tests.helpers.fast_call_scenarios import add_model
+    from tests.helpers.interpreter_models import add_model
 
     it = oo.Interpreter(model_content=add_model())
     interp, functions = native_fast.entry_points(it._native)

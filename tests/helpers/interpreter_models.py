@@ -1,0 +1,37 @@
+"""Small models the interpreter's tests share (built with ModelBuilder, no TensorFlow)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from opaque_ops.model import ModelBuilder
+
+
+def add_model() -> bytes:
+    """y = x + c: x (index 0) a [2, 3] float32 input, c (1) a constant, y (2) the output."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [2, 3], np.float32)
+    c = b.add_constant("c", np.arange(6, dtype=np.float32).reshape(2, 3))
+    y = b.add_tensor("y", [2, 3], np.float32)
+    b.add_op("ADD", [x, c], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    return b.build()
+
+
+def tile_model() -> bytes:
+    """y = 2 * tile(x, multiples): ``tiled`` is dynamic, ``y`` is resized while the model runs.
+
+    x (index 0) [4] float32, multiples (1) [1] int32, y (3); signature "run".
+    """
+    b = ModelBuilder()
+    x = b.add_tensor("x", [4], np.float32)
+    m = b.add_tensor("multiples", [1], np.int32)
+    t = b.add_tensor("tiled", [4], np.float32, shape_signature=[-1])
+    y = b.add_tensor("y", [4], np.float32, shape_signature=[-1])
+    b.add_op("TILE", [x, m], [t])
+    b.add_op("ADD", [t, t], [y])
+    b.set_inputs([x, m])
+    b.set_outputs([y])
+    b.add_signature("run", {"x": x, "multiples": m}, {"y": y})
+    return b.build()
