@@ -53,6 +53,7 @@ from ..model.runtime_ops import RUNTIME_CUSTOM_OPS as _RUNTIME_CUSTOM_OPS  # noq
 from ..ops.provider import OpProvider, not_an_op_provider
 from . import fast_calls as _fast
 from . import fork_guard as _fork
+from . import matmul as _matmul
 from . import tensors as _tensors
 from . import xnnpack as _xnnpack
 from .call_lock import CallLock, get_ident
@@ -386,7 +387,16 @@ class Interpreter:
             )
         except ModelError as exc:
             raise ModelError(f"{self._model_name} cannot run with XNNPACK: {exc}") from None
-        model = _native.NativeModel(_xnnpack.alias_model(data, aliases))
+        private = _xnnpack.alias_model(data, aliases)
+        # A BATCH_MATMUL by a constant matrix runs as FULLY_CONNECTED where
+        # that was measured faster (see _matmul); only the private copy changes.
+        if _matmul.worth_it(_native.load_runtime().version, self.xnnpack, len(delegates)):
+            rewritten = _matmul.rewrite_model(private)
+            if rewritten is not private:
+                # The copy's extra tensors follow the model's own: indices from here are not the caller's.
+                self._hidden_from = _matmul.main_tensor_count(data)
+                private = rewritten
+        model = _native.NativeModel(private)
         if not model.ok:
             msgs = model.sink.take()
             raise ModelError(
@@ -498,6 +508,9 @@ class Interpreter:
         return native
 
     _closed_reason = "this Interpreter is closed; create a new one"
+    # Subgraph 0's tensor count in the model, when the private copy has more
+    # (matmul.rewrite_model): higher native indices are refused as out of range.
+    _hidden_from: int | None = None
 
     def _forked(self, native, reason: str) -> None:
         """In a forked child (see _fork): refuse every call with ``reason``; never free the C objects."""
@@ -1014,7 +1027,7 @@ class Interpreter:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise TypeError(f"tensor index must be an int, not {type(index).__name__}")
         t = native.tensor(int(index))
-        if t is None:
+        if t is None or (self._hidden_from is not None and index >= self._hidden_from):
             raise InvalidInputError(
                 f"tensor index {index} is out of range: the model has {len(self._info.subgraphs[0].tensors)} tensors"
             )

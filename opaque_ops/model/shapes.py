@@ -328,7 +328,17 @@ def _op_shapes(sg, op, ins, where):  # noqa: C901 - one branch per op, on purpos
         return [(x[0], x[1] // bs, x[2] // bs, x[3] * bs * bs)]
     if name == "BATCH_MATMUL":
         y = ins[1] if len(ins) > 1 else None
-        if y is None or len(x) < 2 or len(y) < 2:
+        # Every runtime refuses an operand of rank 0 or 1 (TFLite's kernel,
+        # and XNNPACK's, which fails to reshape); refused here so that the
+        # verdict is the same whichever kernel runs the node, including the
+        # FULLY_CONNECTED the interpreter may run in its place
+        # (interpreter/matmul.py), which would accept it.
+        short = [list(s) for s in (x, y) if s is not None and len(s) < 2]
+        if short:
+            raise ShapeError(
+                f"{where}: operand shape {short[0]} has rank {len(short[0])}; BATCH_MATMUL needs rank 2 or more"
+            )
+        if y is None:
             return None
         ax, ay = o.get("adj_x", False), o.get("adj_y", False)
         m, k = (x[-1], x[-2]) if ax else (x[-2], x[-1])
