@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from functools import cache
 from pathlib import Path
@@ -79,8 +80,10 @@ def prebuilt_dir() -> Path | None:
     """The directory of libraries prebuilt for this machine in the installed package, if any."""
     from .compiler import host_arch
 
-    d = Path(__file__).resolve().parents[1] / "prebuilt" / host_arch()
-    return d if (d / PREBUILT_MANIFEST).is_file() else None
+    # (The package directory as _paths resolved it once: this runs at every
+    # process's first Interpreter, and resolving costs a syscall per component.)
+    d = _paths.package_dir() / "prebuilt" / host_arch()
+    return d if os.path.isfile(os.path.join(d, PREBUILT_MANIFEST)) else None
 
 
 @cache

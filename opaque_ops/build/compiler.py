@@ -339,14 +339,15 @@ class BuildSpec:
             os.path.dirname(numpy.__file__),
         ]
         for p in self.sources:
-            parts += [str(Path(p).resolve()), Path(p).read_text()]
+            # (abspath, not resolve: the sources are c_dir()'s, resolved once.)
+            parts += [os.path.abspath(p), Path(p).read_bytes()]
         return _digest(parts)
 
 
 def _digest(parts) -> str:
     h = hashlib.sha256()
     for part in parts:
-        h.update(part.encode())
+        h.update(part if isinstance(part, bytes) else part.encode())
         h.update(b"\0")
     return h.hexdigest()
 

@@ -12,6 +12,11 @@ from pathlib import Path
 _PKG = Path(__file__).resolve().parent.parent  # opaque_ops/, whose c/ (or ../c/) this finds
 
 
+def package_dir() -> Path:
+    """The installed ``opaque_ops`` package directory (symlinks resolved)."""
+    return _PKG
+
+
 @cache
 def c_dir() -> Path:
     """Return the directory holding ``include/``, ``src/`` and ``kernels/``."""

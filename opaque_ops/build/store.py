@@ -150,13 +150,21 @@ def private_dir(path: str | os.PathLike, what: str = "cache directory") -> Path:
     return path
 
 
+_ONE_READ = 64 << 20  # files up to this size are digested in one read
+
+
 def file_digest(path: str | os.PathLike) -> str:
     """SHA-256 of a file's bytes, as hex."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(path, "rb", buffering=0) as f:
+        if os.fstat(f.fileno()).st_size <= _ONE_READ:
+            # One read into a buffer of the file's size: the fast calls module
+            # is digested at every process's first Interpreter, and 1 MiB
+            # blocks cost a fresh 1 MiB allocation (an mmap) per read.
+            return hashlib.sha256(f.readall()).hexdigest()
+        h = hashlib.sha256()
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
-    return h.hexdigest()
+        return h.hexdigest()
 
 
 class Cache:
