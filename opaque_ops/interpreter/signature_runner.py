@@ -11,8 +11,12 @@ import numpy as np
 
 from ..errors import InvalidInputError, OpaqueOpsError
 from . import tensors as _tensors
+from .call_lock import get_ident
 from .reshape_target import Graph, as_shape
 from .sigint import WATCH_AFTER_S, invoke_watched
+
+_ndarray = np.ndarray
+_MISSING = object()
 
 
 class SignatureRunner:
@@ -51,6 +55,16 @@ class SignatureRunner:
             shape_of,
         )
         self._watch = True
+        # The fast path of __call__ (_call_cached): a signature of the main
+        # subgraph reads and writes the same tensors as the interpreter's
+        # set_tensor/get_tensor, so it can use their cached views.  Other
+        # subgraphs' tensors have no cached views (the C API reads only the
+        # main subgraph's by index), and always take the full path.
+        self._cached_in = tuple(self._inputs.items()) if sig.subgraph_index == 0 else None
+        out_order = native_runner.output_names()
+        self._cached_out = tuple((n, self._outputs[n]) for n in out_order if n in self._outputs)
+        if len(self._cached_out) != len(out_order):  # pragma: no cover - TFLite and our reader agree
+            self._cached_in = None
 
     def _details(self, names, get):
         out = {}
@@ -117,6 +131,11 @@ class SignatureRunner:
         copied in, it is invoked and its outputs copied out, all under the
         interpreter's lock.
         """
+        cached = self._cached_in
+        if cached is not None and not self._watch and len(inputs) == len(cached):
+            out = self._call_cached(inputs, cached)
+            if out is not None:
+                return out
         unknown = set(inputs) - set(self._inputs)
         missing = set(self._inputs) - set(inputs)
         if unknown or missing:
@@ -138,8 +157,12 @@ class SignatureRunner:
             moves = self._graph.subgraph == 0 and it._moves
             if moves:
                 it._before_moving_invoke(f"{what}: invoke")
+            main = self._graph.subgraph == 0
             for n, a in arrays.items():
-                _tensors.write(r.input_tensor(n), a, f"{what} input {n!r}")
+                t = r.input_tensor(n)
+                _tensors.write(t, a, f"{what} input {n!r}")
+                if main:
+                    it._remember(self._index_of[n], t)  # for the next call's fast path
             try:
                 if self._watch:
                     status, took = invoke_watched(native, r.invoke)
@@ -150,9 +173,69 @@ class SignatureRunner:
                 if moves:
                     it._keep_unmoved_slots(native)
             it._check(status, f"{what}: invoke", native)
-            return {n: _tensors.read(r.output_tensor(n), f"{what} output {n!r}") for n in r.output_names()}
+            out = {}
+            for n in r.output_names():
+                t = r.output_tensor(n)
+                out[n] = _tensors.read(t, f"{what} output {n!r}")
+                if main and n in self._outputs:
+                    it._remember(self._outputs[n], t)
+            return out
 
         return it._reshape(what, self._graph, resizes=resizes, allocate=True, then=run)
+
+    def _call_cached(self, inputs: dict, cached: tuple) -> dict | None:
+        """``__call__``'s common case on views the interpreter cached, or None for the full path.
+
+        The common case: the interpreter is planned and idle, every input is
+        an ndarray of its tensor's dtype and current shape, and every input
+        and output tensor has a cached view (``Interpreter._slots``: writable
+        arena tensors, not dynamic, dropped by every resize, allocation,
+        ``close()`` and fork refusal, so a view found there is valid).  Then
+        no resize or allocation is due, and the call is the interpreter's
+        ``set_tensor`` fast path per input, the runner's invoke, and a copy
+        of each output view.  Everything else (a list, another dtype or
+        shape, a missing or unknown name, a closed or forked interpreter,
+        a model whose invoke moves memory, a lock held by another call)
+        returns None before anything is written, and the full path gives
+        the result or the error, as it always did.
+        """
+        it = self._interpreter
+        calls, lock = it._calls, it._lock
+        if not lock.acquire(False):
+            return None  # the full path waits for it, or refuses a re-entered call
+        calls.owner = get_ident()
+        try:
+            native = it._native
+            if native is None or not it._allocated or it._moves:
+                return None
+            slots = it._slots
+            writes = []
+            for name, index in cached:
+                a = inputs.get(name, _MISSING)
+                slot = slots.get(index)
+                if (
+                    slot is None
+                    or type(a) is not _ndarray
+                    or a.shape != slot[2]
+                    or not (a.dtype is slot[1] or a.dtype == slot[1])
+                ):
+                    return None
+                writes.append((slot[0], a))
+            reads = []
+            for name, index in self._cached_out:
+                slot = slots.get(index)
+                if slot is None:
+                    return None
+                reads.append((name, slot[0]))
+            for view, a in writes:
+                view[...] = a
+            status = self._r.invoke()
+            if status or native.sink:
+                it._check(status, f"signature {self.key!r}: invoke", native)
+            return {name: view.copy() for name, view in reads}
+        finally:
+            calls.owner = None
+            lock.release()
 
 
 def _restore_runner(interpreter, key):
