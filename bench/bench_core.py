@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def tiny_model() -> bytes:
+def tiny_model(signature: bool = False) -> bytes:
+    """y = x + c on [5] float32; with ``signature``, also a SignatureDef "run" (x -> y)."""
     from opaque_ops.model import ModelBuilder
 
     b = ModelBuilder()
@@ -38,6 +39,8 @@ def tiny_model() -> bytes:
     b.add_op("ADD", [x, c], [y])
     b.set_inputs([x])
     b.set_outputs([y])
+    if signature:
+        b.add_signature("run", {"x": x}, {"y": y})
     return b.build()
 
 
@@ -60,7 +63,7 @@ def tiny_loops() -> dict:
     ``opaque_ops``: set_tensor + invoke + get_tensor; ``opaque_ops_views``:
     write into a ``tensor()`` view, invoke, copy the output view;
     ``raw_cffi``: the same with a cached view and the cffi invoke function
-    (the floor); peers: ai-edge-litert (and tflite-runtime when importable).
+    (the floor); ``opaque_ops_runner``: the signature runner's call; peers: ai-edge-litert (and tflite-runtime when importable).
     """
     import opaque_ops as oo
     from opaque_ops import _native
@@ -104,7 +107,19 @@ def tiny_loops() -> dict:
         slow.invoke()
         return slow.get_tensor(i_out)
 
-    loops = {"opaque_ops": ours, "opaque_ops_python": ours_python, "opaque_ops_views": ours_views, "raw_cffi": raw}
+    signed = tiny_model(signature=True)
+    runner = oo.Interpreter(model_content=signed).get_signature_runner("run")
+
+    def ours_runner():
+        return runner(x=x)["y"]
+
+    loops = {
+        "opaque_ops": ours,
+        "opaque_ops_python": ours_python,
+        "opaque_ops_views": ours_views,
+        "raw_cffi": raw,
+        "opaque_ops_runner": ours_runner,
+    }
     for modname in ("ai_edge_litert.interpreter", "tflite_runtime.interpreter"):
         try:
             mod = __import__(modname, fromlist=["Interpreter"])
@@ -120,6 +135,13 @@ def tiny_loops() -> dict:
             return peer.get_tensor(p_out)
 
         loops[modname.split(".")[0]] = theirs
+        if modname.startswith("ai_edge_litert"):
+            peer_runner = mod.Interpreter(model_content=signed).get_signature_runner("run")
+
+            def theirs_runner(peer_runner=peer_runner):
+                return peer_runner(x=x)["y"]
+
+            loops["ai_edge_litert_runner"] = theirs_runner
     return loops
 
 

@@ -147,6 +147,13 @@ def sec_tiny(t: Table, raw: dict, quick: bool) -> None:
         raw["tflite_runtime"] = f"not importable ({msg}); tflite-runtime 2.14 needs numpy<2 and Python<=3.11"
         t.add("tiny ADD vs tflite-runtime", None, "tflite-runtime not importable (needs numpy<2)", None, "≤ 0.9×", None)
     t.ratio_row("tiny ADD: tensor() views + invoke", r.get("opaque_ops_views"), r.get("raw_cffi"), "raw cffi", 1.2)
+    t.ratio_row(
+        "tiny ADD: signature runner call",
+        r.get("opaque_ops_runner"),
+        r.get("ai_edge_litert_runner"),
+        "ai-edge-litert's runner",
+        None,
+    )
     # Not a target: the Python methods alone, where the fast calls cannot be built.
     t.ratio_row(
         "tiny ADD: Python methods only (no fast calls)",

@@ -206,7 +206,9 @@ class SignatureRunner:
         calls.owner = get_ident()
         try:
             native = it._native
-            if native is None or not it._allocated or it._moves:
+            # (The layout version as _is_planned asks it: an isolated worker's
+            # placement may give tensors new buffers between two calls.)
+            if native is None or not it._allocated or it._moves or native.layout_version != it._layout_version:
                 return None
             slots = it._slots
             writes = []
