@@ -667,8 +667,18 @@ static PyTypeObject MethodType = {
 
 /* ---------------------------------------------------------------- module */
 
+/* The compiled model reader (c/src/modelreader.c, compiled into this module). */
+PyObject *opaque_ops_read_model(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+static PyMethodDef module_methods[] = {
+    {"read_model", (PyCFunction)(void (*)(void))opaque_ops_read_model, METH_FASTCALL,
+     "read_model(data, spec)\n--\n\nThe model's parts as opaque_ops.model.reader builds them, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_fastcalls", "opaque_ops' fast calls (c/src/fastcalls.c).", -1, NULL, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "_fastcalls", "opaque_ops' fast calls (c/src/fastcalls.c).", -1, module_methods,
+    NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__fastcalls(void) {

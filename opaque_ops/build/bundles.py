@@ -102,8 +102,24 @@ def prebuilt_library(name: str) -> Path | None:
     return verified_library(prebuilt_dir(), name, _paths.kernels_dir() / f"{name}.c", _manifest())
 
 
+def source_digest(source: Path | list[Path]) -> str:
+    """The ``source_sha256`` of a prebuilt manifest entry for ``source``.
+
+    One file: the SHA-256 of its bytes.  Several (the fast calls module is
+    built from ``fastcalls.c`` and ``modelreader.c``): the SHA-256 of their
+    digests in order, so that a change to any of them, or bytes moved from
+    one to the next, gives another digest.
+    """
+    if isinstance(source, Path):
+        return hashlib.sha256(source.read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    for p in source:
+        h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
 def verified_library(
-    d: Path | None, name: str, source: Path, manifest: dict | None = None, section: str = "kernels"
+    d: Path | None, name: str, source: Path | list[Path], manifest: dict | None = None, section: str = "kernels"
 ) -> Path | None:
     """``d/<name>.so`` if ``d``'s manifest holds its digest and the digest of ``source``, else None.
 
@@ -118,8 +134,8 @@ def verified_library(
         The directory of prebuilt libraries for this machine (None: there is none).
     name : str
         The kernel file's stem.
-    source : pathlib.Path
-        The C file the library was built from, as installed.
+    source : pathlib.Path or list of pathlib.Path
+        The C file(s) the library was built from, as installed (see :func:`source_digest`).
     manifest : dict, optional
         ``d``'s manifest, already read; read from ``d`` if not given.
     section : str
@@ -138,7 +154,7 @@ def verified_library(
         return None
     lib = d / f"{name}.so"
     try:
-        if hashlib.sha256(source.read_bytes()).hexdigest() != entry["source_sha256"]:
+        if source_digest(source) != entry["source_sha256"]:
             return None  # the C file was changed after the wheel was built: compile it
         if hashlib.sha256(lib.read_bytes()).hexdigest() != entry["sha256"]:
             return None  # damaged install: compile rather than load it

@@ -1,4 +1,4 @@
-"""The fast calls extension (``c/src/fastcalls.c``): its source, its build and its prebuilt name.
+"""The fast calls extension (``c/src/fastcalls.c``, ``c/src/modelreader.c``): its sources, its build and its prebuilt name.
 
 It is the one CPython extension of opaque_ops, and optional: the Python
 methods it speeds up stay (:mod:`opaque_ops.interpreter.fast_calls` loads
@@ -17,8 +17,13 @@ from . import paths as _paths
 
 
 def source() -> Path:
-    """The C source of the fast calls module."""
+    """The C source of the fast calls module (its module definition)."""
     return _paths.c_dir() / "src" / "fastcalls.c"
+
+
+def sources() -> list[Path]:
+    """Every C file the module is built from: the fast calls, and the compiled model reader."""
+    return [source(), _paths.c_dir() / "src" / "modelreader.c"]
 
 
 def prebuilt_name() -> str:
@@ -35,7 +40,7 @@ def build_spec(compiler: list[str] | None = None, *, lookup_only: bool = False) 
     """
     return _cbuild.BuildSpec(
         compiler=[] if lookup_only else (compiler or _cbuild.native_compiler()),
-        sources=[source()],
+        sources=sources(),
         extension=True,
-        label="building the fast calls (c/src/fastcalls.c)",
+        label="building the fast calls (c/src/fastcalls.c, c/src/modelreader.c)",
     )

@@ -328,19 +328,18 @@ def build_prebuilt(
         with _cbuild.tempdir() as work:
             built, _log = _cbuild.build(_extension.build_spec(), work)
             shutil.move(str(built), str(out / f"{name}.so"))
-        manifest["fastcalls"] = {name: _manifest_entry(out / f"{name}.so", _extension.source())}
+        manifest["fastcalls"] = {name: _manifest_entry(out / f"{name}.so", _extension.sources())}
     (out / PREBUILT_MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
 
 
-def _manifest_entry(lib: Path, source: Path) -> dict:
+def _manifest_entry(lib: Path, source: Path | list[Path]) -> dict:
     """A prebuilt manifest's entry: the library's digest and its source's (``bundles.verified_library`` checks both)."""
     import hashlib
 
-    return {
-        "sha256": hashlib.sha256(lib.read_bytes()).hexdigest(),
-        "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
-    }
+    from .bundles import source_digest
+
+    return {"sha256": hashlib.sha256(lib.read_bytes()).hexdigest(), "source_sha256": source_digest(source)}
 
 
 def _parse_op(spec: str) -> tuple[str, str]:

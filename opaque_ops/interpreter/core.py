@@ -369,6 +369,10 @@ class Interpreter:
         # TFLite verifies the flatbuffer, but not everything it later indexes
         # with; our bounds-checked reader catches what would crash the process.
         self._libs = _as_op_libraries(custom_ops)
+        if type(self) is Interpreter and self._hooks is None:
+            # The fast calls module (found once per process) holds the
+            # compiled model reader: found before the read, not after it.
+            _fast.module()
         try:
             # A registered kernel replaces the runtime's op of the same name.
             # Parsed and checked once per model content (model.cache).

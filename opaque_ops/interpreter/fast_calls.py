@@ -33,6 +33,7 @@ from ..build import bundles as _bundles
 from ..build import compiler as _cbuild
 from ..build import extension as _extension
 from ..errors import OpaqueOpsError
+from ..model import reader as _reader
 from .call_lock import CallLock
 
 ENV = "OPAQUE_OPS_FASTCALLS"
@@ -61,7 +62,7 @@ def _find() -> tuple[object | None, str]:
             ) from None
     tried = []
     prebuilt = _bundles.verified_library(
-        _bundles.prebuilt_dir(), _extension.prebuilt_name(), _extension.source(), section="fastcalls"
+        _bundles.prebuilt_dir(), _extension.prebuilt_name(), _extension.sources(), section="fastcalls"
     )
     if prebuilt is not None:
         try:
@@ -92,7 +93,10 @@ def module():
     if _loaded is None:
         with _loading:
             if _loaded is None:
-                _loaded = _find()
+                found = _find()
+                # The module also holds the compiled model reader.
+                _reader.use_compiled_reader(getattr(found[0], "read_model", None))
+                _loaded = found
     return _loaded[0]
 
 

@@ -822,6 +822,11 @@ def _read(buf: bytes, later: bool = False) -> ModelInfo:
     if len(buf) < 8:
         raise ModelError(f"truncated: {len(buf)} bytes is too short for a TFLite model")
     has_id = buf[4:8] == FILE_IDENTIFIER
+    if _compiled is not None and not later and type(buf) is bytes:
+        model = _read_compiled(buf)
+        if model is not None:
+            model.has_identifier = has_id
+            return model
     try:
         model = _parse(buf, later)
     except ModelError as exc:
@@ -842,3 +847,109 @@ def _read(buf: bytes, later: bool = False) -> ModelInfo:
 
 
 _UNEXPECTED = (struct.error, ValueError, IndexError, OverflowError, MemoryError)
+
+
+# The compiled reader (c/src/modelreader.c, in the fast calls module), once
+# the layer that loads that module hands it over: (its function, its spec).
+_compiled: tuple | None = None
+
+
+def use_compiled_reader(read) -> None:
+    """Let :func:`read_model` try ``read``, the compiled reader, before the Python one.
+
+    The fast calls module (:mod:`opaque_ops.interpreter.fast_calls`) hands
+    over its ``read_model`` when it is loaded; this layer does not import
+    that one.  The compiled reader returns the model's parts for the models
+    it reads exactly as this module does, and None for anything else, which
+    this module then reads (and rejects with its message).  Models read
+    lazily (:meth:`ModelInfo._read_later`) are always read here.
+
+    Parameters
+    ----------
+    read : callable or None
+        ``read(data, spec)`` of the fast calls module; None: the Python reader alone.
+    """
+    global _compiled
+    _compiled = None if read is None else (read, _compiled_spec())
+
+
+def _compiled_spec() -> tuple:
+    """What the compiled reader builds with, in the order c/src/modelreader.c's SPEC_* names."""
+    import dataclasses
+
+    # It creates TensorInfo and OpInfo without their __init__, setting the
+    # fields in order, as the dataclass __init__ does: nothing more may run.
+    for cls in (TensorInfo, OpInfo):
+        if "__post_init__" in dir(cls) or "__setattr__" in cls.__dict__:
+            raise TypeError(f"{cls.__name__} does more in __init__ than set its fields")
+    options = []
+    for t in range(256):
+        sizes, readers = _OPTION_READERS.get(t, ((), None))
+        if readers is not None:
+            for _fname, _slot, code, _default, names in readers:
+                if code == _K_I8 and type(names) is not dict:
+                    raise TypeError("an enum option's names must be a dict")
+            readers = tuple(tuple(r) for r in readers)
+        options.append((tuple(sizes), readers))
+    return (
+        TensorInfo,
+        tuple(f.name for f in dataclasses.fields(TensorInfo)),
+        OpInfo,
+        tuple(f.name for f in dataclasses.fields(OpInfo)),
+        tuple(_DTYPE[c] for c in range(-128, 128)),
+        tuple(_TYPE_NAME[c] for c in range(-128, 128)),
+        _NO_SCALES,
+        _NO_ZERO_POINTS,
+        ("scales", "zero_points", "quantized_dimension"),
+        _quantization,
+        dict(BUILTIN_OPERATOR_NAMES),
+        tuple(options),
+        _flex_or_none,
+        _CUSTOM,
+    )
+
+
+def _quantization(buf: bytes, s0: int, sn: int, z0: int, zn: int, qdim: int) -> dict:
+    # _tensor's quantization dict from the vectors the compiled reader checked.
+    scales = (
+        np.frombuffer(buf, dtype=_F4, count=sn, offset=s0).copy().astype(np.float32, copy=False) if sn else _NO_SCALES
+    )
+    zps = (
+        np.frombuffer(buf, dtype=_I8_DT, count=zn, offset=z0).copy().astype(np.int64, copy=False)
+        if zn
+        else _NO_ZERO_POINTS
+    )
+    return {"scales": scales, "zero_points": zps, "quantized_dimension": qdim}
+
+
+def _flex_or_none(custom_options: bytes) -> dict | None:
+    # As _operator decodes custom options (anything else it raises is
+    # raised through the compiled reader, and the Python reader runs).
+    try:
+        return decode_flex_options(custom_options)
+    except ModelError:
+        return None
+
+
+def _read_compiled(buf: bytes) -> ModelInfo | None:
+    """The model read by the compiled reader, or None when it leaves the model to the Python reader."""
+    assert _compiled is not None
+    read, spec = _compiled
+    try:
+        parts = read(buf, spec)
+    except Exception:
+        # Raised from a helper (the flexbuffer decoder) or out of memory: the
+        # Python reader reads the model and says what is wrong, if anything.
+        return None
+    if parts is None:
+        return None
+    version, description, opcodes, subgraphs, signatures, buffers, metadata = parts
+    return ModelInfo(
+        version=version,
+        description=description,
+        operator_codes=opcodes,
+        subgraphs=[SubgraphInfo(i, *sg) for i, sg in enumerate(subgraphs)],
+        signatures=[SignatureInfo(*g) for g in signatures],
+        buffers=buffers,
+        metadata=metadata,
+    )

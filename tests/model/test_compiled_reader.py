@@ -1,0 +1,155 @@
+"""The compiled model reader (c/src/modelreader.c) against the Python reader, its reference.
+
+The compiled reader may leave any model to the Python reader (None); every
+model it reads must be the Python reader's model, value for value
+(tests/helpers/model_compare.py), and it must never read a model that the
+Python reader rejects.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from opaque_ops.errors import ModelError
+from opaque_ops.interpreter import fast_calls
+from opaque_ops.model import read_model, reader
+from tests.conftest import IN_CI
+from tests.helpers.child_process import crashed, run_child
+from tests.helpers.corpus import ENTRIES, corpus_bytes
+from tests.helpers.model_compare import differences
+from tools import fuzz_reader, fuzz_structured
+
+# Real models it must read itself (not leave to Python): what an Interpreter's first creation reads.
+MUST_READ = {
+    "melspectrogram.tflite",
+    "embedding_model.tflite",
+    "okay_nabu.tflite",
+    "hey_jarvis.tflite",
+    "selfie_segmentation.tflite",
+    "face_detection_short_range.tflite",
+    "face_landmark_with_attention.tflite",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled():
+    used, where = fast_calls.status()
+    if not used or reader._compiled is None:
+        if IN_CI:
+            pytest.fail(f"the fast calls (and the compiled reader) must be in use under CI: {where}")
+        pytest.skip(f"the fast calls are not in use here: {where}")
+
+
+def _python_read(data: bytes):
+    saved, reader._compiled = reader._compiled, None
+    try:
+        return reader._read(data)
+    except ModelError as exc:
+        return exc
+    finally:
+        reader._compiled = saved
+
+
+def test_every_seed_and_corpus_model_reads_the_same_both_ways():
+    models = [(name, data) for name, data, _w in fuzz_structured.seed_models()]
+    models += [(name, corpus_bytes(name)) for name in ENTRIES]
+    read_by_c = set()
+    for name, data in models:
+        c = reader._read_compiled(data) if len(data) >= 8 else None
+        py = _python_read(data)
+        if c is None:
+            continue
+        assert not isinstance(py, ModelError), f"{name}: the compiled reader accepted what Python rejects: {py}"
+        c.has_identifier = py.has_identifier
+        assert differences(c, py) == [], name
+        read_by_c.add(name)
+    present = {name for name, _ in models} & MUST_READ
+    assert present and present <= read_by_c, present - read_by_c
+
+
+def test_read_model_gives_the_python_readers_model_and_errors():
+    for name, data, _w in fuzz_structured.seed_models():
+        assert differences(read_model(data), _python_read(data)) == [], name
+    data = next(d for n, d, _ in fuzz_structured.seed_models() if n == "atan")
+    with pytest.raises(ModelError) as c_err:
+        read_model(data[:200])
+    assert str(c_err.value) == str(_python_read(data[:200]))
+
+
+def test_sparse_models_are_left_to_the_python_reader():
+    sparse = [d for n, d, _ in fuzz_structured.seed_models() if "sparse" in n]
+    if not sparse:
+        pytest.skip("face_detection_full_range_sparse.tflite (mediapipe) is not installed")
+    assert reader._read_compiled(sparse[0]) is None
+    assert read_model(sparse[0]).subgraphs[0].tensors is not None
+
+
+def test_mutated_models_are_read_the_same_or_left_to_python():
+    result = fuzz_reader.run(3000, seed=1)
+    counts = result["counts"]
+    assert counts["findings"] == 0, result["findings"][:5]
+    # The run exercises both sides: models read in C, and models refused.
+    assert counts["compiled"] > 300 and counts["refused_rejected"] > 1000, counts
+
+
+def test_reading_again_and_again_keeps_memory_flat():
+    # Every read copies the buffers (face: 230 kB), and refused inputs leave
+    # through the error paths: a leaked reference on either shows in the RSS.
+    seeds = {n: d for n, d, _w in fuzz_structured.seed_models()}
+    data = seeds.get("face_detection_short_range.tflite", seeds["atan"])
+    refused = [fuzz_reader.input_for(5, i)[1] for i in range(300)]
+
+    def rss_kb() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+    def loop():
+        for _ in range(400):
+            reader._read_compiled(data)
+        for d in refused:
+            if len(d) >= 8:
+                reader._read_compiled(d)
+
+    loop()
+    before = rss_kb()
+    for _ in range(5):
+        loop()
+    grown = rss_kb() - before
+    assert grown < 4096, f"RSS grew by {grown} kB over 2000 reads of the model and 1500 refused inputs"
+
+
+def test_without_the_fast_calls_the_python_reader_reads_alone():
+    p = run_child(
+        """
+        import opaque_ops as oo
+        from opaque_ops.model import reader
+        from tests.helpers.interpreter_models import add_model
+        oo.Interpreter(model_content=add_model()).allocate_tensors()
+        print(reader._compiled is None)
+        """,
+        env={"OPAQUE_OPS_FASTCALLS": "0"},
+    )
+    assert p.returncode == 0, crashed(p)
+    assert p.stdout.strip() == "True"
+
+
+def test_an_interpreter_reads_its_model_with_the_compiled_reader_in_a_new_process():
+    # The module is found before the model is read (Interpreter.__init__),
+    # so even a process's first model goes through C.
+    p = run_child(
+        """
+        import opaque_ops as oo
+        from opaque_ops.model import reader
+        from tests.helpers.interpreter_models import add_model
+        calls = []
+        real = reader._read_compiled
+        reader._read_compiled = lambda buf: calls.append(len(buf)) or real(buf)
+        oo.Interpreter(model_content=add_model()).allocate_tensors()
+        print(len(calls), reader._compiled is not None)
+        """,
+        env={"OPAQUE_OPS_VERDICT_CACHE": "0"},  # no verdict on disk: the model is read, not taken from a record
+    )
+    assert p.returncode == 0, crashed(p)
+    assert p.stdout.strip() == "1 True"
