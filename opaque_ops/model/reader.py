@@ -870,7 +870,9 @@ def use_compiled_reader(read) -> None:
         ``read(data, spec)`` of the fast calls module; None: the Python reader alone.
     """
     global _compiled
-    _compiled = None if read is None else (read, _compiled_spec())
+    # The spec is built at the first read (0.1 ms): a process whose models'
+    # verdicts are on disk may never read one in full.
+    _compiled = None if read is None else (read, None)
 
 
 def _compiled_spec() -> tuple:
@@ -933,8 +935,12 @@ def _flex_or_none(custom_options: bytes) -> dict | None:
 
 def _read_compiled(buf: bytes) -> ModelInfo | None:
     """The model read by the compiled reader, or None when it leaves the model to the Python reader."""
+    global _compiled
     assert _compiled is not None
     read, spec = _compiled
+    if spec is None:
+        spec = _compiled_spec()
+        _compiled = (read, spec)
     try:
         parts = read(buf, spec)
     except Exception:
