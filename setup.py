@@ -5,12 +5,25 @@ are compiled on first use.  With ``OPAQUE_OPS_WHEEL_ARCH`` set to ``x86_64``
 or ``aarch64`` (``native`` = this machine) the build also compiles every
 bundled kernel for that architecture, through opaque_ops' own build path (a
 cross compiler for another architecture), into ``opaque_ops/prebuilt/<arch>/``
-and tags the wheel ``py3-none-manylinux_2_35_<arch>``: it holds no CPython
-extension, so one wheel serves every Python 3 version, and the tag's glibc
-is that of the TFLite runtime it runs with (pymicro-wakeword's wheels)::
+and tags the wheel ``py3-none-manylinux_2_35_<arch>``: it needs no CPython
+extension (the one it may carry, below, is optional), so one wheel serves
+every Python 3 version, and the tag's glibc is that of the TFLite runtime it
+runs with (pymicro-wakeword's wheels)::
 
     OPAQUE_OPS_WHEEL_ARCH=x86_64  pip wheel --no-deps -w dist .
     OPAQUE_OPS_WHEEL_ARCH=aarch64 pip wheel --no-deps -w dist .   # needs gcc-aarch64-linux-gnu
+
+The x86_64 wheel also carries the fast calls module (a CPython extension)
+for the Python that builds it.  A cross-built wheel carries one for the
+target's Python when given that Python's ABI tag and the directories of its
+headers and its numpy's (``os.pathsep``-separated), e.g. for Raspberry Pi OS
+bookworm's Python 3.11 (headers from Debian's arm64 ``libpython3.11-dev``,
+numpy's from its aarch64 wheel)::
+
+    OPAQUE_OPS_WHEEL_ARCH=aarch64 \
+    OPAQUE_OPS_WHEEL_PYTHON_TAG=cpython-311-aarch64-linux-gnu \
+    OPAQUE_OPS_WHEEL_PYTHON_INCLUDE=$SYSROOT/usr/include/python3.11:$SYSROOT/usr/include:$NUMPY/_core/include \
+    pip wheel --no-deps -w dist .
 """
 
 import os
@@ -43,6 +56,15 @@ def wheel_arch():
     return arch
 
 
+def target_python():
+    """(ABI tag, header directories) of a cross build's target Python, from the environment, or None."""
+    tag = os.environ.get("OPAQUE_OPS_WHEEL_PYTHON_TAG", "").strip()
+    include = [d for d in os.environ.get("OPAQUE_OPS_WHEEL_PYTHON_INCLUDE", "").split(os.pathsep) if d.strip()]
+    if bool(tag) != bool(include):
+        sys.exit("set both OPAQUE_OPS_WHEEL_PYTHON_TAG and OPAQUE_OPS_WHEEL_PYTHON_INCLUDE, or neither")
+    return (tag, include) if tag else None
+
+
 class BuildPyWithKernels(build_py):
     """build_py, then the prebuilt kernels for OPAQUE_OPS_WHEEL_ARCH (if set)."""
 
@@ -55,7 +77,7 @@ class BuildPyWithKernels(build_py):
             sys.path.insert(0, HERE)
             from opaque_ops.build.standalone import build_prebuilt
 
-            manifest = build_prebuilt(arch, os.path.join(target, arch))
+            manifest = build_prebuilt(arch, os.path.join(target, arch), target_python=target_python())
             print(f"prebuilt {len(manifest['kernels'])} kernels for {arch}")
 
 

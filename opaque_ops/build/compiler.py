@@ -253,6 +253,10 @@ class BuildSpec:
         glue, Python's and numpy's headers on the include path, the C API's
         symbols left for the importing interpreter.  Keyed by the Python and
         numpy versions rather than by a digest of their (many) headers.
+    python_include : list of str, optional
+        For an extension built for another Python (a cross build): the
+        directories of that Python's and numpy's headers, instead of the
+        running Python's.
     """
 
     compiler: list[str]
@@ -266,6 +270,7 @@ class BuildSpec:
     sanitize: list[str] = field(default_factory=list)
     label: str = "building the kernel library"
     extension: bool = False
+    python_include: list[str] | None = None
 
     def compile_flags(self) -> list[str]:
         flags = list(BASE_CFLAGS) + (["-O0", "-g"] if self.debug else ["-O2"])
@@ -291,6 +296,8 @@ class BuildSpec:
         """Python's and numpy's headers, for an extension build (else none)."""
         if not self.extension:
             return []
+        if self.python_include is not None:
+            return list(self.python_include)
         import sysconfig
 
         import numpy
@@ -338,6 +345,8 @@ class BuildSpec:
             numpy.__version__,
             os.path.dirname(numpy.__file__),
         ]
+        if self.python_include is not None:
+            parts.append(repr(self.python_include))
         for p in self.sources:
             # (abspath, not resolve: the sources are c_dir()'s, resolved once.)
             parts += [os.path.abspath(p), Path(p).read_bytes()]

@@ -26,21 +26,31 @@ def sources() -> list[Path]:
     return [source(), _paths.c_dir() / "src" / "modelreader.c"]
 
 
-def prebuilt_name() -> str:
-    """Its file stem among prebuilt libraries, one per Python ABI: ``_fastcalls.cpython-311-x86_64-linux-gnu``."""
+def prebuilt_name(tag: str | None = None) -> str:
+    """Its file stem among prebuilt libraries, one per Python ABI: ``_fastcalls.cpython-311-x86_64-linux-gnu``.
+
+    ``tag``: the ABI tag of another Python (a cross build's target); default: the running one's.
+    """
+    if tag is not None:
+        return "_fastcalls." + tag
     suffix = EXTENSION_SUFFIXES[0]  # the interpreter's own tag first (sysconfig's EXT_SUFFIX, cheaper)
     return "_fastcalls" + (suffix[: -len(".so")] if suffix.endswith(".so") else "")
 
 
-def build_spec(compiler: list[str] | None = None, *, lookup_only: bool = False) -> _cbuild.BuildSpec:
-    """What the module is built from, for the running Python and numpy.
+def build_spec(
+    compiler: list[str] | None = None, *, lookup_only: bool = False, python_include: list[str] | None = None
+) -> _cbuild.BuildSpec:
+    """What the module is built from, for the running Python and numpy (or the one ``python_include`` names).
 
     ``lookup_only``: a spec for its cache key alone, which does not depend on
     the compiler; finding the compiler (a walk of ``PATH``) is left to a build.
+    ``python_include``: the header directories of another Python and its
+    numpy, for a cross build (:func:`.standalone.build_prebuilt`).
     """
     return _cbuild.BuildSpec(
         compiler=[] if lookup_only else (compiler or _cbuild.native_compiler()),
         sources=sources(),
         extension=True,
         label="building the fast calls (c/src/fastcalls.c, c/src/modelreader.c)",
+        python_include=None if python_include is None else [str(d) for d in python_include],
     )

@@ -275,7 +275,12 @@ def build_library(
 
 
 def build_prebuilt(
-    target: str, out_dir: str | os.PathLike, *, cc: str | None = None, kernels_dir: str | os.PathLike | None = None
+    target: str,
+    out_dir: str | os.PathLike,
+    *,
+    cc: str | None = None,
+    kernels_dir: str | os.PathLike | None = None,
+    target_python: tuple[str, list] | None = None,
 ) -> dict:
     """Build every bundled kernel for ``target`` into ``out_dir``, as the platform wheels carry them.
 
@@ -297,6 +302,12 @@ def build_prebuilt(
     kernels_dir : path-like, optional
         Build every ``.c`` file of this directory instead of the bundled
         kernels: a kernel package made by ``opaque-ops scaffold`` ships its own.
+    target_python : (str, list of path-like), optional
+        For a cross build of the bundled kernels: the ABI tag of the target's
+        Python (``"cpython-311-aarch64-linux-gnu"``: Raspberry Pi OS
+        bookworm's) and the directories of its headers and its numpy's; the
+        fast calls module is then built for it with the cross compiler too.
+        Without it a cross build carries no fast calls module.
 
     Returns
     -------
@@ -308,6 +319,21 @@ def build_prebuilt(
     from .bundles import PREBUILT_MANIFEST
 
     arch = _resolve_target(target)
+    native = arch == _cbuild.host_arch() and cc is None
+    if target_python is not None:
+        if native or kernels_dir is not None:
+            raise BuildError(
+                "target_python is for a cross build of the bundled kernels; a native build makes "
+                "the fast calls module for the running Python"
+            )
+        tag = str(target_python[0])
+        if not re.fullmatch(rf"cpython-3\d+-{re.escape(arch)}-linux-gnu", tag):
+            raise BuildError(
+                f"target_python tag {tag!r} is not a CPython ABI tag for {arch} (cpython-3NN-{arch}-linux-gnu)"
+            )
+        missing = [str(d) for d in target_python[1] if not Path(d).is_dir()]
+        if not target_python[1] or missing:
+            raise BuildError(f"target_python: header directories missing: {missing or 'none given'}")
     out = Path(out_dir)
     if out.exists():
         shutil.rmtree(out)
@@ -318,15 +344,22 @@ def build_prebuilt(
             [], out / f"{source.stem}.so", target=target, kernels=[source.stem], kernels_dir=kernels_dir, cc=cc
         )
         manifest["kernels"][source.stem] = _manifest_entry(lib, source)
-    if arch == _cbuild.host_arch() and cc is None and kernels_dir is None:
-        # The fast calls module, for the Python running this build (a CPython
-        # extension is built per Python ABI, and only natively: the target's
-        # Python headers are not here for a cross build).
+    if kernels_dir is None and (native or target_python is not None):
+        # The fast calls module (a CPython extension, one per Python ABI): for
+        # the Python running a native build, or for the target's Python whose
+        # headers a cross build was given.
         from . import extension as _extension
 
-        name = _extension.prebuilt_name()
+        if target_python is None:
+            name, spec = _extension.prebuilt_name(), _extension.build_spec()
+        else:
+            name = _extension.prebuilt_name(str(target_python[0]))
+            spec = _extension.build_spec(find_compiler(target, cc), python_include=list(target_python[1]))
         with _cbuild.tempdir() as work:
-            built, _log = _cbuild.build(_extension.build_spec(), work)
+            try:
+                built, _log = _cbuild.build(spec, work)
+            except CompileError as exc:
+                raise BuildError(str(exc), output=exc.output) from None
             shutil.move(str(built), str(out / f"{name}.so"))
         manifest["fastcalls"] = {name: _manifest_entry(out / f"{name}.so", _extension.sources())}
     (out / PREBUILT_MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")

@@ -213,6 +213,13 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
     needs_cross_compiler()
     out = tmp_path_factory.mktemp("dist")
     built = {}
+    # The aarch64 wheel's fast calls module is cross-built for the emulated
+    # Pi's Python (Raspberry Pi OS bookworm: CPython 3.11) from its headers.
+    tag, include = arm.python_headers()
+    cross_python = {
+        "OPAQUE_OPS_WHEEL_PYTHON_TAG": tag,
+        "OPAQUE_OPS_WHEEL_PYTHON_INCLUDE": os.pathsep.join(map(str, include)),
+    }
     for arch in ("x86_64", "aarch64"):
         r = run_python(
             "-m",
@@ -223,7 +230,7 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
             "-w",
             out,
             ROOT,
-            env={"OPAQUE_OPS_WHEEL_ARCH": arch},
+            env={"OPAQUE_OPS_WHEEL_ARCH": arch, **(cross_python if arch == "aarch64" else {})},
             pythonpath=(),
             cwd=None,
             timeout=900,
@@ -253,19 +260,19 @@ def test_platform_wheel_carries_verified_kernels_for_its_arch(wheels, arch):
             versions = {tuple(map(int, v)) for v in re.findall(rb"GLIBC_(\d+)\.(\d+)", data)}
             assert versions and max(versions) <= (2, 35), (name, max(versions))
             assert b"libpython" not in data and b"PyInit_" not in data
-        # The fast calls module, for the Python that built the wheel: native builds only.
-        fast = manifest.get("fastcalls", {})
-        if arch == "x86_64":
-            [(name, entry)] = fast.items()
-            assert name == _fast_name()
-            data = z.read(f"opaque_ops/prebuilt/{arch}/{name}.so")
-            assert hashlib.sha256(data).hexdigest() == entry["sha256"] and b"PyInit__fastcalls" in data
-            digests = b"".join(
-                hashlib.sha256(z.read(f"opaque_ops/c/src/{f}")).digest() for f in ("fastcalls.c", "modelreader.c")
-            )
-            assert hashlib.sha256(digests).hexdigest() == entry["source_sha256"]
-        else:
-            assert fast == {}, "a cross build has no target Python headers: no fast calls module"
+        # The fast calls module: for the Python that built the x86_64 wheel, and
+        # cross-built for the emulated Pi's Python in the aarch64 one.
+        [(name, entry)] = manifest["fastcalls"].items()
+        assert name == (_fast_name() if arch == "x86_64" else f"_fastcalls.{arm.PYTHON_TAG}")
+        data = z.read(f"opaque_ops/prebuilt/{arch}/{name}.so")
+        assert hashlib.sha256(data).hexdigest() == entry["sha256"] and b"PyInit__fastcalls" in data
+        assert {0x3E: "x86_64", 0xB7: "aarch64"}[int.from_bytes(data[18:20], "little")] == arch
+        versions = {tuple(map(int, v)) for v in re.findall(rb"GLIBC_(\d+)\.(\d+)", data)}
+        assert versions and max(versions) <= (2, 35), (name, max(versions))
+        digests = b"".join(
+            hashlib.sha256(z.read(f"opaque_ops/c/src/{f}")).digest() for f in ("fastcalls.c", "modelreader.c")
+        )
+        assert hashlib.sha256(digests).hexdigest() == entry["source_sha256"]
 
 
 _X86_WHEEL = _RUN_MODEL
@@ -348,7 +355,52 @@ def test_aarch64_wheel_installs_and_runs_in_emulated_python(wheels, work, deps, 
     assert info["machine"] == "aarch64" and info["oo"].startswith(str(target))
     assert info["prebuilt"] == [True] * len(kernels.MEDIAPIPE)
     assert all("/prebuilt/aarch64/" in p for p in info["paths"])
+    # With no compiler, the fast calls (and the compiled reader) come from the wheel.
+    fast = str(target / "opaque_ops" / "prebuilt" / "aarch64" / f"_fastcalls.{arm.PYTHON_TAG}.so")
+    assert info["fastcalls"] == [True, fast]
     on_x86 = native_run(oo.kernels.mediapipe(), selfie, np.load(photo))
     on_arm = np.load(work / "selfie_wheel_arm.npy")
     assert_segments_the_person(on_x86)
     np.testing.assert_allclose(on_arm, on_x86, rtol=0, atol=SELFIE_TOLERANCE)
+
+
+_BOTH_WAYS = r"""
+import json, os, sys
+os.environ["OPAQUE_OPS_FASTCALLS"] = sys.argv[1]   # "" (find the wheel's module) or "0" (none)
+from tests.helpers.fast_call_scenarios import scenarios
+from tests.helpers.model_compare import differences
+from opaque_ops.interpreter import fast_calls
+from opaque_ops.model import reader
+out = {"fast calls": fast_calls.status()[0], "scenarios": scenarios()}
+if out["fast calls"]:
+    # The compiled reader (in the same module) against the Python reader, on real models.
+    for path in sys.argv[2:]:
+        data = open(path, "rb").read()
+        compiled = reader._read_compiled(data)
+        assert compiled is not None, f"the compiled reader left {path} to Python"
+        saved, reader._compiled = reader._compiled, None
+        python = reader._read(data)
+        reader._compiled = saved
+        found = differences(compiled, python)
+        assert not found, found
+    out["models compared"] = len(sys.argv) - 2
+print("INFO " + json.dumps(out))
+"""
+
+
+def test_aarch64_wheels_fast_calls_agree_with_the_python_methods(wheels, work, deps, selfie):
+    # The cross-built module under the emulated Pi: every scenario of
+    # tests/helpers/fast_call_scenarios.py gives the same bytes and errors
+    # with it and without it, and its compiled reader reads real models into
+    # the same objects as the Python reader.
+    target = work / "arm_site"
+    if not (target / "opaque_ops").is_dir():
+        arm.pip_install(target, str(wheels["aarch64"]), wheels=arm.wheels_dir())
+    face = package_file("mediapipe", "modules", "face_detection", "face_detection_short_range.tflite")
+    runs = {
+        setting: info_line(arm.run(_BOTH_WAYS, setting, selfie, face, pythonpath=[target, ROOT], timeout=1800))
+        for setting in ("", "0")
+    }
+    assert runs[""]["fast calls"] is True and runs["0"]["fast calls"] is False
+    assert runs[""]["models compared"] == 2
+    assert runs[""]["scenarios"] == runs["0"]["scenarios"]

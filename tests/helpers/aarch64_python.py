@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -170,6 +171,51 @@ def sysroot() -> Path:
                 shutil.rmtree(final)
             os.replace(tree, final)
     return final
+
+
+# The emulated Python's ABI tag, and the Debian package with its headers.
+PYTHON_TAG = "cpython-311-aarch64-linux-gnu"
+HEADERS_PACKAGE = "libpython3.11-dev"
+
+
+def python_headers() -> tuple[str, list[Path]]:
+    """The emulated Python's ABI tag and the header directories a cross build of an extension for it needs.
+
+    Debian's arm64 ``libpython3.11-dev`` (its headers only; its dispatching
+    ``pyconfig.h`` includes ``aarch64-linux-gnu/python3.11/pyconfig.h``, so
+    ``usr/include`` is on the path too) and numpy's headers from the same
+    aarch64 numpy wheel the emulated Python installs.
+    """
+    root = cache_root()
+    final = root / "headers"
+    stamp = {"recipe": RECIPE, "package": HEADERS_PACKAGE, "numpy": host_versions()["numpy"]}
+    wheels = wheels_dir()
+    with _locked(root):
+        if not ((final / "STAMP").is_file() and json.loads((final / "STAMP").read_text()) == stamp):
+            if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+                pytest.skip("fetching the aarch64 Python headers needs apt-get and dpkg-deb (Debian/Ubuntu)")
+            with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as tmp:
+                tmp = Path(tmp)
+                opts = _apt_options(tmp / "apt")
+                _run(["apt-get", *opts, "-qq", "update"])
+                debs = tmp / "debs"
+                debs.mkdir()
+                _run(["apt-get", *opts, "-qq", "download", HEADERS_PACKAGE], cwd=debs)
+                tree = tmp / "headers"
+                (tree / "debian").mkdir(parents=True)
+                for deb in sorted(debs.glob("*.deb")):
+                    _run(["dpkg-deb", "-x", deb, tree / "debian"])
+                [numpy_wheel] = sorted(wheels.glob(f"numpy-{stamp['numpy']}-*.whl"))
+                with zipfile.ZipFile(numpy_wheel) as z:
+                    for name in z.namelist():
+                        if name.startswith("numpy/_core/include/"):
+                            z.extract(name, tree / "numpy")
+                (tree / "STAMP").write_text(json.dumps(stamp))
+                if final.exists():
+                    shutil.rmtree(final)
+                os.replace(tree, final)
+    include = final / "debian" / "usr" / "include"
+    return PYTHON_TAG, [include / "python3.11", include, final / "numpy" / "numpy" / "_core" / "include"]
 
 
 def python_cmd(root: Path) -> list[str]:
