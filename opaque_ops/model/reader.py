@@ -882,17 +882,19 @@ def _compiled_spec() -> tuple:
     # It creates TensorInfo and OpInfo without their __init__, setting the
     # fields in order, as the dataclass __init__ does: nothing more may run.
     for cls in (TensorInfo, OpInfo):
-        if "__post_init__" in dir(cls) or "__setattr__" in cls.__dict__:
+        if hasattr(cls, "__post_init__") or "__setattr__" in cls.__dict__:
             raise TypeError(f"{cls.__name__} does more in __init__ than set its fields")
-    options = []
-    for t in range(256):
-        sizes, readers = _OPTION_READERS.get(t, ((), None))
+    # (Built at a process's first read: only the union types that have readers are visited.)
+    options = [((), None)] * 256
+    for t, (sizes, readers) in _OPTION_READERS.items():
+        if not 0 <= t < 256:
+            continue
         if readers is not None:
             for _fname, _slot, code, _default, names in readers:
                 if code == _K_I8 and type(names) is not dict:
                     raise TypeError("an enum option's names must be a dict")
             readers = tuple(tuple(r) for r in readers)
-        options.append((tuple(sizes), readers))
+        options[t] = (tuple(sizes), readers)
     return (
         TensorInfo,
         tuple(f.name for f in dataclasses.fields(TensorInfo)),
