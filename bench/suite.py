@@ -154,6 +154,13 @@ def sec_tiny(t: Table, raw: dict, quick: bool) -> None:
         "ai-edge-litert's runner",
         None,
     )
+    t.ratio_row(
+        "tiny ADD: signature runner call, full path only",
+        r.get("opaque_ops_runner_full"),
+        r.get("ai_edge_litert_runner"),
+        "ai-edge-litert's runner",
+        None,
+    )
     # Not a target: the Python methods alone, where the fast calls cannot be built.
     t.ratio_row(
         "tiny ADD: Python methods only (no fast calls)",

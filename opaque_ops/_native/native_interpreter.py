@@ -9,6 +9,7 @@ frees in the order TFLite needs: interpreter, then options, then model.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as _np
 
@@ -163,7 +164,7 @@ class TensorRef:
             # A tensor with no elements has no buffer; it is still a valid (empty) array.
             return _np.empty(shape, dtype) if 0 in shape else None
         shape, nbytes = self.shape, self.nbytes
-        want = dtype.itemsize * int(_np.prod(shape, dtype=_np.int64))
+        want = dtype.itemsize * math.prod(shape)  # (exact: no int64 wrap-around on a hostile shape)
         if nbytes != want:
             # A sparse constant listed as a graph output (its buffer is the
             # compressed data), or a kernel that sized its output wrongly:

@@ -62,6 +62,7 @@ class SignatureRunner:
         # main subgraph's by index), and always take the full path.
         self._cached_in = tuple(self._inputs.items()) if sig.subgraph_index == 0 else None
         out_order = native_runner.output_names()
+        self._output_names = tuple(out_order)  # TFLite's order, fixed for the runner's life
         self._cached_out = tuple((n, self._outputs[n]) for n in out_order if n in self._outputs)
         if len(self._cached_out) != len(out_order):  # pragma: no cover - TFLite and our reader agree
             self._cached_in = None
@@ -157,12 +158,14 @@ class SignatureRunner:
             moves = self._graph.subgraph == 0 and it._moves
             if moves:
                 it._before_moving_invoke(f"{what}: invoke")
-            main = self._graph.subgraph == 0
+            # Views for the next call's short path, cached once (a model whose
+            # invoke moves memory never takes it, so none are cached for it).
+            remember = self._graph.subgraph == 0 and not moves
             for n, a in arrays.items():
                 t = r.input_tensor(n)
                 _tensors.write(t, a, f"{what} input {n!r}")
-                if main:
-                    it._remember(self._index_of[n], t)  # for the next call's fast path
+                if remember and self._index_of[n] not in it._slots:
+                    it._remember(self._index_of[n], t)
             try:
                 if self._watch:
                     status, took = invoke_watched(native, r.invoke)
@@ -174,10 +177,10 @@ class SignatureRunner:
                     it._keep_unmoved_slots(native)
             it._check(status, f"{what}: invoke", native)
             out = {}
-            for n in r.output_names():
+            for n in self._output_names:
                 t = r.output_tensor(n)
                 out[n] = _tensors.read(t, f"{what} output {n!r}")
-                if main and n in self._outputs:
+                if remember and n in self._outputs and self._outputs[n] not in it._slots:
                     it._remember(self._outputs[n], t)
             return out
 
