@@ -99,3 +99,72 @@ print(json.dumps(res))
     p = run_child(code)
     assert p.returncode == 0, p.stderr[-2000:]
     assert '"outcome": "cancelled: invoke was cancelled"' in p.stdout, p.stdout
+
+
+def test_no_watcher_thread_outlives_an_invoke():
+    # The watcher runs for one armed invoke only: a thread kept alive would
+    # make every later fork() "multi-threaded" (a DeprecationWarning on 3.12+).
+    code = (
+        SLOW_MODEL
+        + """
+import json, threading
+import opaque_ops as oo
+it = oo.Interpreter(model_content=slow_model(layers=2, hw=32), use_xnnpack=False)
+it.allocate_tensors()
+it.invoke()          # the first invoke after an allocation is always watched
+first = [t.name for t in threading.enumerate()]
+it.invoke()
+print(json.dumps({"after": first, "again": [t.name for t in threading.enumerate()], "watch": it._watch}))
+"""
+    )
+    p = run_child(code)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["after"] == ["MainThread"] and r["again"] == ["MainThread"], r
+
+
+def test_ctrl_c_cancels_in_a_child_forked_after_an_invoke():
+    # Before: the parent's watcher socket was inherited without its thread,
+    # so Ctrl-C in a forked child waited for the whole model to run.
+    code = (
+        SLOW_MODEL
+        + """
+import json, os, signal, threading, time
+import opaque_ops as oo
+warm = oo.Interpreter(model_content=slow_model(layers=2, hw=32), use_xnnpack=False)
+warm.allocate_tensors(); warm.invoke()
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    it = oo.Interpreter(model_content=slow_model(), use_xnnpack=False, num_threads=1)
+    it.allocate_tensors()
+    it.set_tensor(0, np.ones((1, 128, 128, 32), np.float32))
+    t = time.perf_counter(); it.invoke(); full = time.perf_counter() - t
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    at = 0.3 * full
+    threading.Timer(at, os.kill, (os.getpid(), signal.SIGINT)).start()
+    # (The next invoke is watched: the model takes longer than WATCH_AFTER_S.)
+    t = time.perf_counter()
+    try:
+        it.invoke()
+        took = None
+    except KeyboardInterrupt:
+        took = time.perf_counter() - t
+    os.write(w, json.dumps({"full": full, "at": at, "took": took}).encode())
+    os._exit(0)
+os.close(w)
+data = b""
+while chunk := os.read(r, 4096):
+    data += chunk
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"child": json.loads(data or b"null"), "status": status}))
+"""
+    )
+    p = run_child(code)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["status"] == 0 and r["child"] is not None, r
+    c = r["child"]
+    assert c["took"] is not None, c
+    assert c["took"] < c["at"] + 0.5 * (c["full"] - c["at"]), c

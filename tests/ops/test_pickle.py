@@ -14,6 +14,7 @@ import multiprocessing as mp
 import os
 import pickle
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,7 +133,7 @@ def test_a_compile_ops_library_is_restored_only_through_the_verified_cache(tmp_p
     assert restored.returncode == 0, crashed(restored)
     # The damaged entry failed the digest check: the library was built again, not loaded as it was.
     assert restored.stdout.split() == ["['Atan']", "True", "True"]
-    assert not open(path, "rb").read().endswith(b"not what was built")
+    assert not Path(path).read_bytes().endswith(b"not what was built")
 
 
 def test_load_ops_library_travels_by_path_with_a_clear_error_where_it_is_missing(tmp_path):
