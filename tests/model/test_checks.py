@@ -9,7 +9,6 @@ ai-edge-litert.
 
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
@@ -19,6 +18,7 @@ import opaque_ops as oo
 from opaque_ops.model import ModelBuilder, check_allocated, check_model, read_model
 from opaque_ops.model.runtime_ops import RUNTIME_CUSTOM_OPS
 from opaque_ops.model.shapes import ShapeError, infer_shapes
+from tests.helpers.both_ways import run_both_ways
 from tests.helpers.child_process import run_child
 from tests.helpers.corpus import CORPUS, ENTRIES, INDEX, corpus_bytes
 from tests.helpers.locations import package_file
@@ -34,36 +34,16 @@ def test_corpus_index_lists_every_file():
         assert INDEX[name]["message"] and INDEX[name]["error"] and INDEX[name]["found_by"]
 
 
-def test_corpus_is_refused_with_its_exact_message_in_every_configuration():
+def test_corpus_is_refused_with_its_exact_message_in_every_configuration(tmp_path):
     """Each former crasher, with and without XNNPACK: the exact refusal, or (in a configuration
     where the runtime refuses first) an OpaqueOpsError; never a crash."""
-    code = """
-        import json, numpy as np, opaque_ops as oo
-        from tests.helpers.corpus import corpus_bytes, ENTRIES
-        out = {}
-        for name in ENTRIES:
-            data = corpus_bytes(name)
-            for xnn in (False, True):
-                try:
-                    it = oo.Interpreter(model_content=data, use_xnnpack=xnn)
-                    it.allocate_tensors()
-                    for d in it.get_input_details():
-                        it.set_tensor(d["index"], np.ones(d["shape"], d["dtype"]))
-                    it.invoke()
-                    out[f"{name}|{xnn}"] = ["ran", ""]
-                except oo.OpaqueOpsError as e:
-                    msg = str(e).replace("<model_content> is not a usable TFLite model: ", "")
-                    out[f"{name}|{xnn}"] = [type(e).__name__, msg]
-        print("RESULT " + json.dumps(out))
-    """
-    p = run_child(code, timeout=300)
-    assert p.returncode == 0, f"a corpus model crashed the process (rc {p.returncode}):\n{p.stderr[-3000:]}"
-    got = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    got = run_both_ways({name: corpus_bytes(name) for name in ENTRIES}, tmp_path)
     for name in ENTRIES:
         want = INDEX[name]
         for xnn in (False, True):
-            cls, msg = got[f"{name}|{xnn}"]
+            cls, msg = got[f"{name}|{xnn}"][:2]
             assert cls != "ran", f"{name} (use_xnnpack={xnn}) ran; it must be refused"
+            msg = msg.replace("<model_content> is not a usable TFLite model: ", "")
             if xnn in want["configs"]:
                 assert (cls, msg) == (want["error"], want["message"]), (name, xnn)
 

@@ -16,14 +16,12 @@ here as the proof.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from opaque_ops.model import ModelBuilder
 from opaque_ops.model.checks.type_rules import LEFT_TO_KERNELS, TYPE_RULES
-from tests.helpers.child_process import run_child
+from tests.helpers.both_ways import run_both_ways
 
 _SELF_CHECKING = (
     "its Prepare checks the input and output types itself (TF_LITE_ENSURE_TYPES_EQ or a switch that refuses)"
@@ -174,33 +172,14 @@ def test_every_self_checking_op_is_built_here_or_says_why_not():
     assert listed == built | not_built, sorted(listed ^ (built | not_built))
 
 
-def test_the_kernels_refuse_what_left_to_kernels_leaves_them():
+def test_the_kernels_refuse_what_left_to_kernels_leaves_them(tmp_path):
     cases = _cases()
-    models = {}
-    for op, (build, feeds, _ref, good, bad) in cases.items():
+    models, feeds = {}, {}
+    for op, (build, inputs, _ref, good, bad) in cases.items():
         for dt in (good, bad):
-            models[f"{op}|{np.dtype(dt).name}"] = (build(dt).hex(), [[f.tobytes().hex(), f.dtype.str] for f in feeds])
-    code = f"""
-        import json, numpy as np, opaque_ops as oo
-        models = json.loads({json.dumps(json.dumps(models))})
-        out = {{}}
-        for key, (hexdata, feeds) in models.items():
-            for xnn in (False, True):
-                try:
-                    it = oo.Interpreter(model_content=bytes.fromhex(hexdata), use_xnnpack=xnn)
-                    it.allocate_tensors()
-                    for d, (v, dt) in zip(it.get_input_details(), feeds):
-                        it.set_tensor(d["index"], np.frombuffer(bytes.fromhex(v), np.dtype(dt)).reshape(d["shape"]))
-                    it.invoke()
-                    y = it.get_tensor(it.get_output_details()[0]["index"])
-                    out[f"{{key}}|{{xnn}}"] = ["ran", y.dtype.str, y.tobytes().hex(), list(y.shape)]
-                except oo.OpaqueOpsError as e:
-                    out[f"{{key}}|{{xnn}}"] = [type(e).__name__, str(e)[:400]]
-        print("RESULT " + json.dumps(out))
-    """
-    p = run_child(code, timeout=300)
-    assert p.returncode == 0, f"a mistyped output crashed the runtime (rc {p.returncode}):\n{p.stderr[-3000:]}"
-    got = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("RESULT "))[7:])
+            models[f"{op}|{np.dtype(dt).name}"] = build(dt)
+            feeds[f"{op}|{np.dtype(dt).name}"] = inputs
+    got = run_both_ways(models, tmp_path, feeds)
     for op, (_build, _feeds, ref, good, bad) in cases.items():
         for xnn in (False, True):
             ran = got[f"{op}|{np.dtype(good).name}|{xnn}"]

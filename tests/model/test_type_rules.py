@@ -11,8 +11,6 @@ uses of the value-dependent ops still run and match ai-edge-litert.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -20,7 +18,7 @@ import opaque_ops as oo
 from opaque_ops.model import ModelBuilder, check_model, read_model
 from opaque_ops.model.checks.type_rules import LEFT_TO_KERNELS, TYPE_RULES
 from opaque_ops.model.schema import _BUILTIN_OPERATOR_LIST
-from tests.helpers.child_process import crashed, run_child
+from tests.helpers.both_ways import run_both_ways
 from tests.helpers.corpus import INDEX
 from tests.helpers.locations import package_file
 
@@ -219,28 +217,11 @@ def test_value_dependent_outputs_declared_otherwise_are_refused(tmp_path):
     for name, (make, _) in _REFUSED.items():
         paths[name] = str(tmp_path / f"{name}.tflite")
         (tmp_path / f"{name}.tflite").write_bytes(make())
-    code = """
-        import json, sys, numpy as np, opaque_ops as oo
-        out = {}
-        for name, path in json.loads(sys.argv[1]).items():
-            for xnn in (False, True):
-                try:
-                    it = oo.Interpreter(model_path=path, use_xnnpack=xnn)
-                    it.allocate_tensors()
-                    for d in it.get_input_details():
-                        it.set_tensor(d["index"], np.ones(d["shape"], d["dtype"]))
-                    it.invoke()
-                    out[f"{name}|{xnn}"] = ["ran", ""]
-                except oo.OpaqueOpsError as e:
-                    out[f"{name}|{xnn}"] = [type(e).__name__, str(e).split("model: ", 1)[-1]]
-        print("RESULT " + json.dumps(out))
-    """
-    p = run_child(code, json.dumps(paths), timeout=300)
-    assert p.returncode == 0, f"a model crashed the process ({crashed(p)}):\n{p.stderr[-3000:]}"
-    got = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    got = run_both_ways(paths, tmp_path)
     for name, (_, message) in _REFUSED.items():
         for xnn in (False, True):
-            assert got[f"{name}|{xnn}"] == ["ModelError", message], (name, xnn)
+            cls, msg = got[f"{name}|{xnn}"]
+            assert [cls, msg.split("model: ", 1)[-1]] == ["ModelError", message], (name, xnn)
 
 
 def _run_both(data: bytes, *inputs):
