@@ -153,3 +153,61 @@ def test_an_interpreter_reads_its_model_with_the_compiled_reader_in_a_new_proces
     )
     assert p.returncode == 0, crashed(p)
     assert p.stdout.strip() == "1 True"
+
+
+def _boundary_variants(data: bytes):
+    """``(what, model bytes)``: every index field of ``data`` set to each value at and around its bounds.
+
+    The values a bounds check decides on (one below the first, the last,
+    one past it, the int32 extremes): a check off by one reads a model the
+    Python reader rejects, on every run, where random mutation finds it by
+    luck (one case in thousands).
+    """
+    model = fuzz_structured.unpack(data)
+    sg = model.subgraphs[0]
+    n, nb, nc = len(sg.tensors), len(model.buffers or []), len(model.operatorCodes)
+    index_values = sorted({-(2**31), -2, -1, 0, n - 1, n, n + 1, 2**31 - 1})
+
+    def variant(what, obj, attr, k, value):
+        seq = getattr(obj, attr)
+        saved = seq[k] if k is not None else seq
+        if k is None:
+            setattr(obj, attr, value)
+        else:
+            seq[k] = value
+        try:
+            return what, fuzz_structured.pack(model)
+        finally:
+            if k is None:
+                setattr(obj, attr, saved)
+            else:
+                seq[k] = saved
+
+    for v in index_values:
+        for o, op in enumerate(sg.operators[:2]):
+            yield variant(f"operator {o} input 0 = {v}", op, "inputs", 0, v)
+            yield variant(f"operator {o} output 0 = {v}", op, "outputs", 0, v)
+        yield variant(f"subgraph input 0 = {v}", sg, "inputs", 0, v)
+        yield variant(f"subgraph output 0 = {v}", sg, "outputs", 0, v)
+    for v in sorted({0, nb - 1, nb, nb + 1, 2**32 - 1}):
+        yield variant(f"tensor 0 buffer = {v}", sg.tensors[0], "buffer", None, v)
+    for v in sorted({0, nc - 1, nc, nc + 1, 2**32 - 1}):
+        yield variant(f"operator 0 opcode = {v}", sg.operators[0], "opcodeIndex", None, v)
+
+
+def test_index_fields_at_their_bounds_are_read_the_same_or_left_to_python():
+    seeds = {n: d for n, d, _w in fuzz_structured.seed_models()}
+    read_by_c = refused = 0
+    for name in ("fc_softmax_reshape", "conv_pool", "atan"):
+        for what, data in _boundary_variants(seeds[name]):
+            c = reader._read_compiled(data)
+            py = _python_read(data)
+            if c is None:
+                refused += 1
+                continue
+            read_by_c += 1
+            assert not isinstance(py, ModelError), f"{name}, {what}: the compiled reader read what Python rejects: {py}"
+            c.has_identifier = py.has_identifier
+            assert differences(c, py) == [], f"{name}, {what}"
+    # Both sides of every bound were reached.
+    assert read_by_c > 20 and refused > 20, (read_by_c, refused)
