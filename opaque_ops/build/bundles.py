@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 
 from . import paths as _paths
+from .store import file_digest
 
 MEDIAPIPE = [
     "convolution2d_transpose_bias",
@@ -111,7 +112,7 @@ def source_digest(source: Path | list[Path]) -> str:
     one to the next, gives another digest.
     """
     if isinstance(source, Path):
-        return hashlib.sha256(source.read_bytes()).hexdigest()
+        return file_digest(source)
     h = hashlib.sha256()
     for p in source:
         h.update(hashlib.sha256(p.read_bytes()).digest())
@@ -156,7 +157,7 @@ def verified_library(
     try:
         if source_digest(source) != entry["source_sha256"]:
             return None  # the C file was changed after the wheel was built: compile it
-        if hashlib.sha256(lib.read_bytes()).hexdigest() != entry["sha256"]:
+        if file_digest(lib) != entry["sha256"]:
             return None  # damaged install: compile rather than load it
     except (OSError, KeyError):
         return None

@@ -368,11 +368,10 @@ def build_prebuilt(
 
 def _manifest_entry(lib: Path, source: Path | list[Path]) -> dict:
     """A prebuilt manifest's entry: the library's digest and its source's (``bundles.verified_library`` checks both)."""
-    import hashlib
-
     from .bundles import source_digest
+    from .store import file_digest
 
-    return {"sha256": hashlib.sha256(lib.read_bytes()).hexdigest(), "source_sha256": source_digest(source)}
+    return {"sha256": file_digest(lib), "source_sha256": source_digest(source)}
 
 
 def _parse_op(spec: str) -> tuple[str, str]:

@@ -369,7 +369,10 @@ class Interpreter:
         # TFLite verifies the flatbuffer, but not everything it later indexes
         # with; our bounds-checked reader catches what would crash the process.
         self._libs = _as_op_libraries(custom_ops)
-        if type(self) is Interpreter and self._hooks is None:
+        # A plain Interpreter's three hot calls may run in C (fast_calls); a
+        # subclass may override them, and hooks wrap the invoke C would skip.
+        fast = type(self) is Interpreter and self._hooks is None
+        if fast:
             # The fast calls module (found once per process) holds the
             # compiled model reader: found before the read, not after it.
             _fast.module()
@@ -428,9 +431,6 @@ class Interpreter:
         # What the planned shapes depend on besides the model and the input
         # shapes: part of the key of check_allocated's kept verdicts.
         self._check_config = (model_cache.runtime_identity(native.rt), bool(self.xnnpack), len(delegates))
-        # A plain Interpreter's three hot calls may run in C (fast_calls); a
-        # subclass may override them, and hooks wrap the invoke C would skip.
-        fast = type(self) is Interpreter and self._hooks is None
         self._calls = CallLock(_fast.new_lock() if fast else None)
         self._lock = self._calls.lock  # the same lock, one attribute hop less on the hot paths
         self._views: weakref.WeakSet = weakref.WeakSet()

@@ -77,7 +77,7 @@ def _find() -> tuple[object | None, str]:
         return _native.fast_calls.load_extension(path), str(path)
     except (OpaqueOpsError, OSError, ImportError) as exc:
         # The first lines: what failed, and the compiler's first error.
-        tried.append("compile cache: " + " ".join(str(exc).splitlines()[:2]) or type(exc).__name__)
+        tried.append("compile cache: " + (" ".join(str(exc).splitlines()[:2]) or type(exc).__name__))
     return None, "; ".join(tried)
 
 
