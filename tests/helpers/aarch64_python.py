@@ -123,54 +123,70 @@ def _apt_options(work: Path) -> list[str]:
     ]
 
 
-def sysroot() -> Path:
-    """The unpacked arm64 Debian Python (built once, then reused)."""
-    root = cache_root()
-    final = root / "sysroot"
-    stamp = {"recipe": RECIPE, "packages": PACKAGES}
+def _built_once(final: Path, stamp: dict, what: str, fill) -> Path:
+    """``final``, built from arm64 Debian packages by ``fill(apt options, work dir, tree)`` once per ``stamp``.
+
+    The packages come through a private apt configuration (no change to the
+    machine's apt setup); the tree replaces ``final`` in one rename, with
+    ``stamp`` in it.  Skipped where apt-get and dpkg-deb are missing.
+    """
+    root = final.parent
     with _locked(root):
         if (final / "STAMP").is_file() and json.loads((final / "STAMP").read_text()) == stamp:
             return final
         if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
-            pytest.skip("building the aarch64 Python needs apt-get and dpkg-deb (Debian/Ubuntu)")
+            pytest.skip(f"{what} needs apt-get and dpkg-deb (Debian/Ubuntu)")
         with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as tmp:
             tmp = Path(tmp)
             opts = _apt_options(tmp / "apt")
             _run(["apt-get", *opts, "-qq", "update"])
-            deps = _run(
-                [
-                    "apt-cache",
-                    *opts,
-                    "depends",
-                    "--recurse",
-                    "--no-recommends",
-                    "--no-suggests",
-                    "--no-conflicts",
-                    "--no-breaks",
-                    "--no-replaces",
-                    "--no-enhances",
-                    *PACKAGES,
-                ]
-            ).stdout
-            names = sorted(
-                {
-                    line.strip()
-                    for line in deps.splitlines()
-                    if line and not line[0].isspace() and not line.startswith("<")
-                }
-                - NOT_NEEDED
-            )
-            debs = tmp / "debs"
-            debs.mkdir()
-            _run(["apt-get", *opts, "-qq", "download", *names], cwd=debs)
-            tree = tmp / "sysroot"
-            for deb in sorted(debs.glob("*.deb")):
-                _run(["dpkg-deb", "-x", deb, tree])
+            tree = tmp / "tree"
+            tree.mkdir()
+            fill(opts, tmp, tree)
             (tree / "STAMP").write_text(json.dumps(stamp))
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tree, final)
     return final
+
+
+def _unpack_debs(opts: list[str], names, tmp: Path, dest: Path) -> None:
+    """Download the arm64 packages ``names`` and unpack each into ``dest``."""
+    debs = tmp / "debs"
+    debs.mkdir()
+    _run(["apt-get", *opts, "-qq", "download", *names], cwd=debs)
+    dest.mkdir(parents=True, exist_ok=True)
+    for deb in sorted(debs.glob("*.deb")):
+        _run(["dpkg-deb", "-x", deb, dest])
+
+
+def sysroot() -> Path:
+    """The unpacked arm64 Debian Python (built once, then reused)."""
+
+    def fill(opts, tmp, tree):
+        deps = _run(
+            [
+                "apt-cache",
+                *opts,
+                "depends",
+                "--recurse",
+                "--no-recommends",
+                "--no-suggests",
+                "--no-conflicts",
+                "--no-breaks",
+                "--no-replaces",
+                "--no-enhances",
+                *PACKAGES,
+            ]
+        ).stdout
+        names = sorted(
+            {line.strip() for line in deps.splitlines() if line and not line[0].isspace() and not line.startswith("<")}
+            - NOT_NEEDED
+        )
+        _unpack_debs(opts, names, tmp, tree)
+
+    stamp = {"recipe": RECIPE, "packages": PACKAGES}
+    return _built_once(cache_root() / "sysroot", stamp, "building the aarch64 Python", fill)
 
 
 # The emulated Python's ABI tag, and the Debian package with its headers.
@@ -186,34 +202,19 @@ def python_headers() -> tuple[str, list[Path]]:
     ``usr/include`` is on the path too) and numpy's headers from the same
     aarch64 numpy wheel the emulated Python installs.
     """
-    root = cache_root()
-    final = root / "headers"
-    stamp = {"recipe": RECIPE, "package": HEADERS_PACKAGE, "numpy": host_versions()["numpy"]}
+    numpy_version = host_versions()["numpy"]
     wheels = wheels_dir()
-    with _locked(root):
-        if not ((final / "STAMP").is_file() and json.loads((final / "STAMP").read_text()) == stamp):
-            if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
-                pytest.skip("fetching the aarch64 Python headers needs apt-get and dpkg-deb (Debian/Ubuntu)")
-            with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as tmp:
-                tmp = Path(tmp)
-                opts = _apt_options(tmp / "apt")
-                _run(["apt-get", *opts, "-qq", "update"])
-                debs = tmp / "debs"
-                debs.mkdir()
-                _run(["apt-get", *opts, "-qq", "download", HEADERS_PACKAGE], cwd=debs)
-                tree = tmp / "headers"
-                (tree / "debian").mkdir(parents=True)
-                for deb in sorted(debs.glob("*.deb")):
-                    _run(["dpkg-deb", "-x", deb, tree / "debian"])
-                [numpy_wheel] = sorted(wheels.glob(f"numpy-{stamp['numpy']}-*.whl"))
-                with zipfile.ZipFile(numpy_wheel) as z:
-                    for name in z.namelist():
-                        if name.startswith("numpy/_core/include/"):
-                            z.extract(name, tree / "numpy")
-                (tree / "STAMP").write_text(json.dumps(stamp))
-                if final.exists():
-                    shutil.rmtree(final)
-                os.replace(tree, final)
+
+    def fill(opts, tmp, tree):
+        _unpack_debs(opts, [HEADERS_PACKAGE], tmp, tree / "debian")
+        [numpy_wheel] = sorted(wheels.glob(f"numpy-{numpy_version}-*.whl"))
+        with zipfile.ZipFile(numpy_wheel) as z:
+            for name in z.namelist():
+                if name.startswith("numpy/_core/include/"):
+                    z.extract(name, tree / "numpy")
+
+    stamp = {"recipe": RECIPE, "package": HEADERS_PACKAGE, "numpy": numpy_version}
+    final = _built_once(cache_root() / "headers", stamp, "fetching the aarch64 Python headers", fill)
     include = final / "debian" / "usr" / "include"
     return PYTHON_TAG, [include / "python3.11", include, final / "numpy" / "numpy" / "_core" / "include"]
 

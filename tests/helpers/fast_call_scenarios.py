@@ -18,19 +18,7 @@ import weakref
 import numpy as np
 
 import opaque_ops as oo
-from opaque_ops.model import ModelBuilder
-from tests.helpers.interpreter_models import add_model, tile_model
-
-
-def pyop_model() -> bytes:
-    """y = Twice(x) for a Python op: x (0) and y (1), [4] float32."""
-    b = ModelBuilder()
-    x = b.add_tensor("x", [4], np.float32)
-    y = b.add_tensor("y", [4], np.float32)
-    b.add_custom_op("Twice", [x], [y])
-    b.set_inputs([x])
-    b.set_outputs([y])
-    return b.build()
+from tests.helpers.interpreter_models import add_model, pyop_model, tile_model
 
 
 def outcome(fn):

@@ -6,6 +6,11 @@ puts the repository root on their path).
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+
 import numpy as np
 
 from opaque_ops.model import ModelBuilder
@@ -27,3 +32,20 @@ def slow_model(layers: int = 32, hw: int = 128, c: int = 32) -> bytes:
     b.set_inputs([x])
     b.set_outputs([cur])
     return b.build()
+
+
+def interrupted_invoke(it, after: float) -> float | None:
+    """``it.invoke()`` with SIGINT sent to this process ``after`` seconds in.
+
+    Returns the seconds until KeyboardInterrupt surfaced, or None if the
+    invoke ran to its end.  SIGINT gets Python's default handler first: a job
+    started in the background by a shell inherits it ignored.
+    """
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Timer(after, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t = time.perf_counter()
+    try:
+        it.invoke()
+    except KeyboardInterrupt:
+        return time.perf_counter() - t
+    return None

@@ -10,8 +10,14 @@ from tests.helpers.child_process import run_child
 
 SLOW_MODEL = """
 import numpy as np
-from tests.helpers.slow_model import slow_model
+from tests.helpers.slow_model import interrupted_invoke, slow_model
 """
+
+
+def assert_stopped_between_nodes(r: dict) -> None:
+    """Ctrl-C at ``at`` seconds (30 % of the model's ``full`` run) stopped the invoke long before its end."""
+    assert r["took"] is not None, r
+    assert r["took"] < r["at"] + 0.5 * (r["full"] - r["at"]), r
 
 
 def test_ctrl_c_cancels_a_long_invoke_and_the_interpreter_stays_usable():
@@ -27,15 +33,7 @@ it.set_tensor(0, x)
 t = time.perf_counter(); it.invoke(); full = time.perf_counter() - t
 ref = it.get_tensor(it.get_output_details()[0]["index"])
 at = 0.3 * full  # a share of the model's own run time: runtimes differ 3x in speed
-# A job started in the background by a shell inherits SIGINT ignored; be a foreground program.
-signal.signal(signal.SIGINT, signal.default_int_handler)
-threading.Timer(at, os.kill, (os.getpid(), signal.SIGINT)).start()
-t = time.perf_counter()
-try:
-    it.invoke()
-    took = None
-except KeyboardInterrupt:
-    took = time.perf_counter() - t
+took = interrupted_invoke(it, at)
 it.set_tensor(0, x)
 it.invoke()
 same = bool(np.array_equal(ref, it.get_tensor(it.get_output_details()[0]["index"])))
@@ -46,9 +44,7 @@ print(json.dumps({"full": full, "at": at, "took": took, "same": same, "wakeup_fd
     assert p.returncode == 0, p.stderr[-2000:]
     assert "Exception ignored" not in p.stderr, p.stderr
     r = json.loads(p.stdout.strip().splitlines()[-1])
-    assert r["took"] is not None, r
-    # Stopped between nodes, long before the model's end (Ctrl-C at 30% of it).
-    assert r["took"] < r["at"] + 0.5 * (r["full"] - r["at"]), r
+    assert_stopped_between_nodes(r)
     assert r["same"] and r["wakeup_fd"] == -1, r
 
 
@@ -141,16 +137,8 @@ if pid == 0:
     it.allocate_tensors()
     it.set_tensor(0, np.ones((1, 128, 128, 32), np.float32))
     t = time.perf_counter(); it.invoke(); full = time.perf_counter() - t
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     at = 0.3 * full
-    threading.Timer(at, os.kill, (os.getpid(), signal.SIGINT)).start()
-    # (The next invoke is watched: the model takes longer than WATCH_AFTER_S.)
-    t = time.perf_counter()
-    try:
-        it.invoke()
-        took = None
-    except KeyboardInterrupt:
-        took = time.perf_counter() - t
+    took = interrupted_invoke(it, at)  # (watched: the model takes longer than WATCH_AFTER_S)
     os.write(w, json.dumps({"full": full, "at": at, "took": took}).encode())
     os._exit(0)
 os.close(w)
@@ -165,6 +153,4 @@ print(json.dumps({"child": json.loads(data or b"null"), "status": status}))
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["status"] == 0 and r["child"] is not None, r
-    c = r["child"]
-    assert c["took"] is not None, c
-    assert c["took"] < c["at"] + 0.5 * (c["full"] - c["at"]), c
+    assert_stopped_between_nodes(r["child"])

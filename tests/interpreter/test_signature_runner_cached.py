@@ -20,7 +20,7 @@ import pytest
 import opaque_ops as oo
 from opaque_ops.interpreter import signature_runner as _runner_module
 from opaque_ops.model import ModelBuilder
-from tests.helpers.interpreter_models import tile_model
+from tests.helpers.interpreter_models import pyop_model, tile_model
 
 
 def two_io_model() -> bytes:
@@ -35,18 +35,6 @@ def two_io_model() -> bytes:
     b.set_inputs([a, x])
     b.set_outputs([s, p])
     b.add_signature("calc", {"lhs": a, "rhs": x}, {"total": s, "product": p})
-    return b.build()
-
-
-def twice_model() -> bytes:
-    """y = Twice(x), a Python op; signature "run"."""
-    b = ModelBuilder()
-    x = b.add_tensor("x", [4], np.float32)
-    y = b.add_tensor("y", [4], np.float32)
-    b.add_custom_op("Twice", [x], [y])
-    b.set_inputs([x])
-    b.set_outputs([y])
-    b.add_signature("run", {"x": x}, {"y": y})
     return b.build()
 
 
@@ -163,13 +151,13 @@ def _scenarios(short_path: bool) -> dict:
 
     # Python ops: a result, an error of the op's own, and an op calling back into the runner.
     twice = oo.python_op("Twice", invoke=lambda i, o: o[0].__setitem__(..., i[0] * np.float32(2)))
-    r = runner_of(oo.Interpreter(model_content=twice_model(), custom_ops=[twice]))
+    r = runner_of(oo.Interpreter(model_content=pyop_model("run"), custom_ops=[twice]))
     out["python op"] = [outcome(lambda: r(x=x4)) for _ in range(3)]
 
     def fails(i, o):
         raise ValueError("the op's own error")
 
-    r = runner_of(oo.Interpreter(model_content=twice_model(), custom_ops=[oo.python_op("Twice", invoke=fails)]))
+    r = runner_of(oo.Interpreter(model_content=pyop_model("run"), custom_ops=[oo.python_op("Twice", invoke=fails)]))
     out["python op raises"] = [outcome(lambda: r(x=x4)) for _ in range(3)]
 
     holder = {}
@@ -178,7 +166,7 @@ def _scenarios(short_path: bool) -> dict:
         o[0][...] = i[0]
         holder["r"](x=i[0])
 
-    it = oo.Interpreter(model_content=twice_model(), custom_ops=[oo.python_op("Twice", invoke=calls_back)])
+    it = oo.Interpreter(model_content=pyop_model("run"), custom_ops=[oo.python_op("Twice", invoke=calls_back)])
     r = runner_of(it)
     holder["r"] = r
     res = [outcome(lambda: r(x=x4)) for _ in range(3)]
@@ -298,7 +286,7 @@ def test_a_python_op_calling_back_is_refused_on_the_short_path_too():
         if holder["back"]:
             holder["r"](x=i[0])
 
-    it = oo.Interpreter(model_content=twice_model(), custom_ops=[oo.python_op("Twice", invoke=maybe_calls_back)])
+    it = oo.Interpreter(model_content=pyop_model("run"), custom_ops=[oo.python_op("Twice", invoke=maybe_calls_back)])
     r = holder["r"] = it.get_signature_runner()
     x4 = np.arange(4, dtype=np.float32)
     result = {}
