@@ -20,7 +20,7 @@ from .ffi import DamagedLibraryError, ffi
 # The module's init function is PyInit__fastcalls: the name it is imported under.
 MODULE_NAME = "opaque_ops._fastcalls"
 # What this Python side expects of the module (its ABI constant).
-ABI = 1
+ABI = 2
 
 
 def load_extension(path: str | os.PathLike):
@@ -73,3 +73,26 @@ def entry_points(native) -> tuple[int, tuple[int, ...]] | None:
         return None
     lib = native.rt.lib
     return int(ffi.cast("uintptr_t", interp)), tuple(int(ffi.cast("uintptr_t", getattr(lib, f))) for f in _FUNCTIONS)
+
+
+# What planned_shapes calls, in the order it takes them.
+_SHAPE_FUNCTIONS = (
+    "TfLiteInterpreterGetTensor",
+    "TfLiteTensorGetAllocationStrategy",
+    "TfLiteTensorNumDims",
+    "TfLiteTensorDim",
+)
+
+
+def shape_entry_points(native) -> tuple[int, tuple[int, ...]] | None:
+    """``(TfLiteInterpreter*, (functions...))`` as integers, for the module's ``planned_shapes``.
+
+    None when ``native`` has no live interpreter.
+    """
+    interp = getattr(native, "_interp", None)
+    if interp is None or interp == ffi.NULL:
+        return None
+    lib = native.rt.lib
+    return int(ffi.cast("uintptr_t", interp)), tuple(
+        int(ffi.cast("uintptr_t", getattr(lib, f))) for f in _SHAPE_FUNCTIONS
+    )

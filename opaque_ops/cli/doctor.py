@@ -633,9 +633,11 @@ def render(facts: dict) -> str:
         )
         fast = r["fast_calls"]
         out.append(
-            f"fast calls: in use ({fast['where']})"
+            f"fast calls: in use ({fast['where']}): set_tensor/invoke/get_tensor, the model reader and the "
+            "planned-shape reads after an allocation run in C"
             if fast["in_use"]
-            else f"fast calls: not in use, set_tensor/invoke/get_tensor run as Python methods ({fast['where']})"
+            else "fast calls: not in use, set_tensor/invoke/get_tensor, the model reader and the planned-shape "
+            f"reads run in Python ({fast['where']})"
         )
     else:
         out.append(f"runtime: NOT LOADED: {r['problem']}")

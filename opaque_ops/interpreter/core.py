@@ -716,10 +716,14 @@ class Interpreter:
         status = graph.allocate()
         if self._preserve and graph.subgraph == 0:
             status = self._preserve_tensors(native, status)
+        # The planned shapes of subgraph 0 in one C call, for the checks and
+        # the dynamic-tensor flag below (a plain Interpreter with the fast
+        # calls module; None: both ask the runtime tensor by tensor).
+        planned = _fast.planned_shapes(native) if graph.subgraph == 0 and self._fast is not None else None
         # The checks run even when the runtime refused: the verdict on a
         # shape must not depend on which runtime version caught it first.
         try:
-            self._check_allocated(native, graph)
+            self._check_allocated(native, graph, planned)
         except ModelError as err:
             native.sink.take()
             pending = _native.pop_pending_exception()
@@ -735,7 +739,8 @@ class Interpreter:
         self._layout_version = native.layout_version
         self._watch = True
         if graph.subgraph == 0:
-            self._moves = native.has_dynamic_tensor()  # it may be reallocated during invoke
+            # It may be reallocated during invoke.
+            self._moves = planned[1] if planned is not None else native.has_dynamic_tensor()
         self._fast_sync()
 
     # True while the main subgraph has a dynamic tensor (kTfLiteDynamic, set by
@@ -843,9 +848,13 @@ class Interpreter:
                     f"(the signature is {[int(x) for x in sig]})."
                 )
 
-    def _check_allocated(self, native, graph: _Graph) -> None:
+    def _check_allocated(self, native, graph: _Graph, planned=None) -> None:
         if graph.subgraph == 0:
-            check_allocated(self._info, native.allocated_shape, self._check_config, native.is_planned)
+            if planned is not None:
+                shapes = planned[0]  # {index: shape}: a missing or dynamic tensor has no entry
+                check_allocated(self._info, shapes.get, self._check_config, shapes.__contains__)
+            else:
+                check_allocated(self._info, native.allocated_shape, self._check_config, native.is_planned)
         else:
             # The C API reaches another subgraph's tensors only through its
             # signature: those shapes are known, the rest are "unknown".

@@ -95,3 +95,39 @@ def test_infer_shapes_gives_the_same_shapes_when_it_asks_is_planned(name):
             return type(exc), str(exc)
 
     assert shapes(native.is_planned) == shapes()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("xnnpack", [False, True])
+def test_planned_shapes_in_one_call_answers_as_allocated_shape(name, xnnpack):
+    # The fast calls module's one-call snapshot (what an Interpreter's checks
+    # use after each allocation) against the per-tensor path above, before
+    # and after an allocation, and after a resize of every input.
+    from opaque_ops.interpreter import fast_calls
+
+    if fast_calls.module() is None:
+        pytest.skip(f"the fast calls module is not in use here: {fast_calls.status()[1]}")
+    native = _native.NativeInterpreter(_native.NativeModel(MODELS[name]()), [], use_xnnpack=xnnpack)
+    assert native.ok
+    for phase in ("before allocation", "after allocation", "after a resize"):
+        if phase == "after allocation":
+            native.allocate()
+        elif phase == "after a resize":
+            for pos, idx in enumerate(native.input_indices()):
+                shape = native.tensor(idx).shape
+                native.resize_input(pos, [2 * d if d else 1 for d in shape] if shape else [])
+            native.allocate()
+        n = 0  # (an allocation may add tensors: a kernel's temporaries)
+        while native.tensor(n) is not None:
+            n += 1
+        shapes, dynamic = fast_calls.planned_shapes(native)
+        want = {i: native.allocated_shape(i) for i in range(n)}
+        assert shapes == {i: s for i, s in want.items() if s is not None}, phase
+        assert all(type(d) is int for s in shapes.values() for d in s)
+        assert dynamic is native.has_dynamic_tensor(), phase
+        # What the checks are given in place of allocated_shape and is_planned.
+        for i in (*range(n), n, n + 7, -1):
+            assert shapes.get(i) == native.allocated_shape(i)
+            assert (i in shapes) == native.is_planned(i)
+    native.close()
+    assert fast_calls.planned_shapes(native) is None  # no interpreter left to ask
