@@ -18,7 +18,7 @@ import weakref
 import numpy as np
 
 import opaque_ops as oo
-from tests.helpers.interpreter_models import add_model, pyop_model, tile_model
+from tests.helpers.interpreter_models import add_model, pyop_model, tile_model, valid_conv_model
 
 
 def outcome(fn):
@@ -194,6 +194,22 @@ def scenarios() -> dict:
     for _ in range(3):
         res += [outcome(lambda: it.set_tensor(0, x4)), outcome(it.invoke), outcome(lambda: it.get_tensor(1))]
     out["python op"] = res
+
+    # The allocated-shape checks (the planned shapes read in one C call with
+    # the module, tensor by tensor without): a shape they refuse, then good ones.
+    for xnnpack in (True, False):
+        it = oo.Interpreter(model_content=valid_conv_model(), use_xnnpack=xnnpack)
+        res = []
+        for width in (16, 4, 8, 0, 12):
+            x = np.linspace(-1, 1, width, dtype=np.float32).reshape(1, 1, width, 1)
+            res += [
+                outcome(lambda w=width: it.resize_tensor_input(0, [1, 1, w, 1])),
+                outcome(it.allocate_tensors),
+                outcome(lambda x=x: it.set_tensor(0, x)),
+                outcome(it.invoke),
+                outcome(lambda: it.get_tensor(3)),
+            ]
+        out[f"allocated-shape checks, XNNPACK {'on' if xnnpack else 'off'}"] = res
 
     def fails(i, o):
         raise ValueError("the op's own error")

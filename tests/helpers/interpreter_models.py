@@ -19,6 +19,23 @@ def add_model() -> bytes:
     return b.build()
 
 
+def valid_conv_model() -> bytes:
+    """A VALID 1x8 CONV_2D of x (index 0, [1, 1, 16, 1], width resizable): y (3) is [1, 1, 9, 1].
+
+    An input narrower than 8 gives the window no place: the allocated-shape
+    checks refuse it (XNNPACK would read outside the input).
+    """
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 1, 16, 1], np.float32, shape_signature=[1, 1, -1, 1])
+    w = b.add_constant("w", np.arange(1, 9, dtype=np.float32).reshape(1, 1, 8, 1))
+    bias = b.add_constant("b", np.full(1, 0.5, np.float32))
+    y = b.add_tensor("y", [1, 1, 9, 1], np.float32)
+    b.add_op("CONV_2D", [x, w, bias], [y], options={"padding": "VALID", "stride_w": 1, "stride_h": 1})
+    b.set_inputs([x])
+    b.set_outputs([y])
+    return b.build()
+
+
 def tile_model() -> bytes:
     """y = 2 * tile(x, multiples): ``tiled`` is dynamic, ``y`` is resized while the model runs.
 
