@@ -140,6 +140,15 @@ def loops_for_model(data: bytes, shape=None, num_threads: int = 1, peers: bool =
         return it.get_tensor(i_out)
 
     fns["opaque_ops"] = ours
+    # The same call through the model's signature runner, where it has one
+    # (the API TensorFlow's guides now show): ours and litert's below.
+    runner_input = None
+    if it.get_signature_list():
+        runner = it.get_signature_runner()
+        names = list(runner.get_input_details())
+        if len(names) == 1:
+            runner_input = names[0]
+            fns["opaque_ops_runner"] = lambda: runner(**{runner_input: x})
 
     if peers:
         try:
@@ -159,6 +168,9 @@ def loops_for_model(data: bytes, shape=None, num_threads: int = 1, peers: bool =
                 return peer.get_tensor(p_out)
 
             fns["ai_edge_litert"] = theirs
+            if runner_input is not None:
+                peer_runner = peer.get_signature_runner()
+                fns["ai_edge_litert_runner"] = lambda: peer_runner(**{runner_input: x})
 
         def raw_loop(model_bytes):
             nat = _native.NativeInterpreter(

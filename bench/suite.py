@@ -247,6 +247,14 @@ def sec_models(t: Table, raw: dict, quick: bool) -> None:
             t.ratio_row(f"{name}: set+invoke+get", r.get("opaque_ops"), r.get("raw_c_api"), "raw C API, original", None)
         else:
             t.ratio_row(f"{name}: set+invoke+get", r.get("opaque_ops"), r.get("raw_c_api"), "raw C API", 1.02)
+        if r.get("opaque_ops_runner"):
+            t.ratio_row(
+                f"{name}: signature runner call",
+                r["opaque_ops_runner"],
+                r.get("ai_edge_litert_runner"),
+                "ai-edge-litert's runner",
+                None,
+            )
         if r.get("raw_c_api") and r.get("ai_edge_litert"):
             # Not a target: how the C library alone compares, which bounds the first ratio.
             t.add(

@@ -751,7 +751,24 @@ class Interpreter:
     # set/get fast path's cached views after it runs.
     _moves = False
 
-    def _keep_unmoved_slots(self, native) -> None:
+    def _run_moving(self, native, fn, *args):
+        """``fn(*args)``: an invoke of a model whose invoke may move memory; returns what it returns.
+
+        The cached views leave ``_slots`` for the run and come back only
+        where their tensors stayed (:meth:`_keep_unmoved_slots`): whatever
+        stops the run or this function (an error, a KeyboardInterrupt
+        between two bytecodes) leaves no view that may point into memory the
+        run moved.  The next call that needs a view caches it again.
+        """
+        slots = self._slots
+        held = dict(slots)
+        slots.clear()  # (in place: the C calls share this dict)
+        result = fn(*args)
+        self._keep_unmoved_slots(native, held)
+        slots.update(held)
+        return result
+
+    def _keep_unmoved_slots(self, native, slots=None) -> None:
         """After an invoke that may have moved memory: drop each fast-path view whose tensor moved.
 
         A moved tensor (a new address, shape or byte size) would leave its
@@ -761,13 +778,26 @@ class Interpreter:
         tensor is looked up again by its index: the invoke may have moved the
         TfLiteTensor structs themselves (TFLite 2.23 grows its tensor table
         while preparing a dynamic model's ops), leaving any pointer to one
-        dangling.
+        dangling.  ``slots``: the views to sort (default ``_slots``).
         """
-        slots = self._slots
+        if slots is None:
+            slots = self._slots
+        if not slots:
+            return
+        drop = self._drop_moved
+        if drop is False:  # (found once: the native interpreter is this object's for life)
+            drop = self._drop_moved = _fast.moved_view_dropper(native) if self._fast is not None else None
+        if drop is not None:
+            drop(slots, native)  # the loop below, in C (fast_calls)
+            return
         for index, slot in list(slots.items()):
             t = native.tensor(index)
             if t is None or t.placement() != slot[3]:
                 del slots[index]
+
+    # _keep_unmoved_slots' C routine (fast_calls.moved_view_dropper), None
+    # without one, False until first asked.
+    _drop_moved = False
 
     def _before_moving_invoke(self, what: str) -> None:
         """On a model whose invoke may move memory: refuse while writable ``tensor()`` views exist."""
@@ -922,7 +952,6 @@ class Interpreter:
         # invoke() runs Python ops: mark the owner, so that one of them
         # calling back into this interpreter is refused, not deadlocked.
         calls.owner = get_ident()
-        moves = False
         try:
             native = self._native
             if native is None or not self._allocated:
@@ -931,22 +960,23 @@ class Interpreter:
                     "invoke() needs allocate_tensors() first (after creating the interpreter "
                     "and after every resize_tensor_input)"
                 )
-            if self._moves:
+            moves = self._moves
+            if moves:
                 self._before_moving_invoke("invoke()")
-                moves = True
             if self._watch:
-                status, took = invoke_watched(native, native.invoke)
+                if moves:  # the arena may move: only the views of tensors that stayed are kept
+                    status, took = self._run_moving(native, invoke_watched, native, native.invoke)
+                else:
+                    status, took = invoke_watched(native, native.invoke)
                 self._watch = took > WATCH_AFTER_S
                 self._fast_sync()
             else:
-                status = native.invoke()
+                status = self._run_moving(native, native.invoke) if moves else native.invoke()
             # A failing Python op returns an error status (and reports), so its
             # parked exception is always picked up by _check.
             if status or native.sink:
                 self._check(status, "invoke", native)
         finally:
-            if moves:
-                self._keep_unmoved_slots(native)  # the arena may have moved: drop the views left stale
             calls.owner = None
             lock.release()
 

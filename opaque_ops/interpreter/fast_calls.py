@@ -153,6 +153,32 @@ def planned_shapes(native) -> tuple[dict, bool] | None:
     return mod.planned_shapes(native, *points)
 
 
+def moved_view_dropper(native):
+    """``drop(slots, native)``: what a fast invoke runs after a model moved memory, for ``native``'s Python callers.
+
+    It drops from ``slots`` (``Interpreter._slots``) each cached view whose
+    tensor moved, in one C call, as ``Interpreter._keep_unmoved_slots``
+    does in Python.  None when the module is not here, or when ``native``'s
+    calls are wrapped by hooks (the caller then runs the Python loop).
+    The function keeps no reference to ``native``: the caller passes it,
+    under the interpreter's call lock, at every call.
+    """
+    mod = module()
+    if mod is None:
+        return None
+    points = _native.fast_calls.entry_points(native)
+    if points is None:
+        return None
+    interp, functions = points
+    drop_moved_views = mod.drop_moved_views
+    placement = functions[1:]  # all but TfLiteInterpreterInvoke, in drop_moved_views' order
+
+    def drop(slots, native):
+        drop_moved_views(slots, native, interp, placement)
+
+    return drop
+
+
 def python_function(cls, name: str):
     """``cls``'s own Python function ``name``, also after :func:`attach` wrapped it."""
     f = cls.__dict__[name]

@@ -158,23 +158,24 @@ class SignatureRunner:
             moves = self._graph.subgraph == 0 and it._moves
             if moves:
                 it._before_moving_invoke(f"{what}: invoke")
-            # Views for the next call's short path, cached once (a model whose
-            # invoke moves memory never takes it, so none are cached for it).
-            remember = self._graph.subgraph == 0 and not moves
+            # Views for the next call's short path, cached once.  On a model
+            # whose invoke moves memory, the inputs' views are kept by the
+            # invoke below only if their tensors stay in place
+            # (Interpreter._run_moving), and a dynamic output never gets one.
+            remember = self._graph.subgraph == 0
             for n, a in arrays.items():
                 t = r.input_tensor(n)
                 _tensors.write(t, a, f"{what} input {n!r}")
                 if remember and self._index_of[n] not in it._slots:
                     it._remember(self._index_of[n], t)
-            try:
-                if self._watch:
-                    status, took = invoke_watched(native, r.invoke)
-                    self._watch = took > WATCH_AFTER_S
+            if self._watch:
+                if moves:  # (Interpreter._run_moving: only the views of tensors that stayed are kept)
+                    status, took = it._run_moving(native, invoke_watched, native, r.invoke)
                 else:
-                    status = r.invoke()
-            finally:
-                if moves:
-                    it._keep_unmoved_slots(native)
+                    status, took = invoke_watched(native, r.invoke)
+                self._watch = took > WATCH_AFTER_S
+            else:
+                status = it._run_moving(native, r.invoke) if moves else r.invoke()
             it._check(status, f"{what}: invoke", native)
             out = {}
             for n in self._output_names:
@@ -197,10 +198,17 @@ class SignatureRunner:
         no resize or allocation is due, and the call is the interpreter's
         ``set_tensor`` fast path per input, the runner's invoke, and a copy
         of each output view.  Everything else (a list, another dtype or
-        shape, a missing or unknown name, a closed or forked interpreter,
-        a model whose invoke moves memory, a lock held by another call)
-        returns None before anything is written, and the full path gives
-        the result or the error, as it always did.
+        shape, a missing or unknown name, a closed or forked interpreter, a
+        lock held by another call, ``tensor()`` views alive on a model whose
+        invoke moves memory) returns None before anything is written, and
+        the full path gives the result or the error, as it always did.
+
+        On a model whose invoke may move memory (``Interpreter._moves``: a
+        dynamic tensor), the invoke runs, as on the full path, through
+        ``Interpreter._run_moving``, which keeps only the cached views whose
+        tensors stayed in place; the outputs are then read from the views
+        that are left, and the others (a dynamic output has none) through
+        the runner, as the full path reads them.
         """
         it = self._interpreter
         calls, lock = it._calls, it._lock
@@ -211,21 +219,16 @@ class SignatureRunner:
             native = it._native
             # (The layout version as _is_planned asks it: an isolated worker's
             # placement may give tensors new buffers between two calls.)
-            if native is None or not it._allocated or it._moves or native.layout_version != it._layout_version:
+            if native is None or not it._allocated or native.layout_version != it._layout_version:
                 return None
             slots = it._slots
-            writes = []
-            for name, index in cached:
-                a = inputs.get(name, _MISSING)
-                slot = slots.get(index)
-                if (
-                    slot is None
-                    or type(a) is not _ndarray
-                    or a.shape != slot[2]
-                    or not (a.dtype is slot[1] or a.dtype == slot[1])
-                ):
-                    return None
-                writes.append((slot[0], a))
+            writes = _cached_writes(inputs, cached, slots)
+            if writes is None:
+                return None
+            if it._moves:
+                if it._views:
+                    return None  # the full path refuses live tensor() views (or finds them dead)
+                return self._call_moving(writes, it, native)
             reads = []
             for name, index in self._cached_out:
                 slot = slots.get(index)
@@ -241,6 +244,48 @@ class SignatureRunner:
         finally:
             calls.owner = None
             lock.release()
+
+    def _call_moving(self, writes: list, it, native) -> dict:
+        """``_call_cached`` on a model whose invoke may move memory (the caller holds the lock)."""
+        slots = it._slots
+        for view, a in writes:
+            view[...] = a
+        r = self._r
+        status = it._run_moving(native, r.invoke)  # (the views of tensors that moved are dropped)
+        what = f"signature {self.key!r}"
+        if status or native.sink:
+            it._check(status, f"{what}: invoke", native)
+        out = {}
+        for name, index in self._cached_out:
+            slot = slots.get(index)
+            if slot is not None:
+                out[name] = slot[0].copy()
+                continue
+            t = r.output_tensor(name)
+            out[name] = _tensors.read(t, f"{what} output {name!r}")
+            it._remember(index, t)  # (not a dynamic tensor, nor one that may not be written)
+        return out
+
+
+def _cached_writes(inputs: dict, cached: tuple, slots: dict) -> list | None:
+    """``(view, array)`` per input of ``cached`` (name, tensor index), or None unless each is the common case.
+
+    The common case: an ndarray of its tensor's dtype and current shape,
+    with a view the interpreter cached (``slots``).
+    """
+    writes = []
+    for name, index in cached:
+        a = inputs.get(name, _MISSING)
+        slot = slots.get(index)
+        if (
+            slot is None
+            or type(a) is not _ndarray
+            or a.shape != slot[2]
+            or not (a.dtype is slot[1] or a.dtype == slot[1])
+        ):
+            return None
+        writes.append((slot[0], a))
+    return writes
 
 
 def _restore_runner(interpreter, key):

@@ -11,7 +11,6 @@ interpreter's lock, and how the module is found, refused and prebuilt.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -23,19 +22,13 @@ import opaque_ops as oo
 from opaque_ops.interpreter import fast_calls
 from tests.helpers.child_process import crashed, run_child, run_python
 from tests.helpers.fast_call_scenarios import X
+from tests.helpers.fast_module import required_fast_calls
 from tests.helpers.interpreter_models import add_model
-
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 @pytest.fixture(scope="module")
 def module_path() -> str:
-    used, where = fast_calls.status()
-    if not used:
-        if IN_CI:
-            pytest.fail(f"the fast calls must be in use under CI: {where}")
-        pytest.skip(f"the fast calls are not in use here: {where}")
-    return where
+    return required_fast_calls()
 
 
 def _warm():

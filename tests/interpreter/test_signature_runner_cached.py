@@ -133,13 +133,28 @@ def _scenarios(short_path: bool) -> dict:
     res.append(["closed", outcome(lambda: r(lhs=A, rhs=B))])
     out["two inputs, two outputs"] = res
 
-    # A model whose invoke moves memory (a dynamic tensor): never the short path.
+    # A model whose invoke moves memory (a dynamic tensor, here its output):
+    # the short path reads the output through the runner.
     it = oo.Interpreter(model_content=tile_model())
     r = runner_of(it, "run")
     x4 = np.array([1.0, 2.0, -3.0, 0.5], np.float32)
     out["dynamic tensors"] = [
-        outcome(lambda m=m: r(x=x4, multiples=np.array([m], np.int32))) for m in (1, 2, 2, 3, 1, 1)
+        outcome(lambda m=m: r(x=x4, multiples=np.array([m], np.int32))) for m in (1, 2, 2, 3, 1, 1, 4096, 4096, 2)
     ]
+    # The same with the interpreter's own calls and a tensor() view in between.
+    res = [outcome(lambda: r(x=x4, multiples=np.array([2], np.int32))) for _ in range(2)]
+    it.set_tensor(0, x4[::-1].copy())
+    res.append(outcome(lambda: it.get_tensor(0)))
+    res.append(outcome(lambda: r(x=x4 * 2, multiples=np.array([2], np.int32))))
+    view = it.tensor(0)
+    held = view()  # a live view: this model's invoke must refuse while it exists
+    res.append(outcome(lambda: r(x=x4, multiples=np.array([2], np.int32))))
+    del held
+    res.append(outcome(lambda: r(x=x4, multiples=np.array([3], np.int32))))
+    del view
+    res.append(outcome(lambda: r(x=x4, multiples=np.array([3], np.int32))))
+    res.append(outcome(lambda: it.get_tensor(3)))
+    out["dynamic tensors, with the interpreter's calls and views"] = res
 
     # The same with outputs of static shape: every tensor the runner reads
     # and writes has a view to cache, and the arena moves under them.
@@ -233,22 +248,29 @@ def test_anything_unusual_takes_the_full_path(writes):
         n = writes[0]
 
 
-def test_a_model_whose_invoke_moves_memory_never_takes_it(writes):
-    r = oo.Interpreter(model_content=tile_model()).get_signature_runner("run")
+def test_a_model_whose_invoke_moves_memory_takes_it_while_its_inputs_stay(writes):
+    # The output is dynamic (no cached view): read through the runner.  The
+    # reference is TILE's definition (numpy's tile), then the ADD: y = 2 * tile.
+    it = oo.Interpreter(model_content=tile_model())
+    r = it.get_signature_runner("run")
     x4 = np.arange(4, dtype=np.float32)
-    for m in (2, 2, 2):
-        got = r(x=x4, multiples=np.array([m], np.int32))
-    assert writes[0] == 6
-    np.testing.assert_array_equal(got["y"], 2 * np.tile(x4, 2))
+    for k, m in enumerate((2, 2, 2, 5, 5)):
+        got = r(x=x4 + k, multiples=np.array([m], np.int32))
+        np.testing.assert_array_equal(got["y"], 2 * np.tile(x4 + k, m))
+    assert it._moves
+    # The first call cached the inputs' views; later calls took the short
+    # path, except where an input's tensor had moved (the full path then
+    # wrote it again and cached it anew).
+    assert writes[0] < 2 * 5, writes[0]
 
 
-def test_a_model_with_a_dynamic_tensor_inside_never_takes_it(writes):
+def test_a_model_with_a_dynamic_tensor_inside_takes_it(writes):
     r = oo.Interpreter(model_content=tile_sum_model()).get_signature_runner("run")
     x4 = np.array([1.0, 2.0, -3.0, 0.5], np.float32)
-    for m in (1, 1000, 3):
+    for m in (1, 1000, 3, 3, 3):
         got = r(x=x4, multiples=np.array([m], np.int32))
-    assert writes[0] == 6
-    assert got["y"] == np.float32(x4.sum() * 3)
+        assert got["y"] == np.float32(x4.sum() * m)
+    assert writes[0] < 2 * 5, writes[0]
 
 
 def test_threads_get_their_own_results():

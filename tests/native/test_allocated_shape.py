@@ -104,9 +104,9 @@ def test_planned_shapes_in_one_call_answers_as_allocated_shape(name, xnnpack):
     # use after each allocation) against the per-tensor path above, before
     # and after an allocation, and after a resize of every input.
     from opaque_ops.interpreter import fast_calls
+    from tests.helpers.fast_module import required_fast_calls
 
-    if fast_calls.module() is None:
-        pytest.skip(f"the fast calls module is not in use here: {fast_calls.status()[1]}")
+    required_fast_calls()
     native = _native.NativeInterpreter(_native.NativeModel(MODELS[name]()), [], use_xnnpack=xnnpack)
     assert native.ok
     for phase in ("before allocation", "after allocation", "after a resize"):
