@@ -141,10 +141,12 @@ def loops_for_model(data: bytes, shape=None, num_threads: int = 1, peers: bool =
 
     fns["opaque_ops"] = ours
     # The same call through the model's signature runner, where it has one
-    # (the API TensorFlow's guides now show): ours and litert's below.
+    # (the API TensorFlow's guides now show), on an interpreter of its own:
+    # ours and litert's below (litert's runner keeps references to its
+    # interpreter's memory, which its own invoke() then refuses).
     runner_input = None
     if it.get_signature_list():
-        runner = it.get_signature_runner()
+        runner = oo.Interpreter(model_content=data, num_threads=num_threads).get_signature_runner()
         names = list(runner.get_input_details())
         if len(names) == 1:
             runner_input = names[0]
@@ -169,7 +171,7 @@ def loops_for_model(data: bytes, shape=None, num_threads: int = 1, peers: bool =
 
             fns["ai_edge_litert"] = theirs
             if runner_input is not None:
-                peer_runner = peer.get_signature_runner()
+                peer_runner = LiteRT(model_content=data, num_threads=num_threads).get_signature_runner()
                 fns["ai_edge_litert_runner"] = lambda: peer_runner(**{runner_input: x})
 
         def raw_loop(model_bytes):
