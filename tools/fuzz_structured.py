@@ -1212,6 +1212,8 @@ sys.path.insert(0, {root!r})
 from tools.fuzz_structured import make_case, run_case
 interrupt = {interrupt!r}
 if interrupt:  # a user's Ctrl-C, that many seconds in
+    # (Python's own handler first: started from a background job, this process inherits SIGINT ignored.)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Timer(interrupt, os.kill, (os.getpid(), signal.SIGINT)).start()
 t0 = time.monotonic()
 try:

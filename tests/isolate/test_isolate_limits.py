@@ -86,13 +86,19 @@ def test_ctrl_c_during_isolated_invoke(bad_ops):
     # 500 nodes of 20 ms: the SIGINT (at 0.2 s) lands inside the invoke even on a slow machine,
     # so it cannot escape this test and stop the session.
     it = _ready(chain("Slow", 500), [bad_ops])
-    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        it.invoke()
-    assert time.monotonic() - t0 < 8.0
-    timer.join()
+    # Python's own SIGINT handler for the test: a test run started as a
+    # background job inherits SIGINT ignored, and the signal would be lost.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            it.invoke()
+        assert time.monotonic() - t0 < 8.0
+        timer.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     # Still usable: it runs again (and is stopped by a timeout this time, not killed).
     with pytest.raises(oo.RuntimeTimeoutError) as info:
         it.invoke(timeout=0.3)
