@@ -706,49 +706,48 @@ static PyTypeObject MethodType = {
     .tp_new = Method_new,
 };
 
-/* --------------------------------------------------------- planned shapes */
+/* ------------------------------------------------------- planned tensors */
 
 /* TfLiteTensorGetAllocationStrategy; 4 is kTfLiteAllocationStrategyMalloc,
  * what a kTfLiteDynamic tensor reports (opaque_ops/_native/tflite_c.h). */
 typedef int (*strategy_fn)(const void *tensor);
 #define STRATEGY_DYNAMIC 4
 
-/* planned_shapes(native, interpreter, (get_tensor, allocation_strategy, num_dims, dim))
+/* planned_tensors(native, interpreter, (get_tensor, allocation_strategy))
  *
- * Why: the model checks ask the shape TFLite planned for nearly every tensor
- * after each allocation, and whether any tensor is dynamic.  Through cffi
- * that is three to six C calls per tensor (about 1,500 on a model of 250
- * tensors, a fifth of a millisecond); here it is one call.
+ * Why: after each allocation the model checks ask, for nearly every
+ * operator output, whether TFLite planned its shape (the shape itself only
+ * for a few tensors), and the interpreter asks whether any tensor is
+ * dynamic.  Through cffi that is two C calls per tensor (over 500 on a model
+ * of 250 tensors); here it is one call.  It returns a frozenset of ints and
+ * a bool, and makes no object per tensor that the garbage collector tracks:
+ * a first creation in a new process otherwise set off a full collection.
  *
- * The same C API calls as NativeInterpreter.allocated_shape and
+ * The same C API calls as NativeInterpreter.is_planned and
  * has_dynamic_tensor (opaque_ops/_native/native_interpreter.py), which stay
  * the reference: tensors are visited from index 0 until
  * TfLiteInterpreterGetTensor returns NULL (the C API checks the index); a
- * dynamic tensor (allocation strategy 4) has no entry; any other gets the
- * tuple of its TfLiteTensorNumDims dimensions (none for a negative count).
- * Returns ({index: shape}, whether a tensor is dynamic).
+ * tensor is planned unless its allocation strategy is 4, a dynamic tensor's.
+ * Returns (frozenset of the planned indices, whether a tensor is dynamic).
  *
  * `native` is only held for the call: the caller's NativeInterpreter, which
  * owns the TfLiteInterpreter, so it cannot be freed while this runs.  The
  * caller holds the interpreter's call lock; no Python code runs meanwhile. */
-static PyObject *planned_shapes(PyObject *Py_UNUSED(module), PyObject *args) {
+static PyObject *planned_tensors(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *native;
-    unsigned long long interp, fn[4];
-    if (!PyArg_ParseTuple(args, "OK(KKKK):planned_shapes", &native, &interp, &fn[0], &fn[1], &fn[2], &fn[3]))
-        return NULL;
-    if (interp == 0 || fn[0] == 0 || fn[1] == 0 || fn[2] == 0 || fn[3] == 0) {
-        PyErr_SetString(PyExc_ValueError, "planned_shapes(): a null interpreter or function");
+    unsigned long long interp, fn[2];
+    if (!PyArg_ParseTuple(args, "OK(KK):planned_tensors", &native, &interp, &fn[0], &fn[1])) return NULL;
+    if (interp == 0 || fn[0] == 0 || fn[1] == 0) {
+        PyErr_SetString(PyExc_ValueError, "planned_tensors(): a null interpreter or function");
         return NULL;
     }
     void *interpreter = (void *)(uintptr_t)interp;
     get_tensor_fn get_tensor = (get_tensor_fn)(uintptr_t)fn[0];
     strategy_fn strategy = (strategy_fn)(uintptr_t)fn[1];
-    ndims_fn ndims = (ndims_fn)(uintptr_t)fn[2];
-    dim_fn dim = (dim_fn)(uintptr_t)fn[3];
     Py_INCREF(native); /* held for the call (see above) */
-    PyObject *shapes = PyDict_New();
+    PyObject *planned = PyFrozenSet_New(NULL);
     int dynamic = 0;
-    if (shapes == NULL) goto fail;
+    if (planned == NULL) goto fail;
     for (int i = 0; i < INT32_MAX; i++) {
         void *t = get_tensor(interpreter, i);
         if (t == NULL) break;
@@ -756,27 +755,15 @@ static PyObject *planned_shapes(PyObject *Py_UNUSED(module), PyObject *args) {
             dynamic = 1;
             continue;
         }
-        int32_t n = ndims(t);
-        PyObject *shape = PyTuple_New(n > 0 ? n : 0);
-        if (shape == NULL) goto fail;
-        for (int32_t j = 0; j < n; j++) {
-            PyObject *d = PyLong_FromLong(dim(t, j));
-            if (d == NULL) {
-                Py_DECREF(shape);
-                goto fail;
-            }
-            PyTuple_SET_ITEM(shape, j, d);
-        }
         PyObject *key = PyLong_FromLong(i);
-        int bad = key == NULL || PyDict_SetItem(shapes, key, shape) < 0;
+        int bad = key == NULL || PySet_Add(planned, key) < 0; /* (a new frozenset may be filled so) */
         Py_XDECREF(key);
-        Py_DECREF(shape);
         if (bad) goto fail;
     }
     Py_DECREF(native);
-    return Py_BuildValue("(NO)", shapes, dynamic ? Py_True : Py_False);
+    return Py_BuildValue("(NO)", planned, dynamic ? Py_True : Py_False);
 fail:
-    Py_XDECREF(shapes);
+    Py_XDECREF(planned);
     Py_DECREF(native);
     return NULL;
 }
@@ -791,8 +778,8 @@ static PyMethodDef module_methods[] = {
      "read_model(data, spec)\n--\n\nThe model's parts as opaque_ops.model.reader builds them, or None."},
     {"drop_moved_views", drop_moved_views_py, METH_VARARGS,
      "drop_moved_views(slots, native, interpreter, functions)\n--\n\nDrop each cached view whose tensor moved."},
-    {"planned_shapes", planned_shapes, METH_VARARGS,
-     "planned_shapes(native, interpreter, functions)\n--\n\n({tensor index: planned shape}, any dynamic tensor)."},
+    {"planned_tensors", planned_tensors, METH_VARARGS,
+     "planned_tensors(native, interpreter, functions)\n--\n\n(frozenset of the planned tensors, any dynamic tensor)."},
     {NULL, NULL, 0, NULL},
 };
 

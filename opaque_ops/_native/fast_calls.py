@@ -75,17 +75,12 @@ def entry_points(native) -> tuple[int, tuple[int, ...]] | None:
     return int(ffi.cast("uintptr_t", interp)), tuple(int(ffi.cast("uintptr_t", getattr(lib, f))) for f in _FUNCTIONS)
 
 
-# What planned_shapes calls, in the order it takes them.
-_SHAPE_FUNCTIONS = (
-    "TfLiteInterpreterGetTensor",
-    "TfLiteTensorGetAllocationStrategy",
-    "TfLiteTensorNumDims",
-    "TfLiteTensorDim",
-)
+# What planned_tensors calls, in the order it takes them.
+_PLANNED_FUNCTIONS = ("TfLiteInterpreterGetTensor", "TfLiteTensorGetAllocationStrategy")
 
 
-def shape_entry_points(native) -> tuple[int, tuple[int, ...]] | None:
-    """``(TfLiteInterpreter*, (functions...))`` as integers, for the module's ``planned_shapes``.
+def planned_entry_points(native) -> tuple[int, tuple[int, ...]] | None:
+    """``(TfLiteInterpreter*, (functions...))`` as integers, for the module's ``planned_tensors``.
 
     None when ``native`` has no live interpreter.
     """
@@ -94,5 +89,5 @@ def shape_entry_points(native) -> tuple[int, tuple[int, ...]] | None:
         return None
     lib = native.rt.lib
     return int(ffi.cast("uintptr_t", interp)), tuple(
-        int(ffi.cast("uintptr_t", getattr(lib, f))) for f in _SHAPE_FUNCTIONS
+        int(ffi.cast("uintptr_t", getattr(lib, f))) for f in _PLANNED_FUNCTIONS
     )

@@ -634,9 +634,9 @@ def render(facts: dict) -> str:
         fast = r["fast_calls"]
         out.append(
             f"fast calls: in use ({fast['where']}): set_tensor/invoke/get_tensor, the model reader and the "
-            "planned-shape reads after an allocation run in C"
+            "allocation's planned-tensor reads run in C"
             if fast["in_use"]
-            else "fast calls: not in use, set_tensor/invoke/get_tensor, the model reader and the planned-shape "
+            else "fast calls: not in use, set_tensor/invoke/get_tensor, the model reader and the planned-tensor "
             f"reads run in Python ({fast['where']})"
         )
     else:

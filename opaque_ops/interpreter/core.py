@@ -716,10 +716,10 @@ class Interpreter:
         status = graph.allocate()
         if self._preserve and graph.subgraph == 0:
             status = self._preserve_tensors(native, status)
-        # The planned shapes of subgraph 0 in one C call, for the checks and
-        # the dynamic-tensor flag below (a plain Interpreter with the fast
-        # calls module; None: both ask the runtime tensor by tensor).
-        planned = _fast.planned_shapes(native) if graph.subgraph == 0 and self._fast is not None else None
+        # Which tensors of subgraph 0 are planned, in one C call, for the
+        # checks and the dynamic-tensor flag below (a plain Interpreter with
+        # the fast calls module; None: both ask the runtime tensor by tensor).
+        planned = _fast.planned_tensors(native) if graph.subgraph == 0 and self._fast is not None else None
         # The checks run even when the runtime refused: the verdict on a
         # shape must not depend on which runtime version caught it first.
         try:
@@ -881,8 +881,8 @@ class Interpreter:
     def _check_allocated(self, native, graph: _Graph, planned=None) -> None:
         if graph.subgraph == 0:
             if planned is not None:
-                shapes = planned[0]  # {index: shape}: a missing or dynamic tensor has no entry
-                check_allocated(self._info, shapes.get, self._check_config, shapes.__contains__)
+                # (The shapes themselves are asked for a few tensors only.)
+                check_allocated(self._info, native.allocated_shape, self._check_config, planned[0].__contains__)
             else:
                 check_allocated(self._info, native.allocated_shape, self._check_config, native.is_planned)
         else:

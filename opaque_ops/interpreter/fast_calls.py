@@ -136,21 +136,20 @@ def attach(interp, cls):
     return mod.Calls(interp._lock, interp._calls, CallLock.owner, interp._slots, python_function(cls, "_invoke_failed"))
 
 
-def planned_shapes(native) -> tuple[dict, bool] | None:
-    """``({tensor index: planned shape}, any tensor dynamic)`` of ``native``'s main subgraph, in one C call.
+def planned_tensors(native) -> tuple[frozenset, bool] | None:
+    """``(planned tensor indices, any tensor dynamic)`` of ``native``'s main subgraph, in one C call.
 
-    The answers of ``native.allocated_shape(i)`` for every tensor (a missing
-    or dynamic tensor has no entry) and of ``native.has_dynamic_tensor()``;
-    None when the module is not here (the caller then asks those).  The
-    caller holds the interpreter's call lock.
+    The indices ``i`` for which ``native.is_planned(i)``, and
+    ``native.has_dynamic_tensor()``; None when the module is not here (the
+    caller then asks those).  The caller holds the interpreter's call lock.
     """
     mod = module()
     if mod is None:
         return None
-    points = _native.fast_calls.shape_entry_points(native)
+    points = _native.fast_calls.planned_entry_points(native)
     if points is None:
         return None
-    return mod.planned_shapes(native, *points)
+    return mod.planned_tensors(native, *points)
 
 
 def moved_view_dropper(native):

@@ -351,6 +351,6 @@ def test_says_whether_the_fast_calls_are_in_use(new_ops_model):
     assert expected in text, text
     off = run_python("-m", "opaque_ops", "doctor", new_ops_model, env={"OPAQUE_OPS_FASTCALLS": "0"}, timeout=180)
     assert (
-        "fast calls: not in use, set_tensor/invoke/get_tensor, the model reader and the planned-shape reads "
+        "fast calls: not in use, set_tensor/invoke/get_tensor, the model reader and the planned-tensor reads "
         "run in Python (turned off by OPAQUE_OPS_FASTCALLS=0)" in off.stdout
     ), off.stdout
