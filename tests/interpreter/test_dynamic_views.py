@@ -151,45 +151,6 @@ def test_views_of_a_static_model_still_live_across_invoke():
         np.testing.assert_array_equal(yout, 2 * (X + k))
 
 
-@pytest.mark.parametrize("xnnpack", [False, True])
-def test_moved_views_are_dropped_in_c_as_the_python_loop_drops_them(xnnpack):
-    # Interpreter._keep_unmoved_slots runs fast_calls' C routine when the
-    # module is here (a signature runner's calls on such a model use it); the
-    # Python loop is the reference.  Both see the same slots after the same
-    # invoke: every planned tensor's view, cached before the run.
-    from opaque_ops.interpreter import fast_calls
-    from tests.helpers.fast_module import required_fast_calls
-
-    required_fast_calls()
-    it = oo.Interpreter(model_content=tile_model(), use_xnnpack=xnnpack)
-    it.allocate_tensors()
-    native = it._native
-    drop = fast_calls.moved_view_dropper(native)
-    assert drop is not None
-    slots = it._slots  # (the one dict the C set/get calls share: changed in place only)
-    dropped = kept = 0
-    for m in [*MULTIPLES, 5, 2, 2]:
-        it.set_tensor(0, X)
-        it.set_tensor(1, np.array([m], np.int32))
-        for i in range(len(it._info.subgraphs[0].tensors)):
-            t = native.tensor(i)
-            if t is not None:
-                it._remember(i, t)  # (skips a dynamic tensor, as every path does)
-        before = dict(slots)
-        assert native.invoke() == 0
-        by_c = dict(before)
-        drop(by_c, native)
-        it._drop_moved = None  # the Python loop, on the interpreter's own dict
-        it._keep_unmoved_slots(native)
-        assert by_c.keys() == slots.keys(), m
-        assert all(by_c[k] is before[k] for k in by_c)
-        dropped += len(before) - len(by_c)
-        kept += len(by_c)
-        slots.clear()  # (the views of this round: none is used again)
-        it._drop_moved = False
-    assert dropped and kept  # both outcomes were compared
-
-
 def test_an_exception_right_after_a_moving_invoke_leaves_no_cached_view(reference):
     # A Ctrl-C is raised at the first bytecode after the C invoke returns: any
     # cached view still in _slots then might point into memory the invoke

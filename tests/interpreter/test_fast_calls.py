@@ -23,7 +23,7 @@ from opaque_ops.interpreter import fast_calls
 from tests.helpers.child_process import crashed, run_child, run_python
 from tests.helpers.fast_call_scenarios import X
 from tests.helpers.fast_module import required_fast_calls
-from tests.helpers.interpreter_models import add_model
+from tests.helpers.interpreter_models import add_model, tile_model
 
 
 @pytest.fixture(scope="module")
@@ -220,3 +220,39 @@ def test_fork_while_another_thread_is_in_a_c_call(module_path):
     assert p.returncode == 0, crashed(p)
     seen = json.loads(p.stdout.strip().splitlines()[-1])
     assert seen["ok"] + seen["refused"] == 60 and seen["ok"] > 0, seen
+
+
+@pytest.mark.parametrize("xnnpack", [False, True])
+def test_moved_views_are_dropped_in_c_as_the_python_loop_drops_them(module_path, xnnpack):
+    # Interpreter._keep_unmoved_slots runs fast_calls' C routine when the
+    # module is here (a signature runner's calls on such a model use it); the
+    # Python loop is the reference.  Both see the same slots after the same
+    # invoke: every planned tensor's view, cached before the run.
+    it = oo.Interpreter(model_content=tile_model(), use_xnnpack=xnnpack)
+    it.allocate_tensors()
+    native = it._native
+    drop = fast_calls.moved_view_dropper(native)
+    assert drop is not None
+    slots = it._slots  # (the one dict the C set/get calls share: changed in place only)
+    dropped = kept = 0
+    x = np.array([1.0, -2.0, 3.5, 4.0], np.float32)
+    for m in (1, 1000, 3, 100_000, 5, 5, 2, 2):
+        it.set_tensor(0, x)
+        it.set_tensor(1, np.array([m], np.int32))
+        for i in range(len(it._info.subgraphs[0].tensors)):
+            t = native.tensor(i)
+            if t is not None:
+                it._remember(i, t)  # (skips a dynamic tensor, as every path does)
+        before = dict(slots)
+        assert native.invoke() == 0
+        by_c = dict(before)
+        drop(by_c, native)
+        it._drop_moved = None  # the Python loop, on the interpreter's own dict
+        it._keep_unmoved_slots(native)
+        assert by_c.keys() == slots.keys(), m
+        assert all(by_c[k] is before[k] for k in by_c)
+        dropped += len(before) - len(by_c)
+        kept += len(by_c)
+        slots.clear()  # (the views of this round: none is used again)
+        it._drop_moved = False
+    assert dropped and kept  # both outcomes were compared
