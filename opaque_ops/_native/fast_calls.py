@@ -68,11 +68,9 @@ def entry_points(native) -> tuple[int, tuple[int, ...]] | None:
     wrapped it, as an isolated worker's stages do): then the fast invoke
     must not bypass it.
     """
-    interp = getattr(native, "_interp", None)
-    if interp is None or interp == ffi.NULL or native.hooks is not None:
+    if native.hooks is not None:
         return None
-    lib = native.rt.lib
-    return int(ffi.cast("uintptr_t", interp)), tuple(int(ffi.cast("uintptr_t", getattr(lib, f))) for f in _FUNCTIONS)
+    return _addresses(native, _FUNCTIONS)
 
 
 # What planned_tensors calls, in the order it takes them.
@@ -84,10 +82,13 @@ def planned_entry_points(native) -> tuple[int, tuple[int, ...]] | None:
 
     None when ``native`` has no live interpreter.
     """
+    return _addresses(native, _PLANNED_FUNCTIONS)
+
+
+def _addresses(native, functions) -> tuple[int, tuple[int, ...]] | None:
+    """``native``'s TfLiteInterpreter* and the named C API functions, as integers (None: no live interpreter)."""
     interp = getattr(native, "_interp", None)
     if interp is None or interp == ffi.NULL:
         return None
     lib = native.rt.lib
-    return int(ffi.cast("uintptr_t", interp)), tuple(
-        int(ffi.cast("uintptr_t", getattr(lib, f))) for f in _PLANNED_FUNCTIONS
-    )
+    return int(ffi.cast("uintptr_t", interp)), tuple(int(ffi.cast("uintptr_t", getattr(lib, f))) for f in functions)

@@ -751,6 +751,20 @@ class Interpreter:
     # set/get fast path's cached views after it runs.
     _moves = False
 
+    def _run_invoke(self, native, invoke, watched: bool, moves: bool) -> tuple[int, float | None]:
+        """``(status, seconds)`` of one ``invoke()`` (a C call on ``native``; seconds None unless ``watched``).
+
+        ``watched``: with Ctrl-C cancellation armed (:func:`.sigint.invoke_watched`);
+        ``moves``: the model's invoke may move memory, so the run goes
+        through :meth:`_run_moving`.  The interpreter's and its signature
+        runners' Python invokes all run through here.
+        """
+        if watched:
+            if moves:
+                return self._run_moving(native, invoke_watched, native, invoke)
+            return invoke_watched(native, invoke)
+        return (self._run_moving(native, invoke) if moves else invoke()), None
+
     def _run_moving(self, native, fn, *args):
         """``fn(*args)``: an invoke of a model whose invoke may move memory; returns what it returns.
 
@@ -880,11 +894,9 @@ class Interpreter:
 
     def _check_allocated(self, native, graph: _Graph, planned=None) -> None:
         if graph.subgraph == 0:
-            if planned is not None:
-                # (The shapes themselves are asked for a few tensors only.)
-                check_allocated(self._info, native.allocated_shape, self._check_config, planned[0].__contains__)
-            else:
-                check_allocated(self._info, native.allocated_shape, self._check_config, native.is_planned)
+            # (The shapes themselves are asked for a few tensors only.)
+            is_planned = planned[0].__contains__ if planned is not None else native.is_planned
+            check_allocated(self._info, native.allocated_shape, self._check_config, is_planned)
         else:
             # The C API reaches another subgraph's tensors only through its
             # signature: those shapes are known, the rest are "unknown".
@@ -963,15 +975,13 @@ class Interpreter:
             moves = self._moves
             if moves:
                 self._before_moving_invoke("invoke()")
-            if self._watch:
-                if moves:  # the arena may move: only the views of tensors that stayed are kept
-                    status, took = self._run_moving(native, invoke_watched, native, native.invoke)
-                else:
-                    status, took = invoke_watched(native, native.invoke)
-                self._watch = took > WATCH_AFTER_S
-                self._fast_sync()
+            if self._watch or moves:
+                status, took = self._run_invoke(native, native.invoke, self._watch, moves)
+                if self._watch:
+                    self._watch = took > WATCH_AFTER_S
+                    self._fast_sync()
             else:
-                status = self._run_moving(native, native.invoke) if moves else native.invoke()
+                status = native.invoke()  # (the common case, spelled out: no call more)
             # A failing Python op returns an error status (and reports), so its
             # parked exception is always picked up by _check.
             if status or native.sink:

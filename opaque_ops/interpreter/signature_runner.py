@@ -13,7 +13,7 @@ from ..errors import InvalidInputError, OpaqueOpsError
 from . import tensors as _tensors
 from .call_lock import get_ident
 from .reshape_target import Graph, as_shape
-from .sigint import WATCH_AFTER_S, invoke_watched
+from .sigint import WATCH_AFTER_S
 
 _ndarray = np.ndarray
 _MISSING = object()
@@ -168,14 +168,9 @@ class SignatureRunner:
                 _tensors.write(t, a, f"{what} input {n!r}")
                 if remember and self._index_of[n] not in it._slots:
                     it._remember(self._index_of[n], t)
+            status, took = it._run_invoke(native, r.invoke, self._watch, moves)
             if self._watch:
-                if moves:  # (Interpreter._run_moving: only the views of tensors that stayed are kept)
-                    status, took = it._run_moving(native, invoke_watched, native, r.invoke)
-                else:
-                    status, took = invoke_watched(native, r.invoke)
                 self._watch = took > WATCH_AFTER_S
-            else:
-                status = it._run_moving(native, r.invoke) if moves else r.invoke()
             it._check(status, f"{what}: invoke", native)
             out = {}
             for n in self._output_names:

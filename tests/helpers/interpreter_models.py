@@ -54,12 +54,12 @@ def tile_model() -> bytes:
     return b.build()
 
 
-def pyop_model(signature: str | None = None) -> bytes:
-    """y = Twice(x) for a Python op: x (0) and y (1), [4] float32; with ``signature``, a SignatureDef of that key."""
+def pyop_model(signature: str | None = None, op: str = "Twice") -> bytes:
+    """y = op(x) for a Python op: x (0) and y (1), [4] float32; with ``signature``, a SignatureDef of that key."""
     b = ModelBuilder()
     x = b.add_tensor("x", [4], np.float32)
     y = b.add_tensor("y", [4], np.float32)
-    b.add_custom_op("Twice", [x], [y])
+    b.add_custom_op(op, [x], [y])
     b.set_inputs([x])
     b.set_outputs([y])
     if signature is not None:

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from opaque_ops.model import ModelBuilder
 from tests.helpers.child_process import crashed, run_child
+from tests.helpers.interpreter_models import pyop_model
 
 # How long the op waits for the other thread's call to finish.  Serialized,
 # the call cannot finish at all during the op; unserialized it takes
@@ -28,14 +28,7 @@ WAIT_S = 0.3
 
 def probe_model() -> bytes:
     """x -> Probe (a Python op) -> y, with a signature."""
-    b = ModelBuilder()
-    x = b.add_tensor("x", [4], np.float32)
-    y = b.add_tensor("y", [4], np.float32)
-    b.add_custom_op("Probe", [x], [y])
-    b.set_inputs([x])
-    b.set_outputs([y])
-    b.add_signature("serving_default", {"x": x}, {"y": y})
-    return b.build()
+    return pyop_model("serving_default", op="Probe")
 
 
 class Probe:
