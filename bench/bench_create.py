@@ -20,6 +20,22 @@ imports (and, for opaque_ops, after the kernel library is loaded):
 - for information, the floor under opaque_ops: the same first creation driven
   through its C binding alone (the same kernels and XNNPACK, no model checks).
 
+And what an app's start-up pays in all, in a new process with the verdict
+cache empty (``start-up`` rows): from just after ``import numpy`` (both need
+it, and it costs either the same) to the allocated interpreter, the imports
+included: ``import opaque_ops``, ``from opaque_ops import Interpreter``,
+``opaque_ops.kernels.mediapipe()`` and the creation, against
+``from ai_edge_litert.interpreter import Interpreter`` and its creation.
+These children start from a bare ``python -S -c`` (the bench's own imports
+would otherwise be loaded already), with the site-packages directories (and,
+for opaque_ops, this checkout) put on ``sys.path`` by hand: without ``-S``,
+an editable install's import hook would load ``pathlib`` and more before the
+clock starts, which an installed package does not.  ``PYTHONDONTWRITEBYTECODE``
+is unset: an installed package has its ``.pyc`` files, and the first child of
+a run writes any that are missing (it is not timed).  opaque_ops' kernels come
+from its compile cache here, as in any checkout or source install (a platform
+wheel loads them prebuilt instead).
+
 Then, inside one process: ``model seen before`` (the verdict kept in memory:
 an app creating an interpreter per stream) against ai-edge-litert's repeated
 creation, and, for information, ``checks every time`` (memory and disk
@@ -37,6 +53,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import site
 import statistics
 import subprocess
 import sys
@@ -59,6 +76,52 @@ def model_paths() -> dict[str, Path]:
         return {}
     base = Path(list(spec.submodule_search_locations)[0]) / "modules"
     return {name: base / d / f for name, (d, f) in MODELS.items() if (base / d / f).is_file()}
+
+
+# ------------------------------------------------------------------ child: a whole start-up
+# Run as ``python -c``, so that nothing but what the start-up itself imports
+# is loaded when the clock starts (numpy aside, see the module doc).
+_START = {
+    "ours": """
+import opaque_ops as oo
+from opaque_ops import Interpreter
+kernels = oo.kernels.mediapipe()
+t_kernels = time.perf_counter()
+it = Interpreter(model_path=path, custom_ops=[kernels])
+""",
+    "litert": """
+from ai_edge_litert.interpreter import Interpreter
+t_kernels = time.perf_counter()
+it = Interpreter(model_path=path)
+""",
+}
+_START_FRAME = """
+import sys
+sys.path[:0] = sys.argv[2:]
+import time
+import numpy
+path = sys.argv[1]
+w0, c0 = time.perf_counter(), time.process_time()
+{body}
+it.allocate_tensors()
+w1, c1 = time.perf_counter(), time.process_time()
+print('{{"wall_ms": %r, "cpu_ms": %r, "imports_ms": %r}}' % ((w1 - w0) * 1e3, (c1 - c0) * 1e3, (t_kernels - w0) * 1e3))
+"""
+
+
+def start_up(which: str, path: Path, verdicts: str | None = None) -> dict:
+    """One new process's whole start-up (imports, kernels, first creation); its times in ms."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if verdicts is not None:
+        env[ENV_VERDICTS] = verdicts
+    code = _START_FRAME.format(body=_START[which].strip())
+    where = ([str(HERE.parent)] if which == "ours" else []) + site.getsitepackages()
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code, str(path), *where], env=env, capture_output=True, text=True, timeout=300
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"start-up child ({which}) failed: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 # ------------------------------------------------------------------ child: one first creation
@@ -155,19 +218,27 @@ def bench(quick: bool = False) -> dict:
     kernels = oo.kernels.mediapipe()
     out = {}
     for name, path in model_paths().items():
-        r: dict[str, list] = {k: [] for k in ("cold", "disk", "native_first", "litert_first")}
+        r: dict[str, list] = {
+            k: [] for k in ("cold", "disk", "native_first", "litert_first", "start_ours", "start_litert")
+        }
         with tempfile.TemporaryDirectory(prefix="oo_verdicts_") as warm:
             first_creation("ours", path, warm)  # the first start: writes the record
+            start_up("ours", path, warm)  # writes any missing .pyc
+            start_up("litert", path)
             for _ in range(rounds):
                 with tempfile.TemporaryDirectory(prefix="oo_verdicts_") as empty:
                     r["cold"].append(first_creation("ours", path, empty))
                 r["disk"].append(first_creation("ours", path, warm))
                 r["native_first"].append(first_creation("native", path))
                 r["litert_first"].append(first_creation("litert", path))
+                with tempfile.TemporaryDirectory(prefix="oo_verdicts_") as empty:
+                    r["start_ours"].append(start_up("ours", path, empty))
+                r["start_litert"].append(start_up("litert", path))
         res = {
             f"{k}_{unit}": statistics.median(x[f"{unit}_ms"] for x in v)
             for k, v in r.items()
-            for unit in ("wall", "cpu")
+            for unit in ("wall", "cpu", "imports")
+            if f"{unit}_ms" in v[0]
         }
 
         def ours():

@@ -8,7 +8,6 @@ re-raised by the Interpreter once the C call has returned.
 from __future__ import annotations
 
 import threading
-import traceback
 
 _pending = threading.local()
 
@@ -19,8 +18,19 @@ def stash_exception(exc: BaseException) -> None:
         # The frames' locals include numpy views of tensor memory, which the
         # interpreter may free before anyone looks at the traceback; drop the
         # locals and keep the lines.
-        traceback.clear_frames(exc.__traceback__)
+        _clear_frames(exc.__traceback__)
         _pending.exc = exc
+
+
+def _clear_frames(tb) -> None:
+    # What traceback.clear_frames does; spelled out because importing
+    # traceback cost every process's start-up half a millisecond for this.
+    while tb is not None:
+        try:
+            tb.tb_frame.clear()
+        except RuntimeError:  # a frame still running (this callback's caller)
+            pass
+        tb = tb.tb_next
 
 
 def pop_pending_exception() -> BaseException | None:

@@ -22,12 +22,8 @@ import json
 import os
 import platform
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 from ..errors import CompileError
@@ -95,6 +91,42 @@ def host_arch() -> str:
     return m
 
 
+def which(command: str) -> str | None:
+    """What ``shutil.which(command)`` returns on POSIX, without importing :mod:`shutil`.
+
+    The compile cache's lookup runs at every process's start-up where kernels
+    are compiled on the machine, and :mod:`shutil` (with the compression
+    modules it imports) cost two milliseconds of it.  The same rules: a
+    command with a directory part is checked as is; otherwise each directory
+    of ``$PATH`` (or the system's default path) in turn, each once, for an
+    existing executable that is not a directory.
+    """
+
+    def runnable(path: str) -> bool:
+        return os.path.exists(path) and os.access(path, os.F_OK | os.X_OK) and not os.path.isdir(path)
+
+    if os.path.dirname(command):
+        return command if runnable(command) else None
+    search = os.environ.get("PATH")
+    if search is None:
+        try:
+            search = os.confstr("CS_PATH")
+        except (AttributeError, ValueError):
+            search = None
+        search = search or os.defpath
+    if not search:
+        return None
+    seen = set()
+    for d in search.split(os.pathsep):
+        if d in seen:
+            continue
+        seen.add(d)
+        path = os.path.join(d, command)
+        if runnable(path):
+            return path
+    return None
+
+
 def native_compiler() -> list[str]:
     """The command of this machine's C compiler: ``$CC``, else cc, gcc or clang.
 
@@ -106,35 +138,70 @@ def native_compiler() -> list[str]:
     env_cc = os.environ.get("CC")
     if env_cc:
         parts = env_cc.split()
-        if shutil.which(parts[0]) is None:
+        if which(parts[0]) is None:
             raise CompileError(f"$CC={env_cc!r} was not found on PATH")
         return parts
     for name in ("cc", "gcc", "clang"):
-        if shutil.which(name):
+        if which(name):
             return [name]
     raise CompileError("no C compiler found (looked for $CC, cc, gcc, clang); install one, e.g. `apt-get install gcc`")
 
 
-@lru_cache(maxsize=32)
-def _identity(command: tuple[str, ...], exe: str, mtime_ns: int, size: int) -> str:
+# The compiler identities asked in this process, by stamp (see compiler_identity).
+_identities: dict[tuple, str] = {}
+
+
+def _ask_identity(command: list[str], exe: str) -> tuple[str, bool]:
+    """``(identity, whether the compiler answered both questions)``; see :func:`compiler_identity`."""
+    import subprocess
+
+    answered = True
+
     def ask(*args: str) -> str:
+        nonlocal answered
         try:
             out = subprocess.run([*command, *args], capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.SubprocessError):
+            answered = False
             return "?"
-        return (out.stdout.strip().splitlines() or ["?"])[0]
+        lines = out.stdout.strip().splitlines()
+        answered = answered and out.returncode == 0 and bool(lines)
+        return (lines or ["?"])[0]
 
-    return f"{exe} | {ask('--version')} | {ask('-dumpmachine')}"
+    return f"{exe} | {ask('--version')} | {ask('-dumpmachine')}", answered
 
 
-def compiler_identity(command: list[str]) -> str:
-    """The compiler's resolved path, ``--version`` line and target (part of the cache key)."""
-    exe = shutil.which(command[0])
+def compiler_identity(command: list[str], cache: _cache.Cache | None = None) -> str:
+    """The compiler's resolved path, ``--version`` line and target (part of the cache key).
+
+    Asking the compiler takes two child processes (milliseconds), so the
+    answer is kept per process, and with ``cache`` also in that cache
+    directory for later processes, both under the same stamp: the command,
+    the resolved executable and its size and modification time.  Upgrading
+    or switching the compiler changes the stamp (a new file, or an
+    alternatives link that now resolves elsewhere), and so asks again.  An
+    answer the compiler did not give in full (a failure, a timeout) is not
+    kept on disk.
+    """
+    exe = which(command[0])
     if exe is None:
         raise CompileError(f"compiler {command[0]!r} was not found on PATH")
     real = os.path.realpath(exe)
     st = os.stat(real)
-    return _identity(tuple(command), real, st.st_mtime_ns, st.st_size)
+    stamp = (tuple(command), real, st.st_mtime_ns, st.st_size)
+    identity = _identities.get(stamp)
+    if identity is not None:
+        return identity
+    note = "compiler-" + hashlib.sha256(repr(stamp).encode()).hexdigest()[:32]
+    kept = cache.read_note(note) if cache is not None else None
+    if kept is not None and kept.startswith(f"{real} | "):
+        identity = kept
+    else:
+        identity, answered = _ask_identity(command, real)
+        if answered and cache is not None:
+            cache.write_note(note, identity)
+    _identities[stamp] = identity
+    return identity
 
 
 def read_source(source: str | os.PathLike) -> tuple[str, str, Path | None]:
@@ -213,16 +280,44 @@ def split_link_output(output: str, sanitized: bool = False, extension: bool = Fa
     return "\n".join(kept), missing
 
 
+# Header digests computed in this process, by their files' stamps (see _headers_digest).
+_header_digests: dict[tuple, str] = {}
+
+
 def _headers_digest(dirs) -> str:
-    h = hashlib.sha256()
+    """A digest of the ``.h`` files under ``dirs`` (names and bytes), part of a kernel's cache key.
+
+    Each file is read and hashed once per process: a later call whose files
+    all have the same size and modification time (the rule CPython uses for
+    its ``.pyc`` files) reuses the digest.  Loading the six bundled MediaPipe
+    kernels asked for it six times, at every start-up.
+    """
+    files = []
     for d in dirs:
-        d = Path(d)
-        if not d.is_dir():
+        if not os.path.isdir(d):
             continue
-        for p in sorted(d.rglob("*.h"))[:2000]:
-            h.update(str(p).encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()
+        base = Path(d)
+        for parts in sorted(_paths.files_named(os.fspath(d), ".h"))[:2000]:
+            files.append(base.joinpath(*parts))
+    stamps = []
+    for p in files:
+        try:
+            st = os.stat(p)
+        except OSError:
+            stamps = None  # a file that vanished: no stamp, read (and fail) as before
+            break
+        stamps.append((str(p), st.st_size, st.st_mtime_ns))
+    key = tuple(stamps) if stamps is not None else None
+    if key is not None and key in _header_digests:
+        return _header_digests[key]
+    h = hashlib.sha256()
+    for p in files:
+        h.update(str(p).encode())
+        h.update(p.read_bytes())
+    digest = h.hexdigest()
+    if key is not None:
+        _header_digests[key] = digest
+    return digest
 
 
 @dataclass
@@ -403,6 +498,8 @@ def build(spec: BuildSpec, workdir: str | os.PathLike, *, verbose: bool = False)
         "output": str(output),
         "verbose": verbose,
     }
+    import subprocess
+
     # run_path, not the file as a script: the package directory must not be
     # put on the child's sys.path (it holds modules named like others').
     boot = f"import runpy; runpy.run_path({str(_CHILD)!r}, run_name='__main__')"
@@ -472,7 +569,7 @@ def compile_cached(spec: BuildSpec, cache_root: str | os.PathLike | None = None)
     cache = _cache.Cache(cache_dir(cache_root))
     key = spec.key()
     try:
-        compiler_key = hashlib.sha256(compiler_identity(spec.compiler).encode()).hexdigest()[:16]
+        compiler_key = hashlib.sha256(compiler_identity(spec.compiler, cache).encode()).hexdigest()[:16]
     except CompileError:
         compiler_key = None
     hit = cache.lookup(key, compiler_key)
@@ -491,4 +588,6 @@ def compile_cached(spec: BuildSpec, cache_root: str | os.PathLike | None = None)
 
 def tempdir(prefix: str = "oo_build_"):
     """A private temporary directory for a build whose result goes elsewhere (``build.py``)."""
+    import tempfile
+
     return tempfile.TemporaryDirectory(prefix=prefix)

@@ -28,9 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
 import stat
-import tempfile
 from pathlib import Path
 
 from ..errors import CacheError
@@ -245,9 +243,76 @@ class Cache:
                 path.unlink()  # truncated or corrupted: rebuilt by the caller
         return None
 
+    def new_file(self, prefix: str = ".tmp-", suffix: str = ".part") -> tuple[int, Path]:
+        """A new, empty, private (0600) file inside the cache: ``(fd open for writing, path)``.
+
+        What :func:`tempfile.mkstemp` does (a random name, ``O_EXCL``, retried
+        on a clash), without importing :mod:`tempfile`: the model verdicts are
+        written at an app's first start, and that import (with the
+        :mod:`shutil`, :mod:`random` and compression modules it pulls in)
+        cost more than the write.
+
+        Raises
+        ------
+        OSError
+            The file cannot be created.
+        """
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+        for _ in range(100):
+            path = self.root / f"{prefix}{os.urandom(8).hex()}{suffix}"
+            try:
+                return os.open(path, flags, 0o600), path
+            except FileExistsError:
+                continue
+        raise FileExistsError(f"no unused temporary file name in {self.root}")
+
+    def read_note(self, name: str) -> str | None:
+        """The text of the note ``name`` kept in the cache, or None if there is none (or it is unreadable).
+
+        Notes are small memos that save work, never code (the compiler's
+        identity, see :func:`opaque_ops.build.compiler.compiler_identity`).
+        One is read under the entries' rules: a regular file, owned by the
+        user and not writable by others.
+
+        Raises
+        ------
+        CacheError
+            The note breaks those rules.
+        """
+        path = self.root / f"{name}.note"
+        try:
+            self._check_entry(path)
+        except CacheError:
+            raise
+        except OSError:  # none yet (or unreadable)
+            return None
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def write_note(self, name: str, text: str) -> None:
+        """Keep ``text`` as the note ``name`` (published atomically; a failure to write is ignored)."""
+        try:
+            fd, tmp = self.new_file()
+        except OSError:
+            return
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, self.root / f"{name}.note")
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
     @contextlib.contextmanager
     def workdir(self):
         """A private temporary directory inside the cache (same file system: atomic publish)."""
+        # Imported here, not at the top: only a compilation needs them, and
+        # every process's start-up imports this module (see new_file).
+        import shutil
+        import tempfile
+
         try:
             d = tempfile.mkdtemp(prefix=".build-", dir=self.root)
         except OSError as exc:

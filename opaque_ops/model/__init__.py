@@ -21,6 +21,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .cache import check_allocated
 from .checks import check_model, check_resize
 from .flex import decode_flex_options, flex_options
@@ -32,7 +34,6 @@ from .schema import (
     TENSOR_TYPE_NAMES,
     TENSOR_TYPES,
 )
-from .writer import ModelBuilder
 
 __all__ = [
     "BUILTIN_OPERATORS",
@@ -53,3 +54,17 @@ __all__ = [
     "flex_options",
     "decode_flex_options",
 ]
+
+if TYPE_CHECKING:
+    from .writer import ModelBuilder
+
+
+def __getattr__(name: str):
+    # ModelBuilder (and the flatbuffers package under it) is imported on first
+    # use: an app that only runs models never builds one, and the import is
+    # two milliseconds of every start-up.
+    if name == "ModelBuilder":
+        from .writer import ModelBuilder
+
+        return ModelBuilder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -52,7 +52,6 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import threading
 import time
 import warnings
@@ -61,6 +60,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from .._version import __version__
+from ..build import paths as _paths
 from ..build import store as _files
 from ..errors import CacheError, ModelError
 from .checks import check_allocated_shapes, check_model
@@ -565,37 +565,10 @@ def _source_digest(folder: Path) -> str:
     instead would cost more than the checks save).
     """
     h = hashlib.sha256(f"opaque_ops {__version__}".encode())
-    for parts in sorted(_py_files(os.fspath(folder))):
+    for parts in sorted(_paths.files_named(os.fspath(folder), ".py")):
         st = os.stat(os.path.join(folder, *parts))
         h.update(f"\0{'/'.join(parts)}\0{st.st_size}\0{st.st_mtime_ns}".encode())
     return h.hexdigest()[:16]
-
-
-def _py_files(root: str, rel: tuple = ()) -> list[tuple[str, ...]]:
-    """What ``Path(root).rglob("*.py")`` finds, as relative path parts (in its sort order).
-
-    ``os.scandir`` instead of pathlib's glob: the digest is computed on a
-    model's first creation in every process, and the glob's pattern
-    compilation alone cost more than the walk.  As rglob: names ending in
-    ``.py`` at any depth, hidden ones too, through directories but not
-    through symlinks to directories.
-    """
-    out = []
-    try:
-        entries = list(os.scandir(os.path.join(root, *rel)))
-    except OSError:
-        return out
-    for e in entries:
-        parts = (*rel, e.name)
-        if e.name.endswith(".py"):
-            out.append(parts)
-        try:
-            walk = e.is_dir() and not e.is_symlink()
-        except OSError:
-            walk = False
-        if walk:
-            out += _py_files(root, parts)
-    return out
 
 
 def _directory() -> _files.Cache | None:
@@ -652,11 +625,11 @@ def _save(key: bytes, doc: dict) -> None:
     prefix = f"{key.hex()}-{_code()}-"
     with _write_lock:
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=d.root)
+            fd, tmp = d.new_file()
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(raw)
-                final = d.publish(Path(tmp), key.hex(), _code())
+                final = d.publish(tmp, key.hex(), _code())
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)

@@ -6,12 +6,14 @@ package; the decoder treats its input as untrusted and bounds the work it does."
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from flatbuffers import flexbuffers
 
 from ..errors import ModelError
+
+if TYPE_CHECKING:
+    from flatbuffers import flexbuffers
 
 
 def _flex_normalize(value: Any, where: str) -> Any:
@@ -60,6 +62,8 @@ def _flex_float(fbb: flexbuffers.Builder, value: float) -> None:
 
 
 def _flex_add(fbb: flexbuffers.Builder, value: Any) -> None:
+    from flatbuffers import flexbuffers  # (see decode_flex_options)
+
     if value is None:
         fbb.Null()
     elif isinstance(value, bool):
@@ -125,6 +129,8 @@ def flex_options(options: Mapping[str, Any]) -> bytes:
     """
     if not isinstance(options, Mapping):
         raise TypeError(f"flex_options needs a mapping, got {type(options).__name__}")
+    from flatbuffers import flexbuffers  # (see decode_flex_options)
+
     fbb = flexbuffers.Builder()
     try:
         _flex_add(fbb, _flex_normalize(options, "options"))
@@ -156,6 +162,8 @@ def _flex_value(ref: Any, budget: _FlexBudget, depth: int, size: int) -> Any:
     budget.take()
     if depth > _FLEX_MAX_DEPTH:
         raise ModelError("flexbuffer is nested too deeply")
+    from flatbuffers import flexbuffers  # (see decode_flex_options)
+
     T = flexbuffers.Type
     t = ref._type
     if t == T.NULL:
@@ -224,6 +232,11 @@ def decode_flex_options(data: bytes | bytearray | memoryview) -> dict:
     ModelError
         If the bytes are not a well-formed FlexBuffer whose root is a map.
     """
+    # The flexbuffers module (and the flatbuffers package with it) is imported
+    # on first use, not with this module: most models carry no flexbuffers,
+    # and the import is a millisecond of every process's start-up.
+    from flatbuffers import flexbuffers
+
     buf = bytes(data)
     if len(buf) < 3:
         raise ModelError(f"flexbuffer of {len(buf)} bytes is too short (needs at least 3)")

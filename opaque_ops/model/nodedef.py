@@ -33,8 +33,6 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from flatbuffers import flexbuffers
-
 from ..errors import ModelError
 
 #: TensorFlow's DataType enum (types.proto) as numpy-style names.
@@ -351,6 +349,8 @@ def decode_flex_op(custom_options: bytes | bytearray | memoryview) -> NodeDef:
     ModelError
         If the options are not such a vector or the NodeDef is malformed.
     """
+    from flatbuffers import flexbuffers  # on first use (see flex.decode_flex_options)
+
     buf = bytes(custom_options)
     if len(buf) < 3:
         raise ModelError(f"Flex op options of {len(buf)} bytes are too short for a flexbuffer")

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
-import subprocess
 
 from .._native import elf
 
@@ -49,6 +47,11 @@ def _in_process(symbol: str) -> bool:
 
 def _locate(name: str, compilers: tuple[str, ...]) -> str | None:
     """The full path of a runtime library: ask the compiler, then the loader's usual directories."""
+    # Imported here: only a sanitizer build whose runtime is missing gets
+    # here, and every library load imports this module.
+    import shutil
+    import subprocess
+
     for cc in compilers:
         exe = shutil.which(cc)
         if exe is None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from opaque_ops import __version__
+from opaque_ops.build import paths
 from opaque_ops.model import cache
 
 
@@ -46,7 +47,7 @@ def _tree(root: Path) -> None:
 def test_walk_matches_rglob_on_a_tricky_tree(tmp_path):
     _tree(tmp_path)
     assert cache._source_digest(tmp_path) == _rglob_digest(tmp_path)
-    assert [("/".join(p)) for p in sorted(cache._py_files(str(tmp_path)))] == [
+    assert [("/".join(p)) for p in sorted(paths.files_named(str(tmp_path), ".py"))] == [
         p.relative_to(tmp_path).as_posix() for p in sorted(tmp_path.rglob("*.py"))
     ]
 

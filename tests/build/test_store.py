@@ -1,0 +1,73 @@
+"""The compile cache's own files: new private files and the notes it keeps (opaque_ops.build.store)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from opaque_ops.build import store
+from opaque_ops.errors import CacheError
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return store.Cache(tmp_path / "cache")
+
+
+def test_new_file_is_private_new_and_inside_the_cache(cache):
+    made = []
+    for _ in range(50):
+        fd, path = cache.new_file()
+        os.close(fd)
+        made.append(path)
+        assert path.parent == cache.root
+        assert path.name.startswith(".tmp-") and path.name.endswith(".part")
+        st = os.lstat(path)
+        assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_size == 0
+    assert len(set(made)) == 50
+
+
+def test_new_file_never_opens_an_existing_name(cache, monkeypatch):
+    # Every name it draws is taken: it must give up, not open (and truncate) one.
+    taken = cache.root / ".tmp-00000000000000aa.part"
+    taken.write_bytes(b"someone else's")
+    monkeypatch.setattr(store.os, "urandom", lambda n: bytes(n - 1) + b"\xaa")
+    with pytest.raises(FileExistsError, match="no unused temporary file name"):
+        cache.new_file()
+    assert taken.read_bytes() == b"someone else's"
+
+
+def test_a_note_round_trips_and_replaces(cache):
+    assert cache.read_note("compiler-x") is None
+    cache.write_note("compiler-x", "gcc | 12.2 | x86_64-linux-gnu")
+    assert cache.read_note("compiler-x") == "gcc | 12.2 | x86_64-linux-gnu"
+    cache.write_note("compiler-x", "clang | 14")
+    assert cache.read_note("compiler-x") == "clang | 14"
+    # Published by rename: no temporary file is left behind.
+    assert sorted(p.name for p in cache.root.iterdir()) == ["compiler-x.note"]
+    assert stat.S_IMODE(os.stat(cache.root / "compiler-x.note").st_mode) == 0o600
+
+
+def test_a_note_others_may_write_is_refused(cache):
+    cache.write_note("compiler-x", "gcc")
+    os.chmod(cache.root / "compiler-x.note", 0o666)
+    with pytest.raises(CacheError, match="writable by other users"):
+        cache.read_note("compiler-x")
+
+
+def test_a_note_that_is_a_link_is_refused(cache, tmp_path):
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("planted")
+    os.symlink(elsewhere, cache.root / "compiler-x.note")
+    with pytest.raises(CacheError, match="not a regular file"):
+        cache.read_note("compiler-x")
+
+
+def test_a_note_that_cannot_be_written_is_skipped_and_leaves_nothing(cache):
+    # A directory where the note would go: the rename fails (as a full disk
+    # or a read-only cache would make it fail), and that is not an error.
+    (cache.root / "compiler-x.note").mkdir()
+    cache.write_note("compiler-x", "gcc")
+    assert sorted(p.name for p in cache.root.iterdir()) == ["compiler-x.note"]

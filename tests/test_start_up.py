@@ -1,0 +1,68 @@
+"""An app's start-up imports what running a model needs, and nothing for building, compiling or writing.
+
+Each module left out here is one that a plain start-up (``import opaque_ops``,
+a bundled kernel from the compile cache, ``Interpreter(...)``,
+``allocate_tensors()``, ``invoke()``) used to import and never used, for a
+few milliseconds in all (bench/README.md, "Ninth pass"): the compiler's child
+processes, temporary files, the flatbuffers writer and flexbuffers, the
+traceback formatter.  They are imported where they are used instead.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from tests.helpers.atan import make_model
+from tests.helpers.child_process import crashed, run_child
+
+# Never needed by a start-up whose kernels are in the compile cache.
+NOT_AT_START_UP = [
+    "subprocess",
+    "shutil",
+    "tempfile",
+    "traceback",
+    "base64",
+    "bz2",
+    "lzma",
+    "flatbuffers",
+    "opaque_ops.model.writer",
+]
+
+_CHILD = """
+import json, sys
+import numpy as np
+import opaque_ops as oo
+from opaque_ops import Interpreter
+
+it = Interpreter(model_path=sys.argv[1], custom_ops=[oo.kernels.atan()])
+it.allocate_tensors()
+inp = it.get_input_details()[0]
+x = np.linspace(-4, 4, int(np.prod(inp["shape"])), dtype=np.float32).reshape(inp["shape"])
+it.set_tensor(inp["index"], x)
+it.invoke()
+y = it.get_tensor(it.get_output_details()[0]["index"])
+print(json.dumps({"x": x.ravel().tolist(), "y": y.ravel().tolist(), "modules": sorted(sys.modules)}))
+"""
+
+
+def _start(model, verdicts) -> dict:
+    r = run_child(_CHILD, model, env={"OPAQUE_OPS_VERDICT_CACHE": verdicts})
+    assert r.returncode == 0, crashed(r)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_start_up_imports_nothing_it_does_not_use(tmp_path, atan_model_bytes):
+    model = tmp_path / "atan.tflite"
+    model.write_bytes(atan_model_bytes)
+    _start(model, tmp_path / "warm")  # builds the kernel if needed, keeps the compiler's identity
+    for verdicts in (tmp_path / "first", tmp_path / "first"):  # the first start (checks, record), then a later one
+        got = _start(model, verdicts)
+        # It ran, and right: the guide's model is atan(x + its trained offset).
+        x = np.float32(got["x"])
+        np.testing.assert_allclose(got["y"], np.arctan(x + np.float32(make_model.OFFSET)), rtol=1e-6, atol=1e-6)
+        assert "opaque_ops.interpreter.core" in got["modules"]
+        imported = [m for m in NOT_AT_START_UP if m in got["modules"]]
+        assert imported == [], f"a start-up imported {imported}"
+    assert list((tmp_path / "first").glob("*.json")), "the first start wrote no verdict record"
