@@ -85,6 +85,14 @@ class ModelError(OpaqueOpsError, ValueError, RuntimeError):
     """
 
 
+class ShapeError(ModelError):
+    """The operator's input shapes do not fit together (:mod:`opaque_ops.model.shapes`).
+
+    Defined here, not beside the shape rules, so that a verdict kept on disk
+    can be loaded without importing the rules (a later start never runs them).
+    """
+
+
 class CompileError(OpaqueOpsError):
     """A C kernel source failed to compile; the message holds the compiler's ``file:line: message``."""
 

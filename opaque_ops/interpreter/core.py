@@ -45,7 +45,7 @@ from ..errors import (
     UnsupportedError,
 )
 from ..model import cache as model_cache
-from ..model import check_allocated, check_resize
+from ..model import check_allocated
 from ..model.cache import checked_model
 
 # Custom ops that TFLite's own builtin resolver provides (and their option rules).
@@ -868,6 +868,8 @@ class Interpreter:
         return info
 
     def _check_resize(self, subgraph: int, index: int, shape) -> None:
+        from ..model.checks import check_resize  # the rules, imported on first use (model.cache._rules)
+
         try:
             check_resize(self._info if subgraph == 0 else self._rooted(subgraph), index, shape)
         except ResizeError:

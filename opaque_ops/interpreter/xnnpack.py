@@ -29,7 +29,6 @@ import struct
 
 from ..errors import ModelError
 from ..model.cache import xnnpack_hazard
-from ..model.checks import messages
 
 # Custom ops the XNNPACK delegate implements itself and claims by name.
 XNNPACK_CUSTOM_OPS = frozenset({"Convolution2DTransposeBias", "MaxPoolingWithArgmax2D", "MaxUnpooling2D"})
@@ -74,6 +73,8 @@ def plan(info, registered_names, use_xnnpack, runtime) -> tuple[bool, dict[str, 
         if use_xnnpack is None:
             return False, {}
         sg, op, name, consumer, consumer_name = feed
+        from ..model.checks import messages  # the rules' wording (imported on first use, see model.cache._rules)
+
         raise ModelError(
             f"{messages.operator_at(sg, op, name)} computes the shape of its output from the input values while "
             f"the model runs, and operator {consumer} ({consumer_name}) takes that output; the "

@@ -24,8 +24,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .cache import check_allocated
-from .checks import check_model, check_resize
-from .flex import decode_flex_options, flex_options
 from .reader import ModelInfo, OpInfo, SignatureInfo, SubgraphInfo, TensorInfo, read_model
 from .schema import (
     ACTIVATIONS,
@@ -56,15 +54,29 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from .checks import check_model, check_resize
+    from .flex import decode_flex_options, flex_options
     from .writer import ModelBuilder
+
+# Imported on first use: an app that only runs models never builds one (the
+# writer, with the flatbuffers package), and a start that finds its model's
+# verdicts on disk runs no rule (the checks, a dozen modules) and decodes no
+# flexbuffer; together they were five milliseconds of every start-up.
+_LAZY = {
+    "ModelBuilder": "writer",
+    "check_model": "checks",
+    "check_resize": "checks",
+    "flex_options": "flex",
+    "decode_flex_options": "flex",
+}
 
 
 def __getattr__(name: str):
-    # ModelBuilder (and the flatbuffers package under it) is imported on first
-    # use: an app that only runs models never builds one, and the import is
-    # two milliseconds of every start-up.
-    if name == "ModelBuilder":
-        from .writer import ModelBuilder
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return ModelBuilder
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
+    globals()[name] = value  # found directly from now on
+    return value

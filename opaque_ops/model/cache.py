@@ -62,13 +62,10 @@ from pathlib import Path
 from .._version import __version__
 from ..build import paths as _paths
 from ..build import store as _files
-from ..errors import CacheError, ModelError
-from .checks import check_allocated_shapes, check_model
-from .checks.type_rules import value_dependent_feed
+from ..errors import CacheError, ModelError, ShapeError
 from .gc_pause import gc_paused
 from .reader import ModelInfo, read_model
 from .runtime_ops import RUNTIME_CUSTOM_OPS
-from .shapes import ShapeError
 
 ENV_VERDICTS = "OPAQUE_OPS_VERDICT_CACHE"
 
@@ -90,6 +87,17 @@ _UNKNOWN = object()
 
 # The verdicts that can be kept, by exception class name.
 _ERRORS = {"ModelError": ModelError, "ShapeError": ShapeError}
+
+
+def _rules():
+    """The rules (:mod:`opaque_ops.model.checks`), imported on first use.
+
+    A later start finds its verdicts on disk and runs no rule, so it does not
+    import them either: a dozen modules, three milliseconds of its start-up.
+    """
+    from . import checks
+
+    return checks
 
 
 def checked_model(data: bytes, registered=(), defer_write: bool = False) -> ModelInfo:
@@ -135,7 +143,7 @@ def checked_model(data: bytes, registered=(), defer_write: bool = False) -> Mode
     if verdict is False:
         try:
             with gc_paused():
-                check_model(entry, reg)
+                _rules().check_model(entry, reg)
             verdict = None
         except ModelError as exc:
             verdict = exc
@@ -199,7 +207,7 @@ def check_allocated(info: ModelInfo, shape_of, config=(), planned=None) -> None:
     """
     if not info.verdicts.get("cacheable"):
         with gc_paused():
-            check_allocated_shapes(info, shape_of, planned)
+            _rules().check_allocated_shapes(info, shape_of, planned)
         return
     key, known, err, remember = _allocated_slot(info, shape_of, config)
     if known:
@@ -208,7 +216,7 @@ def check_allocated(info: ModelInfo, shape_of, config=(), planned=None) -> None:
         return
     try:
         with gc_paused():
-            check_allocated_shapes(info, shape_of, planned)
+            _rules().check_allocated_shapes(info, shape_of, planned)
     except ModelError as exc:
         remember(key, exc)
         raise
@@ -412,7 +420,7 @@ def xnnpack_hazard(info: ModelInfo):
 
 
 def _feed_of(info: ModelInfo):
-    found = value_dependent_feed(info)
+    found = _rules().type_rules.value_dependent_feed(info)
     if found is None:
         return None
     sg, op, consumer = found

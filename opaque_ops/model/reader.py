@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelError
-from .flex import decode_flex_options
 from .schema import (
     _CUSTOM,
     _OPTION_FIELDS,
@@ -585,6 +584,8 @@ def _operator(f: _Flat, op: int, si: int, oi: int, base: str, codes, ntens: int)
             custom_options = bytes(buf[off : off + n])
     options = None
     if custom_options:
+        from .flex import decode_flex_options  # on first use (see model/__init__'s _LAZY)
+
         try:
             options = decode_flex_options(custom_options)
         except ModelError:
@@ -929,6 +930,8 @@ def _quantization(buf: bytes, s0: int, sn: int, z0: int, zn: int, qdim: int) -> 
 def _flex_or_none(custom_options: bytes) -> dict | None:
     # As _operator decodes custom options (anything else it raises is
     # raised through the compiled reader, and the Python reader runs).
+    from .flex import decode_flex_options  # on first use (see model/__init__'s _LAZY)
+
     try:
         return decode_flex_options(custom_options)
     except ModelError:

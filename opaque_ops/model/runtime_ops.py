@@ -21,7 +21,6 @@ checked here: the registered kernel wins in the resolver.
 from __future__ import annotations
 
 from ..errors import ModelError
-from .flex import decode_flex_options
 
 #: Custom op names the runtime's builtin resolver provides, no library needed.
 RUNTIME_CUSTOM_OPS = frozenset({"AudioSpectrogram", "Mfcc", "TFLite_Detection_PostProcess", "NumericVerify"})
@@ -124,6 +123,8 @@ def check_runtime_op(sg_index: int, op) -> dict:
             f"{where} has no custom options; its kernel reads a flexbuffer map "
             f"with {sorted(RULES[op.op_name])}. Re-export the model with its options"
         )
+    from .flex import decode_flex_options  # on first use (see model/__init__'s _LAZY)
+
     try:
         opts = decode_flex_options(op.custom_options)
     except ModelError as exc:

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from opaque_ops.model import cache, read_model
+from opaque_ops.model import cache, checks, read_model
 from tests.helpers.child_process import run_child
 from tests.helpers.locations import CORPUS, package_file
 
@@ -50,13 +50,13 @@ def _no_checks(monkeypatch):
         raise AssertionError("the model was read or checked again")
 
     monkeypatch.setattr(cache, "read_model", boom)
-    monkeypatch.setattr(cache, "check_model", boom)
-    monkeypatch.setattr(cache, "check_allocated_shapes", boom)
+    monkeypatch.setattr(checks, "check_model", boom)
+    monkeypatch.setattr(checks, "check_allocated_shapes", boom)
 
 
 def _counting(monkeypatch) -> dict:
     calls = {"check_model": 0, "check_allocated": 0}
-    real_model, real_alloc = cache.check_model, cache.check_allocated_shapes
+    real_model, real_alloc = checks.check_model, checks.check_allocated_shapes
 
     def model(*a, **k):
         calls["check_model"] += 1
@@ -66,8 +66,8 @@ def _counting(monkeypatch) -> dict:
         calls["check_allocated"] += 1
         return real_alloc(*a, **k)
 
-    monkeypatch.setattr(cache, "check_model", model)
-    monkeypatch.setattr(cache, "check_allocated_shapes", alloc)
+    monkeypatch.setattr(checks, "check_model", model)
+    monkeypatch.setattr(checks, "check_allocated_shapes", alloc)
     return calls
 
 
@@ -116,12 +116,15 @@ def test_the_record_is_the_same_in_a_real_new_process(verdicts):
     oo.Interpreter(model_path=str(FACE)).allocate_tensors()
     [record] = _records(verdicts)
     code = f"""
+        import sys
         import opaque_ops as oo
         from opaque_ops.model import cache
         def boom(*a, **k):
             raise AssertionError("checked again")
-        cache.read_model = cache.check_model = cache.check_allocated_shapes = boom
+        cache.read_model = boom
         oo.Interpreter(model_path={str(FACE)!r}).allocate_tensors()
+        # Not read, and the rules not even imported.
+        assert "opaque_ops.model.checks" not in sys.modules, "the rules were imported"
         print("OK")
     """
     p = run_child(code, env={cache.ENV_VERDICTS: str(verdicts)}, timeout=300)

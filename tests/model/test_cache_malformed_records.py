@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from opaque_ops.model import cache
+from opaque_ops.model import cache, checks
 from tests.helpers.reference_models import add_mul_model
 
 DEEP = 100_000
@@ -129,7 +129,7 @@ def test_a_valid_record_is_still_used(verdicts, monkeypatch):
     def boom(*_a, **_k):
         raise AssertionError("the model was checked again")
 
-    monkeypatch.setattr(cache, "check_model", boom)
+    monkeypatch.setattr(checks, "check_model", boom)
     np.testing.assert_array_equal(_run(data), want)
 
 
@@ -150,7 +150,7 @@ def test_a_record_from_before_the_xnnpack_answer_was_kept_gets_it_added(verdicts
     def boom(*_a, **_k):
         raise AssertionError("the model was checked again")
 
-    monkeypatch.setattr(cache, "check_model", boom)
+    monkeypatch.setattr(checks, "check_model", boom)
     np.testing.assert_array_equal(_run(data), want)
     [again] = sorted(verdicts.glob("*.json"))
     assert json.loads(again.read_bytes())["feed"] is None
