@@ -109,9 +109,20 @@ print('{{"wall_ms": %r, "cpu_ms": %r, "imports_ms": %r}}' % ((w1 - w0) * 1e3, (c
 """
 
 
+def _child_env() -> dict:
+    """This environment for a child, less ``PYTHONDONTWRITEBYTECODE``.
+
+    An installed package has its ``.pyc`` files; without them a module that
+    is imported on first use (the model rules, at a first start) would be
+    compiled from source inside the timed creation.  The first child of a
+    run writes what is missing, untimed.
+    """
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def start_up(which: str, path: Path, verdicts: str | None = None) -> dict:
     """One new process's whole start-up (imports, kernels, first creation); its times in ms."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = _child_env()
     if verdicts is not None:
         env[ENV_VERDICTS] = verdicts
     code = _START_FRAME.format(body=_START[which].strip())
@@ -173,7 +184,7 @@ def _child(which: str, path: str) -> dict:
 
 def first_creation(which: str, path: Path, verdicts: str | None = None) -> dict:
     """Run one child process; its first create+allocate time."""
-    env = dict(os.environ)
+    env = _child_env()
     if verdicts is not None:
         env[ENV_VERDICTS] = verdicts
     out = subprocess.run(

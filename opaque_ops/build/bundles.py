@@ -40,7 +40,13 @@ _OP_LINE = re.compile(r'OPAQUE_OP\(\s*"([^"]+)"\s*,\s*(\d+)')
 
 def available() -> list[str]:
     """Names of the bundled kernel files present in this installation."""
-    return sorted(p.stem for p in _paths.kernels_dir().glob("*.c"))
+    # A listing, not pathlib's glob: it runs for every bundled kernel loaded at
+    # start-up, and the glob's pattern machinery cost more than the listing.
+    try:
+        files = os.listdir(_paths.kernels_dir())
+    except OSError:
+        return []
+    return sorted(f[:-2] for f in files if f.endswith(".c") and len(f) > 2 and not f.startswith("."))
 
 
 def names() -> list[str]:
@@ -58,7 +64,8 @@ def expand(name: str) -> list[str]:
     """
     if name in BUNDLES:
         files = BUNDLES[name]
-        return available() if files is None else [n for n in files if n in available()]
+        present = available()
+        return present if files is None else [n for n in files if n in present]
     if name in available():
         return [name]
     raise ValueError(f"no bundled kernel {name!r}; available: {', '.join(names())}")
