@@ -186,7 +186,7 @@ def package_kernels(name: str, root: str | os.PathLike) -> OpBundle:
     OpBundle
     """
     from .build.bundles import verified_library
-    from .build.compiler import host_arch
+    from .build.machine import host_arch
     from .ops.library import OpBundle, OpLibrary, compile_ops
 
     root = Path(root)

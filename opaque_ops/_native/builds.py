@@ -10,11 +10,10 @@ entry against the ``RECORD`` of the wheel it names, which pip verified on instal
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class KnownBuild:
+class KnownBuild(NamedTuple):
     """One tested build of the TFLite C library.
 
     Attributes
@@ -32,6 +31,9 @@ class KnownBuild:
     custom_ops : bool
         Whether it exports the opaque kernel API (kernel libraries and python_ops work).
     """
+
+    # (A NamedTuple, not a frozen dataclass: the table is built at every
+    # start-up, and a dataclass costs four times as much to define.)
 
     sha256: str
     size: int

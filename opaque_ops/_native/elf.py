@@ -20,8 +20,8 @@ import os
 import re
 import struct
 import sys
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 # e_machine values (<elf.h>) -> the names host_arch() and the build targets use.
 _MACHINES = {0x3E: "x86_64", 0xB7: "aarch64", 0x28: "armv7l", 0x03: "i686"}
@@ -41,8 +41,7 @@ class NotElfError(ValueError):
     """The file is not an ELF shared object (too short, or no ``\\x7fELF`` magic)."""
 
 
-@dataclass(frozen=True)
-class ElfInfo:
+class ElfInfo(NamedTuple):
     """The parts of an ELF header that decide whether this process can load the file.
 
     Attributes
@@ -56,6 +55,8 @@ class ElfInfo:
     flags : int
         ``e_flags`` (the float ABI, on 32-bit ARM).
     """
+
+    # (A NamedTuple, not a frozen dataclass: see builds.KnownBuild.)
 
     bits: int
     little_endian: bool

@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 
 from . import paths as _paths
+from .machine import host_arch
 from .store import file_digest
 
 MEDIAPIPE = [
@@ -86,8 +87,6 @@ def provided_ops() -> dict[tuple[str, int], str]:
 
 def prebuilt_dir() -> Path | None:
     """The directory of libraries prebuilt for this machine in the installed package, if any."""
-    from .compiler import host_arch
-
     # (The package directory as _paths resolved it once: this runs at every
     # process's first Interpreter, and resolving costs a syscall per component.)
     d = _paths.package_dir() / "prebuilt" / host_arch()

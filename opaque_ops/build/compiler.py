@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import re
 import sys
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from pathlib import Path
 from ..errors import CompileError
 from . import paths as _paths
 from . import store as _cache
+from .machine import host_arch as host_arch  # (its home was here)
 
 # Part of every cache key: bump it when what a build produces changes.
 BUILD_PATH_VERSION = "2"
@@ -74,21 +74,6 @@ _CHILD = Path(__file__).with_name("child.py")
 def cache_dir(override: str | os.PathLike | None = None) -> Path:
     """Return the compile cache directory: argument, ``$OPAQUE_OPS_CACHE_DIR``, or the user cache."""
     return _cache.default_dir(override)
-
-
-def host_arch() -> str:
-    """This machine's architecture, in the names build targets and stamps use.
-
-    It is the architecture of this Python process, which is what decides
-    which libraries it can load: 32-bit Raspberry Pi OS on a Pi 4 or 5 runs
-    an arm64 kernel, so ``uname -m`` says "aarch64" (or "armv8l") while
-    every program is 32-bit armhf, named "armv7l" as in pip's wheel tags.
-    """
-    m = platform.machine().lower()
-    m = {"amd64": "x86_64", "arm64": "aarch64", "armv8l": "armv7l"}.get(m, m)
-    if sys.maxsize <= 2**32:
-        m = {"aarch64": "armv7l", "x86_64": "i686"}.get(m, m)
-    return m
 
 
 def which(command: str) -> str | None:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import compiler as _cbuild
 from . import paths as _paths
+
+if TYPE_CHECKING:
+    from . import compiler as _cbuild
 
 
 def source() -> Path:
@@ -47,6 +50,9 @@ def build_spec(
     ``python_include``: the header directories of another Python and its
     numpy, for a cross build (:func:`.standalone.build_prebuilt`).
     """
+    # Imported here: a start-up that loads the prebuilt module never builds one.
+    from . import compiler as _cbuild
+
     return _cbuild.BuildSpec(
         compiler=[] if lookup_only else (compiler or _cbuild.native_compiler()),
         sources=sources(),

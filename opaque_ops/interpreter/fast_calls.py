@@ -30,7 +30,6 @@ from importlib.machinery import EXTENSION_SUFFIXES
 
 from .. import _native
 from ..build import bundles as _bundles
-from ..build import compiler as _cbuild
 from ..build import extension as _extension
 from ..errors import OpaqueOpsError
 from ..model import reader as _reader
@@ -69,6 +68,9 @@ def _find() -> tuple[object | None, str]:
             return _native.fast_calls.load_extension(prebuilt), str(prebuilt)
         except (OSError, ImportError) as exc:
             tried.append(f"prebuilt {prebuilt}: {exc}")
+    # Imported here: the prebuilt module (a platform wheel's) needs no build path.
+    from ..build import compiler as _cbuild
+
     try:
         # Built before (the usual case): no compiler is looked for, or asked who it is.
         path = _cbuild.cached_build(_extension.build_spec(lookup_only=True))

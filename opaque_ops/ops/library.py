@@ -9,9 +9,9 @@ from pathlib import Path
 
 from .. import _native
 from ..build import bundles as _bundles
-from ..build import compiler as _cbuild
 from ..build import paths as _paths
 from ..build import store as _store
+from ..build.machine import host_arch
 from ..errors import CacheError, CompileError, OpaqueOpsError, OpLibraryError
 from . import sanitizers as _sanitizers
 from .provider import OpProvider
@@ -46,7 +46,7 @@ class OpLibrary(OpProvider):
         self.build_log = build_log
         self.prebuilt = prebuilt
         _check_loadable(self.path)
-        self._kernel = _native.kernel_library(str(self.path), _cbuild.host_arch())
+        self._kernel = _native.kernel_library(str(self.path), host_arch())
         self._operators = None
         self._lock = threading.Lock()
         # How the library was made, so that __reduce__ can re-create it in
@@ -159,6 +159,10 @@ def compile_ops(
     damaged entry is rebuilt.  The key covers the sources, the headers in the
     include directories, the flags and the compiler's identity and version.
     """
+    # The build path is imported here, not with this module: a start-up whose
+    # kernels come prebuilt (a platform wheel) never compiles.
+    from ..build import compiler as _cbuild
+
     text, display, path = _cbuild.read_source(source)
     # A runtime without the opaque kernel API (pymicro-wakeword's armv7l build)
     # could never load the result: say so now, not after looking for a compiler.
@@ -399,7 +403,7 @@ def _is_file(source) -> bool:
 
 def _check_loadable(path: Path) -> None:
     """Refuse, before dlopen, a library that would take the process down when loaded."""
-    problem = _sanitizers.missing_runtime(str(path), _cbuild.host_arch())
+    problem = _sanitizers.missing_runtime(str(path), host_arch())
     if problem:
         raise OpLibraryError(problem)
 

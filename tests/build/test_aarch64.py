@@ -71,6 +71,7 @@ it.allocate_tensors()
 it.set_tensor(it.get_input_details()[0]["index"], np.load(inputs))
 it.invoke()
 np.save(out, it.get_tensor(it.get_output_details()[0]["index"]))
+info["build_path_imported"] = "opaque_ops.build.compiler" in sys.modules
 import platform
 from opaque_ops.interpreter import fast_calls
 info.update(machine=platform.machine(), oo=oo.__file__, fastcalls=fast_calls.status())
@@ -318,6 +319,8 @@ def test_x86_64_wheel_runs_prebuilt_kernels_without_a_compiler(wheels, work, sel
     assert info["prebuilt"] == [True] * len(kernels.MEDIAPIPE)
     assert all(p.startswith(str(target / "opaque_ops" / "prebuilt" / "x86_64")) for p in info["paths"])
     assert info["fastcalls"] == [True, str(target / "opaque_ops" / "prebuilt" / "x86_64" / f"{_fast_name()}.so")]
+    # Everything came prebuilt, so the build path was not even imported (a start-up cost).
+    assert info["build_path_imported"] is False
     # Nothing compiled: no library in the compile cache (creating the
     # interpreter keeps the model's verdict in its verdicts/ directory).
     assert not list((work / "never_used_cache").glob("*.so")), "nothing may be compiled"
