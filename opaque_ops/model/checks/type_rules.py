@@ -38,7 +38,7 @@ plans at creation) is built for a tensor of another rank.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ...errors import ModelError
 from ..schema import _BUILTIN_OPERATOR_LIST
@@ -51,23 +51,25 @@ _BOOL = ("BOOL",)
 _F32 = ("FLOAT32",)
 
 
-@dataclass(frozen=True)
-class TypeRule:
+class TypeRule(NamedTuple):
     """One builtin's dtype rule.
 
     same : tuple of str
         Groups of slots (``"i0 o0"``) that share a dtype; the first slot's
         type is the one the others must have.
     fixed : dict
-        Slot -> the dtypes allowed there.
+        Slot -> the dtypes allowed there (never changed: the rules are shared).
     widen : dict
         For the *outputs* of the first group: first slot's dtype -> the
         output dtypes the kernel also accepts (quantized combinations).
     """
 
+    # (A NamedTuple, not a frozen dataclass: the rules are defined at a first
+    # start, and a dataclass costs four times as much to define.)
+
     same: tuple = ()
-    fixed: dict = field(default_factory=dict)
-    widen: dict = field(default_factory=dict)
+    fixed: dict = {}  # shared by the rules without one: read, never changed
+    widen: dict = {}
 
 
 def _rule(same: str = "", widen=None, **fixed) -> TypeRule:
