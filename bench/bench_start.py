@@ -1,0 +1,115 @@
+"""An app's whole start-up in a new process, for one or more Pythons, against ai-edge-litert's.
+
+    python bench/bench_start.py [--python PY]... [--rounds N]
+
+What ``bench_create.py``'s start-up rows time (from just after ``import
+numpy`` to the allocated interpreter: ``import opaque_ops``, ``from opaque_ops
+import Interpreter``, ``opaque_ops.kernels.mediapipe()``, ``Interpreter(...)``
+and ``allocate_tensors()``; for ai-edge-litert its import and creation), on
+MediaPipe's face_detection_short_range and selfie_segmentation, with the
+verdict cache empty (a first start) and with the model's record on disk (every
+later start).
+
+Without ``--python``, opaque_ops is this checkout, run as ``bench_create.py``
+runs it (``python -S`` with the site-packages put on the path by hand, its
+kernels from the compile cache).  Each ``--python`` names the interpreter of
+another environment where opaque_ops is installed, typically a venv holding a
+platform wheel (prebuilt kernels and fast calls), which is what a user who
+ran ``pip install`` starts::
+
+    OPAQUE_OPS_WHEEL_ARCH=x86_64 pip wheel --no-deps -w dist .
+    python -m venv /tmp/wheel-env
+    /tmp/wheel-env/bin/pip install dist/opaque_ops-*x86_64.whl numpy pymicro-wakeword ai-edge-litert
+    python bench/bench_start.py --python /tmp/wheel-env/bin/python
+
+Name two environments (one per build) to compare them in the same rounds.
+ai-edge-litert runs from the first environment given (or this one).  Each
+round runs every variant once, interleaved, so that machine load hits all
+alike; medians over rounds.  Children run in an empty working directory
+(nothing there can shadow a module) and without ``PYTHONDONTWRITEBYTECODE``
+(an installed package has its ``.pyc`` files; the first, untimed, start of
+each variant writes any that are missing).  Numbers only, no assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import site
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_create import _START, _START_FRAME, _child_env, model_paths  # noqa: E402
+
+
+def _run(python: str | None, which: str, model: Path, cwd: str, verdicts: str | None) -> dict:
+    env = _child_env()
+    env.pop("PYTHONPATH", None)
+    if verdicts is not None:
+        env["OPAQUE_OPS_VERDICT_CACHE"] = verdicts
+    code = _START_FRAME.format(body=_START[which].strip())
+    if python is None:  # this checkout, as bench_create.py runs it
+        where = ([str(HERE.parent)] if which == "ours" else []) + site.getsitepackages()
+        cmd = [sys.executable, "-S", "-c", code, str(model), *where]
+    else:
+        cmd = [python, "-c", code, str(model)]
+    out = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"{which} start-up ({python or 'checkout'}) failed: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench(pythons: list[str | None], rounds: int) -> dict:
+    """Medians in ms: ``{model: {variant: {"wall_ms", "imports_ms"}}}``."""
+    out: dict = {}
+    with tempfile.TemporaryDirectory(prefix="oo_start_") as tmp:
+        cwd = os.path.join(tmp, "cwd")
+        os.mkdir(cwd)
+        for name, model in model_paths().items():
+            warm = {p: tempfile.mkdtemp(dir=tmp) for p in pythons}
+            for p in pythons:
+                _run(p, "ours", model, cwd, warm[p])  # writes the record (and any missing .pyc)
+            _run(pythons[0], "litert", model, cwd, None)
+            runs: dict[str, list] = {}
+            for _ in range(rounds):
+                for p in pythons:
+                    label = p or "checkout"
+                    runs.setdefault(f"{label}: first start", []).append(
+                        _run(p, "ours", model, cwd, tempfile.mkdtemp(dir=tmp))
+                    )
+                    runs.setdefault(f"{label}: later start", []).append(_run(p, "ours", model, cwd, warm[p]))
+                runs.setdefault("ai-edge-litert", []).append(_run(pythons[0], "litert", model, cwd, None))
+            out[name] = {
+                k: {u: statistics.median(r[f"{u}_ms"] for r in v) for u in ("wall", "imports")} for k, v in runs.items()
+            }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--python", action="append", help="an environment's interpreter (repeat to compare)")
+    ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if not model_paths():
+        sys.exit("mediapipe==0.10.14 is not installed (its wheel carries the models)")
+    r = bench(args.python or [None], args.rounds)
+    if args.json:
+        print(json.dumps(r, indent=1))
+        return
+    for name, variants in r.items():
+        peer = variants["ai-edge-litert"]["wall"]
+        print(f"{name} (median of {args.rounds} rounds, ms):")
+        for k, v in variants.items():
+            print(f"  {k:60s} {v['wall']:7.1f}  (imports {v['imports']:5.1f})  {v['wall'] / peer:5.2f}x litert")
+
+
+if __name__ == "__main__":
+    main()
