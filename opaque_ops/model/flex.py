@@ -250,3 +250,30 @@ def decode_flex_options(data: bytes | bytearray | memoryview) -> dict:
     except (Exception, RecursionError) as exc:  # the flexbuffers reader raises many kinds
         raise ModelError(f"malformed flexbuffer: {type(exc).__name__}: {exc}") from None
     return value
+
+
+# FlexBuffers' root: the buffer ends with the root value's packed type (type
+# << 2 | bit width) and then the root's byte width (flatbuffers'
+# flexbuffers.GetRoot reads exactly these two bytes).  A map is type 9.
+_FBT_MAP = 9
+
+
+def flex_map_or_none(data: bytes | bytearray | memoryview) -> dict | None:
+    """:func:`decode_flex_options` of ``data``, or None where it raises :class:`ModelError`.
+
+    How the model reader decodes an operator's custom options: many custom
+    ops (MediaPipe's among them) store a plain C struct there, not a
+    flexbuffer.  The root's packed type (the second-to-last byte) already
+    tells that such bytes are not a flexbuffer map, which decoding would
+    refuse, so they are answered without importing the flexbuffers module
+    (with the flatbuffers package, two milliseconds of a first start).  Only
+    the type is looked at: the Python and C++ readers both accept root widths
+    other than 1, 2, 4 and 8.
+    """
+    buf = bytes(data)
+    if len(buf) < 3 or buf[-2] >> 2 != _FBT_MAP:
+        return None
+    try:
+        return decode_flex_options(buf)
+    except ModelError:
+        return None

@@ -584,12 +584,9 @@ def _operator(f: _Flat, op: int, si: int, oi: int, base: str, codes, ntens: int)
             custom_options = bytes(buf[off : off + n])
     options = None
     if custom_options:
-        from .flex import decode_flex_options  # on first use (see model/__init__'s _LAZY)
+        from .flex import flex_map_or_none  # on first use (see model/__init__'s _LAZY)
 
-        try:
-            options = decode_flex_options(custom_options)
-        except ModelError:
-            options = None
+        options = flex_map_or_none(custom_options)
     return OpInfo(
         oi,
         opcode_index,
@@ -930,12 +927,9 @@ def _quantization(buf: bytes, s0: int, sn: int, z0: int, zn: int, qdim: int) -> 
 def _flex_or_none(custom_options: bytes) -> dict | None:
     # As _operator decodes custom options (anything else it raises is
     # raised through the compiled reader, and the Python reader runs).
-    from .flex import decode_flex_options  # on first use (see model/__init__'s _LAZY)
+    from .flex import flex_map_or_none  # on first use (see model/__init__'s _LAZY)
 
-    try:
-        return decode_flex_options(custom_options)
-    except ModelError:
-        return None
+    return flex_map_or_none(custom_options)
 
 
 def _read_compiled(buf: bytes) -> ModelInfo | None:

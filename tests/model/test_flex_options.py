@@ -83,3 +83,80 @@ def test_flex_options_extreme_numbers():
         flex_options({"a": 2**70})
     with pytest.raises(ValueError, match="int64 range"):
         flex_options({"a": [1, 2**64]})
+
+
+def _decoded_or_none(buf: bytes):
+    try:
+        return decode_flex_options(buf)
+    except ModelError:
+        return None
+
+
+def _options_corpus() -> list[bytes]:
+    rng = random.Random(20261126)
+    maps = [
+        flex_options({}),
+        flex_options({"a": 1}),
+        flex_options({"stride": [2, 2], "padding": "SAME", "scale": 0.5, "f": False}),
+        flex_options({"nested": {"k": [1.5, 2.5]}, "s": "x" * 300}),
+        flex_options(CUSTOM_OPTS),
+    ]
+    fbb = flexbuffers.Builder()
+    fbb.VectorFromElements([1, 2, 3])
+    others = [bytes(fbb.Finish())]  # a root that is a vector, not a map
+    fbb = flexbuffers.Builder()
+    fbb.Int(7)
+    others.append(bytes(fbb.Finish()))
+    corpus = maps + others
+    # MediaPipe's way: a C struct (Convolution2DTransposeBias' padding and strides).
+    corpus.append(bytes([1, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0]))
+    for seed in maps + others:
+        for _ in range(150):
+            b = bytearray(seed)
+            for _ in range(rng.randint(1, 4)):
+                b[rng.randrange(len(b))] = rng.randrange(256)
+            corpus.append(bytes(b))
+        for width in range(256):  # every root width, with the root's type kept
+            corpus.append(seed[:-1] + bytes([width]))
+        for packed in range(256):  # every root type and bit width
+            corpus.append(seed[:-2] + bytes([packed, seed[-1]]))
+    corpus += [bytes(rng.randrange(256) for _ in range(rng.randint(0, 40))) for _ in range(2000)]
+    return corpus
+
+
+def test_flex_map_or_none_is_decode_or_none_without_importing_for_structs():
+    # The reader's shortcut answers from the root's last two bytes: it must
+    # give what decoding gives (or None where decoding refuses), on maps,
+    # other roots, C structs, mutations and noise.
+    from opaque_ops.model.flex import flex_map_or_none
+
+    corpus = _options_corpus()
+    decoded = 0
+    for buf in corpus:
+        want = _decoded_or_none(buf)
+        assert flex_map_or_none(buf) == want, buf
+        decoded += want is not None
+    assert decoded > 100  # the corpus holds real maps, not only refusals
+
+
+def test_reading_a_model_with_struct_options_does_not_import_flexbuffers():
+    # MediaPipe's selfie model: its one custom op stores a C struct, so
+    # reading it needs no flexbuffer decoder (a fresh process).
+    from tests.helpers.child_process import crashed, run_child
+    from tests.helpers.mediapipe_models import model_file
+
+    selfie = model_file("modules", "selfie_segmentation", "selfie_segmentation.tflite")
+
+    r = run_child(
+        """
+        import sys
+        from opaque_ops.model import reader
+        info = reader._read(open(sys.argv[1], "rb").read())
+        [op] = [op for op in info.subgraphs[0].operators if op.is_custom]
+        assert op.op_name == "Convolution2DTransposeBias" and op.options is None, op
+        print(sorted(m for m in sys.modules if m.startswith("flatbuffers")))
+        """,
+        selfie,
+    )
+    assert r.returncode == 0, crashed(r)
+    assert r.stdout.strip().splitlines()[-1] == "[]"
