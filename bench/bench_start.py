@@ -1,6 +1,6 @@
 """An app's whole start-up in a new process, for one or more Pythons, against ai-edge-litert's.
 
-    python bench/bench_start.py [--python PY]... [--rounds N]
+    python bench/bench_start.py [--python PY]... [--checkout DIR]... [--rounds N]
 
 What ``bench_create.py``'s start-up rows time (from just after ``import
 numpy`` to the allocated interpreter: ``import opaque_ops``, ``from opaque_ops
@@ -10,9 +10,10 @@ MediaPipe's face_detection_short_range and selfie_segmentation, with the
 verdict cache empty (a first start) and with the model's record on disk (every
 later start).
 
-Without ``--python``, opaque_ops is this checkout, run as ``bench_create.py``
-runs it (``python -S`` with the site-packages put on the path by hand, its
-kernels from the compile cache).  Each ``--python`` names the interpreter of
+Without ``--python`` or ``--checkout``, opaque_ops is this checkout, run as
+``bench_create.py`` runs it (``python -S`` with the site-packages put on the
+path by hand, its kernels from the compile cache); each ``--checkout`` names
+another source tree run that way (two commits compared in the same rounds).  Each ``--python`` names the interpreter of
 another environment where opaque_ops is installed, typically a venv holding a
 platform wheel (prebuilt kernels and fast calls), which is what a user who
 ran ``pip install`` starts::
@@ -23,7 +24,8 @@ ran ``pip install`` starts::
     python bench/bench_start.py --python /tmp/wheel-env/bin/python
 
 Name two environments (one per build) to compare them in the same rounds.
-ai-edge-litert runs from the first environment given (or this one).  Each
+ai-edge-litert runs from the first environment given (or from this one for
+checkouts).  Each
 round runs every variant once, interleaved, so that machine load hits all
 alike; medians over rounds.  Children run in an empty working directory
 (nothing there can shadow a module) and without ``PYTHONDONTWRITEBYTECODE``
@@ -49,43 +51,45 @@ sys.path.insert(0, str(HERE))
 from bench_create import _START, _START_FRAME, _child_env, model_paths  # noqa: E402
 
 
-def _run(python: str | None, which: str, model: Path, cwd: str, verdicts: str | None) -> dict:
+def _run(where: tuple[str, str], which: str, model: Path, cwd: str, verdicts: str | None) -> dict:
+    """One start-up; ``where`` is ``("python", interpreter)`` or ``("checkout", source tree)``."""
     env = _child_env()
     env.pop("PYTHONPATH", None)
     if verdicts is not None:
         env["OPAQUE_OPS_VERDICT_CACHE"] = verdicts
     code = _START_FRAME.format(body=_START[which].strip())
-    if python is None:  # this checkout, as bench_create.py runs it
-        where = ([str(HERE.parent)] if which == "ours" else []) + site.getsitepackages()
-        cmd = [sys.executable, "-S", "-c", code, str(model), *where]
+    kind, value = where
+    if kind == "checkout":  # as bench_create.py runs it
+        paths = ([value] if which == "ours" else []) + site.getsitepackages()
+        cmd = [sys.executable, "-S", "-c", code, str(model), *paths]
     else:
-        cmd = [python, "-c", code, str(model)]
+        cmd = [value, "-c", code, str(model)]
     out = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
-        raise RuntimeError(f"{which} start-up ({python or 'checkout'}) failed: {out.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"{which} start-up ({value}) failed: {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def bench(pythons: list[str | None], rounds: int) -> dict:
-    """Medians in ms: ``{model: {variant: {"wall_ms", "imports_ms"}}}``."""
+def bench(variants: list[tuple[str, str]], rounds: int) -> dict:
+    """Medians in ms: ``{model: {variant: {"wall", "imports"}}}``."""
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="oo_start_") as tmp:
         cwd = os.path.join(tmp, "cwd")
         os.mkdir(cwd)
         for name, model in model_paths().items():
-            warm = {p: tempfile.mkdtemp(dir=tmp) for p in pythons}
-            for p in pythons:
-                _run(p, "ours", model, cwd, warm[p])  # writes the record (and any missing .pyc)
-            _run(pythons[0], "litert", model, cwd, None)
+            warm = {v: tempfile.mkdtemp(dir=tmp) for v in variants}
+            for v in variants:
+                _run(v, "ours", model, cwd, warm[v])  # writes the record (and any missing .pyc)
+            _run(variants[0], "litert", model, cwd, None)
             runs: dict[str, list] = {}
             for _ in range(rounds):
-                for p in pythons:
-                    label = p or "checkout"
+                for v in variants:
+                    label = v[1]
                     runs.setdefault(f"{label}: first start", []).append(
-                        _run(p, "ours", model, cwd, tempfile.mkdtemp(dir=tmp))
+                        _run(v, "ours", model, cwd, tempfile.mkdtemp(dir=tmp))
                     )
-                    runs.setdefault(f"{label}: later start", []).append(_run(p, "ours", model, cwd, warm[p]))
-                runs.setdefault("ai-edge-litert", []).append(_run(pythons[0], "litert", model, cwd, None))
+                    runs.setdefault(f"{label}: later start", []).append(_run(v, "ours", model, cwd, warm[v]))
+                runs.setdefault("ai-edge-litert", []).append(_run(variants[0], "litert", model, cwd, None))
             out[name] = {
                 k: {u: statistics.median(r[f"{u}_ms"] for r in v) for u in ("wall", "imports")} for k, v in runs.items()
             }
@@ -94,13 +98,15 @@ def bench(pythons: list[str | None], rounds: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--python", action="append", help="an environment's interpreter (repeat to compare)")
+    ap.add_argument("--python", action="append", default=[], help="an environment's interpreter (repeatable)")
+    ap.add_argument("--checkout", action="append", default=[], help="another source tree (repeatable)")
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if not model_paths():
         sys.exit("mediapipe==0.10.14 is not installed (its wheel carries the models)")
-    r = bench(args.python or [None], args.rounds)
+    variants = [("python", p) for p in args.python] + [("checkout", str(Path(c).resolve())) for c in args.checkout]
+    r = bench(variants or [("checkout", str(HERE.parent))], args.rounds)
     if args.json:
         print(json.dumps(r, indent=1))
         return
