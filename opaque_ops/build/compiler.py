@@ -96,9 +96,8 @@ def which(command: str) -> str | None:
     if search is None:
         try:
             search = os.confstr("CS_PATH")
-        except (AttributeError, ValueError):
-            search = None
-        search = search or os.defpath
+        except (AttributeError, ValueError):  # no confstr, or no CS_PATH
+            search = os.defpath
     if not search:
         return None
     seen = set()

@@ -301,9 +301,11 @@ class Cache:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
             os.replace(tmp, self.root / f"{name}.note")
-        except OSError:
+        except BaseException as exc:  # a failed write, or Ctrl-C at the wrong moment: leave no temporary file
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            if not isinstance(exc, OSError):
+                raise
 
     @contextlib.contextmanager
     def workdir(self):

@@ -71,3 +71,13 @@ def test_a_note_that_cannot_be_written_is_skipped_and_leaves_nothing(cache):
     (cache.root / "compiler-x.note").mkdir()
     cache.write_note("compiler-x", "gcc")
     assert sorted(p.name for p in cache.root.iterdir()) == ["compiler-x.note"]
+
+
+def test_an_interrupted_note_leaves_no_temporary_file(cache, monkeypatch):
+    def interrupted(*_a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        cache.write_note("compiler-x", "gcc")
+    assert list(cache.root.iterdir()) == []
