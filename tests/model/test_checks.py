@@ -682,6 +682,67 @@ def test_convolution_input_resized_to_zero_channels_is_refused(xnnpack):
     assert run_model(data, use_xnnpack=xnnpack, resize=[2, 8, 8, 3]).status == "ok"
 
 
+def _split_model(axis_from_where: bool) -> bytes:
+    """SPLIT of x [2, 6] in two; its axis a CAST of WHERE(x) (shape decided while the model runs), or an input."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [2, 6], np.float32)
+    h0 = b.add_tensor("h0", [2, 3], np.float32)
+    h1 = b.add_tensor("h1", [2, 3], np.float32)
+    axis = b.add_tensor("axis", [], np.int32)
+    if axis_from_where:
+        where = b.add_tensor("where", [1, 2], np.int64, shape_signature=[-1, 2])
+        b.add_op("WHERE", [x], [where])
+        b.add_op("CAST", [where], [axis])
+        b.set_inputs([x])
+    else:
+        b.set_inputs([x, axis])
+    b.add_op("SPLIT", [axis, x], [h0, h1], {"num_splits": 2})
+    b.set_outputs([h0, h1])
+    return b.build()
+
+
+@pytest.mark.parametrize("xnnpack", [False, None])  # (True is refused earlier: XNNPACK cannot plan WHERE's output)
+def test_split_axis_decided_while_the_model_runs_is_refused(xnnpack):
+    """SPLIT reads its axis as one int32 without checking the tensor's size. Its declared
+    shape was one value, but a CAST of WHERE's output is resized to WHERE's shape while the
+    model runs: empty for an all-zero input, a null read (SIGSEGV in fuzz_structured 84:19809)."""
+    from opaque_ops.isolate.run import run_model
+    from tools.fuzz_structured import make_case
+
+    data = _split_model(axis_from_where=True)
+    out = run_model(data, use_xnnpack=xnnpack)
+    assert out.status == "rejected", (out.status, out.reason)
+    assert isinstance(out.error, oo.ModelError) and out.stage == "allocate", (out.stage, out.error)
+    assert str(out.error).startswith(
+        "operator 2 (SPLIT) reads its axis from tensor 3, whose shape is only decided while the model runs"
+    )
+    case = make_case(84, 19809)
+    out = run_model(case.data, use_xnnpack=case.xnnpack, resize=case.resize)
+    assert out.status == "rejected" and "reads its axis from tensor 10" in str(out.error), (out.status, out.reason)
+
+
+def test_split_axis_input_must_stay_one_value():
+    from opaque_ops.isolate.run import run_model
+
+    data = _split_model(axis_from_where=False)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    it = oo.Interpreter(model_content=data)
+    it.allocate_tensors()
+    it.set_tensor(0, x)
+    it.set_tensor(it.get_input_details()[1]["index"], np.array(1, np.int32))
+    it.invoke()
+    want = np.split(x, 2, axis=1)
+    np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), want[0])
+    np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[1]["index"]), want[1])
+    for shape in ([0], [2]):
+        out = run_model(data, resize={3: shape})
+        assert out.status == "rejected", (shape, out.status, out.reason)
+        assert str(out.error) == (
+            f"operator 0 (SPLIT) reads its axis from tensor 3, planned as {shape}; the axis must be one "
+            "INT32 value. Resize input 3 to one value"
+        )
+
+
 # ----------------------------------------------------------------- graph rules
 
 

@@ -7,6 +7,7 @@ from ..flex import decode_flex_options
 from ..runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op_shapes
 from ..shapes import infer_shapes
 from . import messages
+from .builtin_rules import SPLIT_AXIS
 from .limits import MAX_ELEMENTS, MAX_RANK, elements
 
 
@@ -84,6 +85,8 @@ def check_allocated_shapes(info, shape_of, planned=None) -> None:
     for op in sg.operators:
         if op.op_name in ("CONV_2D", "DEPTHWISE_CONV_2D") and len(op.inputs) >= 2 and min(op.inputs[:2]) >= 0:
             _check_convolution(sg, op, known)
+        elif op.op_name in SPLIT_AXIS:
+            _check_split_axis(sg, op, known)
         elif op.is_custom and op.op_name in RUNTIME_CUSTOM_OPS and op.custom_options:
             check_runtime_op_shapes(op, _runtime_options(op), known)
 
@@ -138,4 +141,34 @@ def _check_convolution(sg, op, known) -> None:
             f"{where} has a filter of {w[3]} input channels, but its input "
             f"{op.inputs[0]} has shape {list(x)}: the input channels must be a positive multiple "
             "of the filter's. Resize the model's input with the channel count it was built for"
+        )
+
+
+def _check_split_axis(sg, op, known) -> None:
+    """SPLIT's and SPLIT_V's axis holds one value in the shape the runtime will use.
+
+    Their kernels read the axis as ``GetTensorData<int>(axis)[0]`` without
+    checking its size (check_model refuses a declared shape of another
+    size).  A resized input, or a tensor whose shape is only decided while
+    the model runs (an operator after WHERE, say), can still make it empty
+    there: a read through a null pointer (SIGSEGV in fuzz_structured
+    84:19809, a CAST of WHERE's output as the axis).
+    """
+    k = SPLIT_AXIS[op.op_name]
+    ax = op.inputs[k] if len(op.inputs) > k else -1
+    if ax < 0 or sg.tensors[ax].data is not None:
+        return  # no axis, or a constant one: check_model's rule
+    shape = known(ax)
+    where = messages.planned_operator(op)
+    if shape is None:
+        raise ModelError(
+            f"{where} reads its axis from tensor {ax}, whose shape is only decided while the model runs "
+            f"(it depends on the input values); TFLite's {op.op_name} reads one INT32 value there without "
+            "checking its size, and an empty tensor would crash the process. The axis must be a constant "
+            "or a model input"
+        )
+    if elements(shape) != 1:
+        fix = f". Resize input {ax} to one value" if ax in sg.inputs else ""
+        raise ModelError(
+            f"{where} reads its axis from tensor {ax}, planned as {list(shape)}; the axis must be one INT32 value{fix}"
         )

@@ -54,7 +54,7 @@ _WINDOW_OPTIONS = {
 }
 
 # Where SPLIT and SPLIT_V read their axis.
-_SPLIT_AXIS = {"SPLIT": 0, "SPLIT_V": 2}
+SPLIT_AXIS = {"SPLIT": 0, "SPLIT_V": 2}
 
 _QUANTIZED = ("INT8", "UINT8", "INT16")
 
@@ -138,7 +138,7 @@ def _split(info, sg, op, producer, opts) -> None:
         raise ModelError(
             f"{messages.operator(sg, op)} has {len(op.outputs)} outputs but num_splits={opts.get('num_splits')}; they must be equal"
         )
-    k = _SPLIT_AXIS[op.op_name]
+    k = SPLIT_AXIS[op.op_name]
     ax = op.inputs[k] if len(op.inputs) > k else -1
     axis = sg.tensors[ax] if ax >= 0 else None
     if axis is not None and (axis.type_name != "INT32" or elements(axis.shape) != 1):
