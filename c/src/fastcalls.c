@@ -267,6 +267,16 @@ static PyObject *Calls_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     return (PyObject *)self;
 }
 
+/* The addresses a Python caller passed: the TfLiteInterpreter* and `n` C API
+ * functions.  0 and sets ValueError if any is null (a closed interpreter, a
+ * runtime without the function), so that no C call goes through one. */
+static int addresses_ok(const char *what, unsigned long long interp, const unsigned long long *fn, int n) {
+    int ok = interp != 0;
+    for (int i = 0; i < n; i++) ok = ok && fn[i] != 0;
+    if (!ok) PyErr_Format(PyExc_ValueError, "%s(): a null interpreter or function", what);
+    return ok;
+}
+
 /* bind(native, interpreter, functions, sink, moves, views, before): invoke may run in C.
  * functions: the addresses of TfLiteInterpreterInvoke, TfLiteInterpreterGetTensor,
  * TfLiteTensorData, TfLiteTensorByteSize, TfLiteTensorNumDims and TfLiteTensorDim. */
@@ -277,13 +287,7 @@ static PyObject *Calls_bind(CallsObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OK(KKKKKK)O!pOO:bind", &native, &interp, &fn[0], &fn[1], &fn[2], &fn[3], &fn[4],
                           &fn[5], &PyList_Type, &sink, &moves, &views, &before))
         return NULL;
-    for (int i = 0; i < 6; i++) {
-        if (fn[i] == 0) interp = 0;
-    }
-    if (interp == 0) {
-        PyErr_SetString(PyExc_ValueError, "bind(): a null interpreter or function");
-        return NULL;
-    }
+    if (!addresses_ok("bind", interp, fn, 6)) return NULL;
     calls_unbind(self);
     Py_INCREF(native);
     self->native = native;
@@ -495,13 +499,7 @@ static PyObject *drop_moved_views_py(PyObject *Py_UNUSED(module), PyObject *args
     if (!PyArg_ParseTuple(args, "O!OK(KKKKK):drop_moved_views", &PyDict_Type, &slots, &native, &interp, &fn[0],
                           &fn[1], &fn[2], &fn[3], &fn[4]))
         return NULL;
-    for (int i = 0; i < 5; i++) {
-        if (fn[i] == 0) interp = 0;
-    }
-    if (interp == 0) {
-        PyErr_SetString(PyExc_ValueError, "drop_moved_views(): a null interpreter or function");
-        return NULL;
-    }
+    if (!addresses_ok("drop_moved_views", interp, fn, 5)) return NULL;
     placement_fns fns = {(get_tensor_fn)(uintptr_t)fn[0], (data_fn)(uintptr_t)fn[1], (bytes_fn)(uintptr_t)fn[2],
                          (ndims_fn)(uintptr_t)fn[3], (dim_fn)(uintptr_t)fn[4]};
     Py_INCREF(native);
@@ -737,10 +735,7 @@ static PyObject *planned_tensors(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *native;
     unsigned long long interp, fn[2];
     if (!PyArg_ParseTuple(args, "OK(KK):planned_tensors", &native, &interp, &fn[0], &fn[1])) return NULL;
-    if (interp == 0 || fn[0] == 0 || fn[1] == 0) {
-        PyErr_SetString(PyExc_ValueError, "planned_tensors(): a null interpreter or function");
-        return NULL;
-    }
+    if (!addresses_ok("planned_tensors", interp, fn, 2)) return NULL;
     void *interpreter = (void *)(uintptr_t)interp;
     get_tensor_fn get_tensor = (get_tensor_fn)(uintptr_t)fn[0];
     strategy_fn strategy = (strategy_fn)(uintptr_t)fn[1];

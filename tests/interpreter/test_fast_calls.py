@@ -256,3 +256,26 @@ def test_moved_views_are_dropped_in_c_as_the_python_loop_drops_them(module_path,
         slots.clear()  # (the views of this round: none is used again)
         it._drop_moved = False
     assert dropped and kept  # both outcomes were compared
+
+
+def test_a_null_address_is_refused_before_any_c_call(module_path):
+    # Every module function that takes C addresses from Python refuses a null
+    # one (a closed interpreter, a missing function) rather than call it.
+    mod = fast_calls.module()
+    it = oo.Interpreter(model_content=add_model())
+    it.allocate_tensors()
+    native = it._native
+    interp, functions = oo._native.fast_calls.entry_points(native)
+    interp_p, planned = oo._native.fast_calls.planned_entry_points(native)
+    calls = [
+        ("planned_tensors", lambda i, f: mod.planned_tensors(native, i, f), interp_p, planned),
+        ("drop_moved_views", lambda i, f: mod.drop_moved_views({}, native, i, f), interp, functions[1:]),
+        ("bind", lambda i, f: it._fast.bind(native, i, f, [], False, {}, None), interp, functions),
+    ]
+    for name, call, good_interp, good_fns in calls:
+        for i, f in [(0, good_fns)] + [
+            (good_interp, good_fns[:k] + (0,) + good_fns[k + 1 :]) for k in range(len(good_fns))
+        ]:
+            with pytest.raises(ValueError, match=rf"^{name}\(\): a null interpreter or function$"):
+                call(i, f)
+    assert mod.planned_tensors(native, interp_p, planned)[1] is False  # the real addresses still work
