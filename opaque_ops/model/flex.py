@@ -15,6 +15,21 @@ from ..errors import ModelError
 if TYPE_CHECKING:
     from flatbuffers import flexbuffers
 
+# The flatbuffers package's flexbuffers module, imported on first use (see
+# _flexbuffers), not with this module: most models carry no flexbuffers, and
+# the import is a millisecond of every process's start-up.
+_flexbuffers_module = None
+
+
+def _flexbuffers():
+    """The ``flexbuffers`` module (imported at the first call, then kept here)."""
+    global _flexbuffers_module
+    if _flexbuffers_module is None:
+        from flatbuffers import flexbuffers
+
+        _flexbuffers_module = flexbuffers
+    return _flexbuffers_module
+
 
 def _flex_normalize(value: Any, where: str) -> Any:
     """Convert numpy values to Python ones and reject unsupported types.
@@ -62,8 +77,6 @@ def _flex_float(fbb: flexbuffers.Builder, value: float) -> None:
 
 
 def _flex_add(fbb: flexbuffers.Builder, value: Any) -> None:
-    from flatbuffers import flexbuffers  # (see decode_flex_options)
-
     if value is None:
         fbb.Null()
     elif isinstance(value, bool):
@@ -86,11 +99,11 @@ def _flex_add(fbb: flexbuffers.Builder, value: Any) -> None:
         # Homogeneous numeric lists become typed vectors, as TF's converter
         # writes them; TFLite kernels read them with AsTypedVector().
         if items and all(isinstance(v, bool) for v in items):
-            fbb.TypedVectorFromElements(items, flexbuffers.Type.BOOL)
+            fbb.TypedVectorFromElements(items, _flexbuffers().Type.BOOL)
         elif items and all(isinstance(v, int) and not isinstance(v, bool) for v in items):
             if not all(_INT64_MIN <= v <= _INT64_MAX for v in items):
                 raise ValueError(f"integer list option {items!r} has values outside the int64 range")
-            fbb.TypedVectorFromElements(items, flexbuffers.Type.INT)
+            fbb.TypedVectorFromElements(items, _flexbuffers().Type.INT)
         elif items and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
             with fbb.TypedVector():
                 for v in items:
@@ -129,9 +142,7 @@ def flex_options(options: Mapping[str, Any]) -> bytes:
     """
     if not isinstance(options, Mapping):
         raise TypeError(f"flex_options needs a mapping, got {type(options).__name__}")
-    from flatbuffers import flexbuffers  # (see decode_flex_options)
-
-    fbb = flexbuffers.Builder()
+    fbb = _flexbuffers().Builder()
     try:
         _flex_add(fbb, _flex_normalize(options, "options"))
     except RuntimeError as exc:
@@ -162,9 +173,7 @@ def _flex_value(ref: Any, budget: _FlexBudget, depth: int, size: int) -> Any:
     budget.take()
     if depth > _FLEX_MAX_DEPTH:
         raise ModelError("flexbuffer is nested too deeply")
-    from flatbuffers import flexbuffers  # (see decode_flex_options)
-
-    T = flexbuffers.Type
+    T = _flexbuffers().Type
     t = ref._type
     if t == T.NULL:
         return None
@@ -232,16 +241,12 @@ def decode_flex_options(data: bytes | bytearray | memoryview) -> dict:
     ModelError
         If the bytes are not a well-formed FlexBuffer whose root is a map.
     """
-    # The flexbuffers module (and the flatbuffers package with it) is imported
-    # on first use, not with this module: most models carry no flexbuffers,
-    # and the import is a millisecond of every process's start-up.
-    from flatbuffers import flexbuffers
-
+    fb = _flexbuffers()  # (outside the try below: a failed import is not a malformed buffer)
     buf = bytes(data)
     if len(buf) < 3:
         raise ModelError(f"flexbuffer of {len(buf)} bytes is too short (needs at least 3)")
     try:
-        root = flexbuffers.GetRoot(buf)
+        root = fb.GetRoot(buf)
         if not root.IsMap:
             raise ModelError("flexbuffer root is not a map")
         value = _flex_value(root, _FlexBudget(16 * len(buf) + 1024), 0, len(buf))

@@ -582,11 +582,7 @@ def _operator(f: _Flat, op: int, si: int, oi: int, base: str, codes, ntens: int)
                 )
             f.charge(n, "custom options")
             custom_options = bytes(buf[off : off + n])
-    options = None
-    if custom_options:
-        from .flex import flex_map_or_none  # on first use (see model/__init__'s _LAZY)
-
-        options = flex_map_or_none(custom_options)
+    options = _flex_or_none(custom_options) if custom_options else None
     return OpInfo(
         oi,
         opcode_index,
@@ -925,8 +921,9 @@ def _quantization(buf: bytes, s0: int, sn: int, z0: int, zn: int, qdim: int) -> 
 
 
 def _flex_or_none(custom_options: bytes) -> dict | None:
-    # As _operator decodes custom options (anything else it raises is
-    # raised through the compiled reader, and the Python reader runs).
+    # How both readers decode custom options (_operator, and the compiled
+    # reader through its spec; anything else this raises is raised through
+    # the compiled reader, and the Python reader runs).
     from .flex import flex_map_or_none  # on first use (see model/__init__'s _LAZY)
 
     return flex_map_or_none(custom_options)
