@@ -127,9 +127,10 @@ def kernel_sources(names, kernels_dir: str | os.PathLike | None = None) -> list[
         A name is neither a ``<name>.c`` in the kernels directory nor a bundle.
     """
     from .bundles import BUNDLES
+    from .bundles import available as _available
 
     kdir = Path(kernels_dir) if kernels_dir is not None else _paths.kernels_dir()
-    available = sorted(p.stem for p in kdir.glob("*.c"))
+    available = _available(kdir)
     out: list[Path] = []
     for name in names:
         name = name[:-2] if name.endswith(".c") else name
