@@ -120,18 +120,31 @@ def _child_env() -> dict:
     return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def start_up(which: str, path: Path, verdicts: str | None = None) -> dict:
-    """One new process's whole start-up (imports, kernels, first creation); its times in ms."""
+def start_up(
+    which: str, path: Path, verdicts: str | None = None, where: tuple[str, str] | None = None, cwd: str | None = None
+) -> dict:
+    """One new process's whole start-up (imports, kernels, first creation); its times in ms.
+
+    ``where``: ``("checkout", source tree)`` (default: this one), run with
+    ``python -S`` and the site-packages put on the path by hand (see the
+    module doc), or ``("python", interpreter)`` of an environment where
+    opaque_ops is installed (``bench_start.py --python``).  The child gets
+    no ``PYTHONPATH``: what it imports is what ``where`` names.
+    """
+    kind, value = where or ("checkout", str(HERE.parent))
     env = _child_env()
+    env.pop("PYTHONPATH", None)
     if verdicts is not None:
         env[ENV_VERDICTS] = verdicts
     code = _START_FRAME.format(body=_START[which].strip())
-    where = ([str(HERE.parent)] if which == "ours" else []) + site.getsitepackages()
-    out = subprocess.run(
-        [sys.executable, "-S", "-c", code, str(path), *where], env=env, capture_output=True, text=True, timeout=300
-    )
+    if kind == "checkout":
+        paths = ([value] if which == "ours" else []) + site.getsitepackages()
+        cmd = [sys.executable, "-S", "-c", code, str(path), *paths]
+    else:
+        cmd = [value, "-c", code, str(path)]
+    out = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
-        raise RuntimeError(f"start-up child ({which}) failed: {out.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"{which} start-up ({value}) failed: {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -38,9 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import site
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,26 +46,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_create import _START, _START_FRAME, _child_env, model_paths  # noqa: E402
-
-
-def _run(where: tuple[str, str], which: str, model: Path, cwd: str, verdicts: str | None) -> dict:
-    """One start-up; ``where`` is ``("python", interpreter)`` or ``("checkout", source tree)``."""
-    env = _child_env()
-    env.pop("PYTHONPATH", None)
-    if verdicts is not None:
-        env["OPAQUE_OPS_VERDICT_CACHE"] = verdicts
-    code = _START_FRAME.format(body=_START[which].strip())
-    kind, value = where
-    if kind == "checkout":  # as bench_create.py runs it
-        paths = ([value] if which == "ours" else []) + site.getsitepackages()
-        cmd = [sys.executable, "-S", "-c", code, str(model), *paths]
-    else:
-        cmd = [value, "-c", code, str(model)]
-    out = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
-    if out.returncode != 0:
-        raise RuntimeError(f"{which} start-up ({value}) failed: {out.stderr.strip()[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+from bench_create import model_paths, start_up  # noqa: E402
 
 
 def bench(variants: list[tuple[str, str]], rounds: int) -> dict:
@@ -79,17 +58,21 @@ def bench(variants: list[tuple[str, str]], rounds: int) -> dict:
         for name, model in model_paths().items():
             warm = {v: tempfile.mkdtemp(dir=tmp) for v in variants}
             for v in variants:
-                _run(v, "ours", model, cwd, warm[v])  # writes the record (and any missing .pyc)
-            _run(variants[0], "litert", model, cwd, None)
+                start_up("ours", model, warm[v], where=v, cwd=cwd)  # writes the record (and any missing .pyc)
+            start_up("litert", model, None, where=variants[0], cwd=cwd)
             runs: dict[str, list] = {}
             for _ in range(rounds):
                 for v in variants:
                     label = v[1]
                     runs.setdefault(f"{label}: first start", []).append(
-                        _run(v, "ours", model, cwd, tempfile.mkdtemp(dir=tmp))
+                        start_up("ours", model, tempfile.mkdtemp(dir=tmp), where=v, cwd=cwd)
                     )
-                    runs.setdefault(f"{label}: later start", []).append(_run(v, "ours", model, cwd, warm[v]))
-                runs.setdefault("ai-edge-litert", []).append(_run(variants[0], "litert", model, cwd, None))
+                    runs.setdefault(f"{label}: later start", []).append(
+                        start_up("ours", model, warm[v], where=v, cwd=cwd)
+                    )
+                runs.setdefault("ai-edge-litert", []).append(
+                    start_up("litert", model, None, where=variants[0], cwd=cwd)
+                )
             out[name] = {
                 k: {u: statistics.median(r[f"{u}_ms"] for r in v) for u in ("wall", "imports")} for k, v in runs.items()
             }
