@@ -3,9 +3,9 @@
 Each module left out here is one that a plain start-up (``import opaque_ops``,
 a bundled kernel from the compile cache, ``Interpreter(...)``,
 ``allocate_tensors()``, ``invoke()``) used to import and never used, for a
-few milliseconds in all (bench/README.md, "Ninth pass"): the compiler's child
-processes, temporary files, the flatbuffers writer and flexbuffers, the
-traceback formatter; and, at a start whose verdicts are on disk, the model
+few milliseconds in all (bench/README.md, "Ninth pass" and "Tenth pass"): the
+compiler's child processes, temporary files, the flatbuffers writer and
+flexbuffers, the traceback formatter, OpenSSL's hashes; and, at a start whose verdicts are on disk, the model
 rules themselves.  They are imported where they are used instead.
 """
 
@@ -29,6 +29,10 @@ NOT_AT_START_UP = [
     "lzma",
     "flatbuffers",
     "opaque_ops.model.writer",
+    # OpenSSL: opaque_ops' own digests are BLAKE2b (opaque_ops/_digest.py);
+    # SHA-256 only for a runtime that is not the wheel's known build.
+    "hashlib",
+    "_hashlib",
 ]
 # Never needed by a start that finds its model's verdicts on disk.
 NOT_AT_A_LATER_START = [

@@ -4,12 +4,13 @@ Every ``import`` and ``from ... import`` in the package is an edge, also the
 ones inside functions (a function-level import is still a dependency: it
 only runs later).  The layers, lowest first::
 
-    errors (and _version) -> build -> model -> _native -> ops -> interpreter -> isolate -> top
+    errors (and _version, _digest) -> build -> model -> _native -> ops -> interpreter -> isolate -> top
 
 where *top* is everything else (``opaque_ops/__init__``, ``testing``,
 ``compat``, ``kernels``, ``runtime``, ``cli/``...).  An import may go down
 or sideways (within one layer), never up; and ``_native``, the only package
-that sees cffi pointers, imports nothing of opaque_ops but ``errors``: it
+that sees cffi pointers, imports nothing of opaque_ops but ``errors``,
+``_version`` and ``_digest``: it
 takes policy (XNNPACK's aliases, the host architecture...) as arguments.
 
 Usage::
@@ -32,7 +33,7 @@ PACKAGE = "opaque_ops"
 LAYERS = ["errors", "build", "model", "_native", "ops", "interpreter", "isolate"]
 TOP = len(LAYERS)  # every other module of the package
 # What _native may import besides itself.
-NATIVE_MAY_IMPORT = {"errors", "_version"}
+NATIVE_MAY_IMPORT = {"errors", "_version", "_digest"}
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -82,8 +83,8 @@ def edges(root: Path) -> set[tuple[str, str]]:
     return found
 
 
-# Modules of the bottom layer besides errors: the version string.
-BOTTOM = {"_version"}
+# Modules of the bottom layer besides errors: the version string, the digest.
+BOTTOM = {"_version", "_digest"}
 
 
 def layer_of(module: str) -> int:

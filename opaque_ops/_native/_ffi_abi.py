@@ -10,4 +10,4 @@ ffi = _cffi_backend.FFI('opaque_ops._native._ffi_abi',
     _typenames = (b'\x00\x00\x01\x55Dl_info',b'\x00\x00\x01\x56TfLiteCustomAllocation',b'\x00\x00\x01\x57TfLiteIntArray',b'\x00\x00\x01\x58TfLiteInterpreter',b'\x00\x00\x01\x59TfLiteInterpreterOptions',b'\x00\x00\x01\x5ATfLiteModel',b'\x00\x00\x01\x5BTfLiteOpaqueContext',b'\x00\x00\x01\x5CTfLiteOpaqueDelegate',b'\x00\x00\x01\x5DTfLiteOpaqueNode',b'\x00\x00\x01\x5ETfLiteOpaqueTensor',b'\x00\x00\x01\x5FTfLiteOperator',b'\x00\x00\x01\x60TfLiteQuantizationParams',b'\x00\x00\x01\x61TfLiteSignatureRunner',b'\x00\x00\x00\x01TfLiteStatus',b'\x00\x00\x01\x62TfLiteTensor',b'\x00\x00\x00\x13oo_delegate_report',b'\x00\x00\x01\x41oo_py_free',b'\x00\x00\x00\x8Doo_py_free_wd',b'\x00\x00\x01\x3Doo_py_init',b'\x00\x00\x00\x89oo_py_init_wd',b'\x00\x00\x01\x39oo_py_step',b'\x00\x00\x00\x85oo_py_step_wd',b'\x00\x00\x01\x67oo_registration',b'\x00\x00\x00\x0Coo_reporter',b'\x00\x00\x01\x68oo_xnnpack_options'),
 )
 
-HEADER_SHA256 = 'e9327a8978da3796f250749382cbd44b7101a4d22df38e08b632b56e5b281672'
+HEADER_DIGEST = '416a2def418a9efc038a90c8a9b4401e9a4f2f14f7b09357b34a88def2f7bd8f'

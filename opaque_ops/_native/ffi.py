@@ -7,16 +7,16 @@ The declarations come pre-parsed from ``_ffi_abi.py`` (cffi's out-of-line ABI
 mode, written by ``tools/gen_ffi.py``): parsing the header with pycparser takes
 40-70 ms at every process start, loading the module about 2 ms.  Still ABI
 mode, with no compiler.  The module is used only while it was made from this
-very header (its SHA-256), so an edited header is never silently ignored: it
+very header (its digest, :mod:`opaque_ops._digest`), so an edited header is never silently ignored: it
 is parsed here instead, until the module is written again.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
+from .. import _digest
 from . import elf
 
 HEADER = Path(__file__).with_name("tflite_c.h")
@@ -28,7 +28,7 @@ def declared(header: Path = HEADER):
     try:
         from . import _ffi_abi
 
-        if _ffi_abi.HEADER_SHA256 == hashlib.sha256(data).hexdigest():
+        if _ffi_abi.HEADER_DIGEST == _digest.of_bytes(data):
             return _ffi_abi.ffi
     except Exception:  # noqa: BLE001 - missing, or made for another cffi: parse instead
         pass

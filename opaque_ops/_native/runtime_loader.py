@@ -26,7 +26,6 @@ a one-line :class:`UnknownRuntimeWarning`; a named file is trusted.
 from __future__ import annotations
 
 import binascii
-import hashlib
 import importlib.util
 import os
 import threading
@@ -225,7 +224,15 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 
 def file_sha256(path: str) -> str:
-    """Hex SHA-256 of a file."""
+    """Hex SHA-256 of a file.
+
+    SHA-256, not :mod:`opaque_ops._digest`'s: it is compared with digests made
+    elsewhere (``sha256sum`` for :data:`.builds.KNOWN_BUILDS`, pip's RECORD).
+    Imported here, on first use: hashlib loads OpenSSL, 2 to 3 ms that a
+    start-up with a known runtime never needs.
+    """
+    import hashlib
+
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

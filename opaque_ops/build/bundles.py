@@ -8,13 +8,13 @@ package's manifest holds both its digest and its source's.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 from functools import cache
 from pathlib import Path
 
+from .. import _digest
 from . import paths as _paths
 from .machine import host_arch
 from .store import file_digest
@@ -113,18 +113,19 @@ def prebuilt_library(name: str) -> Path | None:
 
 
 def source_digest(source: Path | list[Path]) -> str:
-    """The ``source_sha256`` of a prebuilt manifest entry for ``source``.
+    """The ``source_digest`` of a prebuilt manifest entry for ``source``.
 
-    One file: the SHA-256 of its bytes.  Several (the fast calls module is
-    built from ``fastcalls.c`` and ``modelreader.c``): the SHA-256 of their
-    digests in order, so that a change to any of them, or bytes moved from
-    one to the next, gives another digest.
+    One file: the digest of its bytes (:mod:`opaque_ops._digest`).  Several
+    (the fast calls module is built from ``fastcalls.c`` and
+    ``modelreader.c``): the digest of their digests in order, so that a
+    change to any of them, or bytes moved from one to the next, gives another
+    digest.
     """
     if isinstance(source, Path):
         return file_digest(source)
-    h = hashlib.sha256()
+    h = _digest.new()
     for p in source:
-        h.update(hashlib.sha256(p.read_bytes()).digest())
+        h.update(_digest.new(p.read_bytes()).digest())
     return h.hexdigest()
 
 
@@ -164,9 +165,9 @@ def verified_library(
         return None
     lib = d / f"{name}.so"
     try:
-        if source_digest(source) != entry["source_sha256"]:
+        if source_digest(source) != entry["source_digest"]:
             return None  # the C file was changed after the wheel was built: compile it
-        if file_digest(lib) != entry["sha256"]:
+        if file_digest(lib) != entry["digest"]:
             return None  # damaged install: compile rather than load it
     except (OSError, KeyError):
         return None

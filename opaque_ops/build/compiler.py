@@ -17,7 +17,6 @@ aarch64), or prebuilt for the wheels, comes out of :func:`build`:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -25,6 +24,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import _digest
 from ..errors import CompileError
 from . import paths as _paths
 from . import store as _cache
@@ -176,7 +176,7 @@ def compiler_identity(command: list[str], cache: _cache.Cache | None = None) -> 
     identity = _identities.get(stamp)
     if identity is not None:
         return identity
-    note = "compiler-" + hashlib.sha256(repr(stamp).encode()).hexdigest()[:32]
+    note = "compiler-" + _digest.of_bytes(repr(stamp).encode())[:32]
     kept = cache.read_note(note) if cache is not None else None
     if kept is not None and kept.startswith(f"{real} | "):
         identity = kept
@@ -294,7 +294,7 @@ def _headers_digest(dirs) -> str:
     key = tuple(stamps) if stamps is not None else None
     if key is not None and key in _header_digests:
         return _header_digests[key]
-    h = hashlib.sha256()
+    h = _digest.new()
     for p in files:
         h.update(str(p).encode())
         h.update(p.read_bytes())
@@ -400,7 +400,7 @@ class BuildSpec:
         ]
         for p in self.sources:
             parts += [str(Path(p).resolve()), Path(p).read_text()]
-        return _digest(parts)
+        return _parts_digest(parts)
 
     def _extension_key(self) -> str:
         # Looked up at the first Interpreter of every process, so it reads only
@@ -429,11 +429,11 @@ class BuildSpec:
         for p in self.sources:
             # (abspath, not resolve: the sources are c_dir()'s, resolved once.)
             parts += [os.path.abspath(p), Path(p).read_bytes()]
-        return _digest(parts)
+        return _parts_digest(parts)
 
 
-def _digest(parts) -> str:
-    h = hashlib.sha256()
+def _parts_digest(parts) -> str:
+    h = _digest.new()
     for part in parts:
         h.update(part if isinstance(part, bytes) else part.encode())
         h.update(b"\0")
@@ -553,7 +553,7 @@ def compile_cached(spec: BuildSpec, cache_root: str | os.PathLike | None = None)
     cache = _cache.Cache(cache_dir(cache_root))
     key = spec.key()
     try:
-        compiler_key = hashlib.sha256(compiler_identity(spec.compiler, cache).encode()).hexdigest()[:16]
+        compiler_key = _digest.of_bytes(compiler_identity(spec.compiler, cache).encode())[:16]
     except CompileError:
         compiler_key = None
     hit = cache.lookup(key, compiler_key)

@@ -287,7 +287,7 @@ def build_prebuilt(
 
     One library per kernel file (``<name>.so``), so ``opaque_ops.kernels.kernel(name)``
     means the same with or without a compiler, and a ``manifest.json`` with
-    each library's SHA-256 and its source's, which ``opaque_ops.kernels``
+    each library's digest and its source's (:mod:`opaque_ops._digest`), which ``opaque_ops.kernels``
     checks before loading one.  A native build of the bundled kernels also
     carries the fast calls module for the running Python
     (:mod:`opaque_ops.build.extension`), under the manifest's ``fastcalls``.  The libraries come out of the same build path
@@ -372,7 +372,7 @@ def _manifest_entry(lib: Path, source: Path | list[Path]) -> dict:
     from .bundles import source_digest
     from .store import file_digest
 
-    return {"sha256": file_digest(lib), "source_sha256": source_digest(source)}
+    return {"digest": file_digest(lib), "source_digest": source_digest(source)}
 
 
 def _parse_op(spec: str) -> tuple[str, str]:

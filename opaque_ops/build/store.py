@@ -12,12 +12,13 @@ OpenSSH's StrictModes:
   and how to fix it;
 * entries are written with mode 0700 (a library) and published with one
   atomic rename;
-* every entry carries the SHA-256 of its bytes in its file name, checked
-  before the entry is loaded.  A truncated or corrupted entry (a full disk, a
+* every entry carries the digest of its bytes (BLAKE2b-256, see
+  :mod:`opaque_ops._digest`) in its file name, checked before the entry is
+  loaded.  A truncated or corrupted entry (a full disk, a
   crash, a bad sector) is deleted and rebuilt, never loaded: mapping a
   truncated library kills the process with SIGBUS.
 
-Entry names: ``<source key>-<compiler key>-<sha256 of the file>.so``.  The
+Entry names: ``<source key>-<compiler key>-<digest of the file>.so``.  The
 source key covers everything the build reads except the compiler, whose
 identity is the second part; with no compiler on the machine, an entry built
 by any compiler for the same source is still used.
@@ -26,11 +27,11 @@ by any compiler for the same source is still used.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import stat
 from pathlib import Path
 
+from .. import _digest
 from ..errors import CacheError
 
 ENV_CACHE = "OPAQUE_OPS_CACHE_DIR"
@@ -148,21 +149,9 @@ def private_dir(path: str | os.PathLike, what: str = "cache directory") -> Path:
     return path
 
 
-_ONE_READ = 64 << 20  # files up to this size are digested in one read
-
-
 def file_digest(path: str | os.PathLike) -> str:
-    """SHA-256 of a file's bytes, as hex."""
-    with open(path, "rb", buffering=0) as f:
-        if os.fstat(f.fileno()).st_size <= _ONE_READ:
-            # One read into a buffer of the file's size: the fast calls module
-            # is digested at every process's first Interpreter, and 1 MiB
-            # blocks cost a fresh 1 MiB allocation (an mmap) per read.
-            return hashlib.sha256(f.readall()).hexdigest()
-        h = hashlib.sha256()
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-        return h.hexdigest()
+    """The digest of a file's bytes, as hex (see :mod:`opaque_ops._digest`)."""
+    return _digest.of_file(path)
 
 
 class Cache:

@@ -10,7 +10,7 @@ their interpreters at start-up, in a fresh process.  So the outcome of each
 step (the *verdict*: passed, or the exact error) is kept:
 
 - **in memory**, for the life of the process: the parsed model and its
-  verdicts, keyed by the SHA-256 of the bytes (8 models of at most 64 MB);
+  verdicts, keyed by the digest of the bytes (8 models of at most 64 MB);
 - **on disk**, for a model that passed :func:`check_model`, in a JSON record
   per model content under the verdict cache directory:
   ``$OPAQUE_OPS_VERDICT_CACHE`` if set, else ``verdicts/`` in the compile
@@ -25,7 +25,7 @@ step (the *verdict*: passed, or the exact error) is kept:
   cost, and a first start would otherwise write the record twice.
 
 No check is weakened.  A verdict is reused only for the exact same bytes (the
-SHA-256 is the key), the same checking code (the record's name carries a
+digest is the key), the same checking code (the record's name carries a
 digest of opaque_ops' version and of the size and modification time of each
 source file of this package, ``checks/`` included, as CPython keys its
 ``.pyc`` files), the
@@ -39,7 +39,7 @@ read again only when something needs more than the record holds
 A record is trusted exactly as a compiled kernel library is
 (:mod:`opaque_ops.build.store`): the directory must be the user's own and not
 writable by others, the record owned by the user and not writable by others,
-and its name carries the SHA-256 of its bytes, checked before it is read (a
+and its name carries the digest of its bytes, checked before it is read (a
 truncated or corrupted record is deleted).  A directory that breaks those
 rules is not used: the first refusal is reported once as a
 :class:`RuntimeWarning` and the checks simply run.  Nothing here ever makes
@@ -49,7 +49,6 @@ creating an interpreter fail; a record that cannot be written is skipped.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import threading
@@ -59,6 +58,7 @@ import weakref
 from collections import OrderedDict
 from pathlib import Path
 
+from .. import _digest
 from .._version import __version__
 from ..build import paths as _paths
 from ..build import store as _files
@@ -121,7 +121,7 @@ def checked_model(data: bytes, registered=(), defer_write: bool = False) -> Mode
     """
     # Only runtime-provided op names change check_model's rules.
     reg = frozenset(registered) & RUNTIME_CUSTOM_OPS
-    key = hashlib.sha256(data).digest()
+    key = _digest.new(data).digest()
     with _lock:
         entry = _memory.get(key)
         if entry is not None:
@@ -572,7 +572,7 @@ def _source_digest(folder: Path) -> str:
     ``.pyc`` is still that of its source (reading and hashing the source
     instead would cost more than the checks save).
     """
-    h = hashlib.sha256(f"opaque_ops {__version__}".encode())
+    h = _digest.new(f"opaque_ops {__version__}".encode())
     for parts in sorted(_paths.files_named(os.fspath(folder), ".py")):
         st = os.stat(os.path.join(folder, *parts))
         h.update(f"\0{'/'.join(parts)}\0{st.st_size}\0{st.st_mtime_ns}".encode())

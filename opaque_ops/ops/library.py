@@ -155,7 +155,7 @@ def compile_ops(
     Notes
     -----
     The compiler runs in a child process, so any number of threads may call
-    this at once.  An entry is only loaded after its SHA-256 matches; a
+    this at once.  An entry is only loaded after its digest matches; a
     damaged entry is rebuilt.  The key covers the sources, the headers in the
     include directories, the flags and the compiler's identity and version.
     """
@@ -364,7 +364,7 @@ def restore_library(origin, path) -> OpLibrary:
     if expected is not None and _digest(Path(path)) != expected:
         raise OpLibraryError(
             f"kernel library {path} is not the file the sending process loaded with load_ops: its bytes "
-            "changed since (SHA-256 differs), so it could run other code; put the same library at that path "
+            "changed since (its digest differs), so it could run other code; put the same library at that path "
             "on every worker, or send a bundled kernel (opaque_ops.kernels) or a compile_ops library, which "
             "are re-created from source"
         )

@@ -54,11 +54,11 @@ def test_a_prebuilt_module_is_verified_against_both_sources(tmp_path):
     a.write_text("int a;\n")
     b.write_text("int b;\n")
     lib.write_bytes(b"\x7fELF library")
-    entry = {"sha256": hashlib.sha256(lib.read_bytes()).hexdigest()}
-    entry["source_sha256"] = bundles.source_digest([a, b])
+    entry = {"digest": hashlib.blake2b(lib.read_bytes(), digest_size=32).hexdigest()}
+    entry["source_digest"] = bundles.source_digest([a, b])
     (tmp_path / bundles.PREBUILT_MANIFEST).write_text(json.dumps({"fastcalls": {"_m": entry}}))
     assert bundles.verified_library(tmp_path, "_m", [a, b], section="fastcalls") == lib
     b.write_text("int b2;\n")
     assert bundles.verified_library(tmp_path, "_m", [a, b], section="fastcalls") is None
     # One file keeps the digest of its bytes (the kernels' entries).
-    assert bundles.source_digest(a) == hashlib.sha256(a.read_bytes()).hexdigest()
+    assert bundles.source_digest(a) == hashlib.blake2b(a.read_bytes(), digest_size=32).hexdigest()

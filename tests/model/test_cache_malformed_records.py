@@ -93,7 +93,7 @@ def _plant(record: Path, text: str) -> Path:
     """Replace ``record`` by ``text`` under the name the cache gives those bytes."""
     raw = text.encode()
     stem = record.name[: -len(".json")].rsplit("-", 1)[0]
-    planted = record.with_name(f"{stem}-{hashlib.sha256(raw).hexdigest()}.json")
+    planted = record.with_name(f"{stem}-{hashlib.blake2b(raw, digest_size=32).hexdigest()}.json")
     record.unlink()
     planted.write_bytes(raw)
     planted.chmod(0o600)
@@ -118,7 +118,7 @@ def test_malformed_record_is_ignored_and_rewritten(verdicts, case):
     assert again != planted or json.loads(again.read_bytes()) == doc
     rewritten = json.loads(again.read_bytes())
     assert rewritten["model"] == [[[], None]] and rewritten["io"] == doc["io"]
-    assert again.name[:-5].rsplit("-", 1)[1] == hashlib.sha256(again.read_bytes()).hexdigest()
+    assert again.name[:-5].rsplit("-", 1)[1] == hashlib.blake2b(again.read_bytes(), digest_size=32).hexdigest()
 
 
 def test_a_valid_record_is_still_used(verdicts, monkeypatch):

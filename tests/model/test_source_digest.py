@@ -15,7 +15,7 @@ from opaque_ops.model import cache
 
 def _rglob_digest(folder: Path) -> str:
     # The digest as it was computed with pathlib's glob.
-    h = hashlib.sha256(f"opaque_ops {__version__}".encode())
+    h = hashlib.blake2b(f"opaque_ops {__version__}".encode(), digest_size=32)
     for path in sorted(folder.rglob("*.py")):
         st = os.stat(path)
         h.update(f"\0{path.relative_to(folder).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}".encode())
