@@ -14,15 +14,17 @@ runs with (pymicro-wakeword's wheels)::
     OPAQUE_OPS_WHEEL_ARCH=aarch64 pip wheel --no-deps -w dist .   # needs gcc-aarch64-linux-gnu
 
 The x86_64 wheel also carries the fast calls module (a CPython extension)
-for the Python that builds it.  A cross-built wheel carries one for the
-target's Python when given that Python's ABI tag and the directories of its
-headers and its numpy's (``os.pathsep``-separated), e.g. for Raspberry Pi OS
-bookworm's Python 3.11 (headers from Debian's arm64 ``libpython3.11-dev``,
-numpy's from its aarch64 wheel)::
+for the Python that builds it.  A cross-built wheel carries one for each of
+the target's Pythons it is given: their ABI tags (``,``-separated) and, for
+each in the same order, the directories of its headers and its numpy's
+(``os.pathsep``-separated, one group per Python, groups ``;``-separated).
+E.g. for Raspberry Pi OS bookworm's Python 3.11 and trixie's 3.13 (headers
+from Debian's arm64 ``libpython3.X-dev``, numpy's from its aarch64 wheel for
+that Python)::
 
     OPAQUE_OPS_WHEEL_ARCH=aarch64 \
-    OPAQUE_OPS_WHEEL_PYTHON_TAG=cpython-311-aarch64-linux-gnu \
-    OPAQUE_OPS_WHEEL_PYTHON_INCLUDE=$SYSROOT/usr/include/python3.11:$SYSROOT/usr/include:$NUMPY/_core/include \
+    OPAQUE_OPS_WHEEL_PYTHON_TAG=cpython-311-aarch64-linux-gnu,cpython-313-aarch64-linux-gnu \
+    OPAQUE_OPS_WHEEL_PYTHON_INCLUDE="$BOOKWORM/usr/include/python3.11:$BOOKWORM/usr/include:$NUMPY311/_core/include;$TRIXIE/usr/include/python3.13:$TRIXIE/usr/include:$NUMPY313/_core/include" \
     pip wheel --no-deps -w dist .
 """
 
@@ -56,13 +58,16 @@ def wheel_arch():
     return arch
 
 
-def target_python():
-    """(ABI tag, header directories) of a cross build's target Python, from the environment, or None."""
-    tag = os.environ.get("OPAQUE_OPS_WHEEL_PYTHON_TAG", "").strip()
-    include = [d for d in os.environ.get("OPAQUE_OPS_WHEEL_PYTHON_INCLUDE", "").split(os.pathsep) if d.strip()]
-    if bool(tag) != bool(include):
-        sys.exit("set both OPAQUE_OPS_WHEEL_PYTHON_TAG and OPAQUE_OPS_WHEEL_PYTHON_INCLUDE, or neither")
-    return (tag, include) if tag else None
+def target_pythons():
+    """[(ABI tag, header directories)] of a cross build's target Pythons, from the environment."""
+    tags = [t.strip() for t in os.environ.get("OPAQUE_OPS_WHEEL_PYTHON_TAG", "").split(",") if t.strip()]
+    groups = [g for g in os.environ.get("OPAQUE_OPS_WHEEL_PYTHON_INCLUDE", "").split(";") if g.strip()]
+    if len(tags) != len(groups):
+        sys.exit(
+            f"OPAQUE_OPS_WHEEL_PYTHON_TAG names {len(tags)} Python(s) and OPAQUE_OPS_WHEEL_PYTHON_INCLUDE "
+            f"gives {len(groups)} group(s) of header directories: give one group per tag (';' between groups)"
+        )
+    return [(tag, [d for d in group.split(os.pathsep) if d.strip()]) for tag, group in zip(tags, groups)]
 
 
 class BuildPyWithKernels(build_py):
@@ -77,7 +82,7 @@ class BuildPyWithKernels(build_py):
             sys.path.insert(0, HERE)
             from opaque_ops.build.standalone import build_prebuilt
 
-            manifest = build_prebuilt(arch, os.path.join(target, arch), target_python=target_python())
+            manifest = build_prebuilt(arch, os.path.join(target, arch), target_pythons=target_pythons())
             print(f"prebuilt {len(manifest['kernels'])} kernels for {arch}")
 
 

@@ -281,7 +281,7 @@ def build_prebuilt(
     *,
     cc: str | None = None,
     kernels_dir: str | os.PathLike | None = None,
-    target_python: tuple[str, list] | None = None,
+    target_pythons=(),
 ) -> dict:
     """Build every bundled kernel for ``target`` into ``out_dir``, as the platform wheels carry them.
 
@@ -303,12 +303,13 @@ def build_prebuilt(
     kernels_dir : path-like, optional
         Build every ``.c`` file of this directory instead of the bundled
         kernels: a kernel package made by ``opaque-ops scaffold`` ships its own.
-    target_python : (str, list of path-like), optional
-        For a cross build of the bundled kernels: the ABI tag of the target's
-        Python (``"cpython-311-aarch64-linux-gnu"``: Raspberry Pi OS
-        bookworm's) and the directories of its headers and its numpy's; the
-        fast calls module is then built for it with the cross compiler too.
-        Without it a cross build carries no fast calls module.
+    target_pythons : sequence of (str, list of path-like), optional
+        For a cross build of the bundled kernels, one pair per Python of the
+        target: its ABI tag (``"cpython-311-aarch64-linux-gnu"`` for Raspberry
+        Pi OS bookworm's, ``"cpython-313-aarch64-linux-gnu"`` for trixie's)
+        and the directories of its headers and its numpy's; the fast calls
+        module is then built for each with the cross compiler too.  Without
+        them a cross build carries no fast calls module.
 
     Returns
     -------
@@ -321,20 +322,24 @@ def build_prebuilt(
 
     arch = _resolve_target(target)
     native = arch == _cbuild.host_arch() and cc is None
-    if target_python is not None:
+    target_pythons = [(str(tag), list(include)) for tag, include in target_pythons]
+    if target_pythons:
         if native or kernels_dir is not None:
             raise BuildError(
-                "target_python is for a cross build of the bundled kernels; a native build makes "
+                "target_pythons is for a cross build of the bundled kernels; a native build makes "
                 "the fast calls module for the running Python"
             )
-        tag = str(target_python[0])
-        if not re.fullmatch(rf"cpython-3\d+-{re.escape(arch)}-linux-gnu", tag):
-            raise BuildError(
-                f"target_python tag {tag!r} is not a CPython ABI tag for {arch} (cpython-3NN-{arch}-linux-gnu)"
-            )
-        missing = [str(d) for d in target_python[1] if not Path(d).is_dir()]
-        if not target_python[1] or missing:
-            raise BuildError(f"target_python: header directories missing: {missing or 'none given'}")
+        tags = [tag for tag, _ in target_pythons]
+        if len(set(tags)) != len(tags):
+            raise BuildError(f"target_pythons names a Python twice: {tags}")
+        for tag, include in target_pythons:
+            if not re.fullmatch(rf"cpython-3\d+-{re.escape(arch)}-linux-gnu", tag):
+                raise BuildError(
+                    f"target_pythons: tag {tag!r} is not a CPython ABI tag for {arch} (cpython-3NN-{arch}-linux-gnu)"
+                )
+            missing = [str(d) for d in include if not Path(d).is_dir()]
+            if not include or missing:
+                raise BuildError(f"target_pythons: header directories of {tag} missing: {missing or 'none given'}")
     out = Path(out_dir)
     if out.exists():
         shutil.rmtree(out)
@@ -345,24 +350,29 @@ def build_prebuilt(
             [], out / f"{source.stem}.so", target=target, kernels=[source.stem], kernels_dir=kernels_dir, cc=cc
         )
         manifest["kernels"][source.stem] = _manifest_entry(lib, source)
-    if kernels_dir is None and (native or target_python is not None):
+    if kernels_dir is None and (native or target_pythons):
         # The fast calls module (a CPython extension, one per Python ABI): for
-        # the Python running a native build, or for the target's Python whose
-        # headers a cross build was given.
+        # the Python running a native build, or for each of the target's
+        # Pythons whose headers a cross build was given.
         from . import extension as _extension
 
-        if target_python is None:
-            name, spec = _extension.prebuilt_name(), _extension.build_spec()
+        if not target_pythons:
+            specs = [(_extension.prebuilt_name(), _extension.build_spec())]
         else:
-            name = _extension.prebuilt_name(str(target_python[0]))
-            spec = _extension.build_spec(find_compiler(target, cc), python_include=list(target_python[1]))
-        with _cbuild.tempdir() as work:
-            try:
-                built, _log = _cbuild.build(spec, work)
-            except CompileError as exc:
-                raise BuildError(str(exc), output=exc.output) from None
-            shutil.move(str(built), str(out / f"{name}.so"))
-        manifest["fastcalls"] = {name: _manifest_entry(out / f"{name}.so", _extension.sources())}
+            cross = find_compiler(target, cc)
+            specs = [
+                (_extension.prebuilt_name(tag), _extension.build_spec(cross, python_include=include))
+                for tag, include in target_pythons
+            ]
+        manifest["fastcalls"] = {}
+        for name, spec in specs:
+            with _cbuild.tempdir() as work:
+                try:
+                    built, _log = _cbuild.build(spec, work)
+                except CompileError as exc:
+                    raise BuildError(str(exc), output=exc.output) from None
+                shutil.move(str(built), str(out / f"{name}.so"))
+            manifest["fastcalls"][name] = _manifest_entry(out / f"{name}.so", _extension.sources())
     (out / PREBUILT_MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
 

@@ -1,13 +1,15 @@
 """The Raspberry Pi flow, in Python, under emulation; and the platform wheels.
 
-An aarch64 CPython 3.11 (Debian's arm64 packages, run with qemu-aarch64; see
-``aarch64_python.py``) with no compiler on PATH:
+An aarch64 CPython (Debian's arm64 packages, run with qemu-aarch64; see
+``aarch64_python.py``) with no compiler on PATH, Raspberry Pi OS bookworm's
+3.11 and, for the wheel, trixie's 3.13 too:
 
 * loads a library cross-built with ``build.py --target aarch64`` through
   ``oo.load_ops`` and runs the Atan and MediaPipe selfie models;
 * installs the ``py3-none-manylinux_2_35_aarch64`` wheel (with pip, inside the
   emulated Python) and runs the selfie model on ``oo.kernels.mediapipe()``,
-  which must use the prebuilt kernels the wheel carries.
+  which must use the prebuilt kernels and the fast calls module the wheel
+  carries for that Python.
 
 Outputs are compared with the same models run natively on x86_64.  The Atan
 kernel (libm's atan in double, rounded to float once) gives the same bits on
@@ -143,17 +145,24 @@ def deps() -> Path:
     return arm.deps_site()
 
 
+RELEASES = pytest.mark.parametrize("release", arm.RELEASES, ids=lambda r: r.suite)
+
+
 # ------------------------------------------------------------- the Pi flow --
 
 
-def test_emulated_python_is_aarch64_without_a_compiler(deps):
+@RELEASES
+def test_emulated_python_is_aarch64_without_a_compiler(release):
+    arm.sysroot(release)
     r = arm.run(
         "import platform, shutil, sys, numpy; print(platform.machine(), sys.version_info[:2], "
         "shutil.which('cc'), shutil.which('gcc'), numpy.__version__)",
-        pythonpath=[deps],
+        pythonpath=[arm.deps_site(release)],
+        release=release,
     )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split()[:1] == ["aarch64"] and "(3, 11)" in r.stdout and "None None" in r.stdout
+    major, minor = release.python.split(".")
+    assert r.stdout.split()[:1] == ["aarch64"] and f"({major}, {minor})" in r.stdout and "None None" in r.stdout
     assert r.stdout.split()[-1] == arm.host_versions()["numpy"]
 
 
@@ -214,12 +223,13 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
     needs_cross_compiler()
     out = tmp_path_factory.mktemp("dist")
     built = {}
-    # The aarch64 wheel's fast calls module is cross-built for the emulated
-    # Pi's Python (Raspberry Pi OS bookworm: CPython 3.11) from its headers.
-    tag, include = arm.python_headers()
+    # The aarch64 wheel's fast calls module is cross-built for each emulated
+    # Pi's Python (Raspberry Pi OS bookworm: CPython 3.11, trixie: 3.13) from
+    # its headers, as a release builds it (setup.py's module doc).
+    targets = [arm.python_headers(release) for release in arm.RELEASES]
     cross_python = {
-        "OPAQUE_OPS_WHEEL_PYTHON_TAG": tag,
-        "OPAQUE_OPS_WHEEL_PYTHON_INCLUDE": os.pathsep.join(map(str, include)),
+        "OPAQUE_OPS_WHEEL_PYTHON_TAG": ",".join(tag for tag, _ in targets),
+        "OPAQUE_OPS_WHEEL_PYTHON_INCLUDE": ";".join(os.pathsep.join(map(str, include)) for _, include in targets),
     }
     for arch in ("x86_64", "aarch64"):
         r = run_python(
@@ -262,19 +272,21 @@ def test_platform_wheel_carries_verified_kernels_for_its_arch(wheels, arch):
             assert versions and max(versions) <= (2, 35), (name, max(versions))
             assert b"libpython" not in data and b"PyInit_" not in data
         # The fast calls module: for the Python that built the x86_64 wheel, and
-        # cross-built for the emulated Pi's Python in the aarch64 one.
-        [(name, entry)] = manifest["fastcalls"].items()
-        assert name == (_fast_name() if arch == "x86_64" else f"_fastcalls.{arm.PYTHON_TAG}")
-        data = z.read(f"opaque_ops/prebuilt/{arch}/{name}.so")
-        assert hashlib.blake2b(data, digest_size=32).hexdigest() == entry["digest"] and b"PyInit__fastcalls" in data
-        assert {0x3E: "x86_64", 0xB7: "aarch64"}[int.from_bytes(data[18:20], "little")] == arch
-        versions = {tuple(map(int, v)) for v in re.findall(rb"GLIBC_(\d+)\.(\d+)", data)}
-        assert versions and max(versions) <= (2, 35), (name, max(versions))
+        # cross-built for each emulated Pi's Python in the aarch64 one.
+        want = [_fast_name()] if arch == "x86_64" else [f"_fastcalls.{r.tag}" for r in arm.RELEASES]
+        assert sorted(manifest["fastcalls"]) == sorted(want)
         digests = b"".join(
             hashlib.blake2b(z.read(f"opaque_ops/c/src/{f}"), digest_size=32).digest()
             for f in ("fastcalls.c", "modelreader.c")
         )
-        assert hashlib.blake2b(digests, digest_size=32).hexdigest() == entry["source_digest"]
+        for name, entry in manifest["fastcalls"].items():
+            data = z.read(f"opaque_ops/prebuilt/{arch}/{name}.so")
+            assert hashlib.blake2b(data, digest_size=32).hexdigest() == entry["digest"]
+            assert b"PyInit__fastcalls" in data
+            assert {0x3E: "x86_64", 0xB7: "aarch64"}[int.from_bytes(data[18:20], "little")] == arch
+            versions = {tuple(map(int, v)) for v in re.findall(rb"GLIBC_(\d+)\.(\d+)", data)}
+            assert versions and max(versions) <= (2, 35), (name, max(versions))
+            assert hashlib.blake2b(digests, digest_size=32).hexdigest() == entry["source_digest"]
 
 
 _X86_WHEEL = _RUN_MODEL
@@ -351,19 +363,29 @@ def test_x86_64_wheel_runs_prebuilt_kernels_without_a_compiler(wheels, work, sel
     np.testing.assert_array_equal(np.load(work / "selfie_wheel_x86b.npy"), compiled)
 
 
-def test_aarch64_wheel_installs_and_runs_in_emulated_python(wheels, work, deps, selfie, photo):
-    target = work / "arm_site"
-    # pip inside the emulated Python decides whether the wheel's tag fits an aarch64 machine.
-    arm.pip_install(target, str(wheels["aarch64"]), wheels=arm.wheels_dir())
-    info = info_line(arm.run(_RUN_MODEL, "bundle", selfie, photo, work / "selfie_wheel_arm.npy", pythonpath=[target]))
+def _installed_wheel(wheels, work, release) -> Path:
+    """The aarch64 wheel installed for ``release``'s emulated Python (once per module)."""
+    target = work / f"arm_site_{release.suite}"
+    if not (target / "opaque_ops").is_dir():
+        # pip inside the emulated Python decides whether the wheel's tag fits an aarch64 machine.
+        arm.pip_install(target, str(wheels["aarch64"]), wheels=arm.wheels_dir(release), release=release)
+    return target
+
+
+@RELEASES
+def test_aarch64_wheel_installs_and_runs_in_emulated_python(wheels, work, release, selfie, photo):
+    target = _installed_wheel(wheels, work, release)
+    out = work / f"selfie_wheel_arm_{release.suite}.npy"
+    info = info_line(arm.run(_RUN_MODEL, "bundle", selfie, photo, out, pythonpath=[target], release=release))
     assert info["machine"] == "aarch64" and info["oo"].startswith(str(target))
     assert info["prebuilt"] == [True] * len(kernels.MEDIAPIPE)
     assert all("/prebuilt/aarch64/" in p for p in info["paths"])
-    # With no compiler, the fast calls (and the compiled reader) come from the wheel.
-    fast = str(target / "opaque_ops" / "prebuilt" / "aarch64" / f"_fastcalls.{arm.PYTHON_TAG}.so")
+    # With no compiler, the fast calls (and the compiled reader) come from the
+    # wheel: the module built for this very Python.
+    fast = str(target / "opaque_ops" / "prebuilt" / "aarch64" / f"_fastcalls.{release.tag}.so")
     assert info["fastcalls"] == [True, fast]
     on_x86 = native_run(oo.kernels.mediapipe(), selfie, np.load(photo))
-    on_arm = np.load(work / "selfie_wheel_arm.npy")
+    on_arm = np.load(out)
     assert_segments_the_person(on_x86)
     np.testing.assert_allclose(on_arm, on_x86, rtol=0, atol=SELFIE_TOLERANCE)
 
@@ -392,17 +414,17 @@ print("INFO " + json.dumps(out))
 """
 
 
-def test_aarch64_wheels_fast_calls_agree_with_the_python_methods(wheels, work, deps, selfie):
+@RELEASES
+def test_aarch64_wheels_fast_calls_agree_with_the_python_methods(wheels, work, release, selfie):
     # The cross-built module under the emulated Pi: every scenario of
     # tests/helpers/fast_call_scenarios.py gives the same bytes and errors
     # with it and without it, and its compiled reader reads real models into
     # the same objects as the Python reader.
-    target = work / "arm_site"
-    if not (target / "opaque_ops").is_dir():
-        arm.pip_install(target, str(wheels["aarch64"]), wheels=arm.wheels_dir())
+    target = _installed_wheel(wheels, work, release)
     face = package_file("mediapipe", "modules", "face_detection", "face_detection_short_range.tflite")
+    path = [target, ROOT]
     runs = {
-        setting: info_line(arm.run(_BOTH_WAYS, setting, selfie, face, pythonpath=[target, ROOT], timeout=1800))
+        setting: info_line(arm.run(_BOTH_WAYS, setting, selfie, face, pythonpath=path, timeout=1800, release=release))
         for setting in ("", "0")
     }
     assert runs[""]["fast calls"] is True and runs["0"]["fast calls"] is False

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
 import sysconfig
 
+import pytest
+
 from opaque_ops.build import compiler, extension
+from tests.helpers.locations import ROOT
 
 
 def test_prebuilt_name_is_the_interpreters_extension_tag():
@@ -62,3 +70,59 @@ def test_a_prebuilt_module_is_verified_against_both_sources(tmp_path):
     assert bundles.verified_library(tmp_path, "_m", [a, b], section="fastcalls") is None
     # One file keeps the digest of its bytes (the kernels' entries).
     assert bundles.source_digest(a) == hashlib.blake2b(a.read_bytes(), digest_size=32).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "pythons, message",
+    [
+        ([("cpython-311-x86_64-linux-gnu", ["{d}"])], "not a CPython ABI tag for aarch64"),
+        ([("cpython-311-aarch64-linux-gnu", [])], "header directories of cpython-311-aarch64-linux-gnu missing: none"),
+        ([("cpython-313-aarch64-linux-gnu", ["{d}/nowhere"])], "nowhere"),
+        (
+            [("cpython-311-aarch64-linux-gnu", ["{d}"]), ("cpython-311-aarch64-linux-gnu", ["{d}"])],
+            "names a Python twice",
+        ),
+    ],
+)
+def test_a_cross_builds_target_pythons_are_checked_before_anything_is_built(tmp_path, pythons, message):
+    from opaque_ops.build.standalone import BuildError, build_prebuilt
+
+    out = tmp_path / "out"
+    pythons = [(tag, [d.format(d=tmp_path) for d in dirs]) for tag, dirs in pythons]
+    with pytest.raises(BuildError, match=re.escape(message)):
+        build_prebuilt("aarch64", out, target_pythons=pythons)
+    assert not out.exists()
+
+
+def _setup_target_pythons(env: dict) -> list:
+    """setup.py's reading of OPAQUE_OPS_WHEEL_PYTHON_TAG / _INCLUDE, in a child with only ``env`` set."""
+    code = (
+        "import json, runpy, sys; sys.argv = ['setup.py', '--version']\n"
+        "import setuptools; setuptools.setup = lambda **kw: None\n"
+        f"ns = runpy.run_path({str(ROOT / 'setup.py')!r})\n"
+        "print(json.dumps(ns['target_pythons']()))"
+    )
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OPAQUE_OPS_WHEEL_")}
+    r = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, cwd=ROOT)
+    if r.returncode != 0:
+        return ["exit", r.returncode, r.stderr.strip().splitlines()[-1]]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_setup_reads_one_header_group_per_tag():
+    assert _setup_target_pythons({}) == []
+    one = {"OPAQUE_OPS_WHEEL_PYTHON_TAG": "cpython-311-aarch64-linux-gnu", "OPAQUE_OPS_WHEEL_PYTHON_INCLUDE": "/a:/b"}
+    assert _setup_target_pythons(one) == [["cpython-311-aarch64-linux-gnu", ["/a", "/b"]]]
+    two = {
+        "OPAQUE_OPS_WHEEL_PYTHON_TAG": "cpython-311-aarch64-linux-gnu, cpython-313-aarch64-linux-gnu",
+        "OPAQUE_OPS_WHEEL_PYTHON_INCLUDE": "/a:/b;/c:/d:/e",
+    }
+    assert _setup_target_pythons(two) == [
+        ["cpython-311-aarch64-linux-gnu", ["/a", "/b"]],
+        ["cpython-313-aarch64-linux-gnu", ["/c", "/d", "/e"]],
+    ]
+    # A group per tag, or nothing is built: the wheel must not pair a Python with another's headers.
+    short = {**two, "OPAQUE_OPS_WHEEL_PYTHON_INCLUDE": "/a:/b"}
+    got = _setup_target_pythons(short)
+    assert got[:2] == ["exit", 1] and "names 2 Python(s)" in got[2] and "gives 1 group(s)" in got[2]
+    assert _setup_target_pythons({"OPAQUE_OPS_WHEEL_PYTHON_INCLUDE": "/a"})[:2] == ["exit", 1]
