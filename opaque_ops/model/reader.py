@@ -425,6 +425,7 @@ _KINDS = {
     "act": (_K_I8, 1, _ACT_NAMES),
     "pad": (_K_I8, 1, _PAD_NAMES),
     "dtype": (_K_I8, 1, TENSOR_TYPE_NAMES),
+    "i8": (_K_I8, 1, {}),  # a byte enum read as its number (weights_format, mirror pad mode)
     "u8": (_K_U8, 1, None),
     "i32": (_K_I32, 4, None),
     "f32": (_K_F32, 4, None),

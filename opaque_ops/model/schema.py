@@ -172,7 +172,9 @@ _OPTIONS_TYPE_NAMES: dict[int, str] = {i: n for n, i in _OPTIONS_TYPE.items()}
 
 # Field layouts of the option tables this module can write and decode:
 # (field name, slot, kind, default).  Kinds: "act" / "pad" / "dtype" are byte
-# enums, "i32", "f32", "bool", "[i32]".
+# enums read as their names, "i8" one read as its number (TFLite's bytes are
+# signed), "u8", "i32", "f32", "bool", "[i32]".  tests/model/test_writer.py
+# checks every slot and kind against TFLite's generated schema.
 _OPTION_FIELDS: dict[str, list[tuple[str, int, str, Any]]] = {
     "Conv2DOptions": [
         ("padding", 0, "pad", 0),
@@ -201,7 +203,7 @@ _OPTION_FIELDS: dict[str, list[tuple[str, int, str, Any]]] = {
     ],
     "FullyConnectedOptions": [
         ("fused_activation_function", 0, "act", 0),
-        ("weights_format", 1, "u8", 0),
+        ("weights_format", 1, "i8", 0),
         ("keep_num_dims", 2, "bool", False),
         ("asymmetric_quantize_inputs", 3, "bool", False),
     ],
@@ -250,7 +252,11 @@ _OPTION_FIELDS: dict[str, list[tuple[str, int, str, Any]]] = {
     "WhileOptions": [("cond_subgraph_index", 0, "i32", 0), ("body_subgraph_index", 1, "i32", 0)],
     "IfOptions": [("then_subgraph_index", 0, "i32", 0), ("else_subgraph_index", 1, "i32", 0)],
     "CallOnceOptions": [("init_subgraph_index", 0, "i32", 0)],
-    "MirrorPadOptions": [("mode", 0, "u8", 0)],
+    "MirrorPadOptions": [("mode", 0, "i8", 0)],
+    "ArgMaxOptions": [("output_type", 0, "dtype", 0)],
+    "ArgMinOptions": [("output_type", 0, "dtype", 0)],
+    "OneHotOptions": [("axis", 0, "i32", 0)],
+    "ReverseSequenceOptions": [("seq_dim", 0, "i32", 0), ("batch_dim", 1, "i32", 0)],
     "L2NormOptions": [("fused_activation_function", 0, "act", 0)],
     "LocalResponseNormalizationOptions": [
         ("radius", 0, "i32", 0),
@@ -302,6 +308,10 @@ _OP_OPTIONS: dict[str, str] = {
     "IF": "IfOptions",
     "CALL_ONCE": "CallOnceOptions",
     "MIRROR_PAD": "MirrorPadOptions",
+    "ARG_MAX": "ArgMaxOptions",
+    "ARG_MIN": "ArgMinOptions",
+    "ONE_HOT": "OneHotOptions",
+    "REVERSE_SEQUENCE": "ReverseSequenceOptions",
     "L2_NORMALIZATION": "L2NormOptions",
     "LOCAL_RESPONSE_NORMALIZATION": "LocalResponseNormalizationOptions",
 }

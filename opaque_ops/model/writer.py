@@ -354,6 +354,8 @@ class ModelBuilder:
                     b.PrependUOffsetTRelativeSlot(slot, vectors[fname], 0)
             elif kind in ("act", "pad", "dtype"):
                 b.PrependInt8Slot(slot, _enum_value(kind, v, fname), default)
+            elif kind == "i8":
+                b.PrependInt8Slot(slot, int(v), default)
             elif kind == "u8":
                 b.PrependUint8Slot(slot, int(v), default)
             elif kind == "i32":

@@ -19,7 +19,9 @@ from opaque_ops.isolate.run import run_model
 from opaque_ops.model import ModelBuilder
 
 
-def _model(op, x_shape, param, n_in, out_shape, opts=None, extra=None, n_out=1, x_dtype=np.float32):
+def _model(
+    op, x_shape, param, n_in, out_shape, opts=None, extra=None, n_out=1, x_dtype=np.float32, out_dtype=np.float32
+):
     b = ModelBuilder()
     x = b.add_tensor("x", list(x_shape), x_dtype)
     zeros = b.add_constant("zeros", np.zeros((2,), np.float32))
@@ -31,7 +33,7 @@ def _model(op, x_shape, param, n_in, out_shape, opts=None, extra=None, n_out=1, 
         ins = [p, x]
     else:
         ins = [x if k == 0 else p if k == param else extra[k](b) for k in range(n_in)]
-    outs = [b.add_tensor(f"y{i}", list(out_shape), np.float32) for i in range(n_out)]
+    outs = [b.add_tensor(f"y{i}", list(out_shape), out_dtype) for i in range(n_out)]
     b.add_op(op, ins, outs, opts or {})
     b.set_inputs([x])
     b.set_outputs(outs)
@@ -81,6 +83,20 @@ CASES = {
     ),
     "RANGE": dict(x_shape=(), param=1, n_in=3, out_shape=(3,), x_dtype=np.int32, extra={2: _const("d", 1)}),
     "SEGMENT_SUM": dict(x_shape=(2, 3), param=1, n_in=2, out_shape=(2, 3)),
+    "ARG_MAX": dict(x_shape=(2, 3), param=1, n_in=2, out_shape=(2,), opts={"output_type": "INT32"}, out_dtype=np.int32),
+    "ARG_MIN": dict(x_shape=(2, 3), param=1, n_in=2, out_shape=(2,), opts={"output_type": "INT32"}, out_dtype=np.int32),
+    "MIRROR_PAD": dict(x_shape=(2, 3), param=1, n_in=2, out_shape=(2, 3), opts={"mode": 0}),
+    "REVERSE_SEQUENCE": dict(x_shape=(2, 3), param=1, n_in=2, out_shape=(2, 3), opts={"seq_dim": 1, "batch_dim": 0}),
+    # indices, depth (the parameter), on and off values
+    "ONE_HOT": dict(
+        x_shape=(2,),
+        param=1,
+        n_in=4,
+        out_shape=(2, 3),
+        opts={"axis": -1},
+        x_dtype=np.int32,
+        extra={2: _const("on", 1.0, np.float32), 3: _const("off", 0.0, np.float32)},
+    ),
     "UNSORTED_SEGMENT_SUM": dict(x_shape=(2, 3), param=1, n_in=3, out_shape=(2, 3), extra={2: _const("n", 2)}),
 }
 

@@ -153,3 +153,86 @@ def test_buffers_sentinel_and_alignment():
         assert buf.DataLength() > 0
         start = buf._tab.Vector(buf._tab.Offset(4))
         assert start % 16 == 0, f"buffer {i} data at {start} is not 16-byte aligned"
+
+
+_SLOT_CALLS = {
+    "act": "PrependInt8Slot",
+    "pad": "PrependInt8Slot",
+    "dtype": "PrependInt8Slot",
+    "i8": "PrependInt8Slot",
+    "u8": "PrependUint8Slot",
+    "i32": "PrependInt32Slot",
+    "f32": "PrependFloat32Slot",
+    "bool": "PrependBoolSlot",
+    "[i32]": "PrependUOffsetTRelativeSlot",
+}
+
+
+def test_every_options_table_has_the_slots_of_tflites_generated_schema():
+    # The writer and both readers take field slots, kinds and defaults from
+    # these tables; TFLite's generated Python schema states each one in its
+    # `<Table>Add<Field>` function (`builder.Prepend<Kind>Slot(slot, value, default)`).
+    import inspect
+    import re
+
+    from opaque_ops.model.schema import _OP_OPTIONS, _OPTION_FIELDS, _OPTIONS_TYPE
+
+    schema = pytest.importorskip("ai_edge_litert.schema_py_generated")
+    for op, table in _OP_OPTIONS.items():
+        assert getattr(schema.BuiltinOptions, table) == _OPTIONS_TYPE[table], table
+        assert BUILTIN_OPERATORS[op] == getattr(schema.BuiltinOperator, op), op
+    for table, fields in _OPTION_FIELDS.items():
+        for name, slot, kind, default in fields:
+            camel = "".join(w[:1].upper() + w[1:] for w in name.split("_"))
+            src = inspect.getsource(getattr(schema, f"{table}Add{camel}"))
+            m = re.search(r"builder\.(\w+)\((\d+), \w+, ([^)]+)\)", src) or re.search(r"builder\.(\w+)\((\d+)", src)
+            assert m, (table, name, src)
+            assert (m.group(1), int(m.group(2))) == (_SLOT_CALLS[kind], slot), (table, name, src)
+            if m.lastindex == 3 and kind not in ("act", "pad", "dtype"):
+                assert float(m.group(3).replace("False", "0").replace("True", "1")) == float(default or 0), (
+                    table,
+                    name,
+                )
+
+
+def _one_op(op, inputs, out_shape, out_dtype, opts):
+    b = ModelBuilder()
+    ins = []
+    for k, v in enumerate(inputs):
+        if isinstance(v, tuple):  # (shape, dtype): a model input
+            ins.append(b.add_tensor(f"in{k}", list(v[0]), v[1]))
+        else:
+            ins.append(b.add_constant(f"c{k}", v))
+    y = b.add_tensor("y", list(out_shape), out_dtype)
+    b.add_op(op, ins, [y], opts)
+    b.set_inputs([t for t, v in zip(ins, inputs) if isinstance(v, tuple)])
+    b.set_outputs([y])
+    return b.build()
+
+
+def test_arg_one_hot_and_reverse_sequence_options_run_in_litert_as_numpy_says():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    for op, fn in (("ARG_MAX", np.argmax), ("ARG_MIN", np.argmin)):
+        data = _one_op(op, [((3, 5), np.float32), np.array([1], np.int32)], (3,), np.int32, {"output_type": "INT32"})
+        assert read_model(data).subgraphs[0].operators[0].builtin_options == {"output_type": "INT32"}
+        (got,) = run(data, x)
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, fn(x, axis=1))
+    # ONE_HOT, axis 0: out[d, i] = on if indices[i] == d.
+    idx = np.array([2, 0, 3], np.int32)
+    consts = [np.array(4, np.int32), np.array(5.0, np.float32), np.array(-1.0, np.float32)]
+    data = _one_op("ONE_HOT", [((3,), np.int32), *consts], (4, 3), np.float32, {"axis": 0})
+    (got,) = run(data, idx)
+    np.testing.assert_array_equal(got, np.where(np.arange(4)[:, None] == idx[None, :], 5.0, -1.0))
+    # REVERSE_SEQUENCE, batch_dim 1, seq_dim 0: column j's first lengths[j] entries reversed.
+    lengths = np.array([2, 4, 0, 1, 3], np.int32)
+    data = _one_op(
+        "REVERSE_SEQUENCE", [((4, 5), np.float32), lengths], (4, 5), np.float32, {"seq_dim": 0, "batch_dim": 1}
+    )
+    x4 = rng.standard_normal((4, 5)).astype(np.float32)
+    want = x4.copy()
+    for j, n in enumerate(lengths):
+        want[:n, j] = x4[:n, j][::-1]
+    (got,) = run(data, x4)
+    np.testing.assert_array_equal(got, want)
