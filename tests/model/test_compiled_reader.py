@@ -211,3 +211,59 @@ def test_index_fields_at_their_bounds_are_read_the_same_or_left_to_python():
             assert differences(c, py) == [], f"{name}, {what}"
     # Both sides of every bound were reached.
     assert read_by_c > 20 and refused > 20, (read_by_c, refused)
+
+
+@pytest.mark.parametrize(
+    "op, opts, want",
+    [
+        ("ARG_MAX", {"output_type": "INT32"}, {"output_type": "INT32"}),
+        ("ARG_MIN", {"output_type": "INT64"}, {"output_type": "INT64"}),
+        ("ONE_HOT", {"axis": -1}, {"axis": -1}),
+        ("REVERSE_SEQUENCE", {"seq_dim": 1}, {"seq_dim": 1, "batch_dim": 0}),
+        # Byte enums are signed, as TFLite reads them (a byte 0xFF is -1, not 255).
+        ("MIRROR_PAD", {"mode": -1}, {"mode": -1}),
+        ("FULLY_CONNECTED", {"weights_format": -56}, None),
+    ],
+)
+def test_option_tables_read_the_same_both_ways_and_as_tflites_schema(op, opts, want):
+    import numpy as np
+
+    from opaque_ops.model import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.add_tensor("x", [2, 3], np.float32)
+    y = b.add_tensor("y", [2, 3], np.float32)
+    b.add_op(op, [x], [y], opts)
+    b.set_inputs([x])
+    b.set_outputs([y])
+    data = b.build()
+    c, py = reader._read_compiled(data), _python_read(data)
+    assert c is not None and differences(c, py) == []
+    got = py.subgraphs[0].operators[0].builtin_options
+    if want is not None:
+        assert got == want
+    # The same bytes through TFLite's own generated schema.
+    schema = pytest.importorskip("ai_edge_litert.schema_py_generated")
+    raw = schema.Model.GetRootAsModel(data, 0).Subgraphs(0).Operators(0)
+    table = getattr(
+        schema,
+        {
+            "ARG_MAX": "ArgMaxOptions",
+            "ARG_MIN": "ArgMinOptions",
+            "ONE_HOT": "OneHotOptions",
+            "REVERSE_SEQUENCE": "ReverseSequenceOptions",
+            "MIRROR_PAD": "MirrorPadOptions",
+            "FULLY_CONNECTED": "FullyConnectedOptions",
+        }[op],
+    )()
+    table.Init(raw.BuiltinOptions().Bytes, raw.BuiltinOptions().Pos)
+    if op == "MIRROR_PAD":
+        assert table.Mode() == got["mode"] == -1
+    elif op == "FULLY_CONNECTED":
+        assert table.WeightsFormat() == got["weights_format"] == -56
+    elif op == "ONE_HOT":
+        assert table.Axis() == got["axis"]
+    elif op == "REVERSE_SEQUENCE":
+        assert (table.SeqDim(), table.BatchDim()) == (got["seq_dim"], got["batch_dim"])
+    else:
+        assert table.OutputType() == {"INT32": 2, "INT64": 4}[got["output_type"]]
