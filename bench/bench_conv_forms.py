@@ -36,6 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import opaque_ops as oo  # noqa: E402
+from _timing import best_of_rounds  # noqa: E402
 from bench_models import model_paths  # noqa: E402
 from opaque_ops import _native  # noqa: E402
 from opaque_ops.model import ModelBuilder, read_model  # noqa: E402
@@ -116,14 +117,7 @@ def main() -> None:
         it.allocate_tensors()
         it.set_tensor(it.get_input_details()[0]["index"], x)
         calls["conv, ai-edge-litert"] = it.invoke
-    best = dict.fromkeys(calls, float("inf"))
-    n = 2000
-    for _ in range(15):
-        for name, call in calls.items():
-            t = time.thread_time()
-            for _ in range(n):
-                call()
-            best[name] = min(best[name], (time.thread_time() - t) / n * 1e6)
+    best = best_of_rounds(calls, clock=time.thread_time)
     print(f"TFLite {oo.runtime_info().version}, XNNPACK, one thread: invoke only, CPU µs, best of 15")
     for name, us in best.items():
         print(f"  {name:24s} {us:6.2f} µs")

@@ -22,11 +22,11 @@ Interleaved rounds, best of 15 per form.  Run once per runtime::
 from __future__ import annotations
 
 import sys
-import time
 
 import numpy as np
 
 import opaque_ops as oo
+from _timing import best_of_rounds  # this folder's (the script's directory is on sys.path)
 from opaque_ops.interpreter import matmul
 from opaque_ops.model.writer import ModelBuilder
 
@@ -70,15 +70,7 @@ def main() -> None:
             it = Litert(model_content=model(form, rows))
             it.allocate_tensors()
             its[f"{form}, ai-edge-litert"] = it
-    best = dict.fromkeys(its, float("inf"))
-    n = 2000
-    for _ in range(15):
-        for name, it in its.items():
-            invoke = it.invoke
-            t = time.perf_counter()
-            for _ in range(n):
-                invoke()
-            best[name] = min(best[name], (time.perf_counter() - t) / n * 1e6)
+    best = best_of_rounds({name: it.invoke for name, it in its.items()})
     print(f"TFLite {oo.runtime_info().version}, x [1, 1, {rows}, {K}] @ [{K}, {N}], invoke only, best of 15")
     for name, us in best.items():
         print(f"  {name:32s} {us:6.2f} µs")
