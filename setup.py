@@ -13,14 +13,24 @@ runs with (pymicro-wakeword's wheels)::
     OPAQUE_OPS_WHEEL_ARCH=x86_64  pip wheel --no-deps -w dist .
     OPAQUE_OPS_WHEEL_ARCH=aarch64 pip wheel --no-deps -w dist .   # needs gcc-aarch64-linux-gnu
 
-The x86_64 wheel also carries the fast calls module (a CPython extension)
-for the Python that builds it.  A cross-built wheel carries one for each of
-the target's Pythons it is given: their ABI tags (``,``-separated) and, for
-each in the same order, the directories of its headers and its numpy's
-(``os.pathsep``-separated, one group per Python, groups ``;``-separated).
-E.g. for Raspberry Pi OS bookworm's Python 3.11 and trixie's 3.13 (headers
-from Debian's arm64 ``libpython3.X-dev``, numpy's from its aarch64 wheel for
-that Python)::
+A native wheel (x86_64 on an x86_64 machine) also carries the fast calls
+module (a CPython extension) for the Python that builds it.  Any platform
+wheel also carries one for each other Python it is given: their ABI tags
+(``,``-separated) and, for each in the same order, the directories of its
+headers and its numpy's (``os.pathsep``-separated, one group per Python,
+groups ``;``-separated); a Python the wheel has no module for builds one on
+first use, or runs without.  E.g. an x86_64 wheel that also serves 3.13
+(``$PY313 -c "import sysconfig; print(sysconfig.get_paths()['include'])"``
+and the include directory of a numpy installed for it)::
+
+    OPAQUE_OPS_WHEEL_ARCH=x86_64 \
+    OPAQUE_OPS_WHEEL_PYTHON_TAG=cpython-313-x86_64-linux-gnu \
+    OPAQUE_OPS_WHEEL_PYTHON_INCLUDE=$PY313_INCLUDE:$NUMPY313/_core/include \
+    pip wheel --no-deps -w dist .
+
+and an aarch64 one for Raspberry Pi OS bookworm's Python 3.11 and trixie's
+3.13 (headers from Debian's arm64 ``libpython3.X-dev``, numpy's from its
+aarch64 wheel for that Python)::
 
     OPAQUE_OPS_WHEEL_ARCH=aarch64 \
     OPAQUE_OPS_WHEEL_PYTHON_TAG=cpython-311-aarch64-linux-gnu,cpython-313-aarch64-linux-gnu \

@@ -778,6 +778,20 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* The CPython this module is built for, readable in the file without
+ * importing it: importing a module built for another CPython runs its init
+ * function against another ABI (object layouts, API functions), which may
+ * crash rather than fail.  opaque_ops/_native/fast_calls.py finds this
+ * string in the file and refuses a module built for another Python before
+ * it imports one ("t": a free-threaded build, whose ABI differs too). */
+#ifdef Py_GIL_DISABLED
+#define OO_ABI_FLAGS "t"
+#else
+#define OO_ABI_FLAGS ""
+#endif
+__attribute__((used)) static const char built_for[] =
+    "opaque_ops fast calls for CPython " Py_STRINGIFY(PY_MAJOR_VERSION) "." Py_STRINGIFY(PY_MINOR_VERSION) OO_ABI_FLAGS ";";
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_fastcalls", "opaque_ops' fast calls (c/src/fastcalls.c).", -1, module_methods,
     NULL, NULL, NULL, NULL,

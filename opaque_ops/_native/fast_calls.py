@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import os
+import sys
 
 from . import elf
 from .ffi import DamagedLibraryError, ffi
@@ -21,6 +22,24 @@ from .ffi import DamagedLibraryError, ffi
 MODULE_NAME = "opaque_ops._fastcalls"
 # What this Python side expects of the module (its ABI constant).
 ABI = 2
+# The string fastcalls.c puts in the file: "<MARKER>3.13;" (or "3.13t;").
+MARKER = b"opaque_ops fast calls for CPython "
+# This Python, as the module's string names it.
+RUNNING = f"{sys.version_info[0]}.{sys.version_info[1]}" + ("t" if "t" in getattr(sys, "abiflags", "") else "")
+
+
+def built_for(path: str | os.PathLike) -> str | None:
+    """The CPython the fast calls module at ``path`` was built for ("3.13"), read without importing it.
+
+    None if the file names none (not a fast calls module of this version).
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    at = data.find(MARKER)
+    if at < 0:
+        return None
+    end = data.find(b";", at, at + len(MARKER) + 16)
+    return data[at + len(MARKER) : end].decode("ascii", "replace") if end > 0 else None
 
 
 def load_extension(path: str | os.PathLike):
@@ -31,12 +50,25 @@ def load_extension(path: str | os.PathLike):
     DamagedLibraryError
         The file is truncated or damaged (checked before the import).
     ImportError
-        The import failed, or the module is of another ``ABI``.
+        The import failed, the file is not built for this Python (checked
+        before the import: importing it could crash), or the module is of
+        another ``ABI``.
     """
     problem = elf.damage(path)
     if problem:
         raise DamagedLibraryError(
             f"{os.fspath(path)} is truncated or damaged: {problem}; delete it, and it is built again"
+        )
+    python = built_for(path)
+    if python != RUNNING:
+        raise ImportError(
+            f"{os.fspath(path)} is "
+            + (
+                f"a fast calls module built for CPython {python}"
+                if python
+                else "not a fast calls module of this version"
+            )
+            + f", and this is CPython {RUNNING}; it is not imported"
         )
     loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, os.fspath(path))
     spec = importlib.util.spec_from_file_location(MODULE_NAME, os.fspath(path), loader=loader)

@@ -287,11 +287,13 @@ def build_prebuilt(
 
     One library per kernel file (``<name>.so``), so ``opaque_ops.kernels.kernel(name)``
     means the same with or without a compiler, and a ``manifest.json`` with
-    each library's digest and its source's (:mod:`opaque_ops._digest`), which ``opaque_ops.kernels``
-    checks before loading one.  A native build of the bundled kernels also
-    carries the fast calls module for the running Python
-    (:mod:`opaque_ops.build.extension`), under the manifest's ``fastcalls``.  The libraries come out of the same build path
-    as ``build.py`` and ``compile_ops``.
+    each library's digest and its source's (:mod:`opaque_ops._digest`),
+    which ``opaque_ops.kernels`` checks before loading one.  A native build
+    of the bundled kernels also carries the fast calls module
+    (:mod:`opaque_ops.build.extension`) for the running Python, and any build
+    of them one for each of ``target_pythons``, under the manifest's
+    ``fastcalls``.  The libraries come out of the same build path as
+    ``build.py`` and ``compile_ops``.
 
     Parameters
     ----------
@@ -304,12 +306,13 @@ def build_prebuilt(
         Build every ``.c`` file of this directory instead of the bundled
         kernels: a kernel package made by ``opaque-ops scaffold`` ships its own.
     target_pythons : sequence of (str, list of path-like), optional
-        For a cross build of the bundled kernels, one pair per Python of the
-        target: its ABI tag (``"cpython-311-aarch64-linux-gnu"`` for Raspberry
-        Pi OS bookworm's, ``"cpython-313-aarch64-linux-gnu"`` for trixie's)
-        and the directories of its headers and its numpy's; the fast calls
-        module is then built for each with the cross compiler too.  Without
-        them a cross build carries no fast calls module.
+        Pythons of the target to build the fast calls module for, one pair
+        each: its ABI tag (``"cpython-311-aarch64-linux-gnu"`` for Raspberry
+        Pi OS bookworm's, ``"cpython-313-aarch64-linux-gnu"`` for trixie's,
+        ``"cpython-313-x86_64-linux-gnu"``) and the directories of its
+        headers and its numpy's.  A cross build carries a module for these
+        alone; a native build, for the running Python and these (a wheel
+        that serves a Python with no compiler, such as a slim container's).
 
     Returns
     -------
@@ -324,14 +327,15 @@ def build_prebuilt(
     native = arch == _cbuild.host_arch() and cc is None
     target_pythons = [(str(tag), list(include)) for tag, include in target_pythons]
     if target_pythons:
-        if native or kernels_dir is not None:
-            raise BuildError(
-                "target_pythons is for a cross build of the bundled kernels; a native build makes "
-                "the fast calls module for the running Python"
-            )
+        if kernels_dir is not None:
+            raise BuildError("target_pythons is for the bundled kernels' build: a kernel package has no fast calls")
         tags = [tag for tag, _ in target_pythons]
+        if native:
+            from . import extension as _extension
+
+            tags.append(_extension.prebuilt_name()[len("_fastcalls.") :])  # the running Python's, built anyway
         if len(set(tags)) != len(tags):
-            raise BuildError(f"target_pythons names a Python twice: {tags}")
+            raise BuildError(f"target_pythons names a Python twice (a native build includes the running one): {tags}")
         for tag, include in target_pythons:
             if not re.fullmatch(rf"cpython-3\d+-{re.escape(arch)}-linux-gnu", tag):
                 raise BuildError(
@@ -356,12 +360,11 @@ def build_prebuilt(
         # Pythons whose headers a cross build was given.
         from . import extension as _extension
 
-        if not target_pythons:
-            specs = [(_extension.prebuilt_name(), _extension.build_spec())]
-        else:
-            cross = find_compiler(target, cc)
-            specs = [
-                (_extension.prebuilt_name(tag), _extension.build_spec(cross, python_include=include))
+        specs = [(_extension.prebuilt_name(), _extension.build_spec())] if native else []
+        if target_pythons:
+            compiler = find_compiler(target, cc)
+            specs += [
+                (_extension.prebuilt_name(tag), _extension.build_spec(compiler, python_include=include))
                 for tag, include in target_pythons
             ]
         manifest["fastcalls"] = {}

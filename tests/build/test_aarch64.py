@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import sysconfig
 import zipfile
 from pathlib import Path
@@ -38,6 +39,7 @@ from opaque_ops import kernels
 from opaque_ops._native import elf
 from opaque_ops.build import standalone as oob
 from tests.helpers import aarch64_python as arm
+from tests.helpers import other_python
 from tests.helpers.atan import make_model, reference
 from tests.helpers.child_process import run_child, run_python
 from tests.helpers.locations import ROOT, package_file
@@ -231,6 +233,13 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
         "OPAQUE_OPS_WHEEL_PYTHON_TAG": ",".join(tag for tag, _ in targets),
         "OPAQUE_OPS_WHEEL_PYTHON_INCLUDE": ";".join(os.pathsep.join(map(str, include)) for _, include in targets),
     }
+    # The x86_64 wheel's: for the Python building it, and for another one of
+    # this machine (pyenv's 3.13), as a release builds it for every Python.
+    other = other_python.find()
+    serve_other = {}
+    if other is not None:
+        tag, include = other_python.headers(other, other_python.site(other))
+        serve_other = {"OPAQUE_OPS_WHEEL_PYTHON_TAG": tag, "OPAQUE_OPS_WHEEL_PYTHON_INCLUDE": os.pathsep.join(include)}
     for arch in ("x86_64", "aarch64"):
         r = run_python(
             "-m",
@@ -241,7 +250,7 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
             "-w",
             out,
             ROOT,
-            env={"OPAQUE_OPS_WHEEL_ARCH": arch, **(cross_python if arch == "aarch64" else {})},
+            env={"OPAQUE_OPS_WHEEL_ARCH": arch, **(cross_python if arch == "aarch64" else serve_other)},
             pythonpath=(),
             cwd=None,
             timeout=900,
@@ -273,7 +282,12 @@ def test_platform_wheel_carries_verified_kernels_for_its_arch(wheels, arch):
             assert b"libpython" not in data and b"PyInit_" not in data
         # The fast calls module: for the Python that built the x86_64 wheel, and
         # cross-built for each emulated Pi's Python in the aarch64 one.
-        want = [_fast_name()] if arch == "x86_64" else [f"_fastcalls.{r.tag}" for r in arm.RELEASES]
+        if arch == "x86_64":
+            other = other_python.find()
+            others = [other_python.headers(other, other_python.site(other))[0]] if other else []
+            want = [_fast_name()] + [f"_fastcalls.{tag}" for tag in others]
+        else:
+            want = [f"_fastcalls.{r.tag}" for r in arm.RELEASES]
         assert sorted(manifest["fastcalls"]) == sorted(want)
         digests = b"".join(
             hashlib.blake2b(z.read(f"opaque_ops/c/src/{f}"), digest_size=32).digest()
@@ -361,6 +375,70 @@ def test_x86_64_wheel_runs_prebuilt_kernels_without_a_compiler(wheels, work, sel
     info = info_line(r)
     assert info["prebuilt"] == [name != "convolution2d_transpose_bias" for name in kernels.MEDIAPIPE]
     np.testing.assert_array_equal(np.load(work / "selfie_wheel_x86b.npy"), compiled)
+
+
+def test_x86_64_wheel_serves_another_python_without_a_compiler(wheels, work, selfie, photo):
+    # A slim container's Python: no compiler, and not the Python that built
+    # the wheel.  The wheel's own module for it gives the fast calls, and the
+    # same bits as everywhere else.
+    other = other_python.find()
+    if other is None:
+        pytest.skip(f"needs pyenv's Python {other_python.VERSION} (.ci/run's Python matrix installs it)")
+    deps = other_python.site(other)
+    tag, _ = other_python.headers(other, deps)
+    target = work / "x86_site_other"
+    r = run_python(
+        "-m", "pip", "install", "-q", "--no-deps", "--target", target, wheels["x86_64"], pythonpath=(), cwd=None
+    )
+    assert r.returncode == 0, r.stderr
+    env = {
+        "PATH": "/nonexistent",
+        "OPAQUE_OPS_CACHE_DIR": str(work / "other_cache"),
+        "CC": None,
+        "OPAQUE_OPS_FASTCALLS": None,  # the session's module is this Python's, not the other one's
+    }
+    out = work / "selfie_wheel_x86_other.npy"
+    info = info_line(
+        run_child(
+            _RUN_MODEL, "bundle", selfie, photo, out, python=[str(other)], env=env, pythonpath=[target, deps], cwd=work
+        )
+    )
+    assert info["oo"].startswith(str(target)) and info["prebuilt"] == [True] * len(kernels.MEDIAPIPE)
+    assert info["fastcalls"] == [True, str(target / "opaque_ops" / "prebuilt" / "x86_64" / f"_fastcalls.{tag}.so")]
+    assert not list((work / "other_cache").glob("*.so")), "nothing may be compiled"
+    np.testing.assert_array_equal(np.load(out), native_run(oo.kernels.mediapipe(), selfie, np.load(photo)))
+    # Its module against that Python's own methods: the same bytes and errors.
+    face = package_file("mediapipe", "modules", "face_detection", "face_detection_short_range.tflite")
+    runs = {
+        setting: info_line(
+            run_child(
+                _BOTH_WAYS,
+                setting,
+                selfie,
+                face,
+                python=[str(other)],
+                env=env,
+                pythonpath=[target, ROOT, deps],
+                cwd=work,
+                timeout=900,
+            )
+        )
+        for setting in ("", "0")
+    }
+    assert runs[""]["fast calls"] is True and runs["0"]["fast calls"] is False
+    assert runs[""]["models compared"] == 2
+    assert runs[""]["scenarios"] == runs["0"]["scenarios"]
+    # Named by hand, this Python's module is refused there: not imported (its
+    # init would run against the other ABI), a FastCallsError that says so.
+    mine = str(target / "opaque_ops" / "prebuilt" / "x86_64" / f"{_fast_name()}.so")
+    code = (
+        "from opaque_ops.interpreter import fast_calls\n"
+        "try:\n    fast_calls.module()\nexcept fast_calls.FastCallsError as exc:\n    print('REFUSED', exc)\n"
+    )
+    r = run_child(code, python=[str(other)], env={**env, "OPAQUE_OPS_FASTCALLS": mine}, pythonpath=[target, deps])
+    assert r.returncode == 0, r.stderr
+    major, minor = sys.version_info[:2]
+    assert f"built for CPython {major}.{minor}, and this is CPython {other_python.VERSION}" in r.stdout
 
 
 def _installed_wheel(wheels, work, release) -> Path:

@@ -94,6 +94,18 @@ def test_a_cross_builds_target_pythons_are_checked_before_anything_is_built(tmp_
     assert not out.exists()
 
 
+def test_a_native_build_refuses_the_running_python_as_another_one(tmp_path):
+    # It builds the running Python's module anyway: naming it again would
+    # build it twice, from other headers perhaps.
+    from opaque_ops.build.standalone import BuildError, build_prebuilt, host_arch
+
+    running = extension.prebuilt_name()[len("_fastcalls.") :]
+    out = tmp_path / "out"
+    with pytest.raises(BuildError, match="names a Python twice"):
+        build_prebuilt(host_arch(), out, target_pythons=[(running, [str(tmp_path)])])
+    assert not out.exists()
+
+
 def _setup_target_pythons(env: dict) -> list:
     """setup.py's reading of OPAQUE_OPS_WHEEL_PYTHON_TAG / _INCLUDE, in a child with only ``env`` set."""
     code = (

@@ -310,8 +310,8 @@ def host_versions() -> dict[str, str]:
     return {name: version(name) for name in ("numpy", "cffi", "pycparser", "flatbuffers", "pymicro-wakeword")}
 
 
-def requirements(release: Release) -> list[str]:
-    """What ``release``'s emulated Python installs beside opaque_ops: the host's versions.
+def requirements(python: str) -> list[str]:
+    """What a Python of version ``python`` ("3.13") installs beside opaque_ops: the host's versions.
 
     From 3.12 on, opaque_ops also depends on setuptools (cffi's compile step
     needs it once the standard library has no distutils; pyproject.toml).
@@ -319,7 +319,7 @@ def requirements(release: Release) -> list[str]:
     from importlib.metadata import version
 
     reqs = [f"{n}=={v}" for n, v in host_versions().items()]
-    if tuple(map(int, release.python.split("."))) >= (3, 12):
+    if tuple(map(int, python.split("."))) >= (3, 12):
         reqs.append(f"setuptools=={version('setuptools')}")
     return reqs
 
@@ -359,7 +359,7 @@ def wheels_dir(release: Release = BOOKWORM) -> Path:
     """aarch64 wheels of the dependencies for ``release``'s Python, and pip itself (kept in the cache)."""
     wheels = release_root(release) / "wheels"
     with _locked(cache_root()):
-        reqs = requirements(release)
+        reqs = requirements(release.python)
         stamp = wheels / "STAMP"
         if not (stamp.is_file() and json.loads(stamp.read_text()) == reqs):
             wheels.mkdir(exist_ok=True)
@@ -400,7 +400,7 @@ def deps_site(release: Release = BOOKWORM) -> Path:
     """numpy, cffi, flatbuffers, pymicro-wakeword installed for ``release``'s emulated Python (cached)."""
     root = release_root(release)
     site = root / "site-deps"
-    reqs = requirements(release)
+    reqs = requirements(release.python)
     wheels = wheels_dir(release)
     with _locked(cache_root()):
         stamp = site / "STAMP"

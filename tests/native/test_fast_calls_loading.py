@@ -41,3 +41,24 @@ def test_entry_points_only_for_a_plain_live_interpreter(module_file):
     assert interp and len(functions) == len(native_fast._FUNCTIONS) == 6 and all(functions)
     it._native.close()
     assert native_fast.entry_points(it._native) is None
+
+
+def test_the_file_names_the_python_it_is_built_for(module_file):
+    assert native_fast.built_for(module_file) == native_fast.RUNNING
+
+
+def test_a_module_built_for_another_python_is_refused_before_the_import(tmp_path, module_file):
+    # Importing it would run its init against another ABI.  (A real module of
+    # another CPython is refused the same way: tests/build/test_aarch64.py,
+    # test_x86_64_wheel_serves_another_python_without_a_compiler.)
+    data = open(module_file, "rb").read()
+    mark = native_fast.MARKER + native_fast.RUNNING.encode() + b";"
+    assert data.count(mark) == 1
+    other = tmp_path / "other.so"
+    other.write_bytes(data.replace(mark, native_fast.MARKER + b"3.99;"))
+    with pytest.raises(ImportError, match=r"built for CPython 3\.99, and this is CPython 3\.\d+t?; it is not imported"):
+        native_fast.load_extension(other)
+    unmarked = tmp_path / "unmarked.so"
+    unmarked.write_bytes(data.replace(mark, b"x" * len(mark)))
+    with pytest.raises(ImportError, match="not a fast calls module of this version"):
+        native_fast.load_extension(unmarked)
