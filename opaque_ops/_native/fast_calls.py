@@ -32,14 +32,21 @@ def built_for(path: str | os.PathLike) -> str | None:
     """The CPython the fast calls module at ``path`` was built for ("3.13"), read without importing it.
 
     None if the file names none (not a fast calls module of this version).
+    The file is read in blocks, so that a large file named by mistake is
+    never held whole in memory.
     """
+    keep = len(MARKER) + 16  # a marker cut by a block's end is whole in the next read
     with open(path, "rb") as f:
-        data = f.read()
-    at = data.find(MARKER)
-    if at < 0:
-        return None
-    end = data.find(b";", at, at + len(MARKER) + 16)
-    return data[at + len(MARKER) : end].decode("ascii", "replace") if end > 0 else None
+        data = b""
+        while True:
+            block = f.read(1 << 20)
+            data = data[-keep:] + block
+            at = data.find(MARKER)
+            if at >= 0 and (data.find(b";", at) >= 0 or not block):
+                end = data.find(b";", at, at + keep)
+                return data[at + len(MARKER) : end].decode("ascii", "replace") if end > 0 else None
+            if not block:
+                return None
 
 
 def load_extension(path: str | os.PathLike):

@@ -62,3 +62,15 @@ def test_a_module_built_for_another_python_is_refused_before_the_import(tmp_path
     unmarked.write_bytes(data.replace(mark, b"x" * len(mark)))
     with pytest.raises(ImportError, match="not a fast calls module of this version"):
         native_fast.load_extension(unmarked)
+
+
+@pytest.mark.parametrize("where", [0, (1 << 20) - 20, (1 << 20) - 3, 1 << 20, (3 << 20) + 7])
+def test_the_python_is_found_anywhere_in_a_large_file_read_in_blocks(tmp_path, where):
+    mark = native_fast.MARKER + b"3.12;"
+    data = bytearray(b"\0" * (4 << 20))
+    data[where : where + len(mark)] = mark
+    f = tmp_path / "big.so"
+    f.write_bytes(bytes(data))
+    assert native_fast.built_for(f) == "3.12"
+    f.write_bytes(bytes(data[: where + len(mark) - 1]))  # cut inside the terminator: not a whole marker
+    assert native_fast.built_for(f) is None
