@@ -234,7 +234,7 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
         "OPAQUE_OPS_WHEEL_PYTHON_INCLUDE": ";".join(os.pathsep.join(map(str, include)) for _, include in targets),
     }
     # The x86_64 wheel's: for the Python building it, and for another one of
-    # this machine (pyenv's 3.13), as a release builds it for every Python.
+    # the host (pyenv's 3.13), as a release builds it for every Python.
     other = other_python.find()
     serve_other = {}
     if other is not None:

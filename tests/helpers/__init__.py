@@ -16,7 +16,7 @@ import them the same way (the repository root leads their ``sys.path``).
 ``isolate_python_ops`` module-level python_ops that an isolated worker imports
 ``locations``          the checkout's paths, installed packages' files, example modules
 ``misbehaving_kernels`` C kernels that crash, hang or exit on purpose, and their models
-``other_python``       another CPython of this machine (pyenv's 3.13), for a wheel's fast calls built for it
+``other_python``       another CPython of the host (pyenv's 3.13), for a wheel's fast calls built for it
 ``pickled_ops``        functions pickled by reference into pool workers
 ``reference_models``   small models checked against ai-edge-litert (model tests)
 ``runtime_libraries``  the TFLite C libraries: the installed wheel's and other architectures'

@@ -1,4 +1,4 @@
-"""Another CPython of this machine (pyenv's 3.13), for a platform wheel's fast calls built for it.
+"""Another CPython of the host (pyenv's 3.13), for a platform wheel's fast calls built for it.
 
 A platform wheel carries the fast calls module for the Python that builds it
 and for each other Python it is given (``setup.py``).  The tests build the
