@@ -17,7 +17,6 @@ from pathlib import Path
 from .. import _digest
 from . import paths as _paths
 from .machine import host_arch
-from .store import file_digest
 
 MEDIAPIPE = [
     "convolution2d_transpose_bias",
@@ -122,7 +121,7 @@ def source_digest(source: Path | list[Path]) -> str:
     digest.
     """
     if isinstance(source, Path):
-        return file_digest(source)
+        return _digest.of_file(source)
     h = _digest.new()
     for p in source:
         h.update(_digest.new(p.read_bytes()).digest())
@@ -167,7 +166,7 @@ def verified_library(
     try:
         if source_digest(source) != entry["source_digest"]:
             return None  # the C file was changed after the wheel was built: compile it
-        if file_digest(lib) != entry["digest"]:
+        if _digest.of_file(lib) != entry["digest"]:
             return None  # damaged install: compile rather than load it
     except (OSError, KeyError):
         return None

@@ -382,10 +382,10 @@ def build_prebuilt(
 
 def _manifest_entry(lib: Path, source: Path | list[Path]) -> dict:
     """A prebuilt manifest's entry: the library's digest and its source's (``bundles.verified_library`` checks both)."""
+    from .. import _digest
     from .bundles import source_digest
-    from .store import file_digest
 
-    return {"digest": file_digest(lib), "source_digest": source_digest(source)}
+    return {"digest": _digest.of_file(lib), "source_digest": source_digest(source)}
 
 
 def _parse_op(spec: str) -> tuple[str, str]:

@@ -149,11 +149,6 @@ def private_dir(path: str | os.PathLike, what: str = "cache directory") -> Path:
     return path
 
 
-def file_digest(path: str | os.PathLike) -> str:
-    """The digest of a file's bytes, as hex (see :mod:`opaque_ops._digest`)."""
-    return _digest.of_file(path)
-
-
 class Cache:
     """A checked cache directory (see the module doc).
 
@@ -223,7 +218,7 @@ class Cache:
         for _, path in sorted(candidates, reverse=True):
             expected = path.name[: -len(self.suffix)].rsplit("-", 1)[-1]
             try:
-                ok = file_digest(path) == expected
+                ok = _digest.of_file(path) == expected
             except FileNotFoundError:
                 continue
             if ok:
@@ -319,7 +314,7 @@ class Cache:
     def publish(self, built: Path, key: str, compiler_key: str) -> Path:
         """Move a freshly built library into the cache under its digest; return its path."""
         os.chmod(built, self.mode)
-        final = self.root / f"{key}-{compiler_key}-{file_digest(built)}{self.suffix}"
+        final = self.root / f"{key}-{compiler_key}-{_digest.of_file(built)}{self.suffix}"
         # One rename: a reader sees the old state or the complete new file.
         os.replace(built, final)
         return final

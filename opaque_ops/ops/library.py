@@ -7,7 +7,7 @@ import threading
 from functools import cache
 from pathlib import Path
 
-from .. import _native
+from .. import _digest, _native
 from ..build import bundles as _bundles
 from ..build import paths as _paths
 from ..build import store as _store
@@ -225,7 +225,7 @@ def load_ops(path: str | os.PathLike) -> OpLibrary:
             f"{p} is C source, not a compiled library: compile it with opaque_ops.compile_ops({str(p)!r}) "
             "(or pass the path in custom_ops, which compiles a .c file)"
         )
-    digest = _digest(p)
+    digest = _file_digest(p)
     lib = OpLibrary(p)
     # Pickled with the digest of the bytes loaded: the receiving process
     # loads the file at the same path only if it still holds those bytes.
@@ -284,9 +284,10 @@ def op_library_from_spec(spec: str | os.PathLike) -> OpProvider:
     return load_ops(p)
 
 
-def _digest(path: Path) -> str | None:
+def _file_digest(path: Path) -> str | None:
+    """The file's digest (:mod:`opaque_ops._digest`), or None if it cannot be read."""
     try:
-        return _store.file_digest(path)
+        return _digest.of_file(path)
     except OSError:
         return None
 
@@ -361,7 +362,7 @@ def restore_library(origin, path) -> OpLibrary:
             "kernel (opaque_ops.kernels) or a compile_ops library, which are re-created from source"
         )
     expected = origin[1] if len(origin) > 1 else None
-    if expected is not None and _digest(Path(path)) != expected:
+    if expected is not None and _file_digest(Path(path)) != expected:
         raise OpLibraryError(
             f"kernel library {path} is not the file the sending process loaded with load_ops: its bytes "
             "changed since (its digest differs), so it could run other code; put the same library at that path "

@@ -125,10 +125,10 @@ def test_a_compile_ops_library_is_restored_only_through_the_verified_cache(tmp_p
         f.write(b"not what was built")
     restored = run_child(f"""
         import pickle
-        from opaque_ops.build.store import file_digest
+        from opaque_ops._digest import of_file
         lib = pickle.loads(bytes.fromhex({blob!r}))
         print(lib.names, str(lib.path).startswith({str(cache)!r}),
-              file_digest(lib.path) == lib.path.name[:-3].rsplit("-", 1)[-1])
+              of_file(lib.path) == lib.path.name[:-3].rsplit("-", 1)[-1])
     """)
     assert restored.returncode == 0, crashed(restored)
     # The damaged entry failed the digest check: the library was built again, not loaded as it was.
