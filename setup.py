@@ -69,7 +69,7 @@ def wheel_arch():
 
 
 def target_pythons():
-    """[(ABI tag, header directories)] of a cross build's target Pythons, from the environment."""
+    """[(ABI tag, header directories)] of the other Pythons the wheel serves, from the environment."""
     tags = [t.strip() for t in os.environ.get("OPAQUE_OPS_WHEEL_PYTHON_TAG", "").split(",") if t.strip()]
     groups = [g for g in os.environ.get("OPAQUE_OPS_WHEEL_PYTHON_INCLUDE", "").split(";") if g.strip()]
     if len(tags) != len(groups):

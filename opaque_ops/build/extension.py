@@ -29,15 +29,19 @@ def sources() -> list[Path]:
     return [source(), _paths.c_dir() / "src" / "modelreader.c"]
 
 
+def running_tag() -> str:
+    """The running Python's ABI tag, as its extension modules' names carry it: ``cpython-311-x86_64-linux-gnu``."""
+    suffix = EXTENSION_SUFFIXES[0]  # the interpreter's own tag first (sysconfig's EXT_SUFFIX, cheaper)
+    return suffix[1 : -len(".so")] if suffix.startswith(".") and suffix.endswith(".so") else ""
+
+
 def prebuilt_name(tag: str | None = None) -> str:
     """Its file stem among prebuilt libraries, one per Python ABI: ``_fastcalls.cpython-311-x86_64-linux-gnu``.
 
-    ``tag``: the ABI tag of another Python (a cross build's target); default: the running one's.
+    ``tag``: the ABI tag of another Python (a wheel built for it); default: the running one's.
     """
-    if tag is not None:
-        return "_fastcalls." + tag
-    suffix = EXTENSION_SUFFIXES[0]  # the interpreter's own tag first (sysconfig's EXT_SUFFIX, cheaper)
-    return "_fastcalls" + (suffix[: -len(".so")] if suffix.endswith(".so") else "")
+    tag = running_tag() if tag is None else tag
+    return "_fastcalls." + tag if tag else "_fastcalls"
 
 
 def build_spec(

@@ -325,15 +325,15 @@ def build_prebuilt(
 
     arch = _resolve_target(target)
     native = arch == _cbuild.host_arch() and cc is None
+    from . import extension as _extension
+
     target_pythons = [(str(tag), list(include)) for tag, include in target_pythons]
     if target_pythons:
         if kernels_dir is not None:
             raise BuildError("target_pythons is for the bundled kernels' build: a kernel package has no fast calls")
         tags = [tag for tag, _ in target_pythons]
         if native:
-            from . import extension as _extension
-
-            tags.append(_extension.prebuilt_name()[len("_fastcalls.") :])  # the running Python's, built anyway
+            tags.append(_extension.running_tag())  # the running Python's, built anyway
         if len(set(tags)) != len(tags):
             raise BuildError(f"target_pythons names a Python twice (a native build includes the running one): {tags}")
         for tag, include in target_pythons:
@@ -356,10 +356,7 @@ def build_prebuilt(
         manifest["kernels"][source.stem] = _manifest_entry(lib, source)
     if kernels_dir is None and (native or target_pythons):
         # The fast calls module (a CPython extension, one per Python ABI): for
-        # the Python running a native build, or for each of the target's
-        # Pythons whose headers a cross build was given.
-        from . import extension as _extension
-
+        # the Python running a native build, and for each of target_pythons.
         specs = [(_extension.prebuilt_name(), _extension.build_spec())] if native else []
         if target_pythons:
             compiler = find_compiler(target, cc)

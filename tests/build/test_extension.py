@@ -17,6 +17,8 @@ from tests.helpers.locations import ROOT
 
 def test_prebuilt_name_is_the_interpreters_extension_tag():
     assert extension.prebuilt_name() + ".so" == "_fastcalls" + sysconfig.get_config_var("EXT_SUFFIX")
+    assert "." + extension.running_tag() + ".so" == sysconfig.get_config_var("EXT_SUFFIX")
+    assert extension.prebuilt_name("cpython-313-aarch64-linux-gnu") == "_fastcalls.cpython-313-aarch64-linux-gnu"
 
 
 def test_key_follows_the_source_and_nothing_else_of_the_run(tmp_path):
@@ -99,7 +101,7 @@ def test_a_native_build_refuses_the_running_python_as_another_one(tmp_path):
     # build it twice, from other headers perhaps.
     from opaque_ops.build.standalone import BuildError, build_prebuilt, host_arch
 
-    running = extension.prebuilt_name()[len("_fastcalls.") :]
+    running = extension.running_tag()
     out = tmp_path / "out"
     with pytest.raises(BuildError, match="names a Python twice"):
         build_prebuilt(host_arch(), out, target_pythons=[(running, [str(tmp_path)])])
