@@ -35,18 +35,20 @@ def built_for(path: str | os.PathLike) -> str | None:
     The file is read in blocks, so that a large file named by mistake is
     never held whole in memory.
     """
-    keep = len(MARKER) + 16  # a marker cut by a block's end is whole in the next read
+    window = len(MARKER) + 16  # the marker and its version, up to the ";"
     with open(path, "rb") as f:
-        data = b""
+        tail = b""
         while True:
             block = f.read(1 << 20)
-            data = data[-keep:] + block
+            data = tail + block
             at = data.find(MARKER)
-            if at >= 0 and (data.find(b";", at) >= 0 or not block):
-                end = data.find(b";", at, at + keep)
-                return data[at + len(MARKER) : end].decode("ascii", "replace") if end > 0 else None
+            # Decide once the window after the marker is read, or the file ends.
+            if at >= 0 and (len(data) - at >= window or not block):
+                end = data.find(b";", at + len(MARKER), at + window)
+                return data[at + len(MARKER) : end].decode("ascii", "replace") if end >= 0 else None
             if not block:
                 return None
+            tail = data[-window:]  # a marker cut by this block's end is whole in the next read
 
 
 def load_extension(path: str | os.PathLike):
