@@ -220,7 +220,13 @@ def test_pi_flow_selfie_cross_built_equals_x86(work, deps, selfie, photo):
 
 
 @pytest.fixture(scope="module")
-def wheels(tmp_path_factory) -> dict[str, Path]:
+def other() -> other_python.Other | None:
+    """pyenv's 3.13 with its packages (None without it): the x86_64 wheel serves it too."""
+    return other_python.prepared()
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory, other) -> dict[str, Path]:
     """Both platform wheels, built the way a release builds them (pip wheel, build isolation)."""
     needs_cross_compiler()
     out = tmp_path_factory.mktemp("dist")
@@ -235,11 +241,12 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
     }
     # The x86_64 wheel's: for the Python building it, and for another one of
     # the host (pyenv's 3.13), as a release builds it for every Python.
-    other = other_python.find()
     serve_other = {}
     if other is not None:
-        tag, include = other_python.headers(other, other_python.site(other))
-        serve_other = {"OPAQUE_OPS_WHEEL_PYTHON_TAG": tag, "OPAQUE_OPS_WHEEL_PYTHON_INCLUDE": os.pathsep.join(include)}
+        serve_other = {
+            "OPAQUE_OPS_WHEEL_PYTHON_TAG": other.tag,
+            "OPAQUE_OPS_WHEEL_PYTHON_INCLUDE": os.pathsep.join(other.include),
+        }
     for arch in ("x86_64", "aarch64"):
         r = run_python(
             "-m",
@@ -261,7 +268,7 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
-def test_platform_wheel_carries_verified_kernels_for_its_arch(wheels, arch):
+def test_platform_wheel_carries_verified_kernels_for_its_arch(wheels, other, arch):
     with zipfile.ZipFile(wheels[arch]) as z:
         names = z.namelist()
         wheel_meta = z.read(next(n for n in names if n.endswith(".dist-info/WHEEL"))).decode()
@@ -283,9 +290,7 @@ def test_platform_wheel_carries_verified_kernels_for_its_arch(wheels, arch):
         # The fast calls module: for the Python that built the x86_64 wheel, and
         # cross-built for each emulated Pi's Python in the aarch64 one.
         if arch == "x86_64":
-            other = other_python.find()
-            others = [other_python.headers(other, other_python.site(other))[0]] if other else []
-            want = [_fast_name()] + [f"_fastcalls.{tag}" for tag in others]
+            want = [_fast_name()] + ([f"_fastcalls.{other.tag}"] if other is not None else [])
         else:
             want = [f"_fastcalls.{r.tag}" for r in arm.RELEASES]
         assert sorted(manifest["fastcalls"]) == sorted(want)
@@ -377,15 +382,13 @@ def test_x86_64_wheel_runs_prebuilt_kernels_without_a_compiler(wheels, work, sel
     np.testing.assert_array_equal(np.load(work / "selfie_wheel_x86b.npy"), compiled)
 
 
-def test_x86_64_wheel_serves_another_python_without_a_compiler(wheels, work, selfie, photo):
+def test_x86_64_wheel_serves_another_python_without_a_compiler(wheels, other, work, selfie, photo):
     # A slim container's Python: no compiler, and not the Python that built
     # the wheel.  The wheel's own module for it gives the fast calls, and the
     # same bits as everywhere else.
-    other = other_python.find()
     if other is None:
         pytest.skip(f"needs pyenv's Python {other_python.VERSION} (.ci/run's Python matrix installs it)")
-    deps = other_python.site(other)
-    tag, _ = other_python.headers(other, deps)
+    deps, tag = other.deps, other.tag
     target = work / "x86_site_other"
     r = run_python(
         "-m", "pip", "install", "-q", "--no-deps", "--target", target, wheels["x86_64"], pythonpath=(), cwd=None
@@ -400,7 +403,15 @@ def test_x86_64_wheel_serves_another_python_without_a_compiler(wheels, work, sel
     out = work / "selfie_wheel_x86_other.npy"
     info = info_line(
         run_child(
-            _RUN_MODEL, "bundle", selfie, photo, out, python=[str(other)], env=env, pythonpath=[target, deps], cwd=work
+            _RUN_MODEL,
+            "bundle",
+            selfie,
+            photo,
+            out,
+            python=[str(other.python)],
+            env=env,
+            pythonpath=[target, deps],
+            cwd=work,
         )
     )
     assert info["oo"].startswith(str(target)) and info["prebuilt"] == [True] * len(kernels.MEDIAPIPE)
@@ -416,7 +427,7 @@ def test_x86_64_wheel_serves_another_python_without_a_compiler(wheels, work, sel
                 setting,
                 selfie,
                 face,
-                python=[str(other)],
+                python=[str(other.python)],
                 env=env,
                 pythonpath=[target, ROOT, deps],
                 cwd=work,
@@ -435,7 +446,9 @@ def test_x86_64_wheel_serves_another_python_without_a_compiler(wheels, work, sel
         "from opaque_ops.interpreter import fast_calls\n"
         "try:\n    fast_calls.module()\nexcept fast_calls.FastCallsError as exc:\n    print('REFUSED', exc)\n"
     )
-    r = run_child(code, python=[str(other)], env={**env, "OPAQUE_OPS_FASTCALLS": mine}, pythonpath=[target, deps])
+    r = run_child(
+        code, python=[str(other.python)], env={**env, "OPAQUE_OPS_FASTCALLS": mine}, pythonpath=[target, deps]
+    )
     assert r.returncode == 0, r.stderr
     major, minor = sys.version_info[:2]
     assert f"built for CPython {major}.{minor}, and this is CPython {other_python.VERSION}" in r.stdout

@@ -12,7 +12,8 @@ a user of a slim container (no compiler) would:
   kept under ``~/.cache/opaque_ops/other-python/<version>``, with its own
   pip, once per set of versions;
 * :func:`headers` names its ABI tag and the header directories a build of
-  the module for it needs: its own ``include`` and that numpy's.
+  the module for it needs: its own ``include`` and that numpy's;
+* :func:`prepared` does all three.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 from opaque_ops.build import store as _cache
 from tests.helpers.aarch64_python import requirements
@@ -76,3 +78,21 @@ def headers(python: Path, deps: Path) -> tuple[str, list[str]]:
     )
     tag = info["suffix"].removeprefix(".").removesuffix(".so")
     return tag, [info["include"], str(deps / "numpy" / "_core" / "include")]
+
+
+class Other(NamedTuple):
+    """The other Python, ready: the interpreter, its packages, its ABI tag, its header directories."""
+
+    python: Path
+    deps: Path
+    tag: str
+    include: list[str]
+
+
+def prepared(version: str = VERSION) -> Other | None:
+    """:func:`find`, :func:`site` and :func:`headers` together; None if there is no such Python."""
+    python = find(version)
+    if python is None:
+        return None
+    deps = site(python)
+    return Other(python, deps, *headers(python, deps))
