@@ -35,7 +35,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .build.bundles import (  # noqa: F401  (public names of this module)
@@ -189,16 +188,23 @@ def package_kernels(name: str, root: str | os.PathLike) -> OpBundle:
     from .build.machine import host_arch
     from .ops.library import OpBundle, OpLibrary, compile_ops
 
-    root = Path(root)
-    prebuilt = root / "prebuilt" / host_arch()
+    # str paths, no pathlib: this runs at the start-up of every app that uses the package.
+    root = os.fspath(root)
+    prebuilt = os.path.join(root, "prebuilt", host_arch())
+    c_dir = os.path.join(root, "c")
+    try:
+        sources = sorted(f for f in os.listdir(c_dir) if f.endswith(".c"))
+    except OSError:
+        sources = []
     libs = []
-    for source in sorted((root / "c").glob("*.c")):
-        lib_path = verified_library(prebuilt if prebuilt.is_dir() else None, source.stem, source)
+    for file in sources:
+        source = os.path.join(c_dir, file)
+        lib_path = verified_library(prebuilt if os.path.isdir(prebuilt) else None, file[: -len(".c")], source)
         libs.append(OpLibrary(lib_path, prebuilt=True) if lib_path is not None else compile_ops(source))
     if not libs:
         from .errors import OpLibraryError
 
-        raise OpLibraryError(f"kernel package {name!r} has no C files in {root / 'c'}")
+        raise OpLibraryError(f"kernel package {name!r} has no C files in {c_dir}")
     return OpBundle(libs, name=name)
 
 

@@ -14,17 +14,19 @@ is parsed here instead, until the module is written again.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from .. import _digest
 from . import elf
 
-HEADER = Path(__file__).with_name("tflite_c.h")
+# A str, not a pathlib.Path: pathlib (and urllib.parse, which it imports) costs
+# 2-3 ms of a process's start-up, and nothing a start-up runs needs it.
+HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tflite_c.h")
 
 
-def declared(header: Path = HEADER):
+def declared(header: str | os.PathLike = HEADER):
     """An FFI holding ``header``'s declarations: the pre-parsed module's when it matches."""
-    data = header.read_bytes()
+    with open(header, "rb") as f:
+        data = f.read()
     try:
         from . import _ffi_abi
 

@@ -30,7 +30,6 @@ import importlib.util
 import os
 import threading
 import warnings
-from pathlib import Path
 
 from ..errors import OpLibraryError, RuntimeNotFoundError, UnknownRuntimeWarning
 from . import builds, elf
@@ -293,7 +292,7 @@ def _wheel_candidates() -> list[str]:
     spec = importlib.util.find_spec("pymicro_wakeword")
     if spec is None or not spec.submodule_search_locations:
         return []
-    return [str(Path(loc) / "lib" / "libtensorflowlite_c.so") for loc in spec.submodule_search_locations]
+    return [os.path.join(loc, "lib", "libtensorflowlite_c.so") for loc in spec.submodule_search_locations]
 
 
 def _load_named(found_by: str, path: str) -> Runtime:
@@ -350,14 +349,23 @@ def _wheel_record_build(path: str) -> builds.KnownBuild | None:
     (a few kB) instead of hashing the library saves ~5 ms per process; the
     size is compared as well.  ``runtime_info()`` still hashes the file.
     """
-    lib = Path(path)
-    if lib.parent.name != "lib" or lib.parent.parent.name != "pymicro_wakeword":
+    lib_dir = os.path.dirname(path)
+    package = os.path.dirname(lib_dir)
+    if os.path.basename(lib_dir) != "lib" or os.path.basename(package) != "pymicro_wakeword":
+        return None
+    site_dir = os.path.dirname(package)
+    try:
+        infos = sorted(
+            n for n in os.listdir(site_dir) if n.startswith("pymicro_wakeword-") and n.endswith(".dist-info")
+        )
+    except OSError:
         return None
     member = "pymicro_wakeword/lib/libtensorflowlite_c.so,sha256="
-    for info in lib.parent.parent.parent.glob("pymicro_wakeword-*.dist-info"):
+    for info in infos:
         try:
-            record = (info / "RECORD").read_text()
-        except OSError:
+            with open(os.path.join(site_dir, info, "RECORD"), encoding="utf-8") as f:
+                record = f.read()
+        except (OSError, ValueError):
             continue
         for line in record.splitlines():
             if line.startswith(member):

@@ -4,6 +4,9 @@ Data about files, with no loading: :mod:`opaque_ops.kernels` loads what these
 name, and :mod:`opaque_ops.build.standalone` builds it (``build.py --kernels``,
 the platform wheels' prebuilt set).  A prebuilt library is used only when the
 package's manifest holds both its digest and its source's.
+
+Paths are ``str`` here, taken and given: a start-up that loads prebuilt
+kernels runs this module, and ``import pathlib`` would cost it 2-3 ms.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import json
 import os
 import re
 from functools import cache
-from pathlib import Path
 
 from .. import _digest
 from . import paths as _paths
@@ -46,10 +48,11 @@ def available(directory: str | os.PathLike | None = None) -> list[str]:
     glob's pattern machinery cost more than the listing.
     """
     try:
-        files = os.listdir(_paths.kernels_dir() if directory is None else directory)
+        files = os.listdir(_paths.kernels_dir_str() if directory is None else directory)
     except OSError:
         return []
-    return sorted(Path(f).stem for f in files if f.endswith(".c"))
+    # PurePath.stem: a name that is only ".c" keeps it (it has no suffix).
+    return sorted(f[:-2] if len(f) > 2 else f for f in files if f.endswith(".c"))
 
 
 def names() -> list[str]:
@@ -82,16 +85,18 @@ def provided_ops() -> dict[tuple[str, int], str]:
     """
     found = {}
     for name in available():
-        for op, version in _OP_LINE.findall((_paths.kernels_dir() / f"{name}.c").read_text()):
+        with open(os.path.join(_paths.kernels_dir_str(), f"{name}.c"), encoding="utf-8") as f:
+            text = f.read()
+        for op, version in _OP_LINE.findall(text):
             found[(op, int(version))] = name
     return found
 
 
-def prebuilt_dir() -> Path | None:
+def prebuilt_dir() -> str | None:
     """The directory of libraries prebuilt for this machine in the installed package, if any."""
     # (The package directory as _paths resolved it once: this runs at every
     # process's first Interpreter, and resolving costs a syscall per component.)
-    d = _paths.package_dir() / "prebuilt" / host_arch()
+    d = os.path.join(_paths.package_dir_str(), "prebuilt", host_arch())
     return d if os.path.isfile(os.path.join(d, PREBUILT_MANIFEST)) else None
 
 
@@ -101,17 +106,23 @@ def _manifest() -> dict:
     if d is None:
         return {}
     try:
-        return json.loads((d / PREBUILT_MANIFEST).read_text())
+        return _read_manifest(d)
     except (OSError, ValueError):
         return {}
 
 
-def prebuilt_library(name: str) -> Path | None:
+def _read_manifest(d: str | os.PathLike):
+    with open(os.path.join(d, PREBUILT_MANIFEST), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def prebuilt_library(name: str) -> str | None:
     """The prebuilt library of kernel ``name`` if it is present, intact and from this source."""
-    return verified_library(prebuilt_dir(), name, _paths.kernels_dir() / f"{name}.c", _manifest())
+    source = os.path.join(_paths.kernels_dir_str(), f"{name}.c")
+    return verified_library(prebuilt_dir(), name, source, _manifest())
 
 
-def source_digest(source: Path | list[Path]) -> str:
+def source_digest(source: str | os.PathLike | list) -> str:
     """The ``source_digest`` of a prebuilt manifest entry for ``source``.
 
     One file: the digest of its bytes (:mod:`opaque_ops._digest`).  Several
@@ -120,17 +131,21 @@ def source_digest(source: Path | list[Path]) -> str:
     change to any of them, or bytes moved from one to the next, gives another
     digest.
     """
-    if isinstance(source, Path):
+    if isinstance(source, (str, os.PathLike)):
         return _digest.of_file(source)
     h = _digest.new()
     for p in source:
-        h.update(_digest.new(p.read_bytes()).digest())
+        h.update(bytes.fromhex(_digest.of_file(p)))
     return h.hexdigest()
 
 
 def verified_library(
-    d: Path | None, name: str, source: Path | list[Path], manifest: dict | None = None, section: str = "kernels"
-) -> Path | None:
+    d: str | os.PathLike | None,
+    name: str,
+    source: str | os.PathLike | list,
+    manifest: dict | None = None,
+    section: str = "kernels",
+) -> str | None:
     """``d/<name>.so`` if ``d``'s manifest holds its digest and the digest of ``source``, else None.
 
     The one rule for loading a prebuilt library without a compiler, for the
@@ -140,11 +155,11 @@ def verified_library(
 
     Parameters
     ----------
-    d : pathlib.Path or None
+    d : path-like or None
         The directory of prebuilt libraries for this machine (None: there is none).
     name : str
         The kernel file's stem.
-    source : pathlib.Path or list of pathlib.Path
+    source : path-like or list of path-like
         The C file(s) the library was built from, as installed (see :func:`source_digest`).
     manifest : dict, optional
         ``d``'s manifest, already read; read from ``d`` if not given.
@@ -156,13 +171,13 @@ def verified_library(
         return None
     if manifest is None:
         try:
-            manifest = json.loads((d / PREBUILT_MANIFEST).read_text())
+            manifest = _read_manifest(d)
         except (OSError, ValueError):
             return None
     entry = manifest.get(section, {}).get(name) if isinstance(manifest, dict) else None
     if not isinstance(entry, dict):
         return None
-    lib = d / f"{name}.so"
+    lib = os.path.join(d, f"{name}.so")
     try:
         if source_digest(source) != entry["source_digest"]:
             return None  # the C file was changed after the wheel was built: compile it

@@ -521,7 +521,7 @@ def build(spec: BuildSpec, workdir: str | os.PathLike, *, verbose: bool = False)
     return output, text.strip()
 
 
-def cached_build(spec: BuildSpec, cache_root: str | os.PathLike | None = None) -> Path | None:
+def cached_build(spec: BuildSpec, cache_root: str | os.PathLike | None = None) -> str | None:
     """The verified cache entry for ``spec`` built by any compiler, or None; never compiles.
 
     Cheaper than :func:`compile_cached` by the compiler's identity (a
@@ -536,7 +536,7 @@ def cached_build(spec: BuildSpec, cache_root: str | os.PathLike | None = None) -
     return _cache.Cache(cache_dir(cache_root)).lookup(spec.key(), None)
 
 
-def compile_cached(spec: BuildSpec, cache_root: str | os.PathLike | None = None) -> tuple[Path, bool, str]:
+def compile_cached(spec: BuildSpec, cache_root: str | os.PathLike | None = None) -> tuple[str, bool, str]:
     """Build ``spec`` through the compile cache; return ``(library, cache_hit, log)``.
 
     With no compiler on the machine, an entry for the same sources built by
@@ -562,7 +562,7 @@ def compile_cached(spec: BuildSpec, cache_root: str | os.PathLike | None = None)
     if compiler_key is None:
         raise CompileError(
             f"{spec.label}: compiler {spec.compiler[0]!r} was not found on PATH and the cache "
-            f"({cache.root}) holds no build of this source; install a C compiler, or build the "
+            f"({cache.dir}) holds no build of this source; install a C compiler, or build the "
             "library elsewhere with `opaque-ops build` and load it here with opaque_ops.load_ops(path)"
         )
     with cache.workdir() as work:

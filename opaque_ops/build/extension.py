@@ -9,8 +9,8 @@ wheel, beside the prebuilt kernels (:func:`.standalone.build_prebuilt`).
 
 from __future__ import annotations
 
+import os
 from importlib.machinery import EXTENSION_SUFFIXES
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import paths as _paths
@@ -19,14 +19,16 @@ if TYPE_CHECKING:
     from . import compiler as _cbuild
 
 
-def source() -> Path:
+# Paths as str: the first Interpreter of every process checks the prebuilt
+# module against these files, and pathlib would cost that start-up 2-3 ms.
+def source() -> str:
     """The C source of the fast calls module (its module definition)."""
-    return _paths.c_dir() / "src" / "fastcalls.c"
+    return os.path.join(_paths.c_dir_str(), "src", "fastcalls.c")
 
 
-def sources() -> list[Path]:
+def sources() -> list[str]:
     """Every C file the module is built from: the fast calls, and the compiled model reader."""
-    return [source(), _paths.c_dir() / "src" / "modelreader.c"]
+    return [source(), os.path.join(_paths.c_dir_str(), "src", "modelreader.c")]
 
 
 def running_tag() -> str:

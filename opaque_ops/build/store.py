@@ -22,6 +22,11 @@ Entry names: ``<source key>-<compiler key>-<digest of the file>.so``.  The
 source key covers everything the build reads except the compiler, whose
 identity is the second part; with no compiler on the machine, an entry built
 by any compiler for the same source is still used.
+
+Paths are ``str`` inside, and :class:`pathlib.Path` only where a public
+function hands one out (imported there): every process's start-up reads the
+verdict cache through this module, and ``import pathlib`` (with the
+``urllib.parse`` and ``ipaddress`` it loads) costs 2-3 ms of it.
 """
 
 from __future__ import annotations
@@ -29,10 +34,13 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import _digest
 from ..errors import CacheError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 ENV_CACHE = "OPAQUE_OPS_CACHE_DIR"
 _SUFFIX = ".so"
@@ -40,13 +48,20 @@ _SUFFIX = ".so"
 
 def default_dir(override: str | os.PathLike | None = None) -> Path:
     """The compile cache directory: argument, ``$OPAQUE_OPS_CACHE_DIR``, or the user cache."""
+    from pathlib import Path
+
+    return Path(default_dir_str(override))
+
+
+def default_dir_str(override: str | os.PathLike | None = None) -> str:
+    """:func:`default_dir` as a ``str`` (what a start-up uses: no pathlib)."""
     if override is not None:
-        return Path(override)
+        return os.fspath(override)
     env = os.environ.get(ENV_CACHE)
     if env:
-        return Path(env)
+        return env
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "opaque_ops"
+    return os.path.join(base, "opaque_ops")
 
 
 def _owner(uid: int) -> str:
@@ -62,10 +77,32 @@ def _writable_by_others(mode: int) -> bool:
     return bool(mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
-def _check_dir(path: Path, what: str) -> None:
+def _parents(path: str):
+    """``path``'s ancestors, nearest first, as ``PurePath.parents`` lists them."""
+    while True:
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        yield parent
+        path = parent
+
+
+def _absolute(path: str) -> str:
+    """``path`` made absolute as ``Path.absolute()`` makes it: ``.`` parts and extra slashes dropped, ``..`` kept.
+
+    (``os.path.abspath`` would also fold ``a/..``, which names another
+    directory when ``a`` is a symbolic link.)
+    """
+    if not os.path.isabs(path):
+        path = os.path.join(os.getcwd(), path)
+    parts = [p for p in path.split(os.sep) if p not in ("", ".")]
+    return os.sep + os.sep.join(parts)
+
+
+def _check_dir(path: str, what: str) -> None:
     """Refuse a directory that someone other than this user could write (see the module doc)."""
     try:
-        st = path.stat()
+        st = os.stat(path)
     except OSError as exc:
         raise CacheError(f"cannot use {path} as {what}: {exc.strerror or exc}") from None
     if not stat.S_ISDIR(st.st_mode):
@@ -89,9 +126,9 @@ def _check_dir(path: Path, what: str) -> None:
         )
     # A parent others may write could have this directory swapped for theirs
     # (unless the sticky bit, as on /tmp, keeps them to their own entries).
-    for parent in path.resolve().parents:
+    for parent in _parents(os.path.realpath(path)):
         try:
-            pst = parent.stat()
+            pst = os.stat(parent)
         except OSError:
             continue
         if _writable_by_others(pst.st_mode) and not pst.st_mode & stat.S_ISVTX:
@@ -123,15 +160,40 @@ def private_dir(path: str | os.PathLike, what: str = "cache directory") -> Path:
         The path is a file, cannot be created or written, is owned by another
         user, or can be written by others.
     """
-    path = Path(path).expanduser().absolute()
+    from pathlib import Path
+
+    return Path(private_dir_str(path, what))
+
+
+def private_dir_str(path: str | os.PathLike, what: str = "cache directory") -> str:
+    """Create (mode 0700, parents too) or check a directory opaque_ops writes and loads from.
+
+    Parameters
+    ----------
+    path : path-like
+    what : str
+        What the directory is for, for error messages.
+
+    Returns
+    -------
+    str
+        ``path``, made absolute.
+
+    Raises
+    ------
+    CacheError
+        The path is a file, cannot be created or written, is owned by another
+        user, or can be written by others.
+    """
+    path = _absolute(os.path.expanduser(os.fspath(path)))
     missing = []
     p = path
-    while not p.exists() and not p.is_symlink() and p != p.parent:
+    while not os.path.lexists(p) and p != os.path.dirname(p):
         missing.append(p)
-        p = p.parent
+        p = os.path.dirname(p)
     for d in reversed(missing):
         try:
-            d.mkdir(mode=0o700)
+            os.mkdir(d, mode=0o700)
         except FileExistsError:
             pass  # created meanwhile by a concurrent caller; checked below
         except OSError as exc:
@@ -168,12 +230,19 @@ class Cache:
     def __init__(
         self, root: str | os.PathLike, suffix: str = _SUFFIX, mode: int = 0o700, what: str = "cache directory"
     ):
-        self.root = private_dir(root, what)
+        self.dir = private_dir_str(root, what)  # absolute, a str (see the module doc)
         self.suffix = suffix
         self.mode = mode
 
-    def _check_entry(self, path: Path) -> os.stat_result:
-        st = path.lstat()
+    @property
+    def root(self) -> Path:
+        """The directory, as a :class:`pathlib.Path` (:attr:`dir` is the same as a ``str``)."""
+        from pathlib import Path
+
+        return Path(self.dir)
+
+    def _check_entry(self, path: str) -> os.stat_result:
+        st = os.lstat(path)
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
             raise CacheError(
                 f"refusing cache entry {path}: it is not a regular file (a link or a device); delete it (`rm {path}`)"
@@ -190,7 +259,7 @@ class Cache:
             )
         return st
 
-    def lookup(self, key: str, compiler_key: str | None) -> Path | None:
+    def lookup(self, key: str, compiler_key: str | None) -> str | None:
         """The verified entry for ``key`` (built by ``compiler_key``, or any compiler if None).
 
         Entries whose bytes do not match their digest are deleted.
@@ -204,19 +273,19 @@ class Cache:
         prefix = f"{key}-{compiler_key}-" if compiler_key else f"{key}-"
         candidates = []
         try:
-            names = os.listdir(self.root)
+            names = os.listdir(self.dir)
         except OSError as exc:
-            raise CacheError(f"cannot read cache directory {self.root}: {exc.strerror or exc}") from None
+            raise CacheError(f"cannot read cache directory {self.dir}: {exc.strerror or exc}") from None
         for name in names:
             if name.startswith(prefix) and name.endswith(self.suffix):
-                path = self.root / name
+                path = os.path.join(self.dir, name)
                 try:
                     st = self._check_entry(path)
                 except FileNotFoundError:
                     continue  # replaced or removed by a concurrent caller
                 candidates.append((st.st_mtime_ns, path))
         for _, path in sorted(candidates, reverse=True):
-            expected = path.name[: -len(self.suffix)].rsplit("-", 1)[-1]
+            expected = os.path.basename(path)[: -len(self.suffix)].rsplit("-", 1)[-1]
             try:
                 ok = _digest.of_file(path) == expected
             except FileNotFoundError:
@@ -224,10 +293,10 @@ class Cache:
             if ok:
                 return path
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()  # truncated or corrupted: rebuilt by the caller
+                os.unlink(path)  # truncated or corrupted: rebuilt by the caller
         return None
 
-    def new_file(self, prefix: str = ".tmp-", suffix: str = ".part") -> tuple[int, Path]:
+    def new_file(self, prefix: str = ".tmp-", suffix: str = ".part") -> tuple[int, str]:
         """A new, empty, private (0600) file inside the cache: ``(fd open for writing, path)``.
 
         What :func:`tempfile.mkstemp` does (a random name, ``O_EXCL``, retried
@@ -243,12 +312,12 @@ class Cache:
         """
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
         for _ in range(100):
-            path = self.root / f"{prefix}{os.urandom(8).hex()}{suffix}"
+            path = os.path.join(self.dir, f"{prefix}{os.urandom(8).hex()}{suffix}")
             try:
                 return os.open(path, flags, 0o600), path
             except FileExistsError:
                 continue
-        raise FileExistsError(f"no unused temporary file name in {self.root}")
+        raise FileExistsError(f"no unused temporary file name in {self.dir}")
 
     def read_note(self, name: str) -> str | None:
         """The text of the note ``name`` kept in the cache, or None if there is none (or it is unreadable).
@@ -263,7 +332,7 @@ class Cache:
         CacheError
             The note breaks those rules.
         """
-        path = self.root / f"{name}.note"
+        path = os.path.join(self.dir, f"{name}.note")
         try:
             self._check_entry(path)
         except CacheError:
@@ -271,7 +340,8 @@ class Cache:
         except OSError:  # none yet (or unreadable)
             return None
         try:
-            return path.read_text(encoding="utf-8")
+            with open(path, encoding="utf-8") as f:
+                return f.read()
         except (OSError, UnicodeDecodeError):
             return None
 
@@ -284,7 +354,7 @@ class Cache:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
-            os.replace(tmp, self.root / f"{name}.note")
+            os.replace(tmp, os.path.join(self.dir, f"{name}.note"))
         except BaseException as exc:  # a failed write, or Ctrl-C at the wrong moment: leave no temporary file
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -298,12 +368,13 @@ class Cache:
         # every process's start-up imports this module (see new_file).
         import shutil
         import tempfile
+        from pathlib import Path
 
         try:
-            d = tempfile.mkdtemp(prefix=".build-", dir=self.root)
+            d = tempfile.mkdtemp(prefix=".build-", dir=self.dir)
         except OSError as exc:
             raise CacheError(
-                f"cannot write in cache directory {self.root}: {exc.strerror or exc}; fix its "
+                f"cannot write in cache directory {self.dir}: {exc.strerror or exc}; fix its "
                 f"permissions or choose another directory (cache_dir=... or ${ENV_CACHE})"
             ) from None
         try:
@@ -311,10 +382,10 @@ class Cache:
         finally:
             shutil.rmtree(d, ignore_errors=True)
 
-    def publish(self, built: Path, key: str, compiler_key: str) -> Path:
+    def publish(self, built: str | os.PathLike, key: str, compiler_key: str) -> str:
         """Move a freshly built library into the cache under its digest; return its path."""
         os.chmod(built, self.mode)
-        final = self.root / f"{key}-{compiler_key}-{_digest.of_file(built)}{self.suffix}"
+        final = os.path.join(self.dir, f"{key}-{compiler_key}-{_digest.of_file(built)}{self.suffix}")
         # One rename: a reader sees the old state or the complete new file.
         os.replace(built, final)
         return final

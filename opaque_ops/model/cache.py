@@ -56,7 +56,6 @@ import time
 import warnings
 import weakref
 from collections import OrderedDict
-from pathlib import Path
 
 from .. import _digest
 from .._version import __version__
@@ -290,9 +289,10 @@ def clear(disk: bool = False) -> None:
     if disk:
         d = _directory()
         if d is not None:
-            for p in d.root.glob(f"*{d.suffix}"):
-                with contextlib.suppress(OSError):
-                    p.unlink()
+            for name in os.listdir(d.dir):
+                if name.endswith(d.suffix):
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(d.dir, name))
 
 
 class Verdicts:
@@ -557,11 +557,11 @@ def _code() -> str:
     """What decides the verdicts: opaque_ops' version and the model package's source files (memoized)."""
     global _code_digest
     if _code_digest is None:
-        _code_digest = _source_digest(Path(__file__).resolve().parent)
+        _code_digest = _source_digest(os.path.dirname(os.path.realpath(__file__)))
     return _code_digest
 
 
-def _source_digest(folder: Path) -> str:
+def _source_digest(folder: str) -> str:
     """A digest of opaque_ops' version and of every ``.py`` file under ``folder`` (subpackages too).
 
     The whole model package decides a verdict (the reader, the rules in
@@ -584,7 +584,7 @@ def _directory() -> _files.Cache | None:
     env = os.environ.get(ENV_VERDICTS)
     if env is not None and env.strip().lower() in ("0", "off", "no", "false", "none"):
         return None
-    root = Path(env) if env else _files.default_dir() / "verdicts"
+    root = env if env else os.path.join(_files.default_dir_str(), "verdicts")
     try:
         _code()
         return _files.Cache(root, suffix=".json", mode=0o600, what="verdict cache directory")
@@ -611,9 +611,10 @@ def _lookup(key: bytes) -> dict | None:
         path = d.lookup(key.hex(), _code())
         if path is None:
             return None
-        raw = path.read_bytes()
+        with open(path, "rb") as f:
+            raw = f.read()
     except CacheError as exc:
-        _warn_once(d.root, exc)
+        _warn_once(d.dir, exc)
         return None
     except OSError:
         return None
@@ -642,15 +643,15 @@ def _save(key: bytes, doc: dict) -> None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
-            names = os.listdir(d.root)
+            names = os.listdir(d.dir)
         except OSError:
             return
         records = []
         for name in names:
-            p = d.root / name
+            p = os.path.join(d.dir, name)
             if name.startswith(prefix) and p != final:
                 with contextlib.suppress(OSError):
-                    p.unlink()
+                    os.unlink(p)
             elif name.endswith(d.suffix):
                 records.append(name)
             elif name.startswith(".tmp-"):
@@ -658,7 +659,7 @@ def _save(key: bytes, doc: dict) -> None:
                 # far longer than any write takes).
                 with contextlib.suppress(OSError):
                     if time.time() - os.stat(p).st_mtime > 3600:
-                        p.unlink()
+                        os.unlink(p)
         if len(records) > _MAX_RECORDS:
             _prune(d, records)
 
@@ -667,10 +668,10 @@ def _prune(d: _files.Cache, names: list) -> None:
     aged = []
     for name in names:
         with contextlib.suppress(OSError):
-            aged.append((os.stat(d.root / name).st_mtime_ns, name))
+            aged.append((os.stat(os.path.join(d.dir, name)).st_mtime_ns, name))
     for _, name in sorted(aged)[: len(aged) - _MAX_RECORDS // 2]:
         with contextlib.suppress(OSError):
-            os.unlink(d.root / name)
+            os.unlink(os.path.join(d.dir, name))
 
 
 def runtime_identity(runtime) -> tuple:

@@ -1,11 +1,16 @@
-"""Op libraries: custom-op kernels compiled from C, or loaded prebuilt."""
+"""Op libraries: custom-op kernels compiled from C, or loaded prebuilt.
+
+Paths are ``str`` here (``OpLibrary.path`` makes its :class:`pathlib.Path`
+when asked): an app's start-up loads its kernels through this module, and
+``import pathlib`` would cost that start-up 2-3 ms.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
 from functools import cache
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import _digest, _native
 from ..build import bundles as _bundles
@@ -15,6 +20,9 @@ from ..build.machine import host_arch
 from ..errors import CacheError, CompileError, OpaqueOpsError, OpLibraryError
 from . import sanitizers as _sanitizers
 from .provider import OpProvider
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class OpLibrary(OpProvider):
@@ -41,12 +49,12 @@ class OpLibrary(OpProvider):
 
     def __init__(self, path, *, cache_hit: bool = False, build_log: str = "", prebuilt: bool = False):
         # Absolute: dlopen searches the library path for names without a "/".
-        self.path = Path(path).resolve()
+        self._path = os.path.realpath(path)
         self.cache_hit = cache_hit
         self.build_log = build_log
         self.prebuilt = prebuilt
-        _check_loadable(self.path)
-        self._kernel = _native.kernel_library(str(self.path), host_arch())
+        _check_loadable(self._path)
+        self._kernel = _native.kernel_library(self._path, host_arch())
         self._operators = None
         self._lock = threading.Lock()
         # How the library was made, so that __reduce__ can re-create it in
@@ -56,6 +64,13 @@ class OpLibrary(OpProvider):
         #   ("kernel", name)             a bundled kernel file (opaque_ops.kernels.kernel(name))
         self._origin: tuple = ("load",)
 
+    @property
+    def path(self) -> Path:
+        """The shared library file (absolute, symlinks resolved)."""
+        from pathlib import Path
+
+        return Path(self._path)
+
     def __reduce__(self):
         # What made it, and its file: a pickle, a pool and the isolated
         # worker all re-create it with restore_library.
@@ -64,8 +79,10 @@ class OpLibrary(OpProvider):
             source = origin[1]
             # A source file travels as its text too: the other process may not have the file.
             if isinstance(source, (str, os.PathLike)) and _is_file(source):
-                origin = ("compile", os.fspath(Path(source).resolve()), origin[2], Path(source).read_text())
-        return restore_library, (origin, str(self.path))
+                with open(source, encoding="utf-8") as f:
+                    text = f.read()
+                origin = ("compile", os.path.realpath(source), origin[2], text)
+        return restore_library, (origin, self._path)
 
     def operators(self) -> list:
         """The library's operators, built once on first use (internal handles)."""
@@ -74,7 +91,7 @@ class OpLibrary(OpProvider):
                 defs = self._kernel.op_defs()
                 if not defs:
                     raise OpLibraryError(
-                        f"{self.path} declares no ops. Declare each op with "
+                        f"{self._path} declares no ops. Declare each op with "
                         '`OPAQUE_OP("Name", version, .invoke = ...)` or name guide-style '
                         'factories with compile_ops(..., ops={"ModelOpName": "c_function"})'
                     )
@@ -105,7 +122,7 @@ class OpLibrary(OpProvider):
 
     def __repr__(self) -> str:
         ops = ", ".join(f"{n} v{v}" for n, v in self.ops)
-        return f"<OpLibrary {self.path.name}: {ops}>"
+        return f"<OpLibrary {os.path.basename(self._path)}: {ops}>"
 
 
 def compile_ops(
@@ -176,7 +193,7 @@ def compile_ops(
         sources=[path] if path is not None else [],
         text=text if path is None else None,
         ops=ops,
-        include_dirs=[Path(p) for p in include_dirs],
+        include_dirs=[_as_path(p) for p in include_dirs],
         defines=[(m, None) if isinstance(m, str) else tuple(m) for m in define_macros],
         cflags=[str(a) for a in extra_compile_args],
         debug=debug,
@@ -217,12 +234,12 @@ def load_ops(path: str | os.PathLike) -> OpLibrary:
         The file is missing, is for another architecture, is not an opaque_ops
         library, or was built for a different header ABI.
     """
-    p = Path(path)
-    if not p.is_file():
+    p = os.fspath(path)
+    if not os.path.isfile(p):
         raise OpLibraryError(f"kernel library {p} does not exist")
-    if p.suffix == ".c":
+    if _suffix(p) == ".c":
         raise OpLibraryError(
-            f"{p} is C source, not a compiled library: compile it with opaque_ops.compile_ops({str(p)!r}) "
+            f"{p} is C source, not a compiled library: compile it with opaque_ops.compile_ops({p!r}) "
             "(or pass the path in custom_ops, which compiles a .c file)"
         )
     digest = _file_digest(p)
@@ -267,12 +284,12 @@ def op_library_from_spec(spec: str | os.PathLike) -> OpProvider:
             f"{', '.join(_bundles.names())}); for an installed kernel package pass "
             f"opaque_ops.kernels.by_name({name!r}) instead"
         )
-    p = Path(text)
-    if p.suffix == ".c":
-        if not p.is_file():
+    p = text
+    if _suffix(p) == ".c":
+        if not os.path.isfile(p):
             raise OpLibraryError(f"C source {p} (in custom_ops) does not exist; {SPEC_HELP}")
         return compile_ops(p)
-    if not p.is_file():
+    if not os.path.isfile(p):
         raise OpLibraryError(f"kernel library {p} (in custom_ops) does not exist; {SPEC_HELP}")
     try:
         with open(p, "rb") as f:
@@ -284,7 +301,20 @@ def op_library_from_spec(spec: str | os.PathLike) -> OpProvider:
     return load_ops(p)
 
 
-def _file_digest(path: Path) -> str | None:
+def _as_path(p) -> Path:
+    from pathlib import Path
+
+    return Path(p)
+
+
+def _suffix(path: str) -> str:
+    """``PurePath(path).suffix``: the last name's extension, ``""`` for a name such as ``.c``."""
+    name = os.path.basename(path.rstrip(os.sep))
+    i = name.rfind(".")
+    return name[i:] if 0 < i < len(name) - 1 else ""
+
+
+def _file_digest(path: str | os.PathLike) -> str | None:
     """The file's digest (:mod:`opaque_ops._digest`), or None if it cannot be read."""
     try:
         return _digest.of_file(path)
@@ -316,7 +346,7 @@ def bundled_kernel(name: str) -> OpLibrary:
     if lib_path is not None:
         lib = OpLibrary(lib_path, prebuilt=True)
     else:
-        lib = compile_ops(_paths.kernels_dir() / f"{name}.c")
+        lib = compile_ops(os.path.join(_paths.kernels_dir_str(), f"{name}.c"))
     lib._origin = ("kernel", name)  # pickled by name: the other process loads or builds its own
     return lib
 
@@ -335,10 +365,10 @@ def restore_library(origin, path) -> OpLibrary:
         try:
             return bundled_kernel(origin[1])
         except (OpaqueOpsError, OSError):
-            if not Path(path).is_file():
+            if not os.path.isfile(path):
                 raise
             # The sender's file: a compile cache entry only through the cache's checks.
-            entry = _verified_cache_entry(path) if _is_cache_entry_name(path) else Path(path)
+            entry = _verified_cache_entry(path) if _is_cache_entry_name(path) else path
             if entry is None:
                 raise
             lib = load_ops(entry)
@@ -352,17 +382,17 @@ def restore_library(origin, path) -> OpLibrary:
             return lib
         source, kwargs = origin[1], origin[2]
         text = origin[3] if len(origin) > 3 else None
-        if text is not None and not Path(source).is_file():
+        if text is not None and not os.path.isfile(source):
             source = text
         return compile_ops(source, **kwargs)
-    if not Path(path).is_file():
+    if not os.path.isfile(path):
         raise OpLibraryError(
             f"kernel library {path} (loaded with load_ops in the sending process) does not exist in this "
             "process's file system; put the library at the same path on every worker, or send a bundled "
             "kernel (opaque_ops.kernels) or a compile_ops library, which are re-created from source"
         )
     expected = origin[1] if len(origin) > 1 else None
-    if expected is not None and _file_digest(Path(path)) != expected:
+    if expected is not None and _file_digest(path) != expected:
         raise OpLibraryError(
             f"kernel library {path} is not the file the sending process loaded with load_ops: its bytes "
             "changed since (its digest differs), so it could run other code; put the same library at that path "
@@ -373,11 +403,11 @@ def restore_library(origin, path) -> OpLibrary:
 
 
 def _is_cache_entry_name(path) -> bool:
-    name = Path(path).name
+    name = os.path.basename(os.fspath(path).rstrip(os.sep))
     return name.endswith(".so") and len(name[: -len(".so")].split("-")) == 3
 
 
-def _verified_cache_entry(path) -> Path | None:
+def _verified_cache_entry(path) -> str | None:
     """``path`` as the compile cache serves it: only through the cache's own checks.
 
     A compile cache entry is named ``KEY-COMPILER-DIGEST.so``; the cache's
@@ -385,24 +415,25 @@ def _verified_cache_entry(path) -> Path | None:
     one).  None if the file is not here or fails those checks: the caller
     compiles instead.
     """
-    p = Path(path)
-    parts = p.name[: -len(".so")].split("-") if p.name.endswith(".so") else []
-    if len(parts) != 3 or not p.is_file():
+    p = os.fspath(path)
+    name = os.path.basename(p)
+    parts = name[: -len(".so")].split("-") if name.endswith(".so") else []
+    if len(parts) != 3 or not os.path.isfile(p):
         return None
     try:
-        return _store.Cache(p.parent).lookup(parts[0], parts[1])
+        return _store.Cache(os.path.dirname(p) or ".").lookup(parts[0], parts[1])
     except (CacheError, OSError):
         return None
 
 
 def _is_file(source) -> bool:
     try:
-        return len(os.fspath(source)) < 4096 and "\n" not in os.fspath(source) and Path(source).is_file()
+        return len(os.fspath(source)) < 4096 and "\n" not in os.fspath(source) and os.path.isfile(source)
     except (OSError, ValueError):
         return False
 
 
-def _check_loadable(path: Path) -> None:
+def _check_loadable(path: str) -> None:
     """Refuse, before dlopen, a library that would take the process down when loaded."""
     problem = _sanitizers.missing_runtime(str(path), host_arch())
     if problem:

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import sysconfig
@@ -81,6 +82,22 @@ from opaque_ops.interpreter import fast_calls
 info.update(machine=platform.machine(), oo=oo.__file__, fastcalls=fast_calls.status())
 print("INFO " + json.dumps(info))
 """
+
+
+# Never needed by a platform wheel's start-up (the compile path, whose
+# modules use pathlib, is not imported there).
+_NOT_AT_WHEEL_START_UP = ["pathlib", "urllib.parse", "ipaddress", "opaque_ops.build.compiler"]
+_START_UP_MODULES = r"""
+import json, sys
+_NOT = %r
+before = [m for m in _NOT if m in sys.modules]
+import numpy as np
+import opaque_ops as oo
+it = oo.Interpreter(model_path=sys.argv[1], custom_ops=[oo.kernels.mediapipe()])
+it.allocate_tensors()
+it.invoke()
+print("INFO " + json.dumps({"before": before, "imported": sorted(sys.modules), "oo": oo.__file__}))
+""" % (_NOT_AT_WHEEL_START_UP,)
 
 
 def _fast_name() -> str:
@@ -360,6 +377,28 @@ def test_x86_64_wheel_runs_prebuilt_kernels_without_a_compiler(wheels, work, sel
     # The same source compiled here with the same build path gives the same output, bit for bit.
     compiled = native_run(oo.kernels.mediapipe(), selfie, np.load(photo))
     np.testing.assert_array_equal(np.load(work / "selfie_wheel_x86.npy"), compiled)
+
+    # What the start-up imported, from a bare interpreter (-S: a site-packages
+    # .pth hook may import pathlib itself): neither pathlib nor urllib.parse,
+    # 2-3 ms of it (bench/README.md, "Eleventh pass").  The first start (the
+    # rules run, the record is written) and a later one (the record is read).
+    site_dirs = [target, *site.getsitepackages()]
+    for start in ("first", "later"):
+        r = run_python(
+            "-S",
+            "-c",
+            _START_UP_MODULES,
+            selfie,
+            env={**env, "OPAQUE_OPS_VERDICT_CACHE": str(work / "start_up_verdicts")},
+            pythonpath=site_dirs,
+            timeout=600,
+            cwd=work,
+        )
+        info = info_line(r)
+        assert info["oo"].startswith(str(target)), start
+        assert info["before"] == [], f"{start}: the bare interpreter had loaded {info['before']} already"
+        assert "opaque_ops.interpreter.core" in info["imported"] and "_cffi_backend" in info["imported"], start
+        assert [m for m in _NOT_AT_WHEEL_START_UP if m in info["imported"]] == [], start
 
     # A damaged prebuilt library is not loaded: that kernel is compiled instead.
     victim = target / "opaque_ops" / "prebuilt" / "x86_64" / "convolution2d_transpose_bias.so"

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,7 @@ def test_key_follows_the_source_and_nothing_else_of_the_run(tmp_path):
     spec = extension.build_spec()
     assert spec.key() == extension.build_spec().key()
     changed = tmp_path / "fastcalls.c"
-    changed.write_text(extension.source().read_text() + "\n/* changed */\n")
+    changed.write_text(Path(extension.source()).read_text() + "\n/* changed */\n")
     other = compiler.BuildSpec(compiler=spec.compiler, sources=[changed], extension=True)
     assert other.key() != spec.key()
     # A kernel library of the same file is another build altogether.
@@ -47,9 +48,9 @@ def test_python_symbols_are_left_for_the_interpreter_only_in_an_extension():
 
 def test_the_module_is_built_from_the_fast_calls_and_the_model_reader(tmp_path):
     spec = extension.build_spec()
-    assert [p.name for p in spec.sources] == ["fastcalls.c", "modelreader.c"]
+    assert [Path(p).name for p in spec.sources] == ["fastcalls.c", "modelreader.c"]
     reader_copy = tmp_path / "modelreader.c"
-    reader_copy.write_text(extension.sources()[1].read_text() + "\n/* changed */\n")
+    reader_copy.write_text(Path(extension.sources()[1]).read_text() + "\n/* changed */\n")
     other = compiler.BuildSpec(compiler=spec.compiler, sources=[extension.source(), reader_copy], extension=True)
     assert other.key() != spec.key()
 
@@ -67,7 +68,7 @@ def test_a_prebuilt_module_is_verified_against_both_sources(tmp_path):
     entry = {"digest": hashlib.blake2b(lib.read_bytes(), digest_size=32).hexdigest()}
     entry["source_digest"] = bundles.source_digest([a, b])
     (tmp_path / bundles.PREBUILT_MANIFEST).write_text(json.dumps({"fastcalls": {"_m": entry}}))
-    assert bundles.verified_library(tmp_path, "_m", [a, b], section="fastcalls") == lib
+    assert bundles.verified_library(tmp_path, "_m", [a, b], section="fastcalls") == str(lib)
     b.write_text("int b2;\n")
     assert bundles.verified_library(tmp_path, "_m", [a, b], section="fastcalls") is None
     # One file keeps the digest of its bytes (the kernels' entries).

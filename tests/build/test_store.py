@@ -22,8 +22,10 @@ def test_new_file_is_private_new_and_inside_the_cache(cache):
         fd, path = cache.new_file()
         os.close(fd)
         made.append(path)
-        assert path.parent == cache.root
-        assert path.name.startswith(".tmp-") and path.name.endswith(".part")
+        # A str (the cache's paths are, see store's module doc), inside the cache.
+        assert isinstance(path, str) and os.path.dirname(path) == cache.dir == str(cache.root)
+        name = os.path.basename(path)
+        assert name.startswith(".tmp-") and name.endswith(".part")
         st = os.lstat(path)
         assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_size == 0
     assert len(set(made)) == 50
@@ -81,3 +83,29 @@ def test_an_interrupted_note_leaves_no_temporary_file(cache, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         cache.write_note("compiler-x", "gcc")
     assert list(cache.root.iterdir()) == []
+
+
+# The cache's paths are str (store's module doc): its helpers must name the
+# directories pathlib's Path.absolute() and .resolve().parents named before.
+@pytest.mark.parametrize("given", ["a", "a/b/", "./a//b/.", "a/../b", "/x/./y//z", "/", "~/c", "../up"])
+def test_absolute_paths_are_what_pathlib_made_them(given, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert store._absolute(os.path.expanduser(given)) == str(Path(given).expanduser().absolute())
+
+
+def test_parents_are_what_pathlib_lists(tmp_path):
+    from pathlib import Path
+
+    for p in (tmp_path / "a" / "b", Path("/"), Path("/x")):
+        assert list(store._parents(str(p))) == [str(q) for q in p.parents]
+
+
+def test_private_dir_creates_what_pathlib_named(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    made = store.private_dir_str("new//deeper/./leaf/", "test directory")
+    assert made == str(tmp_path / "new" / "deeper" / "leaf") and os.path.isdir(made)
+    assert store.private_dir("new/deeper/leaf") == tmp_path / "new" / "deeper" / "leaf"
+    assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) == 0o700

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 
 from cffi import FFI
 
@@ -32,7 +33,7 @@ def _shape(t, depth=0):
 def test_the_pre_parsed_module_is_made_from_the_header_in_the_repo():
     # tools/gen_ffi.py must run after every edit of tflite_c.h; CI fails otherwise.
     # BLAKE2b-256 (opaque_ops/_digest.py), computed here with hashlib's own.
-    digest = hashlib.blake2b(ffi_module.HEADER.read_bytes(), digest_size=32).hexdigest()
+    digest = hashlib.blake2b(Path(ffi_module.HEADER).read_bytes(), digest_size=32).hexdigest()
     assert _ffi_abi.HEADER_DIGEST == digest, "run: python tools/gen_ffi.py"
     assert ffi_module.ffi is _ffi_abi.ffi  # and it is the one in use
 
@@ -41,11 +42,11 @@ def test_it_declares_what_parsing_the_header_declares():
     # Same functions on the real runtime, same struct layouts: an independent
     # parse of the header (cffi's cdef) is the reference.
     parsed = FFI()
-    parsed.cdef(ffi_module.HEADER.read_text())
+    parsed.cdef(Path(ffi_module.HEADER).read_text())
     path = _native.load_runtime().path
     fast, slow = ffi_module.ffi.dlopen(path), parsed.dlopen(path)
     assert sorted(dir(fast)) == sorted(dir(slow))
-    text = ffi_module.HEADER.read_text()
+    text = Path(ffi_module.HEADER).read_text()
     types = set(re.findall(r"typedef\s+struct\s*\w*\s*\{.*?\}\s*(\w+)\s*;", text, re.S))
     types |= {f"struct {n}" for n in re.findall(r"^struct\s+(\w+)\s*\{", text, re.M)}
     assert {"TfLiteIntArray", "TfLiteCustomAllocation", "struct timespec"} <= types
@@ -67,7 +68,7 @@ def test_it_declares_what_parsing_the_header_declares():
 
 def test_an_edited_header_is_parsed_instead(tmp_path):
     edited = tmp_path / "tflite_c.h"
-    edited.write_text(ffi_module.HEADER.read_text() + "\nint opaque_ops_test_only_declaration(int x);\n")
+    edited.write_text(Path(ffi_module.HEADER).read_text() + "\nint opaque_ops_test_only_declaration(int x);\n")
     ffi = ffi_module.declared(edited)
     assert ffi is not _ffi_abi.ffi
     # ABI mode lists what was declared, defined by the library or not.

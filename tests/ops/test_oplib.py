@@ -497,3 +497,13 @@ def test_custom_ops_items_have_a_declared_type_and_anything_else_is_refused_alik
     with pytest.raises(TypeError) as isolated:
         oo.Interpreter(model_content=model, custom_ops=[LooksLikeALibrary()], isolate=True)
     assert str(in_process.value) == str(isolated.value) == want
+
+
+@pytest.mark.parametrize("name", ["a.c", "a.so", ".c", "..c", "a.", "dir.c/", "x.tar.gz", "noext", "a/b.c", "/"])
+def test_suffix_is_purepaths(name):
+    # op_library_from_spec and load_ops tell C source from a library by this.
+    from pathlib import PurePath
+
+    from opaque_ops.ops import library
+
+    assert library._suffix(name) == PurePath(name).suffix
