@@ -1,0 +1,118 @@
+"""The model's parts (opaque_ops.model.reader) behave as the dataclasses the decorator would generate.
+
+Their __init__, __repr__ and __eq__ are written by hand (generating them cost
+1.6 ms of every start-up, see the reader's comment).  Each is held here to a
+reference class that ``dataclasses.make_dataclass`` generates from the same
+fields: the signature, what construction stores, the repr, equality field by
+field, hashing, ``replace`` and ``asdict``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import numpy as np
+import pytest
+
+from opaque_ops.model import reader
+
+CLASSES = [reader.TensorInfo, reader.OpInfo, reader.SubgraphInfo, reader.SignatureInfo, reader.ModelInfo]
+
+
+def _reference(cls):
+    specs = []
+    for f in dataclasses.fields(cls):
+        kw = {"repr": f.repr, "compare": f.compare}
+        if f.default is not dataclasses.MISSING:
+            kw["default"] = f.default
+        if f.default_factory is not dataclasses.MISSING:
+            kw["default_factory"] = f.default_factory
+        specs.append((f.name, f.type, dataclasses.field(**kw)))
+    return dataclasses.make_dataclass(cls.__name__, specs)
+
+
+def _values(cls, salt: int) -> list:
+    # One distinct value per field, of varied kinds (numpy ones included).
+    out = []
+    for k, f in enumerate(dataclasses.fields(cls)):
+        dtype = np.dtype("float32" if salt == 1 else "int8")
+        v = [
+            salt + k,
+            f"{f.name}-{salt}",
+            (salt, k),
+            {"k": salt + k},
+            [salt, k],
+            dtype,
+            None if salt == 1 else 0,
+            b"x" * salt,
+        ]
+        out.append(v[k % len(v)])
+    return out
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_signature_is_the_generated_one(cls):
+    ref = _reference(cls)
+    ours = [(p.name, p.kind, repr(p.default)) for p in inspect.signature(cls).parameters.values()]
+    theirs = [(p.name, p.kind, repr(p.default)) for p in inspect.signature(ref).parameters.values()]
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_construction_repr_and_equality_are_the_generated_ones(cls):
+    ref = _reference(cls)
+    fields = dataclasses.fields(cls)
+    required = [f for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    vals = _values(cls, 1)
+    # All positional, then only the required ones (defaults and factories).
+    for args in (vals, vals[: len(required)]):
+        a, r = cls(*args), ref(*args)
+        assert vars(a) == vars(r)
+        assert repr(a) == repr(r)
+        # By keyword, as replace() constructs.
+        kw = {f.name: v for f, v in zip(fields, args)}
+        assert vars(cls(**kw)) == vars(ref(**kw))
+    # A default factory gives every instance its own object.
+    short = vals[: len(required)]
+    for f in fields:
+        if f.default_factory is not dataclasses.MISSING:
+            assert getattr(cls(*short), f.name) is not getattr(cls(*short), f.name)
+    # Equality: field by field where the field compares, not where it does not.
+    base_a, base_r = cls(*vals), ref(*vals)
+    assert (base_a == cls(*vals)) is (base_r == ref(*vals)) is True
+    other = _values(cls, 2)
+    for k, f in enumerate(fields):
+        changed = list(vals)
+        changed[k] = other[k]
+        assert (base_a == cls(*changed)) is (base_r == ref(*changed)) is (not f.compare), f.name
+    # Another type: NotImplemented, so == is False; and not hashable.
+    assert base_a.__eq__(object()) is NotImplemented and base_r.__eq__(object()) is NotImplemented
+    assert cls.__hash__ is None and ref.__hash__ is None
+    with pytest.raises(TypeError):
+        hash(base_a)
+    # A missing argument is refused as the generated __init__ refuses it.
+    if required:
+        with pytest.raises(TypeError):
+            cls(*vals[: len(required) - 1])
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_dataclass_functions_work(cls):
+    vals = _values(cls, 1)
+    a = cls(*vals)
+    assert dataclasses.is_dataclass(a)
+    first = dataclasses.fields(cls)[0].name
+    b = dataclasses.replace(a, **{first: "changed"})
+    assert getattr(b, first) == "changed" and type(b) is cls
+    assert dataclasses.asdict(_reference(cls)(*vals)) == dataclasses.asdict(a)
+    assert cls.__match_args__ == _reference(cls).__match_args__
+
+
+def test_a_read_model_is_made_of_them(atan_model_bytes):
+    info = reader.read_model(atan_model_bytes)
+    assert type(info) is reader.ModelInfo and type(info.subgraphs[0]) is reader.SubgraphInfo
+    assert type(info.subgraphs[0].tensors[0]) is reader.TensorInfo
+    assert type(info.subgraphs[0].operators[0]) is reader.OpInfo
+    assert info == reader.read_model(atan_model_bytes)
+    assert repr(info).startswith("ModelInfo(version=3, ")
