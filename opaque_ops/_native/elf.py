@@ -235,6 +235,28 @@ def needed_libraries(path: str | os.PathLike) -> list[str]:
         return names
 
 
+def dynamic_strings(path: str | os.PathLike) -> bytes:
+    """The string tables the ``.dynamic`` and ``.dynsym`` sections name, joined by NUL bytes.
+
+    Every ``DT_NEEDED`` entry (:func:`needed_libraries`) and every dynamic
+    symbol name (:func:`undefined_symbols`) of ``path`` is a string of these
+    tables, so a name that is not a substring of this is neither: a cheap
+    first test before parsing the symbol table (see
+    :func:`opaque_ops.ops.sanitizers.missing_runtime`).
+    """
+    with open(path, "rb") as f:
+        info, head, e = _header(f)
+        sections = _sections(f, head, info.bits, e)
+        links = sorted(
+            {
+                link
+                for sh_type, _, _, link, _ in sections
+                if sh_type in (_SHT_DYNAMIC, _SHT_DYNSYM) and link < len(sections)
+            }
+        )
+        return b"\0".join(_read_at(f, sections[k][1], sections[k][2]) for k in links)
+
+
 @lru_cache(maxsize=1)
 def process() -> ElfInfo | None:
     """The :class:`ElfInfo` of this process's executable (what it can load), or None if unreadable."""

@@ -80,6 +80,13 @@ def missing_runtime(path: str, arch: str) -> str | None:
     A file that is not ELF, or unreadable, is left to ``dlopen``.
     """
     try:
+        # A sanitizer's runtime name or symbol prefix must appear in the
+        # dynamic string tables to be needed: most libraries are decided
+        # here, without parsing the symbol table (0.1 ms a library, at every
+        # kernel load of every start-up).
+        strings = elf.dynamic_strings(path)
+        if not any(s[1].encode() in strings or s[3].encode() in strings for s in _SANITIZERS):
+            return None
         needed_libs = elf.needed_libraries(path)
         undefined = elf.undefined_symbols(path)
     except (OSError, ValueError, UnicodeDecodeError):

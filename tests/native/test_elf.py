@@ -90,3 +90,16 @@ def test_a_corrupt_section_table_does_not_hang_or_crash(tmp_path):
     bad.write_bytes(bytes(data))
     assert elf.glibc_needed(bad) is None
     assert elf.defined_symbols(bad) == set()
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_dynamic_strings_hold_every_needed_library_and_symbol(arch):
+    # sanitizers.missing_runtime decides from these alone when no sanitizer's name is in them.
+    import opaque_ops as oo
+
+    for lib in (_lib(arch), oo.kernels.atan().path):
+        strings = elf.dynamic_strings(lib)
+        names = elf.needed_libraries(lib) + sorted(elf.undefined_symbols(lib) | elf.defined_symbols(lib))
+        assert len(names) > 10
+        assert [n for n in names if n.encode() not in strings] == []
+    assert b"__asan_" not in elf.dynamic_strings(oo.kernels.atan().path)
