@@ -22,13 +22,16 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import _digest
 from ..errors import CompileError
 from . import paths as _paths
 from . import store as _cache
 from .machine import host_arch as host_arch  # (its home was here)
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # Part of every cache key: bump it when what a build produces changes.
 BUILD_PATH_VERSION = "2"
@@ -68,12 +71,15 @@ BASE_LDFLAGS = ["-Wl,-Bsymbolic"]
 CHECK_LDFLAGS = ["-Wl,-z,defs", "-Wl,--warn-unresolved-symbols"]
 LIBRARIES = ["m", "dl"]
 
-_CHILD = Path(__file__).with_name("child.py")
+# Paths are str on the way to a cache hit (a source checkout's start-up loads
+# every kernel through it, and pathlib would cost that start-up 2-3 ms);
+# build() itself, which runs the compiler, uses pathlib.
+_CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 
 
-def cache_dir(override: str | os.PathLike | None = None) -> Path:
+def cache_dir(override: str | os.PathLike | None = None) -> str:
     """Return the compile cache directory: argument, ``$OPAQUE_OPS_CACHE_DIR``, or the user cache."""
-    return _cache.default_dir(override)
+    return _cache.default_dir_str(override)
 
 
 def which(command: str) -> str | None:
@@ -188,7 +194,7 @@ def compiler_identity(command: list[str], cache: _cache.Cache | None = None) -> 
     return identity
 
 
-def read_source(source: str | os.PathLike) -> tuple[str, str, Path | None]:
+def read_source(source: str | os.PathLike) -> tuple[str, str, str | None]:
     """Return ``(text, display name, path or None)`` for a path or a string of C.
 
     A ``str`` naming an existing file is a path, whatever characters it holds;
@@ -196,12 +202,12 @@ def read_source(source: str | os.PathLike) -> tuple[str, str, Path | None]:
     names no file is an error; anything else is C text.
     """
     if isinstance(source, os.PathLike) or (isinstance(source, str) and _is_file(source)):
-        path = Path(source)
-        if not path.is_file():
-            raise CompileError(
-                f"kernel source {str(source)!r} does not exist; pass a path to a .c file or the C text itself"
-            )
-        return path.read_text(), str(path), path.resolve()
+        path = os.fspath(source)
+        if not os.path.isfile(path):
+            raise CompileError(f"kernel source {path!r} does not exist; pass a path to a .c file or the C text itself")
+        with open(path) as f:  # (the locale's encoding, as Path.read_text reads it)
+            text = f.read()
+        return text, _paths.pure(path), os.path.realpath(path)
     if not isinstance(source, str):
         raise TypeError(f"source must be a path or a str of C code, not {type(source).__name__}")
     if "\n" not in source and "{" not in source and ";" not in source and len(source) < 4096:
@@ -280,9 +286,9 @@ def _headers_digest(dirs) -> str:
     for d in dirs:
         if not os.path.isdir(d):
             continue
-        base = Path(d)
+        base = _paths.pure(os.fspath(d))
         for parts in sorted(_paths.files_named(os.fspath(d), ".h"))[:2000]:
-            files.append(base.joinpath(*parts))
+            files.append(os.path.join(base, *parts))
     stamps = []
     for p in files:
         try:
@@ -290,14 +296,15 @@ def _headers_digest(dirs) -> str:
         except OSError:
             stamps = None  # a file that vanished: no stamp, read (and fail) as before
             break
-        stamps.append((str(p), st.st_size, st.st_mtime_ns))
+        stamps.append((p, st.st_size, st.st_mtime_ns))
     key = tuple(stamps) if stamps is not None else None
     if key is not None and key in _header_digests:
         return _header_digests[key]
     h = _digest.new()
     for p in files:
-        h.update(str(p).encode())
-        h.update(p.read_bytes())
+        h.update(p.encode())
+        with open(p, "rb") as f:
+            h.update(f.read())
     digest = h.hexdigest()
     if key is not None:
         _header_digests[key] = digest
@@ -364,9 +371,9 @@ class BuildSpec:
         return flags
 
     def all_include_dirs(self) -> list[str]:
-        dirs = [str(_paths.include_dir())]
+        dirs = [os.path.join(_paths.c_dir_str(), "include")]
         for p in self.sources:
-            d = str(Path(p).resolve().parent)
+            d = os.path.dirname(os.path.realpath(p))
             if d not in dirs:
                 dirs.append(d)
         return dirs + [str(d) for d in self.include_dirs]
@@ -391,7 +398,7 @@ class BuildSpec:
             BUILD_PATH_VERSION,
             self.text or "",
             factory_lines(self.ops),
-            _paths.runtime_source().read_text(),
+            _read_text(_paths.runtime_source_str()),
             repr(self.defines),
             repr(self.compile_flags()),
             repr(self.link_flags()),
@@ -399,7 +406,7 @@ class BuildSpec:
             _headers_digest(self.all_include_dirs()),
         ]
         for p in self.sources:
-            parts += [str(Path(p).resolve()), Path(p).read_text()]
+            parts += [os.path.realpath(p), _read_text(p)]
         return _parts_digest(parts)
 
     def _extension_key(self) -> str:
@@ -428,8 +435,14 @@ class BuildSpec:
             parts.append(repr(self.python_include))
         for p in self.sources:
             # (abspath, not resolve: the sources are c_dir()'s, resolved once.)
-            parts += [os.path.abspath(p), Path(p).read_bytes()]
+            with open(p, "rb") as f:
+                parts += [os.path.abspath(p), f.read()]
         return _parts_digest(parts)
+
+
+def _read_text(path) -> str:
+    with open(path) as f:  # (the locale's encoding, as Path.read_text reads it: the keys stay the same)
+        return f.read()
 
 
 def _parts_digest(parts) -> str:
@@ -454,8 +467,10 @@ def build(spec: BuildSpec, workdir: str | os.PathLike, *, verbose: bool = False)
         line per diagnostic), or the library would have undefined symbols
         other than the runtime's.
     """
+    from pathlib import Path  # (the build path: a cache hit never gets here)
+
     work = Path(workdir)
-    sources = [str(Path(p).resolve()) for p in spec.sources]
+    sources = [os.path.realpath(p) for p in spec.sources]
     if spec.text is not None:
         text_c = work / "kernel_source.c"
         text_c.write_text(f'#line 1 "<string>"\n{spec.text}\n')
@@ -469,7 +484,7 @@ def build(spec: BuildSpec, workdir: str | os.PathLike, *, verbose: bool = False)
         gen.write_text('#include "opaque_ops.h"\n' + protos + '#line 1 "<opaque_ops: ops=...>"\n' + factories)
         sources.append(str(gen))
     if not spec.extension:
-        sources.append(str(_paths.runtime_source()))
+        sources.append(_paths.runtime_source_str())
     output = work / "library.so"
     request = {
         "cc": list(spec.compiler),
@@ -486,7 +501,7 @@ def build(spec: BuildSpec, workdir: str | os.PathLike, *, verbose: bool = False)
 
     # run_path, not the file as a script: the package directory must not be
     # put on the child's sys.path (it holds modules named like others').
-    boot = f"import runpy; runpy.run_path({str(_CHILD)!r}, run_name='__main__')"
+    boot = f"import runpy; runpy.run_path({_CHILD!r}, run_name='__main__')"
     try:
         proc = subprocess.run(
             [sys.executable, "-c", boot],

@@ -63,6 +63,22 @@ def runtime_source() -> Path:
     return c_dir() / "src" / "opaque_ops_runtime.c"
 
 
+def runtime_source_str() -> str:
+    """:func:`runtime_source` as a ``str``."""
+    return os.path.join(c_dir_str(), "src", "opaque_ops_runtime.c")
+
+
+def pure(path: str) -> str:
+    """``str(PurePosixPath(path))``: extra slashes and ``.`` parts dropped, ``..`` kept (``""`` gives ``"."``)."""
+    absolute = path.startswith(os.sep)
+    parts = [p for p in path.split(os.sep) if p not in ("", ".")]
+    if absolute:
+        # POSIX keeps exactly two leading slashes as they are ("//x"); three or more are one.
+        lead = "//" if path.startswith("//") and not path.startswith("///") else os.sep
+        return lead + os.sep.join(parts)
+    return os.sep.join(parts) or "."
+
+
 def kernels_dir() -> Path:
     """The bundled kernel sources."""
     return c_dir() / "kernels"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from opaque_ops.build import bundles, paths
 
 
@@ -19,3 +21,14 @@ def test_available_lists_what_the_glob_listed(tmp_path):
     assert bundles.available(tmp_path) == _glob_names(tmp_path)
     assert bundles.available() == _glob_names(paths.kernels_dir())
     assert bundles.available(tmp_path / "missing") == _glob_names(tmp_path / "missing") == []
+
+
+@pytest.mark.parametrize(
+    "given", ["a", "a/b/", "./a//b/.", "a/../b", "/x/./y//z", "/", "//x", "///x", "", ".", "../up"]
+)
+def test_pure_is_what_pathlib_makes_of_a_path(given):
+    # The compile cache's keys hold these strings (compiler.read_source, _headers_digest):
+    # they must stay what str(Path(...)) gave before the start-up path dropped pathlib.
+    from pathlib import PurePosixPath
+
+    assert paths.pure(given) == str(PurePosixPath(given))
