@@ -166,25 +166,7 @@ def private_dir(path: str | os.PathLike, what: str = "cache directory") -> Path:
 
 
 def private_dir_str(path: str | os.PathLike, what: str = "cache directory") -> str:
-    """Create (mode 0700, parents too) or check a directory opaque_ops writes and loads from.
-
-    Parameters
-    ----------
-    path : path-like
-    what : str
-        What the directory is for, for error messages.
-
-    Returns
-    -------
-    str
-        ``path``, made absolute.
-
-    Raises
-    ------
-    CacheError
-        The path is a file, cannot be created or written, is owned by another
-        user, or can be written by others.
-    """
+    """What :func:`private_dir` does, giving the path as a ``str`` (what a start-up uses: no pathlib)."""
     path = _absolute(os.path.expanduser(os.fspath(path)))
     missing = []
     p = path
