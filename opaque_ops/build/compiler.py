@@ -371,7 +371,7 @@ class BuildSpec:
         return flags
 
     def all_include_dirs(self) -> list[str]:
-        dirs = [os.path.join(_paths.c_dir_str(), "include")]
+        dirs = [_paths.include_dir_str()]
         for p in self.sources:
             d = os.path.dirname(os.path.realpath(p))
             if d not in dirs:

@@ -55,12 +55,21 @@ def c_dir() -> Path:
 
 def include_dir() -> Path:
     """The directory to put on a kernel's include path."""
-    return c_dir() / "include"
+    from pathlib import Path
+
+    return Path(include_dir_str())
+
+
+def include_dir_str() -> str:
+    """:func:`include_dir` as a ``str``."""
+    return os.path.join(c_dir_str(), "include")
 
 
 def runtime_source() -> Path:
     """The runtime glue compiled into every kernel library."""
-    return c_dir() / "src" / "opaque_ops_runtime.c"
+    from pathlib import Path
+
+    return Path(runtime_source_str())
 
 
 def runtime_source_str() -> str:
@@ -81,7 +90,9 @@ def pure(path: str) -> str:
 
 def kernels_dir() -> Path:
     """The bundled kernel sources."""
-    return c_dir() / "kernels"
+    from pathlib import Path
+
+    return Path(kernels_dir_str())
 
 
 def kernels_dir_str() -> str:
