@@ -88,6 +88,13 @@ def pure(path: str) -> str:
     return os.sep.join(parts) or "."
 
 
+def suffix(path: str) -> str:
+    """``PurePath(path).suffix``: the last name's extension, ``""`` for a name such as ``.c``."""
+    name = os.path.basename(path.rstrip(os.sep))
+    i = name.rfind(".")
+    return name[i:] if 0 < i < len(name) - 1 else ""
+
+
 def kernels_dir() -> Path:
     """The bundled kernel sources."""
     from pathlib import Path

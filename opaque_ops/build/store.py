@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from .. import _digest
 from ..errors import CacheError
+from . import paths as _paths
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -93,10 +94,7 @@ def _absolute(path: str) -> str:
     (``os.path.abspath`` would also fold ``a/..``, which names another
     directory when ``a`` is a symbolic link.)
     """
-    if not os.path.isabs(path):
-        path = os.path.join(os.getcwd(), path)
-    parts = [p for p in path.split(os.sep) if p not in ("", ".")]
-    return os.sep + os.sep.join(parts)
+    return _paths.pure(path if os.path.isabs(path) else os.path.join(os.getcwd(), path))
 
 
 def _check_dir(path: str, what: str) -> None:

@@ -237,7 +237,7 @@ def load_ops(path: str | os.PathLike) -> OpLibrary:
     p = os.fspath(path)
     if not os.path.isfile(p):
         raise OpLibraryError(f"kernel library {p} does not exist")
-    if _suffix(p) == ".c":
+    if _paths.suffix(p) == ".c":
         raise OpLibraryError(
             f"{p} is C source, not a compiled library: compile it with opaque_ops.compile_ops({p!r}) "
             "(or pass the path in custom_ops, which compiles a .c file)"
@@ -285,7 +285,7 @@ def op_library_from_spec(spec: str | os.PathLike) -> OpProvider:
             f"opaque_ops.kernels.by_name({name!r}) instead"
         )
     p = text
-    if _suffix(p) == ".c":
+    if _paths.suffix(p) == ".c":
         if not os.path.isfile(p):
             raise OpLibraryError(f"C source {p} (in custom_ops) does not exist; {SPEC_HELP}")
         return compile_ops(p)
@@ -305,13 +305,6 @@ def _as_path(p) -> Path:
     from pathlib import Path
 
     return Path(p)
-
-
-def _suffix(path: str) -> str:
-    """``PurePath(path).suffix``: the last name's extension, ``""`` for a name such as ``.c``."""
-    name = os.path.basename(path.rstrip(os.sep))
-    i = name.rfind(".")
-    return name[i:] if 0 < i < len(name) - 1 else ""
 
 
 def _file_digest(path: str | os.PathLike) -> str | None:

@@ -87,7 +87,7 @@ def test_an_interrupted_note_leaves_no_temporary_file(cache, monkeypatch):
 
 # The cache's paths are str (store's module doc): its helpers must name the
 # directories pathlib's Path.absolute() and .resolve().parents named before.
-@pytest.mark.parametrize("given", ["a", "a/b/", "./a//b/.", "a/../b", "/x/./y//z", "/", "~/c", "../up"])
+@pytest.mark.parametrize("given", ["a", "a/b/", "./a//b/.", "a/../b", "/x/./y//z", "/", "//x", "~/c", "../up"])
 def test_absolute_paths_are_what_pathlib_made_them(given, tmp_path, monkeypatch):
     from pathlib import Path
 

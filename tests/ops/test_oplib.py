@@ -504,6 +504,6 @@ def test_suffix_is_purepaths(name):
     # op_library_from_spec and load_ops tell C source from a library by this.
     from pathlib import PurePath
 
-    from opaque_ops.ops import library
+    from opaque_ops.build import paths
 
-    assert library._suffix(name) == PurePath(name).suffix
+    assert paths.suffix(name) == PurePath(name).suffix
