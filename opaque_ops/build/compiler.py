@@ -205,9 +205,7 @@ def read_source(source: str | os.PathLike) -> tuple[str, str, str | None]:
         path = os.fspath(source)
         if not os.path.isfile(path):
             raise CompileError(f"kernel source {path!r} does not exist; pass a path to a .c file or the C text itself")
-        with open(path) as f:  # (the locale's encoding, as Path.read_text reads it)
-            text = f.read()
-        return text, _paths.pure(path), os.path.realpath(path)
+        return _read_text(path), _paths.pure(path), os.path.realpath(path)
     if not isinstance(source, str):
         raise TypeError(f"source must be a path or a str of C code, not {type(source).__name__}")
     if "\n" not in source and "{" not in source and ";" not in source and len(source) < 4096:
