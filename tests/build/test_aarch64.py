@@ -44,6 +44,7 @@ from tests.helpers import other_python
 from tests.helpers.atan import make_model, reference
 from tests.helpers.child_process import run_child, run_python
 from tests.helpers.locations import ROOT, package_file
+from tests.test_start_up import NOT_AT_START_UP
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("qemu-aarch64") is None, reason="needs qemu-aarch64 (apt-get install qemu-user)"),
@@ -84,9 +85,9 @@ print("INFO " + json.dumps(info))
 """
 
 
-# Never needed by a platform wheel's start-up (the compile path, whose
-# modules use pathlib, is not imported there).
-_NOT_AT_WHEEL_START_UP = ["pathlib", "urllib.parse", "ipaddress", "opaque_ops.build.compiler"]
+# Never needed by a platform wheel's start-up: what no start-up needs
+# (tests/test_start_up.py's list), and the compile path itself.
+_NOT_AT_WHEEL_START_UP = [*NOT_AT_START_UP, "opaque_ops.build.compiler"]
 _START_UP_MODULES = r"""
 import json, sys
 _NOT = %r
