@@ -3,9 +3,10 @@
 Each module left out here is one that a plain start-up (``import opaque_ops``,
 a bundled kernel from the compile cache, ``Interpreter(...)``,
 ``allocate_tensors()``, ``invoke()``) used to import and never used, for a
-few milliseconds in all (bench/README.md, "Ninth pass" to "Eleventh pass"):
+few milliseconds in all (bench/README.md, "Ninth pass" to "Twelfth pass"):
 the compiler's child processes, temporary files, the flatbuffers writer and
-flexbuffers, the traceback formatter, OpenSSL's hashes, pathlib; and, at a
+flexbuffers, the traceback formatter, OpenSSL's hashes, pathlib, threading,
+socket, dataclasses; and, at a
 start whose verdicts are on disk, the model rules themselves.  They are
 imported where they are used instead.
 """
@@ -41,6 +42,13 @@ NOT_AT_START_UP = [
     "pathlib",
     "urllib.parse",
     "ipaddress",
+    # threading (locks come from _thread), socket (the Ctrl-C watcher reads
+    # a pipe), dataclasses and copy (the model reader's classes become
+    # dataclasses when first asked): 0.4-2 ms each (bench/README.md, "Twelfth pass").
+    "threading",
+    "socket",
+    "dataclasses",
+    "copy",
 ]
 # Never needed by a start that finds its model's verdicts on disk.
 NOT_AT_A_LATER_START = [

@@ -4,7 +4,7 @@ Every ``import`` and ``from ... import`` in the package is an edge, also the
 ones inside functions (a function-level import is still a dependency: it
 only runs later).  The layers, lowest first::
 
-    errors (and _version, _digest) -> build -> model -> _native -> ops -> interpreter -> isolate -> top
+    errors (and _version, _digest, _records) -> build -> model -> _native -> ops -> interpreter -> isolate -> top
 
 where *top* is everything else (``opaque_ops/__init__``, ``testing``,
 ``compat``, ``kernels``, ``runtime``, ``cli/``...).  An import may go down
@@ -83,8 +83,8 @@ def edges(root: Path) -> set[tuple[str, str]]:
     return found
 
 
-# Modules of the bottom layer besides errors: the version string, the digest.
-BOTTOM = {"_version", "_digest"}
+# Modules of the bottom layer besides errors: the version string, the digest, the lazy dataclasses.
+BOTTOM = {"_version", "_digest", "_records"}
 
 
 def layer_of(module: str) -> int:

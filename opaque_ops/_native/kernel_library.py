@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 
 from ..errors import OpLibraryError
 from . import elf
@@ -59,7 +59,7 @@ class KernelLibrary:
         self.stamp = fields
         self.runtime = runtime
         self._ops: dict[int, Operator] = {}
-        self._ops_lock = threading.Lock()
+        self._ops_lock = _thread.allocate_lock()
 
     def op_defs(self) -> list[tuple[str, int]]:
         """Return the ``(name, version)`` of every op the library declares (version 0 = from the factory)."""
@@ -95,7 +95,7 @@ class KernelLibrary:
 # same handle for the same path anyway, and its operators are never freed
 # (see Operator), so building them once per file bounds what is kept.
 _kernel_libraries: dict[str, KernelLibrary] = {}
-_kernel_libraries_lock = threading.Lock()
+_kernel_libraries_lock = _thread.allocate_lock()
 
 
 def kernel_library(path: str, host_arch: str = "<this machine's architecture>") -> KernelLibrary:

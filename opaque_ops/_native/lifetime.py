@@ -11,11 +11,11 @@ its owner was abandoned, and every interpreter that held it was deleted.
 
 from __future__ import annotations
 
-import threading
+import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 
 # Reentrant: a garbage collection can run finalizers (which abandon other
 # objects) on this thread while it holds the lock.
-_lock = threading.RLock()
+_lock = _thread.RLock()
 
 
 class Shared:

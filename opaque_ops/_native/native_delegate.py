@@ -15,8 +15,8 @@ Python owner is gone and every interpreter that used it has been deleted
 
 from __future__ import annotations
 
+import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 import os
-import threading
 
 from ..errors import DelegateError
 from .ffi import dlopen, ffi
@@ -24,11 +24,11 @@ from .lifetime import Shared
 from .runtime_loader import load_runtime
 
 _plugins: dict[str, object] = {}
-_plugins_lock = threading.Lock()
+_plugins_lock = _thread.allocate_lock()
 
 # Messages the plugin reports while its create function runs.  Creation is
 # serialized by _create_lock, so one list suffices.
-_create_lock = threading.Lock()
+_create_lock = _thread.allocate_lock()
 _messages: list[str] = []
 
 

@@ -7,9 +7,9 @@ re-raised by the Interpreter once the C call has returned.
 
 from __future__ import annotations
 
-import threading
+import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 
-_pending = threading.local()
+_pending = _thread._local()
 
 
 def stash_exception(exc: BaseException) -> None:

@@ -19,8 +19,8 @@ objects in a reference cycle in any order, and TFLite calls an operator's
 
 from __future__ import annotations
 
+import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 import itertools
-import threading
 import weakref
 
 import numpy as _np
@@ -141,7 +141,7 @@ class _Record:
 _records: dict[int, _Record] = {}
 # Reentrant: a collection triggered while it is held may finalize an
 # operator, whose deletion takes it again.
-_records_lock = threading.RLock()
+_records_lock = _thread.RLock()
 _keys = itertools.count(1)
 
 

@@ -25,10 +25,10 @@ a one-line :class:`UnknownRuntimeWarning`; a named file is trusted.
 
 from __future__ import annotations
 
+import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 import binascii
 import importlib.util
 import os
-import threading
 import warnings
 
 from ..errors import OpLibraryError, RuntimeNotFoundError, UnknownRuntimeWarning
@@ -175,7 +175,7 @@ class Runtime:
                 )
             )
         self._digest: str | None = None
-        self._digest_lock = threading.Lock()
+        self._digest_lock = _thread.allocate_lock()
         self._reporter = ffi.callback("oo_reporter", _report, onerror=_report_interrupted)
 
     def has(self, name: str) -> bool:
@@ -275,7 +275,7 @@ def _report_interrupted(exc_type, exc_value, tb):
 
 
 _runtime: Runtime | None = None
-_runtime_lock = threading.Lock()
+_runtime_lock = _thread.allocate_lock()
 
 
 def _named(library) -> tuple[str, str] | None:

@@ -21,10 +21,10 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import _digest
+from .._records import FACTORY, Record, field, record
 from ..errors import CompileError
 from . import paths as _paths
 from . import store as _cache
@@ -309,8 +309,8 @@ def _headers_digest(dirs) -> str:
     return digest
 
 
-@dataclass
-class BuildSpec:
+@record
+class BuildSpec(Record):
     """Everything one kernel library is built from.
 
     Attributes
@@ -343,6 +343,8 @@ class BuildSpec:
         running Python's.
     """
 
+    # A dataclass with a written __init__ (opaque_ops._records): a source
+    # checkout's start-up builds these for the compile cache's keys.
     compiler: list[str]
     sources: list[Path] = field(default_factory=list)
     text: str | None = None
@@ -355,6 +357,34 @@ class BuildSpec:
     label: str = "building the kernel library"
     extension: bool = False
     python_include: list[str] | None = None
+
+    def __init__(
+        self,
+        compiler: list[str],
+        sources: list[Path] = FACTORY,
+        text: str | None = None,
+        ops: dict[str, str] | None = None,
+        include_dirs: list[Path] = FACTORY,
+        defines: list[tuple[str, str | None]] = FACTORY,
+        cflags: list[str] = FACTORY,
+        debug: bool = False,
+        sanitize: list[str] = FACTORY,
+        label: str = "building the kernel library",
+        extension: bool = False,
+        python_include: list[str] | None = None,
+    ):
+        self.compiler = compiler
+        self.sources = [] if sources is FACTORY else sources
+        self.text = text
+        self.ops = ops
+        self.include_dirs = [] if include_dirs is FACTORY else include_dirs
+        self.defines = [] if defines is FACTORY else defines
+        self.cflags = [] if cflags is FACTORY else cflags
+        self.debug = debug
+        self.sanitize = [] if sanitize is FACTORY else sanitize
+        self.label = label
+        self.extension = extension
+        self.python_include = python_include
 
     def compile_flags(self) -> list[str]:
         flags = list(BASE_CFLAGS) + (["-O0", "-g"] if self.debug else ["-O2"])

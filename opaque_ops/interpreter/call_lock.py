@@ -12,18 +12,21 @@ forever, so it raises :class:`~opaque_ops.ReentrantCallError` instead.
 
 from __future__ import annotations
 
-import threading
+import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 from contextlib import contextmanager
 
 from ..errors import ReentrantCallError
 
-get_ident = threading.get_ident
+get_ident = _thread.get_ident
 
 _POLL_S = 0.05
 _UNOWNED_S = 1.0
 
 
 def _main_thread_ident() -> int | None:
+    # Only a contended call gets here; threading is not imported at start-up.
+    import threading
+
     return threading.main_thread().ident
 
 
@@ -49,7 +52,7 @@ class CallLock:
     def __init__(self, lock=None):
         # threading.Lock's interface; the fast calls' own Lock when given
         # (interpreter.fast_calls): their C methods take the same lock.
-        self.lock = lock if lock is not None else threading.Lock()
+        self.lock = lock if lock is not None else _thread.allocate_lock()
         # Thread id of the holder (None when free).  Set after acquiring and
         # cleared before releasing, so a thread that sees its own id here
         # holds the lock.

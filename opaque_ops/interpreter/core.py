@@ -18,7 +18,6 @@ runners and its ``tensor()`` accessors guarantees):
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import functools
 import os
@@ -864,6 +863,8 @@ class Interpreter:
         if info is None:
             sgs = list(self._info.subgraphs)
             sgs[0], sgs[subgraph] = sgs[subgraph], sgs[0]
+            import dataclasses  # not at start-up (model.reader)
+
             info = self._rerooted[subgraph] = dataclasses.replace(self._info, subgraphs=sgs)
         return info
 

@@ -24,8 +24,8 @@ Otherwise the Python methods serve alone; :func:`status` says why.
 
 from __future__ import annotations
 
+import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 import os
-import threading
 from importlib.machinery import EXTENSION_SUFFIXES
 
 from .. import _native
@@ -37,7 +37,7 @@ from .call_lock import CallLock
 
 ENV = "OPAQUE_OPS_FASTCALLS"
 
-_loading = threading.Lock()
+_loading = _thread.allocate_lock()
 # (module or None, where it came from or why there is none); set once per process.
 _loaded: tuple[object | None, str] | None = None
 

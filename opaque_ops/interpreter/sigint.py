@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-import threading
+import _thread
+import os
+
+# The watcher is a bare _thread with a pipe, not a threading.Thread with a
+# socket pair: importing socket and threading cost a process's first invoke
+# (always watched) 2-3 ms.  On POSIX, set_wakeup_fd takes a pipe.
 
 # An invoke that took longer than this arms Ctrl-C cancellation for the
 # next ones (the first invoke after each allocation is always armed).
@@ -15,49 +20,49 @@ class _SigintWatcher:
     CPython runs Python signal handlers only between bytecodes, so a SIGINT
     that arrives while the main thread is inside ``TfLiteInterpreterInvoke``
     waits until the whole model has run.  While armed, the C-level handler's
-    wakeup byte goes to a socket that a thread reads; that thread cancels
+    wakeup byte goes to a pipe that a thread reads; that thread cancels
     the interpreter that is invoking, TFLite stops between nodes, and
     KeyboardInterrupt surfaces as soon as invoke returns.  The wakeup fd is
     borrowed only when nobody else uses it (asyncio does), and given back
     after every invoke.
 
-    The thread and its sockets live for one armed invoke only (the first
+    The thread and its pipe live for one armed invoke only (the first
     after each allocation, and those slower than ``WATCH_AFTER_S``; starting
     and joining it costs about 0.1 ms).  A thread kept between invokes would
     be alive at every later ``fork()``: Python 3.12+ warns that the process
-    is multi-threaded, and the child, which has the socket but not the
+    is multi-threaded, and the child, which has the pipe but not the
     thread, would never see its Ctrl-C.
     """
 
     def arm(self, native):
         """Start watching; return a token for :meth:`disarm` (None: not armed)."""
         import signal
-        import socket
 
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        r, w = socket.socketpair()
-        w.setblocking(False)
+        r, w = os.pipe()
+        os.set_blocking(w, False)  # set_wakeup_fd requires it
         try:
-            old = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+            # ValueError outside the main thread, where no Python signal handler runs.
+            old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
         except (ValueError, OSError):
             old = None
         if old != -1:
             # Someone (an event loop) owns the wakeup fd, or it cannot be set: leave it.
             if old is not None:
                 signal.set_wakeup_fd(old)
-            r.close()
-            w.close()
+            os.close(r)
+            os.close(w)
             return None
-        t = threading.Thread(target=_watch, args=(r, native), name="opaque_ops-sigint", daemon=True)
+        # Held until the thread ends: disarm() waits on it, as Thread.join would.
+        ended = _thread.allocate_lock()
+        ended.acquire()
         try:
-            t.start()
+            _thread.start_new_thread(_watch, (r, native, ended))
         except RuntimeError:  # no new thread now (interpreter shutdown): run unwatched
             signal.set_wakeup_fd(-1)
-            r.close()
-            w.close()
+            os.close(r)
+            os.close(w)
             return None
-        return t, w
+        return ended, w
 
     def disarm(self, token) -> None:
         """Stop watching: give the wakeup fd back, and end the thread (it is gone when this returns)."""
@@ -65,21 +70,21 @@ class _SigintWatcher:
 
         if token is None:
             return
-        t, w = token
+        ended, w = token
         signal.set_wakeup_fd(-1)
-        w.close()  # the reader sees the end of the stream and returns
-        t.join()
+        os.close(w)  # the reader sees the end of the stream and returns
+        ended.acquire()
 
 
-def _watch(r, native) -> None:
+def _watch(r: int, native, ended) -> None:
     """The watcher thread: cancel ``native`` on each SIGINT byte, until the write end closes."""
     import signal
 
     try:
         while True:
             try:
-                data = r.recv(64)
-            except InterruptedError:  # pragma: no cover - recv is retried by Python (PEP 475)
+                data = os.read(r, 64)
+            except InterruptedError:  # pragma: no cover - read is retried by Python (PEP 475)
                 continue
             except OSError:  # pragma: no cover
                 return
@@ -88,7 +93,8 @@ def _watch(r, native) -> None:
             if signal.SIGINT in data:
                 native.cancel()
     finally:
-        r.close()
+        os.close(r)
+        ended.release()
 
 
 sigint = _SigintWatcher()

@@ -48,10 +48,10 @@ creating an interpreter fail; a record that cannot be written is skipped.
 
 from __future__ import annotations
 
+import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 import contextlib
 import json
 import os
-import threading
 import time
 import warnings
 import weakref
@@ -78,7 +78,7 @@ _MAX_ALLOCATED = 64
 # Records kept on disk; the oldest go first.
 _MAX_RECORDS = 512
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _memory: OrderedDict[bytes, ModelInfo | ModelError] = OrderedDict()
 
 # A Verdicts.feed not known yet (a record written before it was kept).
@@ -540,13 +540,13 @@ def _load(key: bytes, data: bytes) -> ModelInfo | None:
 # ------------------------------------------------------------ the records on disk
 _code_digest: str | None = None
 _warned: set = set()
-_write_lock = threading.Lock()
+_write_lock = _thread.allocate_lock()
 
 
 def _after_fork_in_child() -> None:
     # A lock another thread held at the fork stays held in the child forever.
     global _lock, _write_lock
-    _lock, _write_lock = threading.Lock(), threading.Lock()
+    _lock, _write_lock = _thread.allocate_lock(), _thread.allocate_lock()
 
 
 if hasattr(os, "register_at_fork"):

@@ -15,12 +15,12 @@ with no section open and the collector as it was before the first one.
 
 from __future__ import annotations
 
+import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 import contextlib
 import gc
 import os
-import threading
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _open = 0  # sections running now
 _resume = False  # whether the collector was on when the first of them began
 
@@ -58,7 +58,7 @@ def _after_fork_in_child() -> None:
     if _open and _resume:
         gc.enable()
     _open = 0
-    _lock = threading.Lock()
+    _lock = _thread.allocate_lock()
 
 
 if hasattr(os, "register_at_fork"):

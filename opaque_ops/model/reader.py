@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .._records import FACTORY, Record, field, record
 from ..errors import ModelError
 from .schema import (
     _CUSTOM,
@@ -27,43 +27,13 @@ from .schema import (
     TENSOR_TYPE_NAMES,
 )
 
-# The model's parts are dataclasses (``dataclasses.fields``, ``replace`` and
-# ``asdict`` work on them) whose __init__, __repr__ and __eq__ are written
-# here rather than generated: generating them costs 0.3-0.5 ms per class on
-# CPython 3.11 (the source of each method is compiled at import), 1.6 ms of
-# every process's start-up for these five.  They do what the decorator's
-# would; tests/model/test_reader_classes.py holds them to it.
-_FACTORY: Any = type("_Factory", (), {"__repr__": lambda self: "<factory>"})()  # "use the default factory"
+# The model's parts are dataclasses that no start-up pays for (see
+# opaque_ops._records): their __init__ is written here, @dataclass runs when
+# something first asks for their fields.
 
 
-class _Record:
-    """__repr__ and __eq__ as ``@dataclass`` writes them, from the fields' ``repr`` and ``compare`` flags."""
-
-    _REPR: tuple[str, ...] = ()
-    _COMPARE: tuple[str, ...] = ()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__qualname__}(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self._REPR) + ")"
-
-    def __eq__(self, other):
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return tuple(getattr(self, n) for n in self._COMPARE) == tuple(getattr(other, n) for n in self._COMPARE)
-
-    __hash__ = None  # type: ignore[assignment]  # as a dataclass with eq and not frozen
-
-
-def _record(cls):
-    """Make ``cls`` a dataclass with its own __init__ (see above) and _Record's __repr__ and __eq__."""
-    cls = dataclass(init=False, repr=False, eq=False)(cls)
-    fields = cls.__dataclass_fields__.values()
-    cls._REPR = tuple(f.name for f in fields if f.repr)
-    cls._COMPARE = tuple(f.name for f in fields if f.compare)
-    return cls
-
-
-@_record
-class TensorInfo(_Record):
+@record
+class TensorInfo(Record):
     """One tensor of a subgraph, as stored in the model."""
 
     index: int
@@ -121,8 +91,8 @@ class TensorInfo(_Record):
         return np.frombuffer(self.data, dtype=self.dtype.newbyteorder("<")).reshape(self.shape)
 
 
-@_record
-class OpInfo(_Record):
+@record
+class OpInfo(Record):
     """One operator of a subgraph."""
 
     index: int
@@ -167,8 +137,8 @@ class OpInfo(_Record):
         self.builtin_options = builtin_options
 
 
-@_record
-class SubgraphInfo(_Record):
+@record
+class SubgraphInfo(Record):
     """One subgraph: tensors, operators and its interface."""
 
     index: int
@@ -187,8 +157,8 @@ class SubgraphInfo(_Record):
         self.operators = operators
 
 
-@_record
-class SignatureInfo(_Record):
+@record
+class SignatureInfo(Record):
     """A SignatureDef: named inputs and outputs of one subgraph."""
 
     key: str
@@ -203,8 +173,8 @@ class SignatureInfo(_Record):
         self.outputs = outputs
 
 
-@_record
-class ModelInfo(_Record):
+@record
+class ModelInfo(Record):
     """A parsed model.  Produced by :func:`read_model`."""
 
     version: int
@@ -230,20 +200,20 @@ class ModelInfo(_Record):
         operator_codes: list,
         subgraphs: list,
         signatures: list,
-        buffers: list = _FACTORY,
-        metadata: dict = _FACTORY,
+        buffers: list = FACTORY,
+        metadata: dict = FACTORY,
         has_identifier: bool = True,
-        verdicts: dict = _FACTORY,
+        verdicts: dict = FACTORY,
     ):
         self.version = version
         self.description = description
         self.operator_codes = operator_codes
         self.subgraphs = subgraphs
         self.signatures = signatures
-        self.buffers = [] if buffers is _FACTORY else buffers
-        self.metadata = {} if metadata is _FACTORY else metadata
+        self.buffers = [] if buffers is FACTORY else buffers
+        self.metadata = {} if metadata is FACTORY else metadata
         self.has_identifier = has_identifier
-        self.verdicts = {} if verdicts is _FACTORY else verdicts
+        self.verdicts = {} if verdicts is FACTORY else verdicts
 
     def custom_ops(self) -> list[tuple[str, int]]:
         """Sorted ``(name, version)`` pairs of the custom ops the model uses."""
@@ -998,8 +968,6 @@ def use_compiled_reader(read) -> None:
 
 def _compiled_spec() -> tuple:
     """What the compiled reader builds with, in the order c/src/modelreader.c's SPEC_* names."""
-    import dataclasses
-
     # It creates TensorInfo and OpInfo without their __init__, setting the
     # fields in order, as the dataclass __init__ does: nothing more may run.
     for cls in (TensorInfo, OpInfo):
@@ -1018,9 +986,9 @@ def _compiled_spec() -> tuple:
         options[t] = (tuple(sizes), readers)
     return (
         TensorInfo,
-        tuple(f.name for f in dataclasses.fields(TensorInfo)),
+        TensorInfo._FIELDS,
         OpInfo,
-        tuple(f.name for f in dataclasses.fields(OpInfo)),
+        OpInfo._FIELDS,
         tuple(_DTYPE[c] for c in range(-128, 128)),
         tuple(_TYPE_NAME[c] for c in range(-128, 128)),
         _NO_SCALES,

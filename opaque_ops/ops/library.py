@@ -7,8 +7,8 @@ when asked): an app's start-up loads its kernels through this module, and
 
 from __future__ import annotations
 
+import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 import os
-import threading
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -56,7 +56,7 @@ class OpLibrary(OpProvider):
         _check_loadable(self._path)
         self._kernel = _native.kernel_library(self._path, host_arch())
         self._operators = None
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         # How the library was made, so that __reduce__ can re-create it in
         # another process: compile_ops and bundled_kernel set it.
         #   ("load",)                    load_ops(path)

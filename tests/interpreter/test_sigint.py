@@ -100,23 +100,44 @@ print(json.dumps(res))
 def test_no_watcher_thread_outlives_an_invoke():
     # The watcher runs for one armed invoke only: a thread kept alive would
     # make every later fork() "multi-threaded" (a DeprecationWarning on 3.12+).
+    # It is a bare _thread, which threading.enumerate() does not list: the
+    # kernel's list of the process's threads (/proc/self/task) is what counts.
     code = (
         SLOW_MODEL
         + """
-import json, threading
+import json, os, threading, time
 import opaque_ops as oo
-it = oo.Interpreter(model_content=slow_model(layers=2, hw=32), use_xnnpack=False)
+def threads():
+    return sorted(os.listdir("/proc/self/task"))
+it = oo.Interpreter(model_content=slow_model(layers=2, hw=32), use_xnnpack=False, num_threads=1)
 it.allocate_tensors()
+before = threads()
 it.invoke()          # the first invoke after an allocation is always watched
-first = [t.name for t in threading.enumerate()]
+first = threads()
 it.invoke()
-print(json.dumps({"after": first, "again": [t.name for t in threading.enumerate()], "watch": it._watch}))
+again = threads()
+# One armed invoke (a new interpreter's first) whose thread is seen running: the count can tell.
+seen = []
+it = oo.Interpreter(model_content=slow_model(layers=2, hw=32), use_xnnpack=False, num_threads=1)
+it.allocate_tensors()
+import opaque_ops.interpreter.sigint as s
+real = s._watch
+def spy(r, native, ended):
+    seen.append(threads())
+    real(r, native, ended)
+s._watch = spy
+it.invoke()
+print(json.dumps({"before": before, "first": first, "again": again, "during": seen,
+                  "after": threads(), "enumerate": [t.name for t in threading.enumerate()]}))
 """
     )
     p = run_child(code)
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])
-    assert r["after"] == ["MainThread"] and r["again"] == ["MainThread"], r
+    assert r["first"] == r["before"] and r["again"] == r["before"] and r["after"] == r["before"], r
+    # The watcher did run, as one more thread of the process.
+    assert len(r["during"]) == 1 and len(r["during"][0]) == len(r["before"]) + 1, r
+    assert r["enumerate"] == ["MainThread"], r
 
 
 def test_ctrl_c_cancels_in_a_child_forked_after_an_invoke():

@@ -1,23 +1,39 @@
-"""The model's parts (opaque_ops.model.reader) behave as the dataclasses the decorator would generate.
+"""The lazy dataclasses (opaque_ops._records) behave as the ones the decorator would generate.
 
-Their __init__, __repr__ and __eq__ are written by hand (generating them cost
-1.6 ms of every start-up, see the reader's comment).  Each is held here to a
-reference class that ``dataclasses.make_dataclass`` generates from the same
-fields: the signature, what construction stores, the repr, equality field by
-field, hashing, ``replace`` and ``asdict``.
+The model reader's classes and the compiler's ``BuildSpec`` write their own
+__init__ and take __repr__ and __eq__ from one base; ``@dataclass`` runs on
+them when something first asks for their fields (generating the methods,
+and importing the dataclasses module, cost about 2.4 ms of every start-up).
+Each is held here to a reference class that ``dataclasses.make_dataclass``
+generates from the same fields: the signature, what construction stores, the
+repr, equality field by field, hashing, ``replace``, ``asdict`` and
+``__match_args__``.  And no start-up imports the dataclasses module until a
+dataclasses function is called, from whichever threads.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
+import site
 
 import numpy as np
 import pytest
 
+from opaque_ops.build import compiler
 from opaque_ops.model import reader
+from tests.helpers.child_process import crashed, run_python
+from tests.helpers.locations import ROOT
 
-CLASSES = [reader.TensorInfo, reader.OpInfo, reader.SubgraphInfo, reader.SignatureInfo, reader.ModelInfo]
+CLASSES = [
+    reader.TensorInfo,
+    reader.OpInfo,
+    reader.SubgraphInfo,
+    reader.SignatureInfo,
+    reader.ModelInfo,
+    compiler.BuildSpec,
+]
 
 
 def _reference(cls):
@@ -108,6 +124,59 @@ def test_dataclass_functions_work(cls):
     assert dataclasses.asdict(_reference(cls)(*vals)) == dataclasses.asdict(a)
     # (Python 3.10 and later: __match_args__ for pattern matching.)
     assert getattr(cls, "__match_args__", None) == getattr(_reference(cls), "__match_args__", None)
+    # A default factory's field is no class attribute; a plain default is one.
+    ref = _reference(cls)
+    for f in dataclasses.fields(cls):
+        assert hasattr(cls, f.name) == hasattr(ref, f.name), f.name
+        if hasattr(ref, f.name):
+            assert getattr(cls, f.name) == getattr(ref, f.name), f.name
+
+
+_FIRST_USE = """
+import json, sys, threading
+from opaque_ops.build.compiler import BuildSpec
+from opaque_ops.model import reader
+with open(sys.argv[1], "rb") as f:
+    info = reader.read_model(f.read())
+spec = BuildSpec(["cc"], label="x")
+used = [repr(info), repr(spec), info == info, spec == BuildSpec(["cc"], label="x"), info.subgraphs[0].tensors[0].name]
+before = "dataclasses" in sys.modules
+# As @dataclass leaves it: a default factory's field is no class attribute, a plain default is one.
+attrs = [hasattr(reader.ModelInfo, "buffers"), hasattr(BuildSpec, "sources"), BuildSpec.label]
+import dataclasses
+classes = [reader.TensorInfo, reader.OpInfo, reader.SubgraphInfo, reader.SignatureInfo, reader.ModelInfo, BuildSpec]
+start = threading.Barrier(8)
+seen = []
+def ask():
+    start.wait()
+    seen.append([(c.__name__, [id(f) for f in dataclasses.fields(c)]) for c in classes])
+threads = [threading.Thread(target=ask) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps({
+    "before": before,
+    "attrs": attrs,
+    "same": all(s == seen[0] for s in seen) and len(seen) == 8,
+    "names": [[f.name for f in dataclasses.fields(c)] for c in classes],
+    "plain": [type(c.__dict__["__dataclass_fields__"]) is dict for c in classes],
+    "is": [dataclasses.is_dataclass(info), dataclasses.is_dataclass(spec)],
+}))
+"""
+
+
+def test_no_dataclasses_until_asked_then_once_for_all_threads(tmp_path, atan_model_bytes):
+    model = tmp_path / "atan.tflite"
+    model.write_bytes(atan_model_bytes)
+    # -S: the site module imports nothing here that could bring dataclasses in.
+    r = run_python("-S", "-c", _FIRST_USE, model, pythonpath=[ROOT, *site.getsitepackages()])
+    assert r.returncode == 0, crashed(r)
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["before"] is False, "reading a model or making a BuildSpec imported dataclasses"
+    assert got["attrs"] == [False, False, "building the kernel library"]
+    # Eight threads asked at once: each saw the one set of Field objects.
+    assert got["same"] is True
+    assert got["names"] == [list(c._FIELDS) for c in CLASSES]
+    assert got["plain"] == [True] * len(CLASSES) and got["is"] == [True, True]
 
 
 def test_a_read_model_is_made_of_them(atan_model_bytes):
