@@ -8,7 +8,7 @@ import Interpreter``, ``opaque_ops.kernels.mediapipe()``, ``Interpreter(...)``
 and ``allocate_tensors()``; for ai-edge-litert its import and creation), on
 MediaPipe's face_detection_short_range and selfie_segmentation, with the
 verdict cache empty (a first start) and with the model's record on disk (every
-later start).
+later start); and, apart, the process's first ``invoke()`` after it.
 
 Without ``--python`` or ``--checkout``, opaque_ops is this checkout, run as
 ``bench_create.py`` runs it (``python -S`` with the site-packages put on the
@@ -74,7 +74,8 @@ def bench(variants: list[tuple[str, str]], rounds: int) -> dict:
                     start_up("litert", model, None, where=variants[0], cwd=cwd)
                 )
             out[name] = {
-                k: {u: statistics.median(r[f"{u}_ms"] for r in v) for u in ("wall", "imports")} for k, v in runs.items()
+                k: {u: statistics.median(r[f"{u}_ms"] for r in v) for u in ("wall", "imports", "invoke")}
+                for k, v in runs.items()
             }
     return out
 
@@ -97,7 +98,10 @@ def main() -> None:
         peer = variants["ai-edge-litert"]["wall"]
         print(f"{name} (median of {args.rounds} rounds, ms):")
         for k, v in variants.items():
-            print(f"  {k:60s} {v['wall']:7.1f}  (imports {v['imports']:5.1f})  {v['wall'] / peer:5.2f}x litert")
+            print(
+                f"  {k:60s} {v['wall']:7.1f}  (imports {v['imports']:5.1f})  {v['wall'] / peer:5.2f}x litert"
+                f"   then first invoke {v['invoke']:6.2f} ms"
+            )
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ a bundled kernel from the compile cache, ``Interpreter(...)``,
 few milliseconds in all (bench/README.md, "Ninth pass" to "Twelfth pass"):
 the compiler's child processes, temporary files, the flatbuffers writer and
 flexbuffers, the traceback formatter, OpenSSL's hashes, pathlib, threading,
-socket, dataclasses; and, at a
+socket, signal, dataclasses; and, at a
 start whose verdicts are on disk, the model rules themselves.  They are
 imported where they are used instead.
 """
@@ -42,11 +42,14 @@ NOT_AT_START_UP = [
     "pathlib",
     "urllib.parse",
     "ipaddress",
-    # threading (locks come from _thread), socket (the Ctrl-C watcher reads
-    # a pipe), dataclasses and copy (the model reader's classes become
-    # dataclasses when first asked): 0.4-2 ms each (bench/README.md, "Twelfth pass").
+    # threading (locks come from _thread), socket and signal (the Ctrl-C
+    # watcher reads a pipe and calls _signal), dataclasses and copy (the
+    # model reader's classes become dataclasses when first asked): 0.4-2 ms
+    # each (bench/README.md, "Twelfth pass").  The child's invoke() is a
+    # first one, which the watcher always watches.
     "threading",
     "socket",
+    "signal",
     "dataclasses",
     "copy",
 ]

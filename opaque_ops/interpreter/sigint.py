@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import _signal
 import _thread
 import os
 
 # The watcher is a bare _thread with a pipe, not a threading.Thread with a
-# socket pair: importing socket and threading cost a process's first invoke
-# (always watched) 2-3 ms.  On POSIX, set_wakeup_fd takes a pipe.
+# socket pair, and it calls _signal, the C module that signal re-exports
+# (``from _signal import *``): importing socket, threading and signal (which
+# builds its IntEnums at import) cost a process's first invoke, always
+# watched, 3 ms.  On POSIX, set_wakeup_fd takes a pipe.
 
 # An invoke that took longer than this arms Ctrl-C cancellation for the
 # next ones (the first invoke after each allocation is always armed).
@@ -36,19 +39,17 @@ class _SigintWatcher:
 
     def arm(self, native):
         """Start watching; return a token for :meth:`disarm` (None: not armed)."""
-        import signal
-
         r, w = os.pipe()
         os.set_blocking(w, False)  # set_wakeup_fd requires it
         try:
             # ValueError outside the main thread, where no Python signal handler runs.
-            old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+            old = _signal.set_wakeup_fd(w, warn_on_full_buffer=False)
         except (ValueError, OSError):
             old = None
         if old != -1:
             # Someone (an event loop) owns the wakeup fd, or it cannot be set: leave it.
             if old is not None:
-                signal.set_wakeup_fd(old)
+                _signal.set_wakeup_fd(old)
             os.close(r)
             os.close(w)
             return None
@@ -58,7 +59,7 @@ class _SigintWatcher:
         try:
             _thread.start_new_thread(_watch, (r, native, ended))
         except RuntimeError:  # no new thread now (interpreter shutdown): run unwatched
-            signal.set_wakeup_fd(-1)
+            _signal.set_wakeup_fd(-1)
             os.close(r)
             os.close(w)
             return None
@@ -66,20 +67,16 @@ class _SigintWatcher:
 
     def disarm(self, token) -> None:
         """Stop watching: give the wakeup fd back, and end the thread (it is gone when this returns)."""
-        import signal
-
         if token is None:
             return
         ended, w = token
-        signal.set_wakeup_fd(-1)
+        _signal.set_wakeup_fd(-1)
         os.close(w)  # the reader sees the end of the stream and returns
         ended.acquire()
 
 
 def _watch(r: int, native, ended) -> None:
     """The watcher thread: cancel ``native`` on each SIGINT byte, until the write end closes."""
-    import signal
-
     try:
         while True:
             try:
@@ -90,7 +87,7 @@ def _watch(r: int, native, ended) -> None:
                 return
             if not data:
                 return
-            if signal.SIGINT in data:
+            if _signal.SIGINT in data:
                 native.cancel()
     finally:
         os.close(r)
