@@ -50,16 +50,22 @@ class _DataclassFields:
     ``__dataclass_fields__``, a plain class attribute from then on.
     """
 
+    def __init__(self, owner: type):
+        # The class it stands in for: a subclass reads it through inheritance,
+        # and gets the owner's fields, as it would inherit a generated one.
+        self.owner = owner
+
     def __get__(self, obj, cls):
+        owner = self.owner
         with _lock:
-            if cls.__dict__.get("__dataclass_fields__") is self:
+            if owner.__dict__.get("__dataclass_fields__") is self:
                 from dataclasses import dataclass
                 from dataclasses import field as make_field
 
-                for name, options in cls._FIELD_OPTIONS.items():
-                    setattr(cls, name, make_field(**options))
-                dataclass(init=False, repr=False, eq=False)(cls)
-        return cls.__dict__["__dataclass_fields__"]
+                for name, options in owner._FIELD_OPTIONS.items():
+                    setattr(owner, name, make_field(**options))
+                dataclass(init=False, repr=False, eq=False)(owner)
+        return owner.__dict__["__dataclass_fields__"]
 
 
 class Record:
@@ -100,5 +106,5 @@ def record(cls):
     cls._COMPARE = tuple(n for n in names if options.get(n, {}).get("compare", True))
     if sys.version_info >= (3, 10):
         cls.__match_args__ = names  # what @dataclass sets: every field is an __init__ argument
-    cls.__dataclass_fields__ = _DataclassFields()
+    cls.__dataclass_fields__ = _DataclassFields(cls)
     return cls
