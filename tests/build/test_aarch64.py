@@ -380,8 +380,9 @@ def test_x86_64_wheel_runs_prebuilt_kernels_without_a_compiler(wheels, work, sel
     np.testing.assert_array_equal(np.load(work / "selfie_wheel_x86.npy"), compiled)
 
     # What the start-up imported, from a bare interpreter (-S: a site-packages
-    # .pth hook may import pathlib itself): neither pathlib nor urllib.parse,
-    # 2-3 ms of it (bench/README.md, "Eleventh pass").  The first start (the
+    # .pth hook may import pathlib itself): none of tests/test_start_up.py's
+    # list, such as pathlib, threading or dataclasses (bench/README.md,
+    # "Eleventh pass" and "Twelfth pass").  The first start (the
     # rules run, the record is written) and a later one (the record is read).
     site_dirs = [target, *site.getsitepackages()]
     for start in ("first", "later"):
