@@ -109,13 +109,22 @@ import json, os, threading, time
 import opaque_ops as oo
 def threads():
     return sorted(os.listdir("/proc/self/task"))
+def settled(before):
+    # The watcher has finished its Python work when invoke() returns; the OS
+    # thread may need a moment more to exit (as after Thread.join()).
+    for _ in range(200):
+        now = threads()
+        if now == before:
+            return now
+        time.sleep(0.005)
+    return threads()
 it = oo.Interpreter(model_content=slow_model(layers=2, hw=32), use_xnnpack=False, num_threads=1)
 it.allocate_tensors()
 before = threads()
 it.invoke()          # the first invoke after an allocation is always watched
-first = threads()
+first = settled(before)
 it.invoke()
-again = threads()
+again = settled(before)
 # One armed invoke (a new interpreter's first) whose thread is seen running: the count can tell.
 seen = []
 it = oo.Interpreter(model_content=slow_model(layers=2, hw=32), use_xnnpack=False, num_threads=1)
@@ -128,7 +137,7 @@ def spy(r, native, ended):
 s._watch = spy
 it.invoke()
 print(json.dumps({"before": before, "first": first, "again": again, "during": seen,
-                  "after": threads(), "enumerate": [t.name for t in threading.enumerate()]}))
+                  "after": settled(before), "enumerate": [t.name for t in threading.enumerate()]}))
 """
     )
     p = run_child(code)
