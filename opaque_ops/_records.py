@@ -89,6 +89,13 @@ class Record:
     __hash__ = None  # type: ignore[assignment]  # as a dataclass with eq and not frozen
 
 
+def _replace(self, /, **changes):
+    """``copy.replace(obj, **changes)``: ``dataclasses.replace``, as a generated dataclass has it."""
+    from dataclasses import replace
+
+    return replace(self, **changes)
+
+
 def record(cls):
     """Make ``cls`` (a :class:`Record` with its own ``__init__``) a dataclass on first use.
 
@@ -106,5 +113,9 @@ def record(cls):
     cls._COMPARE = tuple(n for n in names if options.get(n, {}).get("compare", True))
     if sys.version_info >= (3, 10):
         cls.__match_args__ = names  # what @dataclass sets: every field is an __init__ argument
+    if sys.version_info >= (3, 13):
+        # What @dataclass sets on 3.13 for copy.replace(); it must work before
+        # anything has asked for the fields.
+        cls.__replace__ = _replace
     cls.__dataclass_fields__ = _DataclassFields(cls)
     return cls

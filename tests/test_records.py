@@ -126,6 +126,8 @@ def test_dataclass_functions_work(cls):
     assert getattr(cls, "__match_args__", None) == getattr(_reference(cls), "__match_args__", None)
     # A default factory's field is no class attribute; a plain default is one.
     ref = _reference(cls)
+    # (Python 3.13 and later: __replace__ for copy.replace.)
+    assert hasattr(cls, "__replace__") == hasattr(ref, "__replace__")
     for f in dataclasses.fields(cls):
         assert hasattr(cls, f.name) == hasattr(ref, f.name), f.name
         if hasattr(ref, f.name):
@@ -141,6 +143,12 @@ with open(sys.argv[1], "rb") as f:
 spec = BuildSpec(["cc"], label="x")
 used = [repr(info), repr(spec), info == info, spec == BuildSpec(["cc"], label="x"), info.subgraphs[0].tensors[0].name]
 before = "dataclasses" in sys.modules
+# copy.replace (Python 3.13 and later) works before anything asked for the fields.
+if sys.version_info >= (3, 13):
+    import copy
+    replaced = copy.replace(spec, label="y").label
+else:
+    replaced = "y"
 # As @dataclass leaves it: a default factory's field is no class attribute, a plain default is one.
 attrs = [hasattr(reader.ModelInfo, "buffers"), hasattr(BuildSpec, "sources"), BuildSpec.label]
 import dataclasses
@@ -158,6 +166,7 @@ for t in threads: t.join()
 print(json.dumps({
     "before": before,
     "attrs": attrs,
+    "replaced": replaced,
     "sub": sub,
     "same": all(s == seen[0] for s in seen) and len(seen) == 8,
     "names": [[f.name for f in dataclasses.fields(c)] for c in classes],
@@ -176,6 +185,7 @@ def test_no_dataclasses_until_asked_then_once_for_all_threads(tmp_path, atan_mod
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["before"] is False, "reading a model or making a BuildSpec imported dataclasses"
     assert got["attrs"] == [False, False, "building the kernel library"]
+    assert got["replaced"] == "y"
     assert got["sub"] == ["key", "subgraph_index", "inputs", "outputs"]
     # Eight threads asked at once: each saw the one set of Field objects.
     assert got["same"] is True
