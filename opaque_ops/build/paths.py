@@ -22,11 +22,22 @@ if TYPE_CHECKING:
 _PKG = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
-def package_dir() -> Path:
-    """The installed ``opaque_ops`` package directory (symlinks resolved)."""
+def as_path(path: str | os.PathLike) -> Path:
+    """``pathlib.Path(path)``, importing pathlib only now.
+
+    The one way a start-up module hands out a :class:`pathlib.Path` (this
+    module's functions, the compile cache's, ``OpLibrary.path``): the
+    ``*_str`` paths stay on the start-up path, and pathlib is loaded only by
+    a caller that asks for a Path.
+    """
     from pathlib import Path
 
-    return Path(_PKG)
+    return Path(path)
+
+
+def package_dir() -> Path:
+    """The installed ``opaque_ops`` package directory (symlinks resolved)."""
+    return as_path(_PKG)
 
 
 def package_dir_str() -> str:
@@ -48,16 +59,12 @@ def c_dir_str() -> str:
 
 def c_dir() -> Path:
     """Return the directory holding ``include/``, ``src/`` and ``kernels/``."""
-    from pathlib import Path
-
-    return Path(c_dir_str())
+    return as_path(c_dir_str())
 
 
 def include_dir() -> Path:
     """The directory to put on a kernel's include path."""
-    from pathlib import Path
-
-    return Path(include_dir_str())
+    return as_path(include_dir_str())
 
 
 def include_dir_str() -> str:
@@ -67,9 +74,7 @@ def include_dir_str() -> str:
 
 def runtime_source() -> Path:
     """The runtime glue compiled into every kernel library."""
-    from pathlib import Path
-
-    return Path(runtime_source_str())
+    return as_path(runtime_source_str())
 
 
 def runtime_source_str() -> str:
@@ -97,9 +102,7 @@ def suffix(path: str) -> str:
 
 def kernels_dir() -> Path:
     """The bundled kernel sources."""
-    from pathlib import Path
-
-    return Path(kernels_dir_str())
+    return as_path(kernels_dir_str())
 
 
 def kernels_dir_str() -> str:

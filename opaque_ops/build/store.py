@@ -49,9 +49,7 @@ _SUFFIX = ".so"
 
 def default_dir(override: str | os.PathLike | None = None) -> Path:
     """The compile cache directory: argument, ``$OPAQUE_OPS_CACHE_DIR``, or the user cache."""
-    from pathlib import Path
-
-    return Path(default_dir_str(override))
+    return _paths.as_path(default_dir_str(override))
 
 
 def default_dir_str(override: str | os.PathLike | None = None) -> str:
@@ -158,9 +156,7 @@ def private_dir(path: str | os.PathLike, what: str = "cache directory") -> Path:
         The path is a file, cannot be created or written, is owned by another
         user, or can be written by others.
     """
-    from pathlib import Path
-
-    return Path(private_dir_str(path, what))
+    return _paths.as_path(private_dir_str(path, what))
 
 
 def private_dir_str(path: str | os.PathLike, what: str = "cache directory") -> str:
@@ -217,9 +213,7 @@ class Cache:
     @property
     def root(self) -> Path:
         """The directory, as a :class:`pathlib.Path` (:attr:`dir` is the same as a ``str``)."""
-        from pathlib import Path
-
-        return Path(self.dir)
+        return _paths.as_path(self.dir)
 
     def _check_entry(self, path: str) -> os.stat_result:
         st = os.lstat(path)
@@ -348,7 +342,6 @@ class Cache:
         # every process's start-up imports this module (see new_file).
         import shutil
         import tempfile
-        from pathlib import Path
 
         try:
             d = tempfile.mkdtemp(prefix=".build-", dir=self.dir)
@@ -358,7 +351,7 @@ class Cache:
                 f"permissions or choose another directory (cache_dir=... or ${ENV_CACHE})"
             ) from None
         try:
-            yield Path(d)
+            yield _paths.as_path(d)
         finally:
             shutil.rmtree(d, ignore_errors=True)
 

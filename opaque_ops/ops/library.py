@@ -67,9 +67,7 @@ class OpLibrary(OpProvider):
     @property
     def path(self) -> Path:
         """The shared library file (absolute, symlinks resolved)."""
-        from pathlib import Path
-
-        return Path(self._path)
+        return _paths.as_path(self._path)
 
     def __reduce__(self):
         # What made it, and its file: a pickle, a pool and the isolated
@@ -193,7 +191,7 @@ def compile_ops(
         sources=[path] if path is not None else [],
         text=text if path is None else None,
         ops=ops,
-        include_dirs=[_as_path(p) for p in include_dirs],
+        include_dirs=[_paths.as_path(p) for p in include_dirs],
         defines=[(m, None) if isinstance(m, str) else tuple(m) for m in define_macros],
         cflags=[str(a) for a in extra_compile_args],
         debug=debug,
@@ -299,12 +297,6 @@ def op_library_from_spec(spec: str | os.PathLike) -> OpProvider:
     if magic != b"\x7fELF":
         raise OpLibraryError(f"{p} (in custom_ops) is not a shared library (no ELF header); {SPEC_HELP}")
     return load_ops(p)
-
-
-def _as_path(p) -> Path:
-    from pathlib import Path
-
-    return Path(p)
 
 
 def _file_digest(path: str | os.PathLike) -> str | None:
