@@ -353,7 +353,7 @@ def restore_library(origin, path) -> OpLibrary:
             if not os.path.isfile(path):
                 raise
             # The sender's file: a compile cache entry only through the cache's checks.
-            entry = _verified_cache_entry(path) if _is_cache_entry_name(path) else path
+            entry = _verified_cache_entry(path) if _cache_entry_parts(path) else path
             if entry is None:
                 raise
             lib = load_ops(entry)
@@ -387,9 +387,11 @@ def restore_library(origin, path) -> OpLibrary:
     return load_ops(path)
 
 
-def _is_cache_entry_name(path) -> bool:
-    name = os.path.basename(os.fspath(path).rstrip(os.sep))
-    return name.endswith(".so") and len(name[: -len(".so")].split("-")) == 3
+def _cache_entry_parts(path) -> list[str] | None:
+    """``[KEY, COMPILER, DIGEST]`` of a compile cache entry's file name (``KEY-COMPILER-DIGEST.so``), or None."""
+    name = os.path.basename(os.fspath(path))
+    parts = name[: -len(".so")].split("-") if name.endswith(".so") else []
+    return parts if len(parts) == 3 else None
 
 
 def _verified_cache_entry(path) -> str | None:
@@ -401,9 +403,8 @@ def _verified_cache_entry(path) -> str | None:
     compiles instead.
     """
     p = os.fspath(path)
-    name = os.path.basename(p)
-    parts = name[: -len(".so")].split("-") if name.endswith(".so") else []
-    if len(parts) != 3 or not os.path.isfile(p):
+    parts = _cache_entry_parts(p)
+    if parts is None or not os.path.isfile(p):
         return None
     try:
         return _store.Cache(os.path.dirname(p) or ".").lookup(parts[0], parts[1])
