@@ -74,13 +74,18 @@ def kernel(name: str) -> OpLibrary:
 
 
 def bundle(*kernel_names: str) -> OpBundle:
-    """Several bundled kernels (or bundles) as one ``custom_ops`` entry (all of them if no names)."""
-    from .ops.library import OpBundle
+    """Several bundled kernels (or bundles) as one ``custom_ops`` entry (all of them if no names).
+
+    Each kernel file is loaded when first needed (see
+    :class:`~opaque_ops.ops.library.OpBundle`): an interpreter loads those
+    whose ops its model uses.
+    """
+    from .ops.library import DeferredKernel, OpBundle
 
     files: list[str] = []
     for n in kernel_names or ("all",):
         files += [f for f in expand(n) if f not in files]
-    return OpBundle([kernel(n) for n in files], name="+".join(kernel_names or ("all",)))
+    return OpBundle([DeferredKernel(n) for n in files], name="+".join(kernel_names or ("all",)))
 
 
 def by_name(name: str) -> OpProvider:

@@ -80,16 +80,27 @@ def expand(name: str) -> list[str]:
 def provided_ops() -> dict[tuple[str, int], str]:
     """``{(op name, version): kernel file}`` for every op a bundled kernel declares.
 
-    Read from the ``OPAQUE_OP("Name", version, ...)`` lines of the sources, so
-    it costs no compile; used for hints such as "kernels:mediapipe provides it".
+    Read from the sources (:func:`declared_ops`), so it costs no compile;
+    used for hints such as "kernels:mediapipe provides it".
     """
-    found = {}
-    for name in available():
+    return {op: name for name in available() for op in declared_ops(name)}
+
+
+@cache
+def declared_ops(name: str) -> tuple[tuple[str, int], ...]:
+    """``(op name, version)`` of each ``OPAQUE_OP("Name", version, ...)`` line of bundled kernel ``name``.
+
+    What the library registers once loaded (``tests/build/test_bundles.py``
+    holds every bundled kernel to that), known without loading it: a bundle
+    loads only the kernel files whose ops a model uses.  Empty if the source
+    cannot be read.
+    """
+    try:
         with open(os.path.join(_paths.kernels_dir_str(), f"{name}.c"), encoding="utf-8") as f:
             text = f.read()
-        for op, version in _OP_LINE.findall(text):
-            found[(op, int(version))] = name
-    return found
+    except OSError:
+        return ()
+    return tuple(sorted({(op, int(version)) for op, version in _OP_LINE.findall(text)}))
 
 
 def prebuilt_dir() -> str | None:

@@ -158,19 +158,31 @@ def _as_op_libraries(custom_ops) -> list:
     return libs
 
 
-def _collect_operators(libs) -> list:
+def _collect_operators(libs, needed) -> list:
+    """The operators to register for a model whose custom ops are named ``needed``.
+
+    Two libraries may not provide the same op (name and version), whether
+    or not the model uses it: that is decided on what each declares
+    (``lib.ops``), before anything is loaded.  Then each provider gives the
+    operators for ``needed`` (:meth:`~opaque_ops.ops.provider.OpProvider.operators_for`):
+    a bundle of kernel files loads only those the model uses.
+    """
     seen: dict[tuple[str, int], object] = {}
-    ops = []
     for lib in libs:
-        for op in lib.operators():
-            key = (op.name, op.version)
+        for key in lib.ops:
             if key in seen and seen[key] is not lib:
                 raise OpaqueOpsError(
-                    f"op {op.name} v{op.version} is provided by both {seen[key]!r} and {lib!r}; "
+                    f"op {key[0]} v{key[1]} is provided by both {seen[key]!r} and {lib!r}; "
                     "pass only one of them in custom_ops"
                 )
-            if key not in seen:
-                seen[key] = lib
+            seen.setdefault(key, lib)
+    ops = []
+    taken: set[tuple[str, int]] = set()
+    for lib in libs:
+        for op in lib.operators_for(needed):
+            key = (op.name, op.version)
+            if key not in taken:
+                taken.add(key)
                 ops.append(op)
     return ops
 
@@ -385,7 +397,7 @@ class Interpreter:
         except ModelError as exc:
             raise ModelError(f"{self._model_name} is not a usable TFLite model: {exc}") from None
         self._model_bytes = data
-        operators = _collect_operators(self._libs)
+        operators = _collect_operators(self._libs, {n for n, _v in self._info.custom_ops()})
         # XNNPACK for the builtins; registered kernels keep their nodes (see _xnnpack).
         try:
             self.xnnpack, aliases = _xnnpack.plan(

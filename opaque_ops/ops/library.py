@@ -426,30 +426,98 @@ def _check_loadable(path: str) -> None:
         raise OpLibraryError(problem)
 
 
+class DeferredKernel:
+    """A bundled kernel file named but not loaded yet: what a bundle holds until a model needs it.
+
+    Its ops are the ``OPAQUE_OP`` lines of its source
+    (:func:`opaque_ops.build.bundles.declared_ops`); :meth:`load` is
+    :func:`bundled_kernel` (prebuilt or compiled, once per process).
+    Loading a kernel file costs a ``dlopen``, the prebuilt copy's digest and
+    the ELF checks, about 0.3-0.5 ms each: an app's start-up with
+    ``kernels.mediapipe()`` pays for the one file selfie segmentation
+    uses, not for all six.
+    """
+
+    __slots__ = ("file", "ops")
+
+    def __init__(self, file: str):
+        # (A name that is not a bundled kernel file declares no ops, and
+        # load() raises bundled_kernel's ValueError, which lists them.)
+        self.file = file
+        self.ops = list(_bundles.declared_ops(file))
+
+    def load(self) -> OpLibrary:
+        return bundled_kernel(self.file)
+
+    def __reduce__(self):
+        # By name: the receiving process reads its own sources' declarations.
+        return DeferredKernel, (self.file,)
+
+    def __repr__(self) -> str:
+        return f"<DeferredKernel {self.file}>"
+
+
 class OpBundle(OpProvider):
     """Several op libraries used as one (e.g. all of MediaPipe's kernels).
+
+    A bundle of bundled kernel files (:func:`opaque_ops.kernels.bundle`,
+    ``kernels.mediapipe()``) loads each file when first needed: when an
+    interpreter's model uses one of its ops (:meth:`operators_for`), or
+    when :attr:`libraries`, :meth:`operators` or :attr:`simd` is asked for.
+    Its :attr:`ops` and :attr:`names` need no loading.  A kernel file that
+    cannot be loaded (no compiler for a checkout's source) raises then, for
+    the model that needs it, and not for one that does not.
 
     Attributes
     ----------
     libraries : list of OpLibrary
+        Every library of the bundle (loading those not loaded yet).
     """
 
     def __init__(self, libraries, name: str = "bundle"):
-        self.libraries = list(libraries)
+        # Each entry: an OpProvider, or a DeferredKernel until it is loaded
+        # (then replaced by its OpLibrary, under _lock).
+        self._entries = list(libraries)
         self.name = name
+        self._lock = _thread.allocate_lock()
 
     def __reduce__(self):
-        # Its libraries travel by their own rules (bundled kernels by name).
-        return OpBundle, (self.libraries, self.name)
+        # Its libraries travel by their own rules (bundled kernels by name);
+        # a kernel file not loaded here is not loaded for the trip either.
+        return OpBundle, (list(self._entries), self.name)
+
+    def _loaded(self, i: int) -> OpProvider:
+        entry = self._entries[i]
+        if isinstance(entry, DeferredKernel):
+            lib = entry.load()  # (cached per process: two threads get the same library)
+            with self._lock:
+                self._entries[i] = lib
+            return lib
+        return entry
+
+    @property
+    def libraries(self) -> list:
+        """Every library of the bundle (each loaded on first use)."""
+        return [self._loaded(i) for i in range(len(self._entries))]
 
     def operators(self) -> list:
         """Every library's operators (internal handles)."""
         return [op for lib in self.libraries for op in lib.operators()]
 
+    def operators_for(self, names) -> list:
+        """The operators of the libraries that provide any of ``names``, loading only those."""
+        wanted = set(names)
+        return [
+            op
+            for i, entry in enumerate(self._entries)
+            if any(n in wanted for n, _v in entry.ops)
+            for op in self._loaded(i).operators()
+        ]
+
     @property
     def ops(self) -> list[tuple[str, int]]:
-        """``(name, version)`` of every op provided."""
-        return sorted(op for lib in self.libraries for op in lib.ops)
+        """``(name, version)`` of every op provided (declared: nothing is loaded to tell)."""
+        return sorted(op for entry in self._entries for op in entry.ops)
 
     @property
     def names(self) -> list[str]:

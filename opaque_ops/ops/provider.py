@@ -22,12 +22,23 @@ NOT_AN_OP_PROVIDER = (
 class OpProvider:
     """Something that provides custom ops: pass it in ``Interpreter(custom_ops=[...])``.
 
-    Subclasses implement :meth:`operators`, :attr:`ops` and ``__reduce__``.
+    Subclasses implement :meth:`operators`, :attr:`ops` and ``__reduce__``
+    (and may implement :meth:`operators_for`).
     """
 
     def operators(self) -> list:
         """The operators to register with TFLite (internal handles of :mod:`opaque_ops._native`)."""
         raise NotImplementedError
+
+    def operators_for(self, names) -> list:
+        """The operators to register for a model whose custom ops are named ``names``.
+
+        All of :meth:`operators` here; a provider made of parts loaded on
+        demand (:class:`~opaque_ops.ops.library.OpBundle`) loads only the
+        parts that provide those names.  :attr:`ops` must not need them
+        loaded.
+        """
+        return self.operators()
 
     @property
     def ops(self) -> list[tuple[str, int]]:

@@ -32,3 +32,13 @@ def test_pure_is_what_pathlib_makes_of_a_path(given):
     from pathlib import PurePosixPath
 
     assert paths.pure(given) == str(PurePosixPath(given))
+
+
+@pytest.mark.parametrize("name", bundles.available())
+def test_declared_ops_are_what_the_loaded_library_registers(name):
+    # A bundle decides which files to load on these (opaque_ops.ops.library.OpBundle):
+    # an op the source's OPAQUE_OP lines miss would go unregistered.
+    from opaque_ops import kernels
+
+    assert list(bundles.declared_ops(name)) == kernels.kernel(name).ops
+    assert bundles.declared_ops(name)
