@@ -52,6 +52,9 @@ NOT_AT_START_UP = [
     "signal",
     "dataclasses",
     "copy",
+    # binascii loads zlib; the runtime loader decodes the wheel's RECORD
+    # digest itself (runtime_loader.record_hex).
+    "binascii",
     # What only Python operators and delegate plugins use (loaded on first use).
     "opaque_ops._native.python_operator",
     "opaque_ops._native.native_delegate",

@@ -26,7 +26,6 @@ a one-line :class:`UnknownRuntimeWarning`; a named file is trusted.
 from __future__ import annotations
 
 import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
-import binascii
 import importlib.util
 import os
 import warnings
@@ -38,9 +37,30 @@ from .pending import stash_exception
 
 ENV_LIBRARY = "OPAQUE_OPS_TFLITE_LIB"
 
-# RECORD's digests are URL-safe base64 (what base64.urlsafe_b64decode undoes,
-# without importing base64 into every process for one line).
-_URLSAFE = str.maketrans("-_", "+/")
+# RECORD's digests are URL-safe base64 without padding (the wheel format).
+_URLSAFE_DIGITS = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")}
+
+
+def record_hex(b64: str) -> str | None:
+    """The hex SHA-256 of a wheel RECORD's ``sha256=`` value, or None if it is not one.
+
+    What ``base64.urlsafe_b64decode(b64 + "=").hex()`` gives for a 32-byte
+    digest, decoded here by hand: every process that finds the runtime in
+    pymicro-wakeword's wheel reads this one value, and ``binascii`` (which
+    ``base64`` is built on) loads zlib, 0.2-1 ms of that start-up.
+    ``tests/native/test_runtime.py`` holds it to ``base64``.
+    """
+    if len(b64) != 43:  # 256 bits in 6-bit digits, the last two bits zero
+        return None
+    n = 0
+    for c in b64:
+        v = _URLSAFE_DIGITS.get(c)
+        if v is None:
+            return None
+        n = n << 6 | v
+    if n & 3:
+        return None  # not the canonical encoding of a digest
+    return (n >> 2).to_bytes(32, "big").hex()
 
 # How the file was found (RuntimeInfo.found_by).
 BY_ARGUMENT = "library= argument"
@@ -371,8 +391,7 @@ def _wheel_record_build(path: str) -> builds.KnownBuild | None:
             if line.startswith(member):
                 b64, _, size = line[len(member) :].partition(",")
                 try:
-                    digest = binascii.a2b_base64(b64.translate(_URLSAFE) + "=" * (-len(b64) % 4)).hex()
-                    build = builds.BY_DIGEST.get(digest)
+                    build = builds.BY_DIGEST.get(record_hex(b64) or "")
                     if build is not None and int(size) == build.size == os.path.getsize(path):
                         return build
                 except (ValueError, OSError):

@@ -543,3 +543,22 @@ def test_armv7l_runs_builtin_models_and_refuses_custom_ops_with_the_reason(tmp_p
     assert got.shape == want.shape
     # Measured: 1.5e-5 at most on values of 55-73 (ai-edge-litert uses XNNPACK, armv7l cannot).
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=0)
+
+
+def test_record_hex_decodes_what_base64_decodes_and_refuses_the_rest():
+    # The runtime loader reads the wheel's RECORD without importing base64 (record_hex's docstring).
+    import base64
+    import hashlib
+    import random
+
+    rng = random.Random(5)
+    digests = [hashlib.sha256(bytes([i])).digest() for i in range(200)] + [bytes(32), b"\xff" * 32]
+    digests += [bytes.fromhex(d) for d in builds.BY_DIGEST]
+    for raw in digests:
+        b64 = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        assert native_runtime.record_hex(b64) == raw.hex() == base64.urlsafe_b64decode(b64 + "=").hex()
+    good = base64.urlsafe_b64encode(digests[0]).decode().rstrip("=")
+    bad = [good[:-1], good + "A", good[:10] + "+" + good[11:], good[:10] + "=" + good[11:], "", good[:-1] + "B"]
+    bad += ["".join(rng.choice("!@#$%^&*() ") for _ in range(43))]
+    for b64 in bad:
+        assert native_runtime.record_hex(b64) is None, b64
