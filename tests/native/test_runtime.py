@@ -562,3 +562,32 @@ def test_record_hex_decodes_what_base64_decodes_and_refuses_the_rest():
     bad += ["".join(rng.choice("!@#$%^&*() ") for _ in range(43))]
     for b64 in bad:
         assert native_runtime.record_hex(b64) is None, b64
+
+
+def test_find_spec_answers_as_importlib_util_does():
+    # The runtime loader finds pymicro-wakeword's package without importing importlib.util.
+    import importlib.util
+
+    names = ["pymicro_wakeword", "numpy", "opaque_ops", "json", "sys", "no_such_module_here", "tests"]
+    for name in names:
+        assert native_runtime.find_spec(name) == importlib.util.find_spec(name), name
+    assert native_runtime.find_spec("pymicro_wakeword") is not None
+    assert native_runtime.find_spec("no_such_module_here") is None
+
+
+def test_the_fast_calls_module_is_imported_as_importlib_imports_an_extension():
+    # load_extension takes importlib's functions from the frozen modules they live in.
+    import importlib.machinery
+    import importlib.util
+
+    from opaque_ops._native import fast_calls as native_fast
+    from opaque_ops.interpreter import fast_calls
+
+    mod = fast_calls.module()
+    if mod is None:
+        pytest.fail(f"no fast calls module: {fast_calls.status()[1]}")
+    assert isinstance(mod.__loader__, importlib.machinery.ExtensionFileLoader)
+    assert mod.__spec__ == importlib.util.spec_from_file_location(
+        native_fast.MODULE_NAME, mod.__file__, loader=mod.__loader__
+    )
+    assert mod.__spec__.origin == mod.__file__ and mod.__spec__.has_location
