@@ -189,7 +189,7 @@ def package_kernels(name: str, root: str | os.PathLike) -> OpBundle:
     -------
     OpBundle
     """
-    from .build.bundles import verified_library
+    from .build.bundles import read_manifest, verified_library
     from .build.machine import host_arch
     from .ops.library import OpBundle, OpLibrary, compile_ops
 
@@ -201,10 +201,14 @@ def package_kernels(name: str, root: str | os.PathLike) -> OpBundle:
         sources = sorted(f for f in os.listdir(c_dir) if f.endswith(".c"))
     except OSError:
         sources = []
+    try:
+        manifest = read_manifest(prebuilt)  # (once, for every file)
+    except (OSError, ValueError):
+        manifest = None  # no prebuilt library is used: each file is compiled
     libs = []
     for file in sources:
         source = os.path.join(c_dir, file)
-        lib_path = verified_library(prebuilt if os.path.isdir(prebuilt) else None, file[: -len(".c")], source)
+        lib_path = verified_library(prebuilt if manifest is not None else None, file[: -len(".c")], source, manifest)
         libs.append(OpLibrary(lib_path, prebuilt=True) if lib_path is not None else compile_ops(source))
     if not libs:
         from .errors import OpLibraryError

@@ -11,7 +11,6 @@ kernels runs this module, and ``import pathlib`` would cost it 2-3 ms.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from functools import cache
@@ -36,7 +35,10 @@ BUNDLES = {
     "all": None,  # every bundled kernel
 }
 
-PREBUILT_MANIFEST = "manifest.json"
+PREBUILT_MANIFEST = "manifest.txt"
+# Where opaque_ops kept the manifest before (as JSON): a kernel package built
+# then still loads its prebuilt libraries (read_manifest falls back to it).
+_JSON_MANIFEST = "manifest.json"
 _OP_LINE = re.compile(r'OPAQUE_OP\(\s*"([^"]+)"\s*,\s*(\d+)')
 
 
@@ -117,14 +119,94 @@ def _manifest() -> dict:
     if d is None:
         return {}
     try:
-        return _read_manifest(d)
+        return read_manifest(d)
     except (OSError, ValueError):
         return {}
 
 
-def _read_manifest(d: str | os.PathLike):
-    with open(os.path.join(d, PREBUILT_MANIFEST), encoding="utf-8") as f:
-        return json.load(f)
+# The manifest is lines of words, not JSON: every start-up of a platform
+# wheel reads it (the fast calls module is checked against it), and the
+# json module cost that start-up 1.1 ms to import, where a split per line
+# reads this.  Names and digests hold no white space (format_manifest
+# refuses any that would).
+_MANIFEST_HEADER = (
+    "# opaque_ops prebuilt libraries: each is loaded only if its digest and its C source's match a line here.\n"
+    "# <key> <value>, or <section> <library name> <library digest> <source digest>\n"
+)
+
+
+def format_manifest(manifest: dict) -> str:
+    """The text of a manifest: ``{key: str, section: {name: {"digest", "source_digest"}}}`` as lines.
+
+    Raises
+    ------
+    ValueError
+        A key, name or value is empty or holds white space (it could not be read back).
+    """
+    lines = []
+    for key, value in sorted(manifest.items()):
+        rows = (
+            [(key, str(value))]
+            if not isinstance(value, dict)
+            else [(key, name, e["digest"], e["source_digest"]) for name, e in sorted(value.items())]
+        )
+        for row in rows:
+            if row[0].startswith("#") or any(
+                not word or len(word.split()) != 1 or word != word.strip() for word in row
+            ):
+                raise ValueError(
+                    f"a prebuilt manifest cannot hold {row!r}: its words must be non-empty, without spaces"
+                )
+            lines.append(" ".join(row))
+    return _MANIFEST_HEADER + "\n".join(lines) + "\n"
+
+
+def parse_manifest(text: str) -> dict:
+    """The manifest :func:`format_manifest` wrote, as that dict.
+
+    Raises
+    ------
+    ValueError
+        A line is neither ``key value`` nor ``section name digest source_digest``.
+    """
+    manifest: dict = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) == 2 and not isinstance(manifest.get(words[0]), dict):
+            manifest[words[0]] = words[1]
+        elif len(words) == 4 and isinstance(manifest.setdefault(words[0], {}), dict):
+            manifest[words[0]][words[1]] = {"digest": words[2], "source_digest": words[3]}
+        else:
+            raise ValueError(f"line {number} of a prebuilt manifest is not one: {line!r}")
+    return manifest
+
+
+def read_manifest(d: str | os.PathLike) -> dict:
+    """The manifest of prebuilt directory ``d`` (its ``manifest.txt``, or an older package's ``manifest.json``).
+
+    Raises
+    ------
+    OSError
+        Neither file can be read.
+    ValueError
+        The file is not a manifest.
+    """
+    try:
+        with open(os.path.join(d, PREBUILT_MANIFEST), encoding="utf-8") as f:
+            return parse_manifest(f.read())
+    except FileNotFoundError:
+        import json  # (only for a kernel package built before manifest.txt)
+
+        with open(os.path.join(d, _JSON_MANIFEST), encoding="utf-8") as f:
+            try:
+                manifest = json.load(f)
+            except RecursionError:
+                manifest = None
+        if not isinstance(manifest, dict):
+            raise ValueError(f"{os.path.join(d, _JSON_MANIFEST)} is not a manifest") from None
+        return manifest
 
 
 def prebuilt_library(name: str) -> str | None:
@@ -182,7 +264,7 @@ def verified_library(
         return None
     if manifest is None:
         try:
-            manifest = _read_manifest(d)
+            manifest = read_manifest(d)
         except (OSError, ValueError):
             return None
     entry = manifest.get(section, {}).get(name) if isinstance(manifest, dict) else None

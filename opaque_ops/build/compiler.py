@@ -17,7 +17,6 @@ aarch64), or prebuilt for the wheels, comes out of :func:`build`:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -525,6 +524,7 @@ def build(spec: BuildSpec, workdir: str | os.PathLike, *, verbose: bool = False)
         "output": str(output),
         "verbose": verbose,
     }
+    import json  # (here, with subprocess: a start-up that finds its builds cached runs no compiler)
     import subprocess
 
     # run_path, not the file as a script: the package directory must not be

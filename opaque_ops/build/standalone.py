@@ -286,7 +286,7 @@ def build_prebuilt(
     """Build every bundled kernel for ``target`` into ``out_dir``, as the platform wheels carry them.
 
     One library per kernel file (``<name>.so``), so ``opaque_ops.kernels.kernel(name)``
-    means the same with or without a compiler, and a ``manifest.json`` with
+    means the same with or without a compiler, and a ``manifest.txt`` with
     each library's digest and its source's (:mod:`opaque_ops._digest`),
     which ``opaque_ops.kernels`` checks before loading one.  A native build
     of the bundled kernels also carries the fast calls module
@@ -319,9 +319,7 @@ def build_prebuilt(
     dict
         The manifest written.
     """
-    import json
-
-    from .bundles import PREBUILT_MANIFEST
+    from .bundles import PREBUILT_MANIFEST, format_manifest
 
     arch = _resolve_target(target)
     native = arch == _cbuild.host_arch() and cc is None
@@ -373,7 +371,7 @@ def build_prebuilt(
                     raise BuildError(str(exc), output=exc.output) from None
                 shutil.move(str(built), str(out / f"{name}.so"))
             manifest["fastcalls"][name] = _manifest_entry(out / f"{name}.so", _extension.sources())
-    (out / PREBUILT_MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    (out / PREBUILT_MANIFEST).write_text(format_manifest(manifest))
     return manifest
 
 

@@ -15,7 +15,7 @@ Where the compiled module comes from, the first that works:
    the compiled module to use, and a failure to load it is an error (a test
    suite pins one build for all its processes with it);
 2. the module prebuilt in a platform wheel (``prebuilt/<arch>/``, checked
-   against the digests in its ``manifest.json``), for the Python it was built for;
+   against the digests in its ``manifest.txt``), for the Python it was built for;
 3. the compile cache: built once per machine and Python, through the
    kernels' build path (the compiler in a child process, cached, verified).
 

@@ -11,7 +11,7 @@ step (the *verdict*: passed, or the exact error) is kept:
 
 - **in memory**, for the life of the process: the parsed model and its
   verdicts, keyed by the digest of the bytes (8 models of at most 64 MB);
-- **on disk**, for a model that passed :func:`check_model`, in a JSON record
+- **on disk**, for a model that passed :func:`check_model`, in a record
   per model content under the verdict cache directory:
   ``$OPAQUE_OPS_VERDICT_CACHE`` if set, else ``verdicts/`` in the compile
   cache directory (``$OPAQUE_OPS_CACHE_DIR`` or ``~/.cache/opaque_ops``).
@@ -23,6 +23,12 @@ step (the *verdict*: passed, or the exact error) is kept:
   interpreter writes its model's record once, with the verdict of its first
   allocation (:func:`write_pending`): creating a file is most of a write's
   cost, and a first start would otherwise write the record twice.
+  A record is :mod:`marshal` data (``.rec``) holding lists, strings,
+  integers, booleans and None, what JSON would hold: every start reads or
+  writes one, importing :mod:`json` cost that start 1.1 ms, and marshal is
+  built in (the import system reads every ``.pyc`` with it).  Records of
+  the earlier JSON format (``.json``) are deleted when the directory is
+  tidied after a write.
 
 No check is weakened.  A verdict is reused only for the exact same bytes (the
 digest is the key), the same checking code (the record's name carries a
@@ -50,7 +56,7 @@ from __future__ import annotations
 
 import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 import contextlib
-import json
+import marshal
 import os
 import time
 import warnings
@@ -67,6 +73,12 @@ from .reader import ModelInfo, read_model
 from .runtime_ops import RUNTIME_CUSTOM_OPS
 
 ENV_VERDICTS = "OPAQUE_OPS_VERDICT_CACHE"
+# A record's file: KEY-CODE-DIGEST.rec (see the module docstring).
+RECORD_SUFFIX = ".rec"
+_EARLIER_SUFFIX = ".json"
+# marshal's format 4 (Python 3.4 and later write and read it), named so
+# that every Python writes the same bytes.
+_MARSHAL_VERSION = 4
 
 # Models kept in memory, and the largest kept: the parsed form holds a copy of
 # the constant data, so a few big models are not worth pinning.
@@ -290,7 +302,7 @@ def clear(disk: bool = False) -> None:
         d = _directory()
         if d is not None:
             for name in os.listdir(d.dir):
-                if name.endswith(d.suffix):
+                if name.endswith((d.suffix, _EARLIER_SUFFIX)):
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(d.dir, name))
 
@@ -359,7 +371,7 @@ class Verdicts:
             self.save()
 
     # ---------------------------------------------------------------- disk
-    def to_json(self) -> dict:
+    def to_doc(self) -> dict:
         doc = {
             "format": 1,
             "has_identifier": self.has_identifier,
@@ -373,7 +385,7 @@ class Verdicts:
         return doc
 
     @classmethod
-    def from_json(cls, key: bytes, owner: ModelInfo, doc: dict) -> Verdicts:
+    def from_doc(cls, key: bytes, owner: ModelInfo, doc: dict) -> Verdicts:
         """The verdicts of a record already checked by :func:`_valid_record`."""
         io = tuple(tuple(part) for part in doc["io"])
         feed = doc.get("feed", _UNKNOWN)  # (absent from records of opaque_ops before it)
@@ -391,7 +403,7 @@ class Verdicts:
             self.pending = False
             if None not in self.model.values():
                 return
-            doc = self.to_json()
+            doc = self.to_doc()
         _save(self.key, doc)
 
 
@@ -442,8 +454,17 @@ def _load_verdict(v):
     return _ERRORS[name](str(msg))
 
 
+def _as_lists(x):
+    """``x`` with every tuple a list, as JSON would write it (what _valid_record expects back)."""
+    if isinstance(x, (list, tuple)):
+        return [_as_lists(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _as_lists(v) for k, v in x.items()}
+    return x
+
+
 def _freeze(x):
-    """JSON lists back to the tuples the keys were made of."""
+    """A record's lists back to the tuples the keys were made of."""
     return tuple(_freeze(v) for v in x) if isinstance(x, list) else x
 
 
@@ -457,13 +478,14 @@ def _is_int(x, low: int = 0, high: int = _MAX_INDEX) -> bool:
 
 
 def _is_verdict(v) -> bool:
+    # (The type first: a list is no dict key, and asking would raise.)
     return v is None or (
-        type(v) is list and len(v) == 2 and v[0] in _ERRORS and type(v[0]) is str and type(v[1]) is str
+        type(v) is list and len(v) == 2 and type(v[0]) is str and v[0] in _ERRORS and type(v[1]) is str
     )
 
 
 def _is_key(x, depth: int = 0) -> bool:
-    """A check_allocated key: lists of JSON scalars, nested a few levels (no float NaN/inf)."""
+    """A check_allocated key: lists of scalars (None, str, int, bool, finite float), nested a few levels."""
     if type(x) is list:
         return depth < _MAX_KEY_DEPTH and all(_is_key(v, depth + 1) for v in x)
     if type(x) is float:
@@ -472,7 +494,7 @@ def _is_key(x, depth: int = 0) -> bool:
 
 
 def _valid_record(doc) -> bool:
-    """True if ``doc`` (parsed JSON) has exactly the shape :meth:`Verdicts.to_json` writes.
+    """True if ``doc`` (a record's data) has exactly the shape :meth:`Verdicts.to_doc` writes.
 
     A record is trusted for its origin (owner, mode, digest), but its contents
     are still checked before use: a record that does not parse as one, with
@@ -531,7 +553,7 @@ def _load(key: bytes, data: bytes) -> ModelInfo | None:
             return None  # a record of another shape: rewritten after the checks run
         info = ModelInfo._read_later(data, doc["has_identifier"], [tuple(o) for o in doc["custom_ops"]])
         info.verdicts["cacheable"] = True
-        info.verdicts["store"] = Verdicts.from_json(key, info, doc)
+        info.verdicts["store"] = Verdicts.from_doc(key, info, doc)
         return info
     except (KeyError, TypeError, ValueError, OverflowError, RecursionError):
         return None  # (the check above should leave nothing for these)
@@ -587,7 +609,7 @@ def _directory() -> _files.Cache | None:
     root = env if env else os.path.join(_files.default_dir_str(), "verdicts")
     try:
         _code()
-        return _files.Cache(root, suffix=".json", mode=0o600, what="verdict cache directory")
+        return _files.Cache(root, suffix=RECORD_SUFFIX, mode=0o600, what="verdict cache directory")
     except (CacheError, OSError) as exc:
         _warn_once(root, exc)
         return None
@@ -619,8 +641,8 @@ def _lookup(key: bytes) -> dict | None:
     except OSError:
         return None
     try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError):  # not JSON, a 5000-digit number, or nested past the stack
+        doc = marshal.loads(raw)
+    except (ValueError, EOFError, TypeError, RecursionError):  # not marshal data, cut short, nested too deep
         return None
     return doc if _valid_record(doc) else None
 
@@ -630,7 +652,7 @@ def _save(key: bytes, doc: dict) -> None:
     d = _directory()
     if d is None:
         return
-    raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    raw = marshal.dumps(_as_lists(doc), _MARSHAL_VERSION)
     prefix = f"{key.hex()}-{_code()}-"
     with _write_lock:
         try:
@@ -654,6 +676,9 @@ def _save(key: bytes, doc: dict) -> None:
                     os.unlink(p)
             elif name.endswith(d.suffix):
                 records.append(name)
+            elif name.endswith(_EARLIER_SUFFIX):
+                with contextlib.suppress(OSError):
+                    os.unlink(p)  # a record of the earlier (JSON) format: never read again
             elif name.startswith(".tmp-"):
                 # Left by a process that died while writing (an hour is
                 # far longer than any write takes).

@@ -44,6 +44,7 @@ from tests.helpers import other_python
 from tests.helpers.atan import make_model, reference
 from tests.helpers.child_process import run_child, run_python
 from tests.helpers.locations import ROOT, package_file
+from tests.helpers.manifest_text import manifest_of
 from tests.test_start_up import NOT_AT_START_UP
 
 pytestmark = [
@@ -292,7 +293,7 @@ def test_platform_wheel_carries_verified_kernels_for_its_arch(wheels, other, arc
         wheel_meta = z.read(next(n for n in names if n.endswith(".dist-info/WHEEL"))).decode()
         assert f"Tag: py3-none-manylinux_2_35_{arch}" in wheel_meta and "Root-Is-Purelib: false" in wheel_meta
         assert not any("/prebuilt/" in n and f"/prebuilt/{arch}/" not in n for n in names)
-        manifest = json.loads(z.read(f"opaque_ops/prebuilt/{arch}/manifest.json"))
+        manifest = manifest_of(z.read(f"opaque_ops/prebuilt/{arch}/manifest.txt"))
         assert manifest["arch"] == arch
         assert sorted(manifest["kernels"]) == kernels.available()
         for name, entry in manifest["kernels"].items():
@@ -374,7 +375,7 @@ def test_x86_64_wheel_runs_prebuilt_kernels_without_a_compiler(wheels, work, sel
     # Nothing compiled: no library in the compile cache (creating the
     # interpreter keeps the model's verdict in its verdicts/ directory).
     assert not list((work / "never_used_cache").glob("*.so")), "nothing may be compiled"
-    assert list((work / "never_used_cache" / "verdicts").glob("*.json"))
+    assert list((work / "never_used_cache" / "verdicts").glob("*.rec"))
     # The same source compiled here with the same build path gives the same output, bit for bit.
     compiled = native_run(oo.kernels.mediapipe(), selfie, np.load(photo))
     np.testing.assert_array_equal(np.load(work / "selfie_wheel_x86.npy"), compiled)

@@ -26,6 +26,7 @@ from flatbuffers import flexbuffers
 
 from opaque_ops.model import ModelBuilder
 from tests.helpers.child_process import ChildResult, run_python
+from tests.helpers.manifest_text import manifest_of
 from tests.helpers.mediapipe_models import model_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -334,7 +335,7 @@ def test_platform_wheel_carries_the_prebuilt_libraries(wheels, arch):
             in z.read(next(n for n in names if n.endswith(".dist-info/WHEEL"))).decode()
         )
         assert "[opaque_ops.kernels]" in z.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-        manifest = json.loads(z.read(f"{NAME}/prebuilt/{arch}/manifest.json"))
+        manifest = manifest_of(z.read(f"{NAME}/prebuilt/{arch}/manifest.txt"))
         assert manifest["arch"] == arch and sorted(manifest["kernels"]) == ["flex_roll", "packed12", "shrink"]
         for stem, entry in manifest["kernels"].items():
             lib = z.read(f"{NAME}/prebuilt/{arch}/{stem}.so")

@@ -9,7 +9,7 @@ the test if called.
 from __future__ import annotations
 
 import hashlib
-import json
+import marshal
 import os
 import shutil
 import stat
@@ -40,7 +40,7 @@ def verdicts(tmp_path, monkeypatch):
 
 
 def _records(d: Path) -> list[Path]:
-    return sorted(d.glob("*.json")) if d.is_dir() else []
+    return sorted(d.glob("*.rec")) if d.is_dir() else []
 
 
 def _no_checks(monkeypatch):
@@ -84,7 +84,10 @@ def test_a_model_that_passed_is_not_read_or_checked_again_in_a_new_process(verdi
     model_hex = hashlib.blake2b(data, digest_size=32).hexdigest()
     assert record.name.startswith(model_hex + "-")
     # The name carries the digest of the record's bytes (the compile cache's rule).
-    assert record.name[:-5].rsplit("-", 1)[1] == hashlib.blake2b(record.read_bytes(), digest_size=32).hexdigest()
+    assert (
+        record.name[: -len(".rec")].rsplit("-", 1)[1]
+        == hashlib.blake2b(record.read_bytes(), digest_size=32).hexdigest()
+    )
     assert stat.S_IMODE(record.stat().st_mode) == 0o600
 
     cache.clear()  # a new process
@@ -224,16 +227,18 @@ def test_the_code_digest_follows_the_checks_source(tmp_path):
 def test_a_corrupted_record_is_deleted_and_the_checks_run(verdicts, monkeypatch):
     oo.Interpreter(model_path=str(FACE)).allocate_tensors()
     [record] = _records(verdicts)
-    doc = json.loads(record.read_bytes())
+    doc = marshal.loads(record.read_bytes())
     doc["model"] = []  # a record that no longer says the model passed ...
-    record.write_bytes(json.dumps(doc).encode())  # ... under the old digest
+    record.write_bytes(marshal.dumps(doc))  # ... under the old digest
     cache.clear()
     calls = _counting(monkeypatch)
     oo.Interpreter(model_path=str(FACE)).allocate_tensors()
     assert calls == {"check_model": 1, "check_allocated": 1}
     [again] = _records(verdicts)  # deleted, then written anew
-    assert again.name[:-5].rsplit("-", 1)[1] == hashlib.blake2b(again.read_bytes(), digest_size=32).hexdigest()
-    assert json.loads(again.read_bytes())["model"] == [[[], None]]
+    assert (
+        again.name[: -len(".rec")].rsplit("-", 1)[1] == hashlib.blake2b(again.read_bytes(), digest_size=32).hexdigest()
+    )
+    assert marshal.loads(again.read_bytes())["model"] == [[[], None]]
 
 
 def test_a_truncated_record_is_not_trusted(verdicts, monkeypatch):
@@ -374,3 +379,17 @@ def test_clear_disk_forgets_the_records(verdicts, monkeypatch):
     calls = _counting(monkeypatch)
     oo.Interpreter(model_path=str(FACE)).allocate_tensors()
     assert calls == {"check_model": 1, "check_allocated": 1}
+
+
+def test_records_of_the_earlier_json_format_are_deleted_when_the_directory_is_tidied(verdicts):
+    verdicts.mkdir(parents=True, mode=0o700, exist_ok=True)
+    old = verdicts / f"{'ab' * 32}-0123456789abcdef-{'cd' * 32}.json"
+    old.write_text('{"format": 1}')
+    unrelated = verdicts / "notes.txt"
+    unrelated.write_text("kept")
+    oo.Interpreter(model_path=str(FACE)).allocate_tensors()  # a first start writes a record, then tidies
+    assert not old.exists() and unrelated.exists()
+    assert len(_records(verdicts)) == 1
+    old.write_text('{"format": 1}')
+    cache.clear(disk=True)
+    assert not old.exists() and _records(verdicts) == [] and unrelated.exists()

@@ -1,9 +1,11 @@
 """A verdict record that does not parse as one is ignored and rewritten, never fails a creation (issue 17, item 12).
 
-Malformed records (deeply nested JSON, huge numbers, wrong types) made
-``Interpreter()`` raise ``RecursionError`` or ``OverflowError``.  Each case
-here writes a record under the name the cache would give it (its bytes'
-SHA-256, so the digest check passes and the contents are what is tested),
+Malformed records (deeply nested, huge numbers, wrong types) made
+``Interpreter()`` raise ``RecursionError`` or ``OverflowError`` when records
+were JSON; they are marshal data now (opaque_ops.model.cache), which can hold
+more types still (tuples, sets, bytes, code objects).  Each case here writes a
+record under the name the cache would give it (its bytes' BLAKE2b digest,
+so the digest check passes and the contents are what is tested),
 then creates, allocates and runs the model as a new process would: the
 outputs must be right, and the record on disk a valid one again.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 from pathlib import Path
 
 import numpy as np
@@ -22,54 +25,82 @@ from opaque_ops.model import cache, checks
 from tests.helpers.reference_models import add_mul_model
 
 DEEP = 100_000
+_MARKER = "@@VALUE@@"
 
 
-def _nested(n: int) -> str:
-    return "[" * n + "]" * n
+class Raw(bytes):
+    """A value given as marshal bytes (what marshal.dumps cannot write: nesting past its limit)."""
 
 
-# name: a function of the valid record's JSON text that returns the malformed text.
+def _value(v) -> bytes:
+    # Format 2: no back-references, so a value's bytes can be spliced in anywhere.
+    return bytes(v) if isinstance(v, Raw) else marshal.dumps(v, 2)
+
+
+def _nested(n: int) -> Raw:
+    """``n`` lists, each holding the next, as marshal writes them ("[" and a 4-byte length)."""
+    return Raw(b"[" + (1).to_bytes(4, "little")) * n + Raw(b"[" + (0).to_bytes(4, "little"))
+
+
+def _list(*items) -> Raw:
+    return Raw(b"[" + len(items).to_bytes(4, "little") + b"".join(_value(v) for v in items))
+
+
+def _with(doc: dict, key: str, value) -> bytes:
+    """The record with ``key``'s value replaced by ``value`` (any object, or marshal bytes)."""
+    raw = marshal.dumps(dict(doc, **{key: _MARKER}), 2)
+    marker = marshal.dumps(_MARKER, 2)
+    assert raw.count(marker) == 1
+    return raw.replace(marker, _value(value))
+
+
+# name: a function of the valid record's data that returns the malformed record's bytes.
 MALFORMED = {
-    "whole record nested": lambda doc: _nested(DEEP),
+    "whole record nested": lambda doc: bytes(_nested(DEEP)),
     "nested io": lambda doc: _with(doc, "io", _nested(DEEP)),
-    "nested allocated key": lambda doc: _with(doc, "allocated", f"[[{_nested(DEEP)}, null]]"),
-    "nested custom_ops": lambda doc: _with(doc, "custom_ops", f'[["X", {_nested(DEEP)}]]'),
-    "huge io index": lambda doc: _with(doc, "io", f"[[{10**30}], [{10**30}], []]"),
-    "negative io index": lambda doc: _with(doc, "io", "[[-5], [4], []]"),
-    "io index past the tensors": lambda doc: _with(doc, "io", "[[1000], [4], []]"),
-    "io index 1e400": lambda doc: _with(doc, "io", "[[1e400], [4], []]"),
-    "io index NaN": lambda doc: _with(doc, "io", "[[NaN], [4], []]"),
-    "huge custom op version": lambda doc: _with(doc, "custom_ops", f'[["Atan", {10**30}]]'),
-    "4300-digit int": lambda doc: _with(doc, "io", "[[" + "9" * 5000 + "], [4], []]"),
-    "io a string": lambda doc: _with(doc, "io", '"abc"'),
-    "io of two parts": lambda doc: _with(doc, "io", "[[0], [4]]"),
-    "has_identifier a string": lambda doc: _with(doc, "has_identifier", '"no"'),
-    "has_identifier a list": lambda doc: _with(doc, "has_identifier", "[]"),
-    "model a dict": lambda doc: _with(doc, "model", '{"a": 1}'),
-    "model verdict unknown class": lambda doc: _with(doc, "model", '[[[], ["SystemExit", "x"]]]'),
-    "model verdict a number": lambda doc: _with(doc, "model", "[[[], 7]]"),
-    "model names not strings": lambda doc: _with(doc, "model", "[[[1, 2], null]]"),
-    "allocated verdict of three parts": lambda doc: _with(doc, "allocated", '[[[], ["ModelError", "x", 1]]]'),
-    "custom_ops entry a string": lambda doc: _with(doc, "custom_ops", '["Atan"]'),
-    "format 1 but a list": lambda doc: '[{"format": 1}]',
-    "keys missing": lambda doc: '{"format": 1}',
-    "feed a string": lambda doc: _with(doc, "feed", '"WHERE"'),
+    "nested allocated key": lambda doc: _with(doc, "allocated", _list(_list(_nested(DEEP), None))),
+    "nested custom_ops": lambda doc: _with(doc, "custom_ops", _list(_list("X", _nested(DEEP)))),
+    "huge io index": lambda doc: _with(doc, "io", [[10**30], [10**30], []]),
+    "negative io index": lambda doc: _with(doc, "io", [[-5], [4], []]),
+    "io index past the tensors": lambda doc: _with(doc, "io", [[1000], [4], []]),
+    "io index inf": lambda doc: _with(doc, "io", [[float("inf")], [4], []]),
+    "io index NaN": lambda doc: _with(doc, "io", [[float("nan")], [4], []]),
+    "io index a float": lambda doc: _with(doc, "io", [[0.0], [4], []]),
+    "huge custom op version": lambda doc: _with(doc, "custom_ops", [["Atan", 10**30]]),
+    "5000-digit int": lambda doc: _with(doc, "io", [[10**5000 - 1], [4], []]),
+    "io a string": lambda doc: _with(doc, "io", "abc"),
+    "io of two parts": lambda doc: _with(doc, "io", [[0], [4]]),
+    "io tuples": lambda doc: _with(doc, "io", ((0,), (4,), ())),
+    "io a code object": lambda doc: _with(doc, "io", compile("1 + 1", "<record>", "eval")),
+    "has_identifier a string": lambda doc: _with(doc, "has_identifier", "no"),
+    "has_identifier a list": lambda doc: _with(doc, "has_identifier", []),
+    "has_identifier bytes": lambda doc: _with(doc, "has_identifier", b"\x01"),
+    "model a dict": lambda doc: _with(doc, "model", {"a": 1}),
+    "model verdict unknown class": lambda doc: _with(doc, "model", [[[], ["SystemExit", "x"]]]),
+    "model verdict class a list": lambda doc: _with(doc, "model", [[[], [["ModelError"], "x"]]]),
+    "model verdict a number": lambda doc: _with(doc, "model", [[[], 7]]),
+    "model names not strings": lambda doc: _with(doc, "model", [[[1, 2], None]]),
+    "model names a set": lambda doc: _with(doc, "model", [[{"x"}, None]]),
+    "allocated verdict of three parts": lambda doc: _with(doc, "allocated", [[[], ["ModelError", "x", 1]]]),
+    "allocated key a frozenset": lambda doc: _with(doc, "allocated", [[frozenset([1]), None]]),
+    "custom_ops entry a string": lambda doc: _with(doc, "custom_ops", ["Atan"]),
+    "format 1 but a list": lambda doc: marshal.dumps([{"format": 1}]),
+    "keys missing": lambda doc: marshal.dumps({"format": 1}),
+    "format True": lambda doc: _with(doc, "format", True),
+    "feed a string": lambda doc: _with(doc, "feed", "WHERE"),
     "feed nested": lambda doc: _with(doc, "feed", _nested(DEEP)),
-    "feed of four parts": lambda doc: _with(doc, "feed", '[0, 0, "WHERE", 1]'),
-    "feed huge index": lambda doc: _with(doc, "feed", f'[0, {10**30}, "WHERE", 1, "CAST"]'),
-    "feed names not strings": lambda doc: _with(doc, "feed", "[0, 0, 1, 1, 2]"),
+    "feed of four parts": lambda doc: _with(doc, "feed", [0, 0, "WHERE", 1]),
+    "feed huge index": lambda doc: _with(doc, "feed", [0, 10**30, "WHERE", 1, "CAST"]),
+    "feed names not strings": lambda doc: _with(doc, "feed", [0, 0, 1, 1, 2]),
+    "not marshal data": lambda doc: b"\xff\xfe not a record",
+    "cut short": lambda doc: marshal.dumps(doc)[: len(marshal.dumps(doc)) // 2],
+    "empty": lambda doc: b"",
+    "the earlier JSON format": lambda doc: json.dumps(doc).encode(),
 }
 
 # Well-formed records with values that are merely wrong: used (a record is
 # trusted for its origin: owner, mode, digest), and the outcome is still right.
 WELL_FORMED = {"io index past the tensors"}
-
-
-def _with(doc: dict, key: str, raw_value: str) -> str:
-    """The record's JSON with ``key``'s value replaced by ``raw_value`` (text, so it may be any JSON)."""
-    marker = "@@VALUE@@"
-    text = json.dumps(dict(doc, **{key: marker}), sort_keys=True, separators=(",", ":"))
-    return text.replace(json.dumps(marker), raw_value)
 
 
 @pytest.fixture
@@ -89,11 +120,10 @@ def _run(data: bytes) -> np.ndarray:
     return it.get_tensor(it.get_output_details()[0]["index"])
 
 
-def _plant(record: Path, text: str) -> Path:
-    """Replace ``record`` by ``text`` under the name the cache gives those bytes."""
-    raw = text.encode()
-    stem = record.name[: -len(".json")].rsplit("-", 1)[0]
-    planted = record.with_name(f"{stem}-{hashlib.blake2b(raw, digest_size=32).hexdigest()}.json")
+def _plant(record: Path, raw: bytes) -> Path:
+    """Replace ``record`` by ``raw`` under the name the cache gives those bytes."""
+    stem = record.name[: -len(".rec")].rsplit("-", 1)[0]
+    planted = record.with_name(f"{stem}-{hashlib.blake2b(raw, digest_size=32).hexdigest()}.rec")
     record.unlink()
     planted.write_bytes(raw)
     planted.chmod(0o600)
@@ -104,8 +134,8 @@ def _plant(record: Path, text: str) -> Path:
 def test_malformed_record_is_ignored_and_rewritten(verdicts, case):
     data, _offset, _scale = add_mul_model()
     want = _run(data)
-    [record] = sorted(verdicts.glob("*.json"))
-    doc = json.loads(record.read_bytes())
+    [record] = sorted(verdicts.glob("*.rec"))
+    doc = marshal.loads(record.read_bytes())
     planted = _plant(record, MALFORMED[case](doc))
 
     cache.clear()  # a new process: only the record on disk is left
@@ -114,11 +144,13 @@ def test_malformed_record_is_ignored_and_rewritten(verdicts, case):
 
     if case in WELL_FORMED:
         return
-    [again] = sorted(verdicts.glob("*.json"))
-    assert again != planted or json.loads(again.read_bytes()) == doc
-    rewritten = json.loads(again.read_bytes())
+    [again] = sorted(verdicts.glob("*.rec"))
+    assert again != planted or marshal.loads(again.read_bytes()) == doc
+    rewritten = marshal.loads(again.read_bytes())
     assert rewritten["model"] == [[[], None]] and rewritten["io"] == doc["io"]
-    assert again.name[:-5].rsplit("-", 1)[1] == hashlib.blake2b(again.read_bytes(), digest_size=32).hexdigest()
+    assert (
+        again.name[: -len(".rec")].rsplit("-", 1)[1] == hashlib.blake2b(again.read_bytes(), digest_size=32).hexdigest()
+    )
 
 
 def test_a_valid_record_is_still_used(verdicts, monkeypatch):
@@ -138,12 +170,12 @@ def test_a_record_from_before_the_xnnpack_answer_was_kept_gets_it_added(verdicts
     model is not checked again), the answer is worked out once and the record rewritten with it."""
     data, _offset, _scale = add_mul_model()
     want = _run(data)
-    [record] = sorted(verdicts.glob("*.json"))
-    doc = json.loads(record.read_bytes())
+    [record] = sorted(verdicts.glob("*.rec"))
+    doc = marshal.loads(record.read_bytes())
     assert doc["feed"] is None
     old = dict(doc)
     del old["feed"]
-    _plant(record, json.dumps(old, sort_keys=True, separators=(",", ":")))
+    _plant(record, marshal.dumps(old))
 
     cache.clear()
 
@@ -152,5 +184,5 @@ def test_a_record_from_before_the_xnnpack_answer_was_kept_gets_it_added(verdicts
 
     monkeypatch.setattr(checks, "check_model", boom)
     np.testing.assert_array_equal(_run(data), want)
-    [again] = sorted(verdicts.glob("*.json"))
-    assert json.loads(again.read_bytes())["feed"] is None
+    [again] = sorted(verdicts.glob("*.rec"))
+    assert marshal.loads(again.read_bytes())["feed"] is None
