@@ -529,7 +529,11 @@ def _valid_record(doc) -> bool:
             for m in model
         )
         and type(allocated) is list
-        and all(type(a) is list and len(a) == 2 and _is_key(a[0]) and _is_verdict(a[1]) for a in allocated)
+        # (A key is a list: a scalar one passed here, then broke the record's next write.)
+        and all(
+            type(a) is list and len(a) == 2 and type(a[0]) is list and _is_key(a[0]) and _is_verdict(a[1])
+            for a in allocated
+        )
     )
 
 
