@@ -90,7 +90,7 @@ print("INFO " + json.dumps(info))
 # (tests/test_start_up.py's list), and the compile path itself.
 _NOT_AT_WHEEL_START_UP = [*NOT_AT_START_UP, "opaque_ops.build.compiler"]
 _START_UP_MODULES = r"""
-import json, sys
+import sys
 _NOT = %r
 before = [m for m in _NOT if m in sys.modules]
 import numpy as np
@@ -98,7 +98,9 @@ import opaque_ops as oo
 it = oo.Interpreter(model_path=sys.argv[1], custom_ops=[oo.kernels.mediapipe()])
 it.allocate_tensors()
 it.invoke()
-print("INFO " + json.dumps({"before": before, "imported": sorted(sys.modules), "oo": oo.__file__}))
+imported = sorted(sys.modules)
+import json  # (after the list: what a start-up imports is the question)
+print("INFO " + json.dumps({"before": before, "imported": imported, "oo": oo.__file__}))
 """ % (_NOT_AT_WHEEL_START_UP,)
 
 

@@ -57,7 +57,6 @@ def test_the_module_is_built_from_the_fast_calls_and_the_model_reader(tmp_path):
 
 def test_a_prebuilt_module_is_verified_against_both_sources(tmp_path):
     import hashlib
-    import json
 
     from opaque_ops.build import bundles
 
@@ -67,7 +66,7 @@ def test_a_prebuilt_module_is_verified_against_both_sources(tmp_path):
     lib.write_bytes(b"\x7fELF library")
     entry = {"digest": hashlib.blake2b(lib.read_bytes(), digest_size=32).hexdigest()}
     entry["source_digest"] = bundles.source_digest([a, b])
-    (tmp_path / bundles.PREBUILT_MANIFEST).write_text(json.dumps({"fastcalls": {"_m": entry}}))
+    (tmp_path / bundles.PREBUILT_MANIFEST).write_text(bundles.format_manifest({"fastcalls": {"_m": entry}}))
     assert bundles.verified_library(tmp_path, "_m", [a, b], section="fastcalls") == str(lib)
     b.write_text("int b2;\n")
     assert bundles.verified_library(tmp_path, "_m", [a, b], section="fastcalls") is None
