@@ -112,3 +112,53 @@ def test_a_name_that_is_no_kernel_file_declares_nothing_and_fails_to_load_with_t
     assert d.ops == []
     with pytest.raises(ValueError, match="no bundled kernel 'no_such_kernel'; available: .*max_unpooling"):
         d.load()
+
+
+_CROSSINGS = """
+import hashlib, os, sys, threading
+import numpy as np
+import opaque_ops as oo
+from opaque_ops import kernels
+
+image = np.random.default_rng(3).random((1, 256, 256, 3), dtype=np.float32)
+
+def run(bundle):
+    it = oo.Interpreter(model_path=sys.argv[1], custom_ops=[bundle], num_threads=1)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], image)
+    it.invoke()
+    return hashlib.sha256(it.get_tensor(it.get_output_details()[0]["index"]).tobytes()).hexdigest()
+
+# A fork before any file is loaded: the child loads it.
+bundle = kernels.mediapipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        print("FORKED", run(bundle), flush=True)
+    finally:
+        os._exit(0)
+os.waitpid(pid, 0)
+# Four threads load the same file of one bundle at once.
+shared = kernels.mediapipe()
+barrier = threading.Barrier(4)
+out = []
+def worker():
+    barrier.wait()
+    out.append(run(shared))
+threads = [threading.Thread(target=worker) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print("THREADS", *out)
+print("AFTER", run(kernels.bundle("mediapipe")), len({id(lib) for lib in shared.libraries}))
+"""
+
+
+def test_a_lazy_bundle_under_fork_and_threads_gives_the_same_bytes():
+    p = run_child(_CROSSINGS, SELFIE, timeout=300)
+    assert p.returncode == 0, crashed(p)
+    lines = {line.split()[0]: line.split()[1:] for line in p.stdout.splitlines() if line.split()}
+    [forked] = lines["FORKED"]
+    threads = lines["THREADS"]
+    after, libraries = lines["AFTER"]
+    assert len(threads) == 4 and set(threads) == {forked} == {after}
+    assert libraries == "6"
