@@ -476,10 +476,10 @@ class OpBundle(OpProvider):
 
     def __init__(self, libraries, name: str = "bundle"):
         # Each entry: an OpProvider, or a DeferredKernel until it is loaded
-        # (then replaced by its OpLibrary, under _lock).
+        # (then replaced by its OpLibrary: one list store, atomic, so no lock
+        # that a fork could leave held).
         self._entries = list(libraries)
         self.name = name
-        self._lock = _thread.allocate_lock()
 
     def __reduce__(self):
         # Its libraries travel by their own rules (bundled kernels by name);
@@ -489,9 +489,11 @@ class OpBundle(OpProvider):
     def _loaded(self, i: int) -> OpProvider:
         entry = self._entries[i]
         if isinstance(entry, DeferredKernel):
-            lib = entry.load()  # (cached per process: two threads get the same library)
-            with self._lock:
-                self._entries[i] = lib
+            # Two threads here at once may each make an OpLibrary of the file;
+            # both share its one KernelLibrary and operators (kernel_library
+            # keeps one per path), so either may stay in the list.
+            lib = entry.load()
+            self._entries[i] = lib
             return lib
         return entry
 
