@@ -114,7 +114,12 @@ def prebuilt_dir() -> str | None:
 
 
 @cache
-def _manifest() -> dict:
+def prebuilt_manifest() -> dict:
+    """The manifest of :func:`prebuilt_dir`, read once per process ({} if there is none or it is unreadable).
+
+    The bundled kernels and the fast calls module are both checked against
+    it, at every start-up of a platform wheel.
+    """
     d = prebuilt_dir()
     if d is None:
         return {}
@@ -212,7 +217,7 @@ def read_manifest(d: str | os.PathLike) -> dict:
 def prebuilt_library(name: str) -> str | None:
     """The prebuilt library of kernel ``name`` if it is present, intact and from this source."""
     source = os.path.join(_paths.kernels_dir_str(), f"{name}.c")
-    return verified_library(prebuilt_dir(), name, source, _manifest())
+    return verified_library(prebuilt_dir(), name, source, prebuilt_manifest())
 
 
 def source_digest(source: str | os.PathLike | list) -> str:

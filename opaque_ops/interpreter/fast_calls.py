@@ -61,7 +61,11 @@ def _find() -> tuple[object | None, str]:
             ) from None
     tried = []
     prebuilt = _bundles.verified_library(
-        _bundles.prebuilt_dir(), _extension.prebuilt_name(), _extension.sources(), section="fastcalls"
+        _bundles.prebuilt_dir(),
+        _extension.prebuilt_name(),
+        _extension.sources(),
+        _bundles.prebuilt_manifest(),  # (read once: the bundled kernels are checked against it too)
+        section="fastcalls",
     )
     if prebuilt is not None:
         try:
