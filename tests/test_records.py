@@ -1,6 +1,7 @@
 """The lazy dataclasses (opaque_ops._records) behave as the ones the decorator would generate.
 
-The model reader's classes and the compiler's ``BuildSpec`` write their own
+The model reader's classes, the compiler's ``BuildSpec``, the ELF reader's
+``ElfInfo`` and the dtype rules' ``TypeRule`` write their own
 __init__ and take __repr__ and __eq__ from one base; ``@dataclass`` runs on
 them when something first asks for their fields (generating the methods,
 and importing the dataclasses module, cost about 2.4 ms of every start-up).
@@ -21,8 +22,10 @@ import site
 import numpy as np
 import pytest
 
+from opaque_ops._native import elf
 from opaque_ops.build import compiler
 from opaque_ops.model import reader
+from opaque_ops.model.checks import type_rules
 from tests.helpers.child_process import crashed, run_python
 from tests.helpers.locations import ROOT
 
@@ -33,6 +36,8 @@ CLASSES = [
     reader.SignatureInfo,
     reader.ModelInfo,
     compiler.BuildSpec,
+    elf.ElfInfo,
+    type_rules.TypeRule,
 ]
 
 
@@ -136,12 +141,16 @@ def test_dataclass_functions_work(cls):
 
 _FIRST_USE = """
 import json, sys, threading
+from opaque_ops._native import elf
 from opaque_ops.build.compiler import BuildSpec
 from opaque_ops.model import reader
+from opaque_ops.model.checks import check_model, type_rules
 with open(sys.argv[1], "rb") as f:
     info = reader.read_model(f.read())
+check_model(info)  # the dtype rules' TypeRule objects in use
 spec = BuildSpec(["cc"], label="x")
-used = [repr(info), repr(spec), info == info, spec == BuildSpec(["cc"], label="x"), info.subgraphs[0].tensors[0].name]
+used = [repr(info), repr(spec), info == info, spec == BuildSpec(["cc"], label="x"), info.subgraphs[0].tensors[0].name,
+        repr(elf.read(sys.executable)), elf.process() == elf.read(sys.executable)]
 before = "dataclasses" in sys.modules
 # copy.replace (Python 3.13 and later) works before anything asked for the fields.
 if sys.version_info >= (3, 13):
@@ -154,7 +163,8 @@ attrs = [hasattr(reader.ModelInfo, "buffers"), hasattr(BuildSpec, "sources"), Bu
 import dataclasses
 # A subclass asks first: it gets its base's fields, as it would inherit generated ones.
 sub = [f.name for f in dataclasses.fields(type("Sub", (reader.SignatureInfo,), {}))]
-classes = [reader.TensorInfo, reader.OpInfo, reader.SubgraphInfo, reader.SignatureInfo, reader.ModelInfo, BuildSpec]
+classes = [reader.TensorInfo, reader.OpInfo, reader.SubgraphInfo, reader.SignatureInfo, reader.ModelInfo, BuildSpec,
+           elf.ElfInfo, type_rules.TypeRule]
 start = threading.Barrier(8)
 seen = []
 def ask():

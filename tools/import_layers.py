@@ -10,8 +10,8 @@ where *top* is everything else (``opaque_ops/__init__``, ``testing``,
 ``compat``, ``kernels``, ``runtime``, ``cli/``...).  An import may go down
 or sideways (within one layer), never up; and ``_native``, the only package
 that sees cffi pointers, imports nothing of opaque_ops but ``errors``,
-``_version`` and ``_digest``: it
-takes policy (XNNPACK's aliases, the host architecture...) as arguments.
+``_version``, ``_digest`` and ``_records`` (the lazy dataclasses): it takes
+policy (XNNPACK's aliases, the host architecture...) as arguments.
 
 Usage::
 
@@ -33,7 +33,7 @@ PACKAGE = "opaque_ops"
 LAYERS = ["errors", "build", "model", "_native", "ops", "interpreter", "isolate"]
 TOP = len(LAYERS)  # every other module of the package
 # What _native may import besides itself.
-NATIVE_MAY_IMPORT = {"errors", "_version", "_digest"}
+NATIVE_MAY_IMPORT = {"errors", "_version", "_digest", "_records"}
 
 
 def modules(root: Path) -> dict[str, Path]:

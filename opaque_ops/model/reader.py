@@ -1019,9 +1019,20 @@ def _flex_or_none(custom_options: bytes) -> dict | None:
     # How both readers decode custom options (_operator, and the compiled
     # reader through its spec; anything else this raises is raised through
     # the compiled reader, and the Python reader runs).
+    if len(custom_options) < 3 or custom_options[-2] >> 2 != _FBT_MAP:
+        # Not a flexbuffer map (flex_map_or_none's first test, made here
+        # too): most custom options are a C struct, MediaPipe's among them,
+        # and this answers them without importing model.flex (0.4 ms of a
+        # first start).
+        return None
     from .flex import flex_map_or_none  # on first use (see model/__init__'s _LAZY)
 
     return flex_map_or_none(custom_options)
+
+
+# flexbuffers' type code of a map (FBT_MAP): a root's packed type byte is
+# ``type << 2 | bit width``.
+_FBT_MAP = 9
 
 
 def _read_compiled(buf: bytes) -> ModelInfo | None:

@@ -160,3 +160,64 @@ def test_reading_a_model_with_struct_options_does_not_import_flexbuffers():
     )
     assert r.returncode == 0, crashed(r)
     assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def _custom_options_corpus() -> list[bytes]:
+    # Flexbuffer maps (decoded), their mutations and truncations, other
+    # flexbuffer roots, C structs as MediaPipe's ops store them, and noise.
+    good = flex_options(CUSTOM_OPTS)
+    rng = random.Random(11)
+    out = [good, flex_options({}), flex_options({"k": [1, 2]}), flexbuffers.Dumps([1, 2, 3]), flexbuffers.Dumps(7)]
+    out += [np.array([3, 3, 2, 2, 1, 1], np.int32).tobytes(), np.float32([0.5, 2]).tobytes(), b"", b"\x00", b"ab"]
+    for _ in range(400):
+        buf = bytearray(rng.choice(out[:3]))
+        if rng.random() < 0.3:
+            buf = buf[: rng.randrange(len(buf) + 1)]
+        for _ in range(rng.randint(0, 3)):
+            if buf:
+                buf[rng.randrange(len(buf))] = rng.randrange(256)
+        out.append(bytes(buf))
+    out += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))) for _ in range(200)]
+    return out
+
+
+def test_the_readers_custom_options_are_what_flex_map_or_none_gives():
+    # The reader answers options that are no flexbuffer map without
+    # importing model.flex (reader._flex_or_none); it must answer every
+    # input as flex_map_or_none does, and the corpus holds both kinds.
+    from opaque_ops.model import reader
+    from opaque_ops.model.flex import flex_map_or_none
+
+    corpus = _custom_options_corpus()
+    got = [reader._flex_or_none(b) for b in corpus]
+    assert got == [flex_map_or_none(b) for b in corpus]
+    assert sum(g is not None for g in got) >= 3 and sum(g is None for g in got) >= 200
+
+
+_STRUCT_OPTIONS_CHILD = r"""
+import sys
+from opaque_ops.model import ModelBuilder
+import numpy as np
+b = ModelBuilder()
+x = b.add_tensor("x", [4], np.float32)
+y = b.add_tensor("y", [4], np.float32)
+# MediaPipe's ops keep a C struct in their custom options (here three int32).
+b.add_custom_op("SomeCStructOp", [x], [y], options=np.int32([3, 3, 2]).tobytes())
+b.set_inputs([x])
+b.set_outputs([y])
+data = b.build()
+sys.modules.pop("opaque_ops.model.flex", None)  # the builder's own use
+from opaque_ops.model.reader import read_model
+info = read_model(data)
+op = info.subgraphs[0].operators[0]
+print(op.custom_options == np.int32([3, 3, 2]).tobytes(), op.options, "opaque_ops.model.flex" in sys.modules)
+"""
+
+
+def test_options_that_are_no_flexbuffer_are_read_without_the_flex_module():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _STRUCT_OPTIONS_CHILD], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "None", "False"]

@@ -51,6 +51,20 @@ def test_glibc_needed_matches_readelf_version_needs(arch):
     assert elf.glibc_needed(lib) == max((int(a), int(b)) for a, b in versions) == (2, 34)
 
 
+@pytest.mark.parametrize(
+    "name",
+    [b"GLIBC_2.34", b"GLIBC_2.2.5", b"GLIBC_2.17", b"GLIBC_10.0.1", b"GLIBC_2", b"GLIBC_2.", b"GLIBC_.3",
+     b"GLIBC_2.3.4.5", b"GLIBC_2.x", b"GLIBC_PRIVATE", b"GLIBCXX_3.4.29", b"CXXABI_1.3", b"glibc_2.34",
+     b"GLIBC_2.34 ", b"GLIBC_\xd9\xa3.1", b"", b"GLIBC_", b"GLIBC_2..3"],
+)  # fmt: skip
+def test_glibc_version_names_are_read_as_the_pattern_of_the_version_needs_reads_them(name):
+    # The version names of .gnu.version_r, as binutils prints them
+    # ("Name: GLIBC_2.2.5"): two or three dot-separated decimal numbers.
+    m = re.fullmatch(rb"GLIBC_([0-9]+)\.([0-9]+)(?:\.([0-9]+))?", name)
+    want = tuple(int(g) for g in m.groups() if g is not None) if m else None
+    assert elf._glibc_version(name) == want
+
+
 @needs_binutils
 @pytest.mark.parametrize("arch", ARCHES)
 def test_defined_symbols_match_nm(arch):
