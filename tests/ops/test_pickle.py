@@ -136,6 +136,46 @@ def test_a_compile_ops_library_is_restored_only_through_the_verified_cache(tmp_p
     assert not Path(path).read_bytes().endswith(b"not what was built")
 
 
+def test_a_bundled_kernel_the_receiver_cannot_build_comes_from_the_senders_cache_entry_only_if_it_checks(tmp_path):
+    # The receiver has no compiler ($CC names a missing program) and its own
+    # empty cache: restoring a bundled kernel falls back to the sender's file.
+    # That file is a compile cache entry (KEY-COMPILER-DIGEST.so), so it is
+    # loaded only through the cache's checks (owner, mode, digest): once as
+    # built, and refused once damaged.
+    made = run_child(
+        """
+        import pickle, opaque_ops as oo
+        lib = oo.kernels.atan()
+        print(str(lib.path), bool(lib.prebuilt))
+        print(pickle.dumps(lib).hex())
+        """,
+        env={"OPAQUE_OPS_CACHE_DIR": str(tmp_path / "sender")},
+    )
+    assert made.returncode == 0, crashed(made)
+    path, prebuilt, blob = made.stdout.split()
+    # (A checkout has no prebuilt kernels: this one was compiled into the sender's cache.)
+    assert prebuilt == "False" and Path(path).parent == tmp_path / "sender", path
+    restore = """
+        import pickle
+        from opaque_ops.errors import OpaqueOpsError
+        try:
+            lib = pickle.loads(bytes.fromhex(BLOB))
+        except OpaqueOpsError as exc:
+            print("refused", type(exc).__name__)
+        else:
+            print("loaded", lib.names, str(lib.path) == PATH)
+    """.replace("BLOB", repr(blob)).replace("PATH", repr(path))
+    receiver = {"OPAQUE_OPS_CACHE_DIR": str(tmp_path / "receiver"), "CC": str(tmp_path / "no-such-cc")}
+    as_built = run_child(restore, env=receiver)
+    assert as_built.returncode == 0, crashed(as_built)
+    assert as_built.stdout.split() == ["loaded", "['Atan']", "True"]
+    with open(path, "ab") as f:
+        f.write(b"not what was built")  # still loadable by dlopen: only the digest tells
+    damaged = run_child(restore, env=receiver)
+    assert damaged.returncode == 0, crashed(damaged)
+    assert damaged.stdout.split() == ["refused", "CompileError"]
+
+
 def test_load_ops_library_travels_by_path_with_a_clear_error_where_it_is_missing(tmp_path):
     built = tmp_path / "atan_prebuilt.so"
     shutil.copy(oo.kernels.atan().path, built)
