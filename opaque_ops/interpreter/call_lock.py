@@ -42,12 +42,13 @@ def _reentered(what: str) -> ReentrantCallError:
 class CallLock:
     """A non-reentrant lock that knows its owner thread.
 
-    ``acquire``/``release`` are spelled out (no ``with``) on the hot paths
-    (``set_tensor``, ``invoke``, ``get_tensor``), where they cost about
-    0.1 µs; :meth:`held` is the readable form for everything else.
+    Every call takes it with :meth:`try_acquire` and, when that fails,
+    :meth:`wait` (spelled out on the hot paths, ``set_tensor``, ``invoke``,
+    ``get_tensor``, where a ``with`` costs more than the lock);
+    :meth:`held` is the readable form for everything else.
     """
 
-    __slots__ = ("lock", "owner")
+    __slots__ = ("lock", "owner", "taking")
 
     def __init__(self, lock=None):
         # threading.Lock's interface; the fast calls' own Lock when given
@@ -57,23 +58,47 @@ class CallLock:
         # cleared before releasing, so a thread that sees its own id here
         # holds the lock.
         self.owner = None
+        # Thread id of a thread inside try_acquire: marked before its attempt
+        # and cleared once it is the owner or has failed.  A Python signal
+        # handler runs between two bytecodes of the main thread, also between
+        # the lock's acquire() returning and the owner's mark; a call it makes
+        # finds this mark, its own, and is refused at once.  (Without it, it
+        # found the lock held with no owner and could only tell its own
+        # thread from another by waiting a second: see wait().)
+        self.taking = None
+
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free, as its owner; False if it is held, or being taken by this very thread."""
+        me = get_ident()
+        if self.taking == me:
+            return False  # a signal handler inside this thread's own try_acquire: wait() refuses it
+        self.taking = me
+        if self.lock.acquire(False):
+            self.owner = me
+            self.taking = None
+            return True
+        self.taking = None
+        return False
 
     def wait(self, what: str) -> None:
-        """Acquire after a failed non-blocking attempt: refuse re-entry, else block."""
+        """Acquire, as the owner, after a failed :meth:`try_acquire`: refuse re-entry, else block."""
         me = get_ident()
-        if self.owner == me:
+        if self.owner == me or self.taking == me:
             raise _reentered(what)
         if me != _main_thread_ident():
             self.lock.acquire()
+            self.owner = me
             return
         # The main thread, where Python signal handlers run.  A handler that
-        # interrupted one of this interpreter's calls in the few bytecodes
-        # between taking the lock and recording the owner (or clearing the
-        # owner and releasing) finds no owner: it would wait forever for a
-        # lock its own thread holds.  Another thread in that window needs
-        # only the GIL, which this wait releases, to record itself or
-        # release; a lock held with no owner for a whole second is this
-        # thread's own.
+        # interrupted one of this interpreter's calls where neither mark is
+        # its own finds no owner: between clearing the owner and releasing,
+        # or in try_acquire when another thread overwrote the taking mark
+        # (only the thread's last attempt is marked).  It would wait forever
+        # for a lock its own thread holds.  Another thread holding the lock
+        # unmarked (the fast calls' C set_tensor and get_tensor do not mark
+        # it, and never run Python code while they hold it) needs only the
+        # GIL, which this wait releases, to finish; a lock held with no owner
+        # for a whole second is this thread's own.
         unowned = 0.0
         while not self.lock.acquire(timeout=_POLL_S):
             owner = self.owner
@@ -82,11 +107,11 @@ class CallLock:
             unowned = unowned + _POLL_S if owner is None else 0.0
             if unowned >= _UNOWNED_S:
                 raise _reentered(what)
+        self.owner = me
 
     def acquire(self, what: str) -> None:
-        if not self.lock.acquire(False):
+        if not self.try_acquire():
             self.wait(what)
-        self.owner = get_ident()
 
     def release(self) -> None:
         self.owner = None

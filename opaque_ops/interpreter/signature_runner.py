@@ -11,7 +11,6 @@ import numpy as np
 
 from ..errors import InvalidInputError, OpaqueOpsError
 from . import tensors as _tensors
-from .call_lock import get_ident
 from .reshape_target import Graph, as_shape
 from .sigint import WATCH_AFTER_S
 
@@ -207,9 +206,8 @@ class SignatureRunner:
         """
         it = self._interpreter
         calls, lock = it._calls, it._lock
-        if not lock.acquire(False):
+        if not calls.try_acquire():
             return None  # the full path waits for it, or refuses a re-entered call
-        calls.owner = get_ident()
         try:
             native = it._native
             # (The layout version as _is_planned asks it: an isolated worker's

@@ -779,14 +779,16 @@ def child_main(kind: str, event: str, workdir: str, shared: str, options: str) -
         fn(case, ls)
         return case.clean
 
+    # A deadlock shows at once; the events whose legitimate run is short get a shorter budget.
+    budget = SHORT_BUDGET.get(event, CASE_BUDGET)
+
     def watchdog():
         # A call blocked for good (a lock that is never released) still gets its outcome line.
-        print(MARK + json.dumps({"outcome": "HANG", "detail": f"the case did not end within {CASE_BUDGET:g} s"}))
+        print(MARK + json.dumps({"outcome": "HANG", "detail": f"the case did not end within {budget:g} s"}))
         sys.stdout.flush()
         os._exit(0)
 
-    # A deadlock shows at once; the events whose legitimate run is short get a shorter budget.
-    dog = threading.Timer(SHORT_BUDGET.get(event, CASE_BUDGET), watchdog)
+    dog = threading.Timer(budget, watchdog)
     dog.daemon = True
     dog.start()
     out = outcome_of(body)

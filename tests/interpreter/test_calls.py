@@ -124,6 +124,9 @@ class _NoLock:
         def release():
             pass
 
+    def try_acquire(self):
+        return True
+
     def wait(self, what):
         pass
 
@@ -301,3 +304,50 @@ print(json.dumps(res))
     )
     assert p.returncode == 0, crashed(p)
     assert '"outcome": "KeyboardInterrupt: invoke was cancelled"' in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_a_signal_handler_inside_the_calls_own_lock_taking_is_refused_at_once(monkeypatch, name):
+    # What a Python signal handler finds when it interrupts one of the main
+    # thread's calls between the lock's acquire() returning and the owner's
+    # mark (CallLock.try_acquire): the lock held, no owner, this thread's
+    # taking mark.  A real signal lands there about once in thousands of
+    # calls (tests/lifecycle's signal_handler_reenters case); the state is
+    # made by hand here.  The call must be refused at once.  The fallback
+    # for a lock held with no owner (a second, call_lock._UNOWNED_S) is made
+    # a minute, and a timer frees the lock after 20 s, so that a call that
+    # waits instead ends, in a failure, rather than hanging the suite.
+    from opaque_ops.interpreter import call_lock
+
+    monkeypatch.setattr(call_lock, "_UNOWNED_S", 60.0)
+    probe = Probe()
+    it = oo.Interpreter(model_content=probe_model(), custom_ops=[probe.op])
+    it.allocate_tensors()
+    it.set_tensor(0, np.ones(4, np.float32))  # the fast path is warm
+    calls = it._calls
+    assert calls.lock.acquire(False)
+    calls.taking = threading.get_ident()
+    freed, done = [], [False]
+
+    def free():
+        if not done[0]:
+            freed.append(True)
+            calls.lock.release()
+
+    timer = threading.Timer(20, free)
+    timer.start()
+    try:
+        with pytest.raises(oo.ReentrantCallError, match="from inside one of its own calls"):
+            CALLS[name](it)
+    finally:
+        done[0] = True
+        timer.cancel()
+        timer.join()
+        calls.taking = None
+        if not freed:
+            calls.lock.release()
+    assert not freed, f"{name} waited for the lock its own thread held"
+    # The interpreter is as it was: the next call runs.
+    it.set_tensor(0, np.full(4, 5, np.float32))
+    it.invoke()
+    np.testing.assert_array_equal(it.get_tensor(1), np.full(4, 5, np.float32))
