@@ -30,7 +30,7 @@ def _main_thread_ident() -> int | None:
     return threading.main_thread().ident
 
 
-def _reentered(what: str) -> ReentrantCallError:
+def reentered_error(what: str) -> ReentrantCallError:
     return ReentrantCallError(
         f"{what} was called on an Interpreter from inside one of its own calls "
         "(a python_op callback, or a signal handler, running during one of its calls). "
@@ -84,7 +84,7 @@ class CallLock:
         """Acquire, as the owner, after a failed :meth:`try_acquire`: refuse re-entry, else block."""
         me = get_ident()
         if self.owner == me or self.taking == me:
-            raise _reentered(what)
+            raise reentered_error(what)
         if me != _main_thread_ident():
             self.lock.acquire()
             self.owner = me
@@ -103,10 +103,10 @@ class CallLock:
         while not self.lock.acquire(timeout=_POLL_S):
             owner = self.owner
             if owner == me:
-                raise _reentered(what)
+                raise reentered_error(what)
             unowned = unowned + _POLL_S if owner is None else 0.0
             if unowned >= _UNOWNED_S:
-                raise _reentered(what)
+                raise reentered_error(what)
         self.owner = me
 
     def acquire(self, what: str) -> None:

@@ -20,6 +20,7 @@ import weakref
 from pathlib import Path
 
 from ..errors import ClosedError, MemoryLimitError, OpaqueOpsError, RuntimeTimeoutError
+from ..interpreter.call_lock import get_ident, reentered_error
 from . import crash as _crash
 from . import protocol as P
 from . import stderr_drain as _stderr
@@ -102,6 +103,13 @@ class WorkerProcess:
 
         self.memory_limit = memory_limit
         self.lock = threading.RLock()
+        # The thread waiting for the worker's reply in call() or invoke()
+        # (None when none is).  The wait runs Python signal handlers, in the
+        # waiting thread; one that called into an interpreter of this worker
+        # would take the RLock again and send its own command, or touch the
+        # shared tensors, while the worker is still on the first (see
+        # refuse_reentry).
+        self.waiting = None
         ctrl_fd = os.memfd_create("opaque_ops-isolate-control", os.MFD_CLOEXEC)
         os.ftruncate(ctrl_fd, P.PAGE)
         self.control = mmap.mmap(ctrl_fd, P.PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -207,31 +215,50 @@ class WorkerProcess:
             raise ClosedError("the isolated worker is closed")
 
     # -------------------------------------------------------------- calls
+    def refuse_reentry(self, what: str) -> None:
+        """Raise ReentrantCallError if this thread is waiting for this worker (a signal handler of it).
+
+        Called under :attr:`lock` by every way to the worker and its shared
+        tensors: an in-process interpreter refuses such a call as well.
+        """
+        if self.waiting == get_ident():
+            raise reentered_error(what)
+
     def call(self, cmd: str, args: dict, *, stage: str, timeout=None) -> Reply:
         """Send one command and wait for its reply."""
         with self.lock:
+            self.refuse_reentry(f"{args.get('name', cmd)}()" if isinstance(args, dict) else f"{cmd}()")
             self._check()
+            self.waiting = get_ident()
             try:
-                self.channel.send((cmd, args))
-            except (BrokenPipeError, ConnectionError):
-                raise self._died(stage) from None
-            self.words[P.OP // 4] = P.OP_MESSAGE
-            self.req.post()
-            interrupt = self._wait(stage, timeout)
-            reply = self._read_reply()
+                try:
+                    self.channel.send((cmd, args))
+                except (BrokenPipeError, ConnectionError):
+                    raise self._died(stage) from None
+                self.words[P.OP // 4] = P.OP_MESSAGE
+                self.req.post()
+                interrupt = self._wait(stage, timeout)
+                reply = self._read_reply()
+            finally:
+                self.waiting = None
             reply.interrupt = interrupt
             return reply
 
     def invoke(self, timeout=None) -> Reply | None:
         """The fast path: None if the invoke succeeded and nothing else changed."""
         with self.lock:
+            self.refuse_reentry("invoke()")
             self._check()
-            self.words[P.OP // 4] = P.OP_INVOKE
-            self.req.post()
-            interrupt = self._wait("invoke", timeout)
-            if interrupt is None and self.words[P.STATUS // 4] == P.ST_OK:
-                return None
-            reply = self._read_reply() if self.words[P.STATUS // 4] == P.ST_MESSAGE else Reply()
+            self.waiting = get_ident()
+            try:
+                self.words[P.OP // 4] = P.OP_INVOKE
+                self.req.post()
+                interrupt = self._wait("invoke", timeout)
+                if interrupt is None and self.words[P.STATUS // 4] == P.ST_OK:
+                    return None
+                reply = self._read_reply() if self.words[P.STATUS // 4] == P.ST_MESSAGE else Reply()
+            finally:
+                self.waiting = None
             reply.interrupt = interrupt
             return reply
 

@@ -218,6 +218,14 @@ class IsolatedInterpreter(Interpreter):
             raise ClosedError(getattr(self, "_closed_why", None) or "this Interpreter is closed; create a new one")
         return self._proc
 
+    def _refuse_reentry(self, what: str) -> None:
+        # The shared tensors' fast paths: a signal handler of a thread that
+        # waits for this worker would read or write them while the worker
+        # runs (the worker's calls refuse it themselves: WorkerProcess.call).
+        proc = self._proc
+        if proc is not None:
+            proc.refuse_reentry(what)
+
     def _request(self, cmd: str, args: dict, *, stage: str, timeout=None, raw: bool = False):
         """Send a command; apply the layout it brings back; return its value (or the Reply)."""
         proc = self._proc
@@ -419,6 +427,7 @@ class IsolatedInterpreter(Interpreter):
         ):
             with self._lock:
                 if self._slots.get(tensor_index) is slot and self._fork_views is None:
+                    self._refuse_reentry("set_tensor")
                     slot[0][...] = value
                     return
         self._no_fork_views("set_tensor")
@@ -430,6 +439,7 @@ class IsolatedInterpreter(Interpreter):
         if slot is not None and subgraph_index == 0:
             with self._lock:
                 if self._slots.get(tensor_index) is slot and self._fork_views is None:
+                    self._refuse_reentry("get_tensor")
                     return slot[0].copy()
         self._no_fork_views("get_tensor")
         return self._call(
