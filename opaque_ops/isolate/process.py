@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import weakref
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ClosedError, MemoryLimitError, OpaqueOpsError, RuntimeTimeoutError
@@ -224,41 +225,45 @@ class WorkerProcess:
         if self.waiting == get_ident():
             raise reentered_error(what)
 
-    def call(self, cmd: str, args: dict, *, stage: str, timeout=None) -> Reply:
-        """Send one command and wait for its reply."""
+    @contextmanager
+    def _turn(self, what: str):
+        """This thread's turn with the worker: one request and its reply, under :attr:`lock`.
+
+        Refuses this thread's own signal handler (:meth:`refuse_reentry`),
+        then marks the thread as :attr:`waiting` until the reply is in.
+        """
         with self.lock:
-            self.refuse_reentry(f"{args.get('name', cmd)}()" if isinstance(args, dict) else f"{cmd}()")
+            self.refuse_reentry(what)
             self._check()
             self.waiting = get_ident()
             try:
-                try:
-                    self.channel.send((cmd, args))
-                except (BrokenPipeError, ConnectionError):
-                    raise self._died(stage) from None
-                self.words[P.OP // 4] = P.OP_MESSAGE
-                self.req.post()
-                interrupt = self._wait(stage, timeout)
-                reply = self._read_reply()
+                yield
             finally:
                 self.waiting = None
+
+    def call(self, cmd: str, args: dict, *, stage: str, timeout=None) -> Reply:
+        """Send one command and wait for its reply."""
+        with self._turn(f"{args.get('name', cmd)}()"):
+            try:
+                self.channel.send((cmd, args))
+            except (BrokenPipeError, ConnectionError):
+                raise self._died(stage) from None
+            self.words[P.OP // 4] = P.OP_MESSAGE
+            self.req.post()
+            interrupt = self._wait(stage, timeout)
+            reply = self._read_reply()
             reply.interrupt = interrupt
             return reply
 
     def invoke(self, timeout=None) -> Reply | None:
         """The fast path: None if the invoke succeeded and nothing else changed."""
-        with self.lock:
-            self.refuse_reentry("invoke()")
-            self._check()
-            self.waiting = get_ident()
-            try:
-                self.words[P.OP // 4] = P.OP_INVOKE
-                self.req.post()
-                interrupt = self._wait("invoke", timeout)
-                if interrupt is None and self.words[P.STATUS // 4] == P.ST_OK:
-                    return None
-                reply = self._read_reply() if self.words[P.STATUS // 4] == P.ST_MESSAGE else Reply()
-            finally:
-                self.waiting = None
+        with self._turn("invoke()"):
+            self.words[P.OP // 4] = P.OP_INVOKE
+            self.req.post()
+            interrupt = self._wait("invoke", timeout)
+            if interrupt is None and self.words[P.STATUS // 4] == P.ST_OK:
+                return None
+            reply = self._read_reply() if self.words[P.STATUS // 4] == P.ST_MESSAGE else Reply()
             reply.interrupt = interrupt
             return reply
 
