@@ -81,7 +81,7 @@ def model_paths() -> dict[str, Path]:
 # ------------------------------------------------------------------ child: a whole start-up
 # Run as ``python -c``, so that nothing but what the start-up itself imports
 # is loaded when the clock starts (numpy aside, see the module doc).
-_START = {
+START_BODIES = {
     "ours": """
 import opaque_ops as oo
 from opaque_ops import Interpreter
@@ -127,6 +127,29 @@ def _child_env() -> dict:
     return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
+def start_command(which: str, code: str, path: Path, where: tuple[str, str]) -> list[str]:
+    """The command line of a start-up child running ``code`` on model ``path``, as ``where`` names it.
+
+    ``("checkout", source tree)``: ``python -S`` with the tree (for
+    opaque_ops) and the site-packages put on the path by hand (see the
+    module doc); ``("python", interpreter)``: that environment's Python.
+    """
+    kind, value = where
+    if kind == "checkout":
+        paths = ([value] if which == "ours" else []) + site.getsitepackages()
+        return [sys.executable, "-S", "-c", code, str(path), *paths]
+    return [value, "-c", code, str(path)]
+
+
+def start_env(verdicts: str | None) -> dict:
+    """A start-up child's environment: no ``PYTHONPATH`` (what it imports is what ``where`` names), the verdict cache given."""
+    env = _child_env()
+    env.pop("PYTHONPATH", None)
+    if verdicts is not None:
+        env[ENV_VERDICTS] = verdicts
+    return env
+
+
 def start_up(
     which: str, path: Path, verdicts: str | None = None, where: tuple[str, str] | None = None, cwd: str | None = None
 ) -> dict:
@@ -138,20 +161,12 @@ def start_up(
     opaque_ops is installed (``bench_start.py --python``).  The child gets
     no ``PYTHONPATH``: what it imports is what ``where`` names.
     """
-    kind, value = where or ("checkout", str(HERE.parent))
-    env = _child_env()
-    env.pop("PYTHONPATH", None)
-    if verdicts is not None:
-        env[ENV_VERDICTS] = verdicts
-    code = _START_FRAME.format(body=_START[which].strip())
-    if kind == "checkout":
-        paths = ([value] if which == "ours" else []) + site.getsitepackages()
-        cmd = [sys.executable, "-S", "-c", code, str(path), *paths]
-    else:
-        cmd = [value, "-c", code, str(path)]
-    out = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    where = where or ("checkout", str(HERE.parent))
+    code = _START_FRAME.format(body=START_BODIES[which].strip())
+    cmd = start_command(which, code, path, where)
+    out = subprocess.run(cmd, env=start_env(verdicts), cwd=cwd, capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
-        raise RuntimeError(f"{which} start-up ({value}) failed: {out.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"{which} start-up ({where[1]}) failed: {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import site
 import subprocess
 import sys
 import tempfile
@@ -44,24 +43,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_create import ENV_VERDICTS, model_paths  # noqa: E402
+from bench_create import START_BODIES, model_paths, start_command, start_env  # noqa: E402
 
-_BODY = {
-    "ours": """
-import opaque_ops as oo
-from opaque_ops import Interpreter
-kernels = oo.kernels.mediapipe()
-it = Interpreter(model_path=path, custom_ops=[kernels])
-""",
-    "litert": """
-from ai_edge_litert.interpreter import Interpreter
-it = Interpreter(model_path=path)
-""",
-}
+# The start-up of bench_start.py (bench_create.START_BODIES, whose bodies also
+# note a time, a few instructions alike for every variant), between two
+# marker calls instead of the clock.
 _FRAME = """
 import sys
 sys.path[:0] = sys.argv[2:]
 import os
+import time
 import numpy
 path = sys.argv[1]
 os.getppid()
@@ -123,17 +114,9 @@ def self_cost_by_group(path: str) -> dict[str, int]:
 
 def count(which: str, model: Path, verdicts: str | None, where: tuple[str, str], tmp: str) -> dict[str, int]:
     """Instructions of one start's window, by group."""
-    kind, value = where
-    code = _FRAME.format(body=_BODY[which].strip())
-    if kind == "checkout":
-        paths = ([value] if which == "ours" else []) + site.getsitepackages()
-        cmd = [sys.executable, "-S", "-c", code, str(model), *paths]
-    else:
-        cmd = [value, "-c", code, str(model)]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
+    cmd = start_command(which, _FRAME.format(body=START_BODIES[which].strip()), model, where)
+    env = start_env(verdicts)
     env.update(PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
-    if verdicts is not None:
-        env[ENV_VERDICTS] = verdicts
     out_file = os.path.join(tmp, "callgrind.out")
     grind = [
         "valgrind",
