@@ -25,7 +25,7 @@ positions: line
 events: Ir
 summary: 1000
 
-ob=(1) /root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0
+ob=(1) /usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0
 fl=(1) Python/ceval.c
 fn=(1) _PyEval_EvalFrameDefault
 10 100
