@@ -22,7 +22,9 @@
  *   dict the Python fast path reads, so a view dropped there is dropped here.
  *   They run no Python code while they hold the lock (the index must be an
  *   exact int, so the dict lookup calls no __hash__ or __eq__ of the
- *   caller's), which is why they need not mark the lock's owner.
+ *   caller's), which is why they need not mark CallLock.owner.  The lock
+ *   itself records its holder at every acquisition (LockObject.holder), the
+ *   answer call_lock reads to refuse a re-entered call.
  * - invoke marks the owner (CallLock.owner, set through its descriptor), as
  *   the Python path does, because a Python op may call back during it, and
  *   releases the GIL around TfLiteInterpreterInvoke, as cffi does.  It runs
@@ -62,9 +64,25 @@
 typedef struct {
     PyObject_HEAD
     PyThread_type_lock lock;
+    /* The thread holding it (PyThread_get_thread_ident), 0 when free.
+     * Written only with the GIL held: set right after each acquisition,
+     * cleared right before each release (lock_give).  It answers
+     * _is_owned(), which call_lock asks when a signal handler's exception
+     * (Ctrl-C) rises right after acquire() returned: whether that
+     * acquire() took the lock is otherwise lost with its return value. */
+    unsigned long holder;
 } LockObject;
 
-static int lock_try(LockObject *self) { return PyThread_acquire_lock(self->lock, NOWAIT_LOCK); }
+static int lock_try(LockObject *self) {
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) return 0;
+    self->holder = PyThread_get_thread_ident();
+    return 1;
+}
+
+static void lock_give(LockObject *self) {
+    self->holder = 0;
+    PyThread_release_lock(self->lock);
+}
 
 static PyObject *Lock_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     if (PyTuple_GET_SIZE(args) || (kw && PyDict_GET_SIZE(kw))) {
@@ -124,25 +142,31 @@ static PyObject *Lock_acquire(LockObject *self, PyObject *args, PyObject *kw) {
         r = PyThread_acquire_lock_timed(self->lock, us, 0);
         Py_END_ALLOW_THREADS
     }
-    return PyBool_FromLong(r == PY_LOCK_ACQUIRED);
+    if (r != PY_LOCK_ACQUIRED) Py_RETURN_FALSE;
+    self->holder = PyThread_get_thread_ident();
+    Py_RETURN_TRUE;
 }
 
 static PyObject *Lock_release(LockObject *self, PyObject *Py_UNUSED(ignored)) {
     if (lock_try(self)) { /* it was free: releasing it is the caller's bug */
-        PyThread_release_lock(self->lock);
+        lock_give(self);
         PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
         return NULL;
     }
-    PyThread_release_lock(self->lock);
+    lock_give(self);
     Py_RETURN_NONE;
 }
 
 static PyObject *Lock_locked(LockObject *self, PyObject *Py_UNUSED(ignored)) {
     if (lock_try(self)) {
-        PyThread_release_lock(self->lock);
+        lock_give(self);
         Py_RETURN_FALSE;
     }
     Py_RETURN_TRUE;
+}
+
+static PyObject *Lock_is_owned(LockObject *self, PyObject *Py_UNUSED(ignored)) {
+    return PyBool_FromLong(self->holder != 0 && self->holder == PyThread_get_thread_ident());
 }
 
 static PyMethodDef Lock_methods[] = {
@@ -150,6 +174,8 @@ static PyMethodDef Lock_methods[] = {
      "acquire(blocking=True, timeout=-1)\n--\n\nAs threading.Lock.acquire (a wait releases the GIL)."},
     {"release", (PyCFunction)Lock_release, METH_NOARGS, "release()\n--\n\nAs threading.Lock.release."},
     {"locked", (PyCFunction)Lock_locked, METH_NOARGS, "locked()\n--\n\nWhether the lock is held."},
+    {"_is_owned", (PyCFunction)Lock_is_owned, METH_NOARGS,
+     "_is_owned()\n--\n\nWhether this thread holds the lock (threading.RLock's name for it)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -384,10 +410,10 @@ static PyObject *fast_set(CallsObject *self, PyObject *const *args, Py_ssize_t n
         PyArray_IS_C_CONTIGUOUS(value)) {
         /* memmove: the value may be a view of this very tensor. */
         memmove(PyArray_DATA(view), PyArray_DATA(value), (size_t)PyArray_NBYTES(view));
-        PyThread_release_lock(self->lock->lock);
+        lock_give(self->lock);
         Py_RETURN_NONE;
     }
-    PyThread_release_lock(self->lock->lock);
+    lock_give(self->lock);
     return PyErr_Occurred() ? NULL : NOT_HANDLED;
 }
 
@@ -421,11 +447,11 @@ static PyObject *fast_get(CallsObject *self, PyObject *const *args, Py_ssize_t n
         PyObject *now = PyDict_GetItemWithError(self->slots, args[0]);
         if (now == slot) { /* still cached: the same view, in place */
             memcpy(PyArray_DATA((PyArrayObject *)out), PyArray_DATA(view), (size_t)PyArray_NBYTES(view));
-            PyThread_release_lock(self->lock->lock);
+            lock_give(self->lock);
             Py_DECREF(slot);
             return out;
         }
-        PyThread_release_lock(self->lock->lock);
+        lock_give(self->lock);
     }
     Py_DECREF(out);
     Py_DECREF(slot);
@@ -519,13 +545,13 @@ static PyObject *fast_invoke(CallsObject *self, PyObject *interp_obj, Py_ssize_t
     void *interp = self->interpreter;
     invoke_fn fn = self->invoke;
     if (interp == NULL) {
-        PyThread_release_lock(self->lock->lock);
+        lock_give(self->lock);
         return NOT_HANDLED;
     }
     PyObject *me = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
     if (me == NULL || set_owner(self, me) < 0) {
         Py_XDECREF(me);
-        PyThread_release_lock(self->lock->lock);
+        lock_give(self->lock);
         return NULL;
     }
     Py_DECREF(me);
@@ -565,7 +591,7 @@ done:
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     int cleared = set_owner(self, Py_None);
-    PyThread_release_lock(self->lock->lock);
+    lock_give(self->lock);
     if (cleared < 0) {
         Py_XDECREF(et);
         Py_XDECREF(ev);

@@ -8,6 +8,26 @@ A call made by the thread that already holds the lock can only come from
 inside a call: a ``python_op`` callback running during ``invoke()`` or
 ``allocate_tensors()``, or a Python signal handler.  Waiting would hang
 forever, so it raises :class:`~opaque_ops.ReentrantCallError` instead.
+
+Ctrl-C must not leave the lock held.  Python runs a signal handler, whose
+exception (KeyboardInterrupt) then rises from that point, between two
+bytecodes, and only at some of them: at the entry of a Python function,
+right after a call into C returns, at a loop's backward jump.  So:
+
+- the lock knows the thread holding it (``_is_owned()``, as
+  ``threading.RLock`` has it): the fast calls module's ``Lock``, or
+  :class:`Lock` here without it, both in C.  An exception raised right after
+  ``acquire()`` returned loses its answer, not the lock: the ``except``
+  around it asks the lock, and releases;
+- from the moment the lock is taken to the ``try`` whose ``finally``
+  releases it, no Python function is entered (``try_acquire`` returns
+  straight into the caller's ``try``);
+- a ``finally`` releases with two statements, ``owner = None`` then
+  ``lock.release()``, not by calling a Python function: the function's
+  entry is a point where a handler runs, before it has released anything.
+
+``tests/interpreter/test_interrupted_calls.py`` raises KeyboardInterrupt at
+each of those points in turn and checks that the interpreter still works.
 """
 
 from __future__ import annotations
@@ -20,7 +40,29 @@ from ..errors import ReentrantCallError
 get_ident = _thread.get_ident
 
 _POLL_S = 0.05
-_UNOWNED_S = 1.0
+
+
+class Lock(_thread.RLock):
+    """The call lock without the fast calls module: threading.RLock's C lock, which knows its holder.
+
+    Its ``acquire``, ``release`` and ``_is_owned`` are C functions: no point
+    inside them where a signal handler runs, and ``release()``'s entry is
+    none either (a Python method's entry is one, before it has released
+    anything).  It is never taken twice by one thread: :class:`CallLock`
+    asks ``_is_owned()`` first, and refuses.  The fast calls module's
+    ``Lock`` has the same methods.
+    """
+
+    __slots__ = ()
+
+    def locked(self) -> bool:
+        """Whether a thread holds the lock (threading.RLock has no ``locked()`` before 3.14)."""
+        if self._is_owned():
+            return True
+        if self.acquire(False):
+            self.release()
+            return False
+        return True
 
 
 def _main_thread_ident() -> int | None:
@@ -48,65 +90,60 @@ class CallLock:
     :meth:`held` is the readable form for everything else.
     """
 
-    __slots__ = ("lock", "owner", "taking")
+    __slots__ = ("lock", "owner")
 
     def __init__(self, lock=None):
-        # threading.Lock's interface; the fast calls' own Lock when given
-        # (interpreter.fast_calls): their C methods take the same lock.
-        self.lock = lock if lock is not None else _thread.allocate_lock()
-        # Thread id of the holder (None when free).  Set after acquiring and
-        # cleared before releasing, so a thread that sees its own id here
-        # holds the lock.
+        # A lock that knows its holder (``_is_owned()``): the fast calls' own
+        # Lock when given (interpreter.fast_calls: their C methods take the
+        # same lock), else :class:`Lock`.
+        self.lock = lock if lock is not None else Lock()
+        # Thread id of the holder (None when free), for readers of the state
+        # (the fast calls' C invoke sets it too).  Set after acquiring and
+        # cleared before releasing.  Who holds the lock is the lock's own
+        # answer, _is_owned(): it is right also between acquire() returning
+        # and this mark, where a signal handler may run.
         self.owner = None
-        # Thread id of a thread inside try_acquire: marked before its attempt
-        # and cleared once it is the owner or has failed.  A Python signal
-        # handler runs between two bytecodes of the main thread, also between
-        # the lock's acquire() returning and the owner's mark; a call it makes
-        # finds this mark, its own, and is refused at once.  (Without it, it
-        # found the lock held with no owner and could only tell its own
-        # thread from another by waiting a second: see wait().)
-        self.taking = None
 
     def try_acquire(self) -> bool:
-        """Take the lock if it is free, as its owner; False if it is held, or being taken by this very thread."""
-        me = get_ident()
-        if self.taking == me:
-            return False  # a signal handler inside this thread's own try_acquire: wait() refuses it
-        self.taking = me
-        if self.lock.acquire(False):
+        """Take the lock if it is free, as its owner; False if it is held (by this very thread, too)."""
+        lock = self.lock
+        me = get_ident()  # (before acquiring: each call after it is one more point for a handler)
+        if lock._is_owned():
+            return False  # a signal handler or a Python op inside this thread's own call: wait() refuses it
+        try:
+            got = lock.acquire(False)
+        except BaseException:
+            # A signal handler's (Ctrl-C), raised right after the attempt
+            # took the lock, or before it: the answer is lost, the lock knows.
+            if lock._is_owned():
+                lock.release()
+            raise
+        if got:
             self.owner = me
-            self.taking = None
             return True
-        self.taking = None
         return False
 
     def wait(self, what: str) -> None:
         """Acquire, as the owner, after a failed :meth:`try_acquire`: refuse re-entry, else block."""
-        me = get_ident()
-        if self.owner == me or self.taking == me:
+        lock = self.lock
+        if lock._is_owned():
             raise reentered_error(what)
+        me = get_ident()
         if me != _main_thread_ident():
-            self.lock.acquire()
+            lock.acquire()
             self.owner = me
             return
-        # The main thread, where Python signal handlers run.  A handler that
-        # interrupted one of this interpreter's calls where neither mark is
-        # its own finds no owner: between clearing the owner and releasing,
-        # or in try_acquire when another thread overwrote the taking mark
-        # (only the thread's last attempt is marked).  It would wait forever
-        # for a lock its own thread holds.  Another thread holding the lock
-        # unmarked (the fast calls' C set_tensor and get_tensor do not mark
-        # it, and never run Python code while they hold it) needs only the
-        # GIL, which this wait releases, to finish; a lock held with no owner
-        # for a whole second is this thread's own.
-        unowned = 0.0
-        while not self.lock.acquire(timeout=_POLL_S):
-            owner = self.owner
-            if owner == me:
-                raise reentered_error(what)
-            unowned = unowned + _POLL_S if owner is None else 0.0
-            if unowned >= _UNOWNED_S:
-                raise reentered_error(what)
+        # The main thread, where Python signal handlers run: wait in slices,
+        # so that a Ctrl-C during a long wait (another thread's invoke) is
+        # handled, as threading.Lock's own waits let it be.
+        while True:
+            try:
+                if lock.acquire(timeout=_POLL_S):
+                    break
+            except BaseException:  # as in try_acquire
+                if lock._is_owned():
+                    lock.release()
+                raise
         self.owner = me
 
     def acquire(self, what: str) -> None:
@@ -114,6 +151,7 @@ class CallLock:
             self.wait(what)
 
     def release(self) -> None:
+        """Clear the owner and release.  Callers spell these two statements out instead (see the module's docstring)."""
         self.owner = None
         self.lock.release()
 
@@ -123,4 +161,5 @@ class CallLock:
         try:
             yield
         finally:
-            self.release()
+            self.owner = None  # (release() spelled out: see the module's docstring)
+            self.lock.release()

@@ -708,7 +708,8 @@ class Interpreter:
                     self._allocate_locked(native, graph, what)
             return None if then is None else then(native)
         finally:
-            calls.release()
+            calls.owner = None  # (release() spelled out: see call_lock)
+            calls.lock.release()
 
     def _is_planned(self, subgraph: int, native) -> bool:
         if native.layout_version != self._layout_version:

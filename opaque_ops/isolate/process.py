@@ -111,6 +111,12 @@ class WorkerProcess:
         # shared tensors, while the worker is still on the first (see
         # refuse_reentry).
         self.waiting = None
+        # True from the moment a request starts on its way to the worker to
+        # the moment its reply is read in full (see _turn); and, once an
+        # exception cut an exchange short, what it was (the worker is then
+        # stopped: _check says why).
+        self.owed = False
+        self.cut_short: str | None = None
         ctrl_fd = os.memfd_create("opaque_ops-isolate-control", os.MFD_CLOEXEC)
         os.ftruncate(ctrl_fd, P.PAGE)
         self.control = mmap.mmap(ctrl_fd, P.PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -213,6 +219,12 @@ class WorkerProcess:
                 "forked; it cannot be used here (a new worker is started for each interpreter)"
             )
         if self.closed:
+            if self.cut_short is not None:
+                raise ClosedError(
+                    f"the isolated worker was stopped: an exception (Ctrl-C) interrupted {self.cut_short} "
+                    "between its request and its reply, and the next call would have read that reply as its "
+                    "own. Create a new Interpreter"
+                )
             raise ClosedError("the isolated worker is closed")
 
     # -------------------------------------------------------------- calls
@@ -230,28 +242,51 @@ class WorkerProcess:
         """This thread's turn with the worker: one request and its reply, under :attr:`lock`.
 
         Refuses this thread's own signal handler (:meth:`refuse_reentry`),
-        then marks the thread as :attr:`waiting` until the reply is in.
+        then marks the thread as :attr:`waiting` until the reply is in.  The
+        call marks :attr:`owed` while the exchange is under way; an exception
+        that leaves it marked stops the worker (:meth:`_cut_short`).
         """
+        me = get_ident()  # (before: a call between the mark and the try is a point where Ctrl-C lands)
         with self.lock:
             self.refuse_reentry(what)
             self._check()
-            self.waiting = get_ident()
+            self.waiting = me
             try:
                 yield
             finally:
                 self.waiting = None
+                if self.owed:
+                    self._cut_short(what)
+
+    def _cut_short(self, what: str) -> None:
+        """An exception left an exchange half done: stop the worker, or the next call reads a stale reply.
+
+        The one exception a wait is ready for, Ctrl-C while the worker runs
+        (see :meth:`_wait`), keeps the exchange whole: it cancels the invoke
+        and still reads the reply.  Anywhere else (a KeyboardInterrupt that
+        lands in the microseconds around the wait, while sending, or while
+        reading) part of a request may sit in the channel or a reply may be
+        on its way; there is no telling which, so the worker goes.
+        """
+        self.owed = False
+        if not self.closed:
+            self.cut_short = what
+            self.kill()
 
     def call(self, cmd: str, args: dict, *, stage: str, timeout=None) -> Reply:
         """Send one command and wait for its reply."""
         with self._turn(f"{args.get('name', cmd)}()"):
+            message = self.channel.pack((cmd, args))  # (its errors leave the worker in step: nothing was sent)
+            self.owed = True
             try:
-                self.channel.send((cmd, args))
+                self.channel.transmit(message)
             except (BrokenPipeError, ConnectionError):
                 raise self._died(stage) from None
             self.words[P.OP // 4] = P.OP_MESSAGE
             self.req.post()
             interrupt = self._wait(stage, timeout)
             reply = self._read_reply()
+            self.owed = False
             reply.interrupt = interrupt
             return reply
 
@@ -259,11 +294,14 @@ class WorkerProcess:
         """The fast path: None if the invoke succeeded and nothing else changed."""
         with self._turn("invoke()"):
             self.words[P.OP // 4] = P.OP_INVOKE
+            self.owed = True
             self.req.post()
             interrupt = self._wait("invoke", timeout)
             if interrupt is None and self.words[P.STATUS // 4] == P.ST_OK:
+                self.owed = False
                 return None
             reply = self._read_reply() if self.words[P.STATUS // 4] == P.ST_MESSAGE else Reply()
+            self.owed = False
             reply.interrupt = interrupt
             return reply
 

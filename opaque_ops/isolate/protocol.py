@@ -423,6 +423,15 @@ class Channel:
 
     def send(self, obj, share=()) -> None:
         """Send ``obj``; ``share`` lists new segments (tensor buffers) the other side must map."""
+        self.transmit(self.pack(obj, share))
+
+    def pack(self, obj, share=()) -> tuple:
+        """The message for ``obj``, ready for :meth:`transmit`; nothing is sent yet.
+
+        The errors of a message that cannot be sent (an argument that does not
+        pickle, arrays past the outbox budget) come from here, before any byte
+        is on its way.
+        """
         packed, fds = self.outbox.pack(obj)
         segs = []
         if fds:
@@ -431,7 +440,12 @@ class Channel:
         for seg in share:
             segs.append(("shared", seg.id, seg.size))
             fds.append(seg.fd)
-        send_message(self.sock, (packed, segs), fds)
+        return (packed, segs), fds, share
+
+    def transmit(self, message: tuple) -> None:
+        """Send a message made by :meth:`pack`."""
+        body, fds, share = message
+        send_message(self.sock, body, fds)
         self.outbox.sent()
         for seg in share:
             seg.close_fd()

@@ -307,26 +307,22 @@ print(json.dumps(res))
 
 
 @pytest.mark.parametrize("name", list(CALLS))
-def test_a_signal_handler_inside_the_calls_own_lock_taking_is_refused_at_once(monkeypatch, name):
+def test_a_signal_handler_inside_the_calls_own_lock_taking_is_refused_at_once(name):
     # What a Python signal handler finds when it interrupts one of the main
     # thread's calls between the lock's acquire() returning and the owner's
-    # mark (CallLock.try_acquire): the lock held, no owner, this thread's
-    # taking mark.  A real signal lands there about once in thousands of
-    # calls (tests/lifecycle's signal_handler_reenters case); the state is
-    # made by hand here.  The call must be refused at once.  The fallback
-    # for a lock held with no owner (a second, call_lock._UNOWNED_S) is made
-    # a minute, and a timer frees the lock after 20 s, so that a call that
-    # waits instead ends, in a failure, rather than hanging the suite.
-    from opaque_ops.interpreter import call_lock
-
-    monkeypatch.setattr(call_lock, "_UNOWNED_S", 60.0)
+    # mark (CallLock.try_acquire): the lock held by this thread, no owner.
+    # A real signal lands there about once in thousands of calls
+    # (tests/lifecycle's signal_handler_reenters case); the state is made by
+    # hand here.  The lock knows its holder (_is_owned), so the call must be
+    # refused at once.  A timer frees the lock after 20 s, so that a call
+    # that waits instead ends, in a failure, rather than hanging the suite.
     probe = Probe()
     it = oo.Interpreter(model_content=probe_model(), custom_ops=[probe.op])
     it.allocate_tensors()
     it.set_tensor(0, np.ones(4, np.float32))  # the fast path is warm
     calls = it._calls
     assert calls.lock.acquire(False)
-    calls.taking = threading.get_ident()
+    assert calls.owner is None and calls.lock._is_owned()
     freed, done = [], [False]
 
     def free():
@@ -343,7 +339,6 @@ def test_a_signal_handler_inside_the_calls_own_lock_taking_is_refused_at_once(mo
         done[0] = True
         timer.cancel()
         timer.join()
-        calls.taking = None
         if not freed:
             calls.lock.release()
     assert not freed, f"{name} waited for the lock its own thread held"

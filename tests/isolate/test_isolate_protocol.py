@@ -69,7 +69,7 @@ def test_set_invoke_get_send_no_message(bad_ops, monkeypatch):
     out = it.get_output_details()[0]["index"]
     channel = it._proc.channel
     sent = []
-    monkeypatch.setattr(channel, "send", lambda *a, **k: sent.append(a) or P.Channel.send(channel, *a, **k))
+    monkeypatch.setattr(channel, "transmit", lambda *a, **k: sent.append(a) or P.Channel.transmit(channel, *a, **k))
     monkeypatch.setattr(channel, "recv", lambda *a, **k: sent.append(a) or P.Channel.recv(channel, *a, **k))
     x = np.arange(4, dtype=np.float32)
     for i in range(200):
