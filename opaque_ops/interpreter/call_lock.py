@@ -65,6 +65,23 @@ class Lock(_thread.RLock):
         return True
 
 
+def try_take(lock) -> bool:
+    """``lock.acquire(False)``, let go again if a signal handler raises as it returns.
+
+    For a lock with ``_is_owned()`` (:class:`Lock`, ``threading.RLock``) that
+    is released in a ``finally`` when taken: a KeyboardInterrupt right after
+    ``acquire()`` returned would otherwise leave it held with nobody to
+    release it.  Taking an RLock this thread already holds adds one level,
+    which the ``except`` takes off again.
+    """
+    try:
+        return lock.acquire(False)
+    except BaseException:
+        if lock._is_owned():
+            lock.release()
+        raise
+
+
 def _main_thread_ident() -> int | None:
     # Only a contended call gets here; threading is not imported at start-up.
     import threading

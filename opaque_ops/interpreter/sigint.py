@@ -27,7 +27,7 @@ class _SigintWatcher:
     the interpreter that is invoking, TFLite stops between nodes, and
     KeyboardInterrupt surfaces as soon as invoke returns.  The wakeup fd is
     borrowed only when nobody else uses it (asyncio does), and given back
-    after every invoke.
+    after every invoke (:func:`invoke_watched`).
 
     The thread and its pipe live for one armed invoke only (the first
     after each allocation, and those slower than ``WATCH_AFTER_S``; starting
@@ -38,41 +38,67 @@ class _SigintWatcher:
     """
 
     def arm(self, native):
-        """Start watching; return a token for :meth:`disarm` (None: not armed)."""
-        r, w = os.pipe()
-        os.set_blocking(w, False)  # set_wakeup_fd requires it
-        try:
-            # ValueError outside the main thread, where no Python signal handler runs.
-            old = _signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        except (ValueError, OSError):
-            old = None
-        if old != -1:
-            # Someone (an event loop) owns the wakeup fd, or it cannot be set: leave it.
-            if old is not None:
-                _signal.set_wakeup_fd(old)
-            os.close(r)
-            os.close(w)
-            return None
-        # Held until the thread ends: disarm() waits on it, as Thread.join would.
-        ended = _thread.allocate_lock()
-        ended.acquire()
-        try:
-            _thread.start_new_thread(_watch, (r, native, ended))
-        except RuntimeError:  # no new thread now (interpreter shutdown): run unwatched
-            _signal.set_wakeup_fd(-1)
-            os.close(r)
-            os.close(w)
-            return None
-        return ended, w
+        """Start watching; return a token for the end of :func:`invoke_watched` (None: not armed).
 
-    def disarm(self, token) -> None:
-        """Stop watching: give the wakeup fd back, and end the thread (it is gone when this returns)."""
-        if token is None:
-            return
-        ended, w = token
-        _signal.set_wakeup_fd(-1)
-        os.close(w)  # the reader sees the end of the stream and returns
-        ended.acquire()
+        A KeyboardInterrupt may rise right after any call into C here (Python
+        runs signal handlers there): what was set up so far is then undone
+        before it propagates, the thread included, which would otherwise
+        live on with the interpreter and keep the wakeup fd, so that no later
+        invoke could be watched.  (Right after ``os.pipe()`` returns, its two
+        descriptors are lost with its answer: the one leak left.)
+        """
+        r, w = os.pipe()
+        phase = "pipe"  # how far it got, for _undo
+        ended = None
+        try:
+            os.set_blocking(w, False)  # set_wakeup_fd requires it
+            phase = "wakeup"  # (set before the call: whether it ran is lost with its answer)
+            try:
+                # ValueError outside the main thread, where no Python signal handler runs.
+                old = _signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+            except (ValueError, OSError):
+                old = None
+            if old != -1:
+                # Someone (an event loop) owns the wakeup fd, or it cannot be set: leave it.
+                phase = "pipe"
+                if old is not None:
+                    _signal.set_wakeup_fd(old)
+                raise _GiveUp
+            # Held until the thread ends: invoke_watched waits on it, as Thread.join would.
+            ended = _thread.allocate_lock()
+            ended.acquire()
+            phase = "thread"  # (as above: from the call on, the thread runs, and owns r)
+            try:
+                _thread.start_new_thread(_watch, (r, native, ended))
+            except RuntimeError:  # no new thread now (interpreter shutdown): run unwatched
+                phase = "wakeup"
+                raise _GiveUp from None
+            return ended, w
+        except _GiveUp:
+            _undo(phase, r, w, ended)
+            return None
+        except BaseException:
+            _undo(phase, r, w, ended)
+            raise
+
+
+class _GiveUp(Exception):
+    """arm() leaves Ctrl-C unwatched: undo, and run the invoke without it."""
+
+
+def _undo(phase: str, r: int, w: int, ended) -> None:
+    """Undo an arm() that stopped in ``phase``."""
+    if phase != "pipe":
+        # Ours, or not set yet (the exception came before the call): then it
+        # is the owner's, and stays.
+        current = _signal.set_wakeup_fd(-1)
+        if current != w:
+            _signal.set_wakeup_fd(current)
+    os.close(w)
+    if phase == "thread":
+        ended.acquire()  # the thread saw the end of the stream, closed r, and ended
+    else:
+        os.close(r)
 
 
 def _watch(r: int, native, ended) -> None:
@@ -110,5 +136,14 @@ def invoke_watched(native, invoke):
     try:
         status = invoke()
     finally:
-        sigint.disarm(token)
+        # The watcher's end, spelled out here: a Python function's entry is a point where a
+        # signal handler runs, before it has done anything.
+        if token is not None:
+            try:
+                _signal.set_wakeup_fd(-1)
+            finally:
+                try:
+                    os.close(token[1])
+                finally:
+                    token[0].acquire()
     return status, time.perf_counter() - t0

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ClosedError, MemoryLimitError, OpaqueOpsError, RuntimeTimeoutError
-from ..interpreter.call_lock import get_ident, reentered_error
+from ..interpreter.call_lock import get_ident, reentered_error, try_take
 from . import crash as _crash
 from . import protocol as P
 from . import stderr_drain as _stderr
@@ -487,7 +487,7 @@ class WorkerProcess:
         # And of the control page (its mmap holds a descriptor): an exception
         # kept by the caller holds this object through its traceback.  Not
         # under a call another thread is still making: it lets go when done.
-        if self.lock.acquire(blocking=False):
+        if try_take(self.lock):
             try:
                 self.words.release()
                 self.control = _DEAD_PAGE

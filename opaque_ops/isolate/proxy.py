@@ -31,6 +31,7 @@ from ..errors import (
     RuntimeCrashError,
     RuntimeTimeoutError,
 )
+from ..interpreter.call_lock import try_take
 from ..interpreter.core import Interpreter, restore_interpreter
 from ..interpreter.signature_runner import SignatureRunner
 from . import protocol as P
@@ -316,7 +317,7 @@ class IsolatedInterpreter(Interpreter):
         self._slots = {}
         # If a call is running (another thread holds the lock), the worker is
         # ended under it; otherwise a shared worker is kept for the next interpreter.
-        idle = self._lock.acquire(blocking=False)
+        idle = try_take(self._lock)
         try:
             self._end(keep=idle)
         finally:

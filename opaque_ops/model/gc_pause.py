@@ -29,18 +29,27 @@ _resume = False  # whether the collector was on when the first of them began
 def gc_paused():
     """Run the ``with`` body with the cyclic garbage collector off (see the module's notes)."""
     global _open, _resume
-    with _lock:
-        if _open == 0:
-            _resume = gc.isenabled()
-            gc.disable()
-        _open += 1
+    # A KeyboardInterrupt may rise right after any call into C here (Python
+    # runs signal handlers there): after gc.disable(), or as the lock's with
+    # ends.  Everything is inside the try, and the section counts from the
+    # increment on, so the collector is never left off by an interrupted
+    # section (tests/model/test_gc_pause.py interrupts each point).
+    counted = False
     try:
+        with _lock:
+            _open += 1
+            counted = True
+            if _open == 1:
+                _resume = False  # until known: an interrupted isenabled() must not turn on a collector left off
+                _resume = gc.isenabled()
+                gc.disable()
         yield
     finally:
-        with _lock:
-            _open -= 1
-            if _open == 0 and _resume:
-                gc.enable()
+        if counted:
+            with _lock:
+                _open -= 1
+                if _open == 0 and _resume:
+                    gc.enable()
 
 
 def _before_fork() -> None:

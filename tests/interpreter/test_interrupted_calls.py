@@ -12,9 +12,11 @@ such point of each call in turn, and checks the interpreter after it.
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
+from opaque_ops.interpreter import call_lock
 from tests.helpers.child_process import crashed, run_child
 from tests.helpers.interrupted_calls import CALLS, interrupt_at, run_all
 
@@ -67,3 +69,30 @@ def test_the_hook_interrupts_and_reports_where():
     assert raised and where is not None
     raised, where = interrupt_at(10_000, f)
     assert not raised and where is None
+
+
+@pytest.mark.parametrize("held_before", [False, True])
+@pytest.mark.parametrize("make", [threading.RLock, call_lock.Lock], ids=["RLock", "call_lock.Lock"])
+def test_try_take_never_leaves_a_lock_taken_by_an_interrupted_attempt(make, held_before):
+    # try_take is how the isolated interpreter's close() and its worker's
+    # shutdown take their RLock without waiting; the lock must end as it began
+    # (held by this thread one level deep, or free) wherever Ctrl-C lands.
+    lock = make()
+    if held_before:
+        lock.acquire()
+
+    def attempt():
+        if call_lock.try_take(lock):
+            lock.release()
+
+    n, wrong, sites = 1, [], []
+    while True:
+        raised, where = interrupt_at(n, attempt)
+        sites.append(where)
+        if lock._is_owned() != held_before:
+            wrong.append((n, where))
+        if not raised:
+            break
+        n += 1
+    assert wrong == [], wrong
+    assert any(s and s.startswith("call_lock.py:try_take:") and "c_return" in s for s in sites), sites

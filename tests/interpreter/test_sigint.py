@@ -184,3 +184,42 @@ print(json.dumps({"child": json.loads(data or b"null"), "status": status}))
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["status"] == 0 and r["child"] is not None, r
     assert_stopped_between_nodes(r["child"])
+
+
+def test_ctrl_c_at_any_point_of_arming_or_disarming_leaves_no_watcher_behind():
+    # A KeyboardInterrupt right after one of arm()'s calls into C, or in the
+    # watcher's end after invoke, left the watcher thread running for ever
+    # (holding the interpreter), or the wakeup fd set to its pipe, so that no
+    # later invoke was watched.  tests/helpers/interrupted_calls raises one at
+    # each point of a watched invoke (the first after allocation) in turn.
+    code = """
+import _signal, _thread, json, time
+from tests.helpers.interrupted_calls import _subjects, interrupt_at
+
+subject = _subjects()["add_mul"]
+n, left, sites = 1, [], []
+while True:
+    it, i, o, shape = subject.make()
+    raised, where = interrupt_at(n, it.invoke)
+    sites.append(where)
+    for _ in range(2000):  # a watcher ends when its pipe closes: give it a moment
+        if _thread._count() == 0:
+            break
+        time.sleep(0.001)
+    wakeup = _signal.set_wakeup_fd(-1)
+    if wakeup != -1 or _thread._count() != 0:
+        left.append(f"point {n} ({where}): wakeup fd {wakeup}, threads {_thread._count()}")
+    subject.check(it, i, o, shape)
+    it.close()
+    if not raised:
+        break
+    n += 1
+print(json.dumps({"points": n - 1, "left": left, "sites": [s for s in sites if s]}))
+"""
+    p = run_child(code, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["left"] == [], r["left"]
+    # The points include arm()'s and the watcher's end.
+    assert any(s.startswith("sigint.py:arm:") for s in r["sites"]), r["sites"]
+    assert any(s.startswith("sigint.py:invoke_watched:") for s in r["sites"]), r["sites"]

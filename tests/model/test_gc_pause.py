@@ -116,3 +116,34 @@ def test_a_fork_while_another_thread_is_inside_leaves_the_child_collecting():
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
         assert not gc.isenabled(), "the parent's other thread is still inside its section"
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("collector_on", [True, False])
+def test_ctrl_c_at_any_point_of_a_section_leaves_the_collector_as_it_was(collector_on):
+    # A KeyboardInterrupt right after gc.disable() returned, or as the lock's
+    # with ended, left the collector off for the rest of the process (the
+    # section never counted, or never ended).  tests/helpers/interrupted_calls
+    # raises one at each point where Python runs signal handlers, in turn.
+    from opaque_ops.model import gc_pause
+    from tests.helpers.interrupted_calls import interrupt_at
+
+    def section():
+        with gc_paused():
+            assert not gc.isenabled()
+
+    if not collector_on:
+        gc.disable()
+    n, left = 1, []
+    while True:
+        raised, where = interrupt_at(n, section)
+        if gc.isenabled() != collector_on or gc_pause._open != 0:
+            left.append(f"point {n} ({where}): collector on {gc.isenabled()}, sections open {gc_pause._open}")
+            gc_pause._open = 0
+            (gc.enable if collector_on else gc.disable)()
+        if not raised:
+            break
+        n += 1
+    assert n > 3 and left == [], left
+    # And sections still work.
+    section()
+    assert gc.isenabled() == collector_on
