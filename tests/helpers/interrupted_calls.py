@@ -138,6 +138,7 @@ def run_all() -> dict:
     points: dict[str, int] = {}
     failures: list[str] = []
     sites: set[str] = set()
+    before = process_state()
     for subject_name, name, call in CALLS:
         subject = subjects[subject_name]
         label = f"{subject_name}: {name}"
@@ -163,7 +164,29 @@ def run_all() -> dict:
                 break
             n += 1
         points[label] = n - 1
+    after = process_state(before)
+    if after != before:
+        failures.append(f"the process's state changed: {before} before, {after} after")
     return {"points": points, "failures": failures, "sites": sorted(sites)}
+
+
+def process_state(before: dict | None = None) -> dict:
+    """What an interrupted call could leave changed for the whole process.
+
+    The collector off (``model.gc_pause``), threads (a Ctrl-C watcher that
+    did not end: ``_thread._count()`` counts threads started without
+    ``threading`` too).  With ``before``, threads get two seconds to end.
+    """
+    import _thread
+    import gc
+    import time
+
+    from opaque_ops.model import gc_pause
+
+    deadline = time.monotonic() + 2.0
+    while before is not None and _thread._count() > before["threads"] and time.monotonic() < deadline:
+        time.sleep(0.005)  # a watcher ends when its pipe closes: give it a moment
+    return {"collector on": gc.isenabled(), "gc sections open": gc_pause._open, "threads": _thread._count()}
 
 
 # The calls of an isolated interpreter: each is a request to its worker and a reply.
