@@ -15,6 +15,7 @@ import numpy as _np
 
 from ..errors import ModelError
 from .ffi import ffi
+from .pending import pop_pending_exception, stash_exception
 from .runtime_loader import Runtime, load_runtime
 
 # kTfLiteCustomAllocationFlagsSkipAlignCheck is never passed: the buffers
@@ -389,22 +390,38 @@ class NativeInterpreter:
             return
         lib = rt.lib
         self.invoke = _closed_call
-        if getattr(self, "_interp", None) not in (None, ffi.NULL):
-            lib.TfLiteInterpreterDelete(self._interp)
-        self._interp = None
-        if getattr(self, "_options", None) not in (None, ffi.NULL):
-            lib.TfLiteInterpreterOptionsDelete(self._options)
-        self._options = None
-        if getattr(self, "_xnnpack", None) is not None:
-            lib.TfLiteXNNPackDelegateDelete(self._xnnpack)
-        self._xnnpack = None
-        # Nothing calls the operators or delegates any more.
-        for op in getattr(self, "_operators", ()):
-            op.release()
-        self._operators = []
-        for d in getattr(self, "_delegates", ()):
-            d.release()
-        self._delegates = []
+        # Each C object leaves its attribute before it is deleted (no point
+        # between the two where a signal handler runs): a KeyboardInterrupt
+        # right after a delete returns cannot lead to a second delete.
+        # Deleting the interpreter runs the Python ops' free() callbacks; an
+        # exception one of them parks is this deletion's (raised below, from
+        # here: as __del__, Python reports it), and one parked before, by
+        # the call that a collection interrupted to run this __del__, is put
+        # back for that call.
+        earlier = pop_pending_exception()
+        try:
+            interp, self._interp = getattr(self, "_interp", None), None
+            if interp not in (None, ffi.NULL):
+                lib.TfLiteInterpreterDelete(interp)
+            options, self._options = getattr(self, "_options", None), None
+            if options not in (None, ffi.NULL):
+                lib.TfLiteInterpreterOptionsDelete(options)
+            xnnpack, self._xnnpack = getattr(self, "_xnnpack", None), None
+            if xnnpack is not None:
+                lib.TfLiteXNNPackDelegateDelete(xnnpack)
+            # Nothing calls the operators or delegates any more.
+            operators, self._operators = getattr(self, "_operators", ()), []
+            for op in operators:
+                op.release()
+            delegates, self._delegates = getattr(self, "_delegates", ()), []
+            for d in delegates:
+                d.release()
+        finally:
+            during = pop_pending_exception()
+            if earlier is not None:
+                stash_exception(earlier)
+        if during is not None:
+            raise during
 
     __del__ = close
 

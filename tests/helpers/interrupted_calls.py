@@ -24,6 +24,7 @@ settings (the fast calls turned off).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -42,7 +43,13 @@ def _ours(frame) -> bool:
 
 
 def interrupt_at(n: int, call) -> tuple[bool, str | None]:
-    """Run ``call()`` with KeyboardInterrupt raised at its n-th point; (whether it was raised, where)."""
+    """Run ``call()`` with KeyboardInterrupt raised at its n-th point; (whether it had one, where).
+
+    An interrupt raised where Python reports and drops exceptions (a
+    finalizer, ``__del__``, a generator's close()) does not reach the
+    caller: ``where`` then ends in "(dropped)".  Any other exception that
+    ``call()`` raises propagates.
+    """
     seen = [0]
     where: list[str] = []
 
@@ -64,6 +71,8 @@ def interrupt_at(n: int, call) -> tuple[bool, str | None]:
         return True, where[0]
     finally:
         sys.setprofile(None)
+    if where:
+        return True, where[0] + " (dropped)"
     return False, None
 
 
@@ -120,7 +129,23 @@ CALLS = (
     ("add_mul", "tensor() view", lambda it, i, o, s: it.tensor(o)().copy()),
     ("add_mul", "signature runner", lambda it, i, o, s: it.get_signature_runner()(**{s.signature_input: s.x})),
     ("python_op", "invoke", lambda it, i, o, s: it.invoke()),
+    # A whole life, creation to deletion, in the call: then a new interpreter
+    # must work (and the process be as before).  The C interpreter goes with
+    # the last reference to the Interpreter (at the collection, for a cycle),
+    # which runs the Python ops' free() callbacks: the points of
+    # NativeInterpreter.close are among these.
+    ("add_mul", "a whole life", lambda it, i, o, s: _whole_life(s)),
+    ("python_op", "a whole life", lambda it, i, o, s: _whole_life(s)),
 )
+
+
+def _whole_life(subject: _Subject) -> None:
+    it, inp, out, _shape = subject.make()
+    it.invoke()
+    it.get_tensor(out)
+    it.close()
+    del it
+    gc.collect()
 
 
 def run_all() -> dict:
@@ -145,6 +170,10 @@ def run_all() -> dict:
         n = 1
         while True:
             it, inp, out, shape = subject.make()
+            # No garbage of the runs before: a collection inside this run
+            # would run its finalizers at a point that varies from run to
+            # run (the "close" calls interrupt those deletions on purpose).
+            gc.collect()
             try:
                 raised, where = interrupt_at(n, lambda: call(it, inp, out, subject))
             except Exception as exc:  # noqa: BLE001 - reported, not hidden
@@ -175,18 +204,25 @@ def process_state(before: dict | None = None) -> dict:
 
     The collector off (``model.gc_pause``), threads (a Ctrl-C watcher that
     did not end: ``_thread._count()`` counts threads started without
-    ``threading`` too).  With ``before``, threads get two seconds to end.
+    ``threading`` too), an exception parked by a callback (``_native.pending``)
+    that no call picked up: the next call of any interpreter on this thread
+    would raise it.  With ``before``, threads get two seconds to end.
     """
     import _thread
-    import gc
     import time
 
+    from opaque_ops._native import pending
     from opaque_ops.model import gc_pause
 
     deadline = time.monotonic() + 2.0
     while before is not None and _thread._count() > before["threads"] and time.monotonic() < deadline:
         time.sleep(0.005)  # a watcher ends when its pipe closes: give it a moment
-    return {"collector on": gc.isenabled(), "gc sections open": gc_pause._open, "threads": _thread._count()}
+    return {
+        "collector on": gc.isenabled(),
+        "gc sections open": gc_pause._open,
+        "threads": _thread._count(),
+        "parked exception": repr(getattr(pending._pending, "exc", None)),
+    }
 
 
 # The calls of an isolated interpreter: each is a request to its worker and a reply.

@@ -5,8 +5,12 @@ returned lost the lock: held by no one, every later call of that
 interpreter raised ReentrantCallError (a pure-Python call path, such as
 ``get_input_details``, ``allocate_tensors`` or ``invoke`` with the fast calls
 off).  One raised at the entry of ``CallLock.release()``, in a ``finally``,
-did the same.  tests/helpers/interrupted_calls.py puts the interrupt at each
-such point of each call in turn, and checks the interpreter after it.
+did the same.  And one raised in a Python op's free() callback, while the
+C interpreter was deleted (from __del__), stayed parked for the thread: the
+next call of any interpreter there raised it (in CI, a KeyboardInterrupt in
+an unrelated test).  tests/helpers/interrupted_calls.py puts the interrupt
+at each such point of each call, and of a whole life from creation to
+deletion, in turn, and checks the interpreter, and the process, after it.
 """
 
 from __future__ import annotations
