@@ -127,6 +127,8 @@ class CallLock:
         me = get_ident()  # (before acquiring: each call after it is one more point for a handler)
         if lock._is_owned():
             return False  # a signal handler or a Python op inside this thread's own call: wait() refuses it
+        # try_take(lock), inlined: this is every Python call's way in, and a
+        # function call more costs more than the lock.
         try:
             got = lock.acquire(False)
         except BaseException:

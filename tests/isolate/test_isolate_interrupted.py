@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
+import opaque_ops as oo
 from tests.helpers.child_process import crashed, run_child
+from tests.helpers.reference_models import add_mul_model
 
 
 def test_ctrl_c_at_every_point_of_an_isolated_call_never_desynchronizes_the_worker():
@@ -43,11 +46,6 @@ def test_a_request_that_cannot_be_packed_leaves_the_worker_running():
     # message whose arguments do not pickle fails before any byte is sent
     # (Channel.pack), and the interpreter goes on.  (Through the proxy's
     # request function: the public calls validate their arguments first.)
-    import numpy as np
-
-    import opaque_ops as oo
-    from tests.helpers.reference_models import add_mul_model
-
     data, offset, scale = add_mul_model()
     with oo.Interpreter(model_content=data, isolate=True) as it:
         it.allocate_tensors()
