@@ -35,7 +35,7 @@ from .native_interpreter import (
     NativeSignatureRunner,
     TensorRef,
 )
-from .pending import pop_pending_exception, stash_exception
+from .pending import clear_frames, pop_pending_exception, stash_exception
 from .runtime_loader import ENV_LIBRARY, Runtime, load_runtime
 
 # Python operators and delegate plugins are loaded on first use (PEP 562):
@@ -85,6 +85,7 @@ __all__ = [
     "load_runtime",
     "make_python_operator",
     "parse_stamp",
+    "clear_frames",
     "pop_pending_exception",
     "stash_exception",
 ]

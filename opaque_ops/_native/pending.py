@@ -18,11 +18,11 @@ def stash_exception(exc: BaseException) -> None:
         # The frames' locals include numpy views of tensor memory, which the
         # interpreter may free before anyone looks at the traceback; drop the
         # locals and keep the lines.
-        _clear_frames(exc.__traceback__)
+        _clear_traceback(exc.__traceback__)
         _pending.exc = exc
 
 
-def _clear_frames(tb) -> None:
+def _clear_traceback(tb) -> None:
     # What traceback.clear_frames does; spelled out because importing
     # traceback cost every process's start-up half a millisecond for this.
     while tb is not None:
@@ -31,6 +31,21 @@ def _clear_frames(tb) -> None:
         except RuntimeError:  # a frame still running (this callback's caller)
             pass
         tb = tb.tb_next
+
+
+def clear_frames(exc: BaseException, outer: BaseException | None) -> None:
+    """Drop the local variables of the finished frames of ``exc``'s traceback and of those it chains to.
+
+    The chain (``__cause__``, else ``__context__``) is followed up to
+    ``outer``, the exception being handled when the callback began (if
+    any): that one, and what it chains to, is the caller's, raised before
+    the callback, and keeps its frames.  The lines stay.
+    """
+    seen = set()
+    while exc is not None and exc is not outer and id(exc) not in seen:
+        seen.add(id(exc))
+        _clear_traceback(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
 
 
 def pop_pending_exception() -> BaseException | None:

@@ -175,6 +175,9 @@ class PythonOp(OpProvider):
             return self._fail(node, "prepare", exc)
 
     def _on_invoke(self, node) -> int:
+        owners: list = []
+        n_in = 0
+        outer = None
         try:
             state = self._state(node)
             inputs = [node.input_array(i) for i in range(node.num_inputs())]
@@ -183,14 +186,47 @@ class PythonOp(OpProvider):
             # The arrays over TFLite's memory (every view the callback makes of
             # one refers to it): counted again once the callback has returned.
             owners = [(k, a.base) for k, a in enumerate(inputs + outputs) if a.base is not None]
+            outer = sys.exc_info()[1]  # (the caller's, if invoke() was called in an except block)
             self._call_invoke(inputs, outputs, state)
             del inputs, outputs
-            kept = [k for k, owner in owners if sys.getrefcount(owner) > _OWNER_REFS]
-            if kept:
-                raise KernelError(self._kept_message(kept, n_in))
+            kept = _kept(owners)
+            if kept:  # (not raised: the except clause below is for what the op raised)
+                return self._fail(node, "invoke", KernelError(self._kept_message(kept, n_in)))
             return _K_OK
         except BaseException as exc:  # noqa: BLE001
-            return self._fail(node, "invoke", exc)
+            inputs = outputs = None  # noqa: F841 - this frame's own, which its traceback keeps (see _failed_invoke)
+            error = self._failed_invoke(exc, owners, n_in, outer)
+            owners = None
+            return self._fail(node, "invoke", error)
+
+    def _failed_invoke(self, exc: BaseException, owners: list, n_in: int, outer) -> BaseException:
+        """The exception an invoke that raised ``exc`` ends with: ``exc``, unless it leaves views behind.
+
+        ``exc``'s traceback holds the frames of the op's code, and their
+        local variables hold the views of TFLite's memory the op was given
+        (its ``inputs`` and ``outputs`` arguments, at least).  The exception
+        outlives the call (it is raised from ``invoke()``, kept by
+        ``sys.last_value`` or a logger, read by a debugger), and the memory
+        does not: TFLite reuses it, and frees it with the interpreter, so a
+        debugger that reads those locals after ``close()`` reads freed
+        memory.  So the frames' local variables are cleared (the traceback's
+        lines stay; ``outer``, the exception the caller was handling when it
+        called ``invoke()``, keeps its frames), and then the views are
+        counted as on success: one kept
+        anywhere else (in a global, in the op's state, in the exception's
+        own arguments) makes the error a :class:`KernelError`, as it would
+        be had the op returned.
+        """
+        _native.clear_frames(exc, outer)
+        if owners:
+            kept = _kept(owners)
+            if kept:
+                error = KernelError(
+                    self._kept_message(kept, n_in) + f" (The op also raised {type(exc).__name__}: {exc})"
+                )
+                error.__cause__ = exc
+                return error
+        return exc
 
     def _call_invoke(self, inputs, outputs, state) -> None:
         result = self._invoke(inputs, outputs, state) if self._init is not None else self._invoke(inputs, outputs)
@@ -214,6 +250,11 @@ class PythonOp(OpProvider):
             "during the call: TFLite reuses and frees that memory, so a kept array would later read other "
             "values or write into freed memory. Keep a copy instead (outputs[0].copy(), np.array(inputs[0]))."
         )
+
+
+def _kept(owners: list) -> list:
+    """The positions whose array over TFLite's memory is still referenced from elsewhere."""
+    return [k for k, owner in owners if sys.getrefcount(owner) > _OWNER_REFS]
 
 
 class _InitFailed:

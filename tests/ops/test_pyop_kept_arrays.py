@@ -92,12 +92,33 @@ def _keep_memoryview(kept):
     return invoke
 
 
+def _keep_input_then_raise(kept):
+    def invoke(inputs, outputs):
+        kept.append(inputs[0])
+        raise ValueError("bad input")
+
+    return invoke
+
+
+def _output_in_the_exception(kept):
+    def invoke(inputs, outputs):
+        # The exception outlives the call, and its arguments with it.
+        kept.append(outputs[0])
+        raise ValueError("cannot square", outputs[0])
+
+    return invoke
+
+
 KEEPERS = {
     "output": _append_output,
     "row of output": _append_row,
     "input": _keep_input,
     "outputs list": _keep_list,
     "memoryview": _keep_memoryview,
+    # An op that raised used to skip the count: its kept views went on to
+    # read freed memory (SIGSEGV, in a review's attack).
+    "input, then raise": _keep_input_then_raise,
+    "output in the exception": _output_in_the_exception,
 }
 
 
@@ -108,8 +129,82 @@ def test_kept_array_is_refused_with_the_op_named(how):
     first = p.stdout.splitlines()[0]
     assert first.startswith("REFUSED "), p.stdout
     assert "'PySquare'" in first and "copy" in first
-    want = "inputs[0]" if how == "input" else "outputs[0]"
+    want = "inputs[0]" if how.startswith("input") else "outputs[0]"
     assert want in first, first
+    if "raise" in how or "exception" in how:
+        assert "The op also raised ValueError" in first, first
+
+
+def test_a_raising_op_leaves_no_views_in_its_traceback():
+    """The exception of an op that raised keeps its traceback's lines, not the frames' variables.
+
+    Those variables held the op's arrays, views of the interpreter's
+    memory: a debugger reading them after ``close()`` (``pdb.pm()``, a
+    logger's ``exc_info``) would read freed memory.
+    """
+
+    def invoke(inputs, outputs):
+        x = inputs[0]  # noqa: F841 - a local holding a view
+        raise ValueError("bad input")
+
+    op = oo.python_op("Bad", invoke=invoke)
+    with pytest.raises(ValueError, match="bad input") as info:
+        run_op(op, "Bad", inputs=[X])
+    frames = []
+    tb = info.value.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    names = [f.f_code.co_name for f in frames]
+    assert names[-3:] == ["_on_invoke", "_call_invoke", "invoke"], names  # the lines are still there
+    # The callback's own frame was running when it was cleared: it dropped its arrays itself.
+    held = frames[-3].f_locals
+    assert all(held.get(name) is None for name in ("inputs", "outputs", "owners")), held
+    for f in frames[-2:]:
+        assert f.f_locals == {}, (f.f_code.co_name, list(f.f_locals))
+
+
+def test_the_callers_exception_keeps_its_frames():
+    """invoke() called while handling an exception: the op's error chains to it, and only the op's frames are cleared."""
+
+    def invoke(inputs, outputs):
+        raise ValueError("bad input")
+
+    def fails():
+        here = "a local of the caller's"  # noqa: F841
+        raise KeyError("earlier")
+
+    op = oo.python_op("Bad", invoke=invoke)
+    with pytest.raises(ValueError, match="bad input") as info:
+        try:
+            fails()
+        except KeyError:
+            run_op(op, "Bad", inputs=[X])
+    earlier = info.value.__context__
+    assert isinstance(earlier, KeyError)
+    tb = earlier.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    assert tb.tb_frame.f_code.co_name == "fails" and tb.tb_frame.f_locals.get("here") == "a local of the caller's"
+
+
+def test_an_exception_raised_while_handling_one_inside_the_op_leaves_no_views():
+    def compute(x):
+        return x / 0 if x.dtype == np.int64 else 1 // 0
+
+    def invoke(inputs, outputs):
+        try:
+            compute(inputs[0])  # its frame holds the view when it raises
+        except ZeroDivisionError:
+            raise ValueError("bad input") from None
+
+    op = oo.python_op("Bad", invoke=invoke)
+    with pytest.raises(ValueError, match="bad input") as info:
+        run_op(op, "Bad", inputs=[X])
+    tb = info.value.__context__.__traceback__
+    while tb is not None:
+        assert tb.tb_frame.f_locals == {} or tb.tb_frame.f_code.co_name == "_on_invoke", tb.tb_frame.f_code.co_name
+        tb = tb.tb_next
 
 
 @pytest.mark.parametrize(
