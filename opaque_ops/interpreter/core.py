@@ -921,10 +921,18 @@ class Interpreter:
             # signature: those shapes are known, the rest are "unknown".
             check_allocated(self._rooted(graph.subgraph), graph.shape_of, self._check_config)
 
+    # Views of this interpreter's memory held in another process: an isolated
+    # interpreter's worker sets it, for the length of one call, to the count of
+    # tensor() views its parent holds over the shared tensors (see
+    # isolate.server.do_runner_call), so that every path that would move the
+    # memory refuses as it does for views of its own.
+    _foreign_views = 0
+
     def _no_views(self, what: str) -> None:
-        if len(self._views):
+        n = len(self._views) + self._foreign_views
+        if n:
             raise LiveViewsError(
-                f"cannot {what}: {len(self._views)} numpy view(s) from tensor() still point into "
+                f"cannot {what}: {n} numpy view(s) from tensor() still point into "
                 "the interpreter's memory, which this call would move. Delete them first "
                 "(or use get_tensor(), which copies)."
             )

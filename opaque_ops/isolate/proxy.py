@@ -527,10 +527,14 @@ class IsolatedInterpreter(Interpreter):
             self._no_fork_views("run a signature runner")
             self._live()
             self._invoked = self._invoked or stage == "invoke"
-            out = self._request(
-                "runner_call", {"rid": rid, "name": name, "args": tuple(args), "kwargs": dict(kwargs)}, stage=stage
+            out, shapes = self._request(
+                "runner_call",
+                {"rid": rid, "name": name, "args": tuple(args), "kwargs": dict(kwargs), "views": len(self._views)},
+                stage=stage,
             )
             self._details = {}
+            if shapes is not None:  # the call resized inputs: what pickle and fork re-create
+                self._resized = shapes
             return out
 
     def cancel(self) -> None:

@@ -298,12 +298,26 @@ class Server:
         self.runners[rid] = runner
         return {"id": rid, "key": runner.key, "api": _public_api(runner)}
 
-    def do_runner_call(self, rid, name, args, kwargs):
+    def do_runner_call(self, rid, name, args, kwargs, views=0):
+        """A signature runner's call: ``(its result, the main inputs' shapes if the call changed them, else None)``.
+
+        ``views``: how many ``tensor()`` views the parent holds over the
+        shared tensors; a call that would move the memory refuses while there
+        are any, as in-process (``Interpreter._foreign_views``).  The shapes
+        let the parent re-create the interpreter as it is now (pickle, fork),
+        as it does after its own ``resize_tensor_input``.
+        """
         self.stage("invoke" if name in ("__call__", "invoke") else "call")
+        it = self.it
+        before = dict(it._input_shapes)
+        it._foreign_views = views
         try:
-            return getattr(self.runners[rid], name)(*args, **kwargs)
+            value = getattr(self.runners[rid], name)(*args, **kwargs)
         finally:
+            it._foreign_views = 0
             self._recheck()
+        after = it._input_shapes
+        return value, (dict(after) if after != before else None)
 
     def do_close(self):
         self.close_interpreter()
