@@ -685,6 +685,8 @@ class Interpreter:
                 if strict:
                     self._check_strict(graph.subgraph, index, current, shape)
                 self._check_resize(graph.subgraph, index, shape)
+                if graph.strict and not strict:
+                    self._check_strict(graph.subgraph, index, current, shape, (what, handle))
                 if current != shape:
                     todo.append((index, handle, shape))
                 elif graph.subgraph == 0:
@@ -894,10 +896,27 @@ class Interpreter:
         except InvalidInputError as exc:
             raise ResizeError(str(exc)) from None
 
-    def _check_strict(self, subgraph: int, index: int, current, shape) -> None:
-        """tflite_runtime's strict resize: only dimensions that are -1 in the signature may change."""
+    def _check_strict(self, subgraph: int, index: int, current, shape, runner=None) -> None:
+        """tflite_runtime's strict resize: only dimensions that are -1 in the signature may change.
+
+        ``runner``: ``(what, input name)`` when the resize is a signature
+        runner's, which the C API makes strict whatever the caller asked:
+        the shape is refused here, before anything changed, in the runner's
+        words (TFLite's own refusal comes after the interpreter gave up its
+        allocation).
+        """
         t = self._info.subgraphs[subgraph].tensors[index]
         sig = tuple(t.shape_signature) if t.shape_signature else tuple(current)
+        if runner is not None:
+            if len(sig) != len(shape) or any(s != -1 and s != d for s, d in zip(sig, shape)):
+                what, name = runner
+                want = "[" + ", ".join("any" if s == -1 else str(s) for s in sig) + "]"
+                raise ResizeError(
+                    f"{what}: input {name!r} cannot take an array of shape {list(shape)}: a signature runner "
+                    f"can change only the dimensions that are -1 in the input's shape signature "
+                    f"{[int(x) for x in sig]}, so it takes shape {want}. Pass an array of that shape"
+                )
+            return
         if len(sig) != len(shape):
             raise ResizeError(
                 f"strict resize of tensor {index}: shape {list(shape)} has rank {len(shape)}, "

@@ -19,13 +19,19 @@ class Graph:
     runner (its subgraph, by input name) provide the same four operations.
     """
 
-    def __init__(self, subgraph: int, names: dict[int, object], resize, allocate, tensor, shape_of=None):
+    def __init__(
+        self, subgraph: int, names: dict[int, object], resize, allocate, tensor, shape_of=None, strict: bool = False
+    ):
         self.subgraph = subgraph
         self.names = names  # tensor index -> what the resize call takes (position or name)
         self.resize = resize  # (handle, shape) -> status
         self.allocate = allocate  # () -> status
         self.tensor = tensor  # handle -> TensorRef
         self.shape_of = shape_of  # tensor index -> planned shape or None (subgraphs other than 0)
+        # Whether ``resize`` changes only the dimensions that are -1 in the
+        # input's shape signature, whatever the caller asked: the C API's
+        # signature runner resizes strictly (TfLiteSignatureRunnerResizeInputTensor).
+        self.strict = strict
 
 
 def as_shape(tensor_size, what: str) -> tuple[int, ...]:

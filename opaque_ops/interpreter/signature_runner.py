@@ -52,6 +52,7 @@ class SignatureRunner:
             native_runner.allocate,
             native_runner.input_tensor,
             shape_of,
+            strict=True,
         )
         self._watch = True
         # The fast path of __call__ (_call_cached): a signature of the main
