@@ -1121,9 +1121,9 @@ class Interpreter:
 
     # -------------------------------------------------------------- tensors
     def _tensor_ref(self, index, native):
-        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
-            raise TypeError(f"tensor index must be an int, not {type(index).__name__}")
-        t = native.tensor(int(index))
+        _tensors.check_index(index)
+        i = int(index)
+        t = native.tensor(i) if -(2**31) <= i < 2**31 else None  # (a C int: cffi's OverflowError otherwise)
         if t is None or (self._hidden_from is not None and index >= self._hidden_from):
             raise InvalidInputError(
                 f"tensor index {index} is out of range: the model has {len(self._info.subgraphs[0].tensors)} tensors"
@@ -1160,7 +1160,8 @@ class Interpreter:
         if not calls.try_acquire():
             calls.wait("set_tensor")
         try:
-            slot = self._slots.get(tensor_index)
+            # (An exact int only: 1.0 and True would find tensor 1's entry too.)
+            slot = self._slots.get(tensor_index) if type(tensor_index) is int else None
             # The cached view (_remember): an ndarray of exactly the
             # tensor's shape and dtype (builtin dtypes are singletons, so `is`
             # settles the usual case without numpy's slower dtype __eq__).
@@ -1206,7 +1207,7 @@ class Interpreter:
         if not calls.try_acquire():
             calls.wait("get_tensor")
         try:
-            slot = self._slots.get(tensor_index)
+            slot = self._slots.get(tensor_index) if type(tensor_index) is int else None  # (as in set_tensor)
             if slot is not None and subgraph_index == 0:
                 return slot[0].copy()
             native = self._live()

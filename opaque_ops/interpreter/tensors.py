@@ -95,6 +95,20 @@ def _model_dtype(info_tensor):
     return info_tensor.dtype
 
 
+def _dtype_words(dtype) -> str:
+    """``dtype``'s name, with its byte order when that is what differs (``.name`` leaves it out)."""
+    if dtype.byteorder not in ("=", "|") and dtype.newbyteorder("=") != dtype:
+        order = "big" if dtype.byteorder == ">" else "little"
+        return f"{dtype.name} in {order}-endian byte order ({dtype.str!r}; the tensor's is the machine's)"
+    return dtype.name
+
+
+def check_index(index) -> None:
+    """A tensor index is an int (a Python or numpy integer, not a bool): TypeError otherwise."""
+    if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+        raise TypeError(f"tensor index must be an int, not {type(index).__name__}")
+
+
 def write(t, value, what: str) -> None:
     """Validate ``value`` against tensor ``t`` and copy it in."""
     expected_dtype = t.dtype
@@ -109,7 +123,7 @@ def write(t, value, what: str) -> None:
     arr = value if isinstance(value, np.ndarray) else np.asarray(value)
     if arr.dtype != expected_dtype:
         raise InvalidInputError(
-            f"{what}: expected dtype {expected_dtype.name}, received {arr.dtype.name}. "
+            f"{what}: expected dtype {expected_dtype.name}, received {_dtype_words(arr.dtype)}. "
             f"Convert with np.asarray(value, dtype=np.{expected_dtype.name})."
         )
     shape = t.shape

@@ -31,6 +31,7 @@ from ..errors import (
     RuntimeCrashError,
     RuntimeTimeoutError,
 )
+from ..interpreter import tensors as _tensors
 from ..interpreter.call_lock import try_take
 from ..interpreter.core import Interpreter, restore_interpreter
 from ..interpreter.signature_runner import SignatureRunner
@@ -419,7 +420,8 @@ class IsolatedInterpreter(Interpreter):
         For the model's inputs this is a copy into shared memory, with no
         message to the worker; anything else is checked and done there.
         """
-        slot = self._slots.get(tensor_index)
+        # (An exact int only, as in-process: 1.0 and True would find tensor 1's entry too.)
+        slot = self._slots.get(tensor_index) if type(tensor_index) is int else None
         if (
             slot is not None
             and type(value) is np.ndarray
@@ -436,7 +438,7 @@ class IsolatedInterpreter(Interpreter):
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
         """Return a copy of a tensor (see :meth:`Interpreter.get_tensor`)."""
-        slot = self._slots.get(tensor_index)
+        slot = self._slots.get(tensor_index) if type(tensor_index) is int else None  # (as in set_tensor)
         if slot is not None and subgraph_index == 0:
             with self._lock:
                 if self._slots.get(tensor_index) is slot and self._fork_views is None:
@@ -455,6 +457,7 @@ class IsolatedInterpreter(Interpreter):
         for other tensors use :meth:`get_tensor`.  As in-process, while a view
         exists ``allocate_tensors`` and ``resize_tensor_input`` refuse to run.
         """
+        _tensors.check_index(tensor_index)
         with self._lock:
             self._live()
             if tensor_index not in self._slots:

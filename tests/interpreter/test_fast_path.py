@@ -17,13 +17,15 @@ from tests.helpers.child_process import crashed, run_child
 from tests.helpers.interpreter_models import add_model
 
 # Re-entry from inside set_tensor / get_tensor: the value's __array__ or the
-# index's __hash__ runs while the call holds the lock.  Before the owner was
+# index's __int__ runs while the call holds the lock.  Before the owner was
 # recorded on these paths each waited for itself forever, so they run in a
-# child with a timeout.
+# child with a timeout.  (The index was a class whose __hash__ called back,
+# run by the cached views' dict; only an exact int is looked up there now, and
+# an int subclass reaches int() under the lock instead.)
 REENTRY = {
     "set_tensor via value.__array__": "it.set_tensor(0, Hostile(lambda: it.get_tensor(2)))",
-    "set_tensor via index.__hash__": "it.set_tensor(Index(lambda: it.invoke()), np.zeros((2, 3), np.float32))",
-    "get_tensor via index.__hash__ (cached view)": "it.get_tensor(Index(lambda: it.set_tensor(0, x)))",
+    "set_tensor via index.__int__": "it.set_tensor(Index(lambda: it.invoke()), np.zeros((2, 3), np.float32))",
+    "get_tensor via index.__int__": "it.get_tensor(Index(lambda: it.set_tensor(0, x)))",
     "get_tensor via subgraph_index.__eq__": "it.get_tensor(2, Sub(lambda: it.get_tensor(2)))",
 }
 
@@ -40,12 +42,14 @@ def test_reentry_into_set_and_get_is_refused_not_deadlocked():
                 self.call()
                 return np.zeros((2, 3), np.float32)
 
-        class Index:
-            def __init__(self, call):
+        class Index(int):
+            def __new__(cls, call):
+                self = super().__new__(cls, 2)
                 self.call = call
-            def __hash__(self):
+                return self
+            def __int__(self):
                 self.call()
-                return hash(2)
+                return 2
 
         class Sub:
             def __init__(self, call):
