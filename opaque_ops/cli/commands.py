@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import CHECK_OK, CHECK_REFUSED, CHECK_UNSAFE, PROG, CliError, load_libs
+from .common import CHECK_OK, CHECK_REFUSED, CHECK_UNSAFE, PROG, CliError, load_libs, regular_file
 
 # --------------------------------------------------------------- helpers --
 
@@ -71,9 +71,7 @@ def _shape(t) -> str:
 def cmd_inspect(args) -> int:
     from ..model import read_model
 
-    path = Path(args.model)
-    if not path.is_file():
-        raise CliError(f"model file {path} does not exist")
+    path = regular_file(args.model, "model file")
     info = read_model(path)
     libs = load_libs(args.ops)
     from .doctor import NOBODY, RUNTIME, resolve_custom_ops
@@ -196,9 +194,7 @@ def _parse_inputs(items) -> dict[str, str]:
 def _make_interpreter(args, **options):
     from ..interpreter.core import Interpreter
 
-    path = Path(args.model)
-    if not path.is_file():
-        raise CliError(f"model file {path} does not exist")
+    path = regular_file(args.model, "model file")
     extra = {}
     if getattr(args, "isolate", False):
         extra = {"isolate": True, "timeout": args.timeout, "memory_limit": args.memory_limit}

@@ -19,6 +19,22 @@ class CliError(Exception):
     """A usage problem found after argument parsing (bad --input, unknown name...)."""
 
 
+def regular_file(path, what: str) -> Path:
+    """``path`` as a Path, if it names a regular file; CliError saying what it is otherwise.
+
+    Every command that reads a model or a C source checks it here: a
+    directory, a device or a FIFO is not "missing" (and reading a FIFO
+    would wait for a writer).
+    """
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not path.exists():
+        raise CliError(f"{what} {path} does not exist")
+    kind = "a directory" if path.is_dir() else "not a regular file (a device, a FIFO or a socket)"
+    raise CliError(f"{what} {path} is {kind}; give the path of the {what}")
+
+
 def load_libs(specs) -> list:
     """Turn ``--ops`` values into op libraries."""
     from .. import kernels
@@ -30,9 +46,7 @@ def load_libs(specs) -> list:
             # The names of opaque_ops.kernels: a kernel file or a bundle (kernels:mediapipe).
             libs.append(kernels.by_name(spec.split(":", 1)[1]))
         elif spec.endswith(".c"):
-            if not Path(spec).is_file():
-                raise CliError(f"C source {spec} does not exist")
-            libs.append(compile_ops(spec))
+            libs.append(compile_ops(regular_file(spec, "C source")))
         else:
             libs.append(load_ops(spec))
     return libs

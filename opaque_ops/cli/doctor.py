@@ -435,11 +435,9 @@ def gather(model, ops=(), libraries=None) -> dict:
     from ..errors import ModelError
     from ..kernels import provided_ops
     from ..model import check_model, read_model
-    from .common import CliError, load_libs
+    from .common import load_libs, regular_file
 
-    path = Path(model)
-    if not path.is_file():
-        raise CliError(f"model file {path} does not exist")
+    path = regular_file(model, "model file")
     info = read_model(path)
     if libraries is None:
         libraries = list(zip(ops, load_libs(ops)))

@@ -504,11 +504,9 @@ def write_project(model, out_dir, name: str, only=(), force: bool = False, comma
         A bad name, a non-empty directory without ``force``, an unknown op, or nothing to do.
     """
     from ..kernels import names as bundled_names
-    from .common import CliError
+    from .common import CliError, regular_file
 
-    model = Path(model)
-    if not model.is_file():
-        raise CliError(f"model file {model} does not exist")
+    model = regular_file(model, "model file")
     if not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
         raise CliError(f"--name {name!r} must be a Python identifier (letters, digits, _), e.g. my_ops")
     if name in bundled_names():

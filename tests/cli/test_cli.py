@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -193,6 +194,33 @@ def test_errors_are_one_line(atan_model, tmp_path, args, message):
     assert lines[0].startswith("opaque-ops: error: ")
     assert message in lines[0]
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("command", ["inspect", "run", "bench", "doctor", "scaffold", "ops-source"])
+@pytest.mark.parametrize("what", ["a directory", "a FIFO"])
+def test_a_path_that_is_not_a_file_is_named_for_what_it_is(tmp_path, atan_model, command, what):
+    """Every command that reads a model or a C source says what the path is, not that it is missing.
+
+    A review found ``inspect DIR`` and ``inspect /dev/null`` answering "does
+    not exist".  (A FIFO: reading one would wait for a writer.)
+    """
+    odd = tmp_path / "odd.tflite"
+    if what == "a directory":
+        odd.mkdir()
+    else:
+        os.mkfifo(odd)
+    if command == "ops-source":
+        args, noun = ["inspect", str(atan_model), "--ops", str(odd.rename(tmp_path / "odd.c"))], "C source"
+        odd = tmp_path / "odd.c"
+    elif command == "scaffold":
+        args, noun = ["scaffold", str(odd), "-o", str(tmp_path / "pkg"), "--name", "pkg"], "model file"
+    else:
+        args, noun = [command, str(odd)], "model file"
+    r = cli(*args, cwd=tmp_path, timeout=60)
+    lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("INFO:")]
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    want = "is a directory" if what == "a directory" else "is not a regular file"
+    assert lines[0].startswith(f"opaque-ops: error: {noun} {odd} {want}"), lines[0]
 
 
 def test_usage_errors_exit_2():
