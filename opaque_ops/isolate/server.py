@@ -406,7 +406,17 @@ def _load_main(path: str) -> None:
     so python_op functions defined in it can be unpickled here."""
     import multiprocessing.spawn as spawn
 
-    spawn.prepare({"init_main_from_path": path})
+    try:
+        spawn.prepare({"init_main_from_path": path})
+    except (Exception, SystemExit) as exc:  # (SystemExit: the script called sys.exit())
+        from ..errors import OpaqueOpsError
+
+        raise OpaqueOpsError(
+            f"the isolated worker imports your script {path} to load the python_op functions defined in "
+            "it (as multiprocessing's spawn does), which runs the script's top-level code, and that "
+            f"failed ({type(exc).__name__}: {exc}). Put the code that should run once, in your process, "
+            'under `if __name__ == "__main__":`, or define the functions in a module of their own'
+        ) from exc
 
 
 def _load_helper():

@@ -330,6 +330,35 @@ def test_python_op_defined_in_a_script(tmp_path):
     assert out.stdout.strip() == "[0.0, 3.0, 6.0, 9.0]"
 
 
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path):
+    """The worker imports the script as multiprocessing does, which runs its top-level code: say so.
+
+    Without ``if __name__ == "__main__":`` the worker ran the script's own
+    isolated Interpreter, whose worker could not import the script's
+    functions, and the user read "No module named '__mp_main__'".
+    """
+    script = tmp_path / "script.py"
+    script.write_text(
+        textwrap.dedent("""
+        import numpy as np
+        import opaque_ops as oo
+        from tests.helpers.misbehaving_kernels import one_op
+
+        def invoke(inputs, outputs):
+            outputs[0][...] = inputs[0] * 3
+
+        op = oo.python_op("Twice", invoke=invoke)
+        with oo.Interpreter(model_content=one_op("Twice"), custom_ops=[op], isolate=True) as it:
+            it.allocate_tensors()
+    """)
+    )
+    out = run_python(script, timeout=300)
+    assert out.returncode == 1, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("opaque_ops.errors.OpaqueOpsError: the isolated worker imports your script"), last
+    assert str(script) in last and 'if __name__ == "__main__":' in last, last
+
+
 def test_a_worker_hosts_one_interpreter_at_a_time(bad_ops):
     with oo.isolate.Worker() as w:
         it = oo.Interpreter(model_content=one_op("Twice"), custom_ops=[bad_ops], isolate=w)
