@@ -165,6 +165,7 @@ class IsolatedInterpreter(Interpreter):
             self._end(keep=reply.interrupt is None)
             raise reply.interrupt or reply.error
         self._stateful = bool(reply.value.get("stateful"))
+        self._model_facts = reply.value["model"]
         for k, v in reply.value["attrs"].items():
             if not isinstance(getattr(type(self), k, None), property):
                 setattr(self, k, v)
@@ -517,6 +518,19 @@ class IsolatedInterpreter(Interpreter):
         return self._cached("get_output_details")
 
     # ---------------------------------------------------------- signatures
+    def get_signature_list(self) -> dict:
+        """``{signature key: {"inputs": [names], "outputs": [names]}}``, as the worker read them at creation.
+
+        Kept here, as the model is in-process: it answers after ``close()`` too.
+        """
+        return {
+            k: {part: list(names) for part, names in v.items()} for k, v in self._model_facts["signature_list"].items()
+        }
+
+    def num_subgraphs(self) -> int:
+        """How many subgraphs the model has (kept from creation, as :meth:`get_signature_list`)."""
+        return self._model_facts["num_subgraphs"]
+
     def get_signature_runner(self, signature_key: str | None = None) -> IsolatedSignatureRunner:
         """Return a runner for one signature; its calls run in the worker."""
         with self._lock:

@@ -240,7 +240,13 @@ class Server:
         with self._cancel_lock:
             self.it = it
         self.layout_sent = None
-        return {"api": _public_api(it), "attrs": _public_values(it), "stateful": _stateful(it)}
+        return {
+            "api": _public_api(it),
+            "attrs": _public_values(it),
+            "stateful": _stateful(it),
+            # What the model file says, which an in-process interpreter answers after close() too.
+            "model": {"signature_list": it.get_signature_list(), "num_subgraphs": it.num_subgraphs()},
+        }
 
     def do_call(self, name, args, kwargs, stage="call"):
         self.stage(stage)

@@ -61,6 +61,26 @@ def test_details_match_in_process(pair):
     assert b.get_input_details()[0]["name"] == a.get_input_details()[0]["name"]
 
 
+def test_what_the_model_says_is_answered_after_close_as_in_process(pair):
+    """get_signature_list() and num_subgraphs() read the model: in-process they answer after close(); isolated too.
+
+    (A review found the isolated ones raising ClosedError there.)
+    """
+    a, b = pair
+    before = (a.get_signature_list(), a.num_subgraphs())
+    assert (b.get_signature_list(), b.num_subgraphs()) == before
+    assert before[0], "the seed model has a signature: the comparison must see one"
+    a.close()
+    b.close()
+    assert (a.get_signature_list(), a.num_subgraphs()) == before
+    assert (b.get_signature_list(), b.num_subgraphs()) == before
+    b.get_signature_list()[next(iter(before[0]))]["inputs"].append("changed")  # a copy each time
+    assert b.get_signature_list() == before[0]
+    for it in (a, b):
+        with pytest.raises(oo.ClosedError):
+            it.get_signature_runner()
+
+
 def test_results_and_resizes_match_in_process(pair):
     a, b = pair
     rng = np.random.default_rng(1)
