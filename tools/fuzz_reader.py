@@ -19,7 +19,21 @@ ModelError), ``refused_accepted`` (C returned None, Python accepted: the
 cases C leaves to Python), and ``findings`` (a mismatch: C returned a model
 for bytes Python rejects, or a different model).  Run it under valgrind or
 with an AddressSanitizer build of the module to check memory safety
-(bench/README.md, "Fifth pass").
+(bench/README.md, "Sixth pass").  The ASan + UBSan module is the fast calls
+module's build spec with ``sanitize`` set, through the one build path::
+
+    python -c 'from opaque_ops.build import compiler, extension
+    spec = extension.build_spec(); spec.sanitize = ["address", "undefined"]
+    print(compiler.compile_cached(spec, "/tmp/asan-cache")[0])'
+
+and it runs with the sanitizers' runtimes preloaded (Debian 12's gcc 12)::
+
+    OPAQUE_OPS_FASTCALLS=<that .so> PYTHONMALLOC=malloc \
+    LD_PRELOAD=/lib/x86_64-linux-gnu/libasan.so.8:/lib/x86_64-linux-gnu/libubsan.so.1 \
+    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    python tools/fuzz_reader.py --n 5000 --seed 20261127 --start 0
+
+(``opaque_ops.interpreter.fast_calls.status()`` names the module in use.)
 """
 
 from __future__ import annotations
