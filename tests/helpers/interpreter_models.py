@@ -19,6 +19,20 @@ def add_model() -> bytes:
     return b.build()
 
 
+def doubling_model(shape, shape_signature=None, signature: str | None = "s") -> bytes:
+    """y = x + x: x (index 0) the float32 input of ``shape`` (and ``shape_signature``), y (1) the output;
+    one signature ``signature`` (x -> y) unless None."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", list(shape), np.float32, shape_signature=shape_signature)
+    y = b.add_tensor("y", list(shape), np.float32, shape_signature=shape_signature)
+    b.add_op("ADD", [x, x], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    if signature is not None:
+        b.add_signature(signature, {"x": x}, {"y": y})
+    return b.build()
+
+
 def valid_conv_model() -> bytes:
     """A VALID 1x8 CONV_2D of x (index 0, [1, 1, 16, 1], width resizable): y (3) is [1, 1, 9, 1].
 

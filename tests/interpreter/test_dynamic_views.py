@@ -22,9 +22,8 @@ import pytest
 from ai_edge_litert import interpreter as litert
 
 import opaque_ops as oo
-from opaque_ops.model import ModelBuilder
 from tests.helpers.child_process import crashed, run_child
-from tests.helpers.interpreter_models import tile_model
+from tests.helpers.interpreter_models import doubling_model, tile_model
 
 X = np.array([1.0, -2.0, 3.5, 4.0], np.float32)
 MULTIPLES = [1, 1000, 3, 100_000, 5]
@@ -135,13 +134,7 @@ def test_signature_runner_refuses_while_views_exist(reference):
 
 
 def test_views_of_a_static_model_still_live_across_invoke():
-    b = ModelBuilder()
-    x = b.add_tensor("x", [4], np.float32)
-    y = b.add_tensor("y", [4], np.float32)
-    b.add_op("ADD", [x, x], [y])
-    b.set_inputs([x])
-    b.set_outputs([y])
-    it = oo.Interpreter(model_content=b.build())
+    it = oo.Interpreter(model_content=doubling_model([4], signature=None))
     it.allocate_tensors()
     assert not it._moves
     xin, yout = it.tensor(0)(), it.tensor(1)()

@@ -14,23 +14,12 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from opaque_ops.model import ModelBuilder
-
-
-def _add_model() -> bytes:
-    b = ModelBuilder()
-    x = b.add_tensor("x", [3], np.float32)
-    y = b.add_tensor("y", [3], np.float32)
-    b.add_op("ADD", [x, x], [y])
-    b.set_inputs([x])
-    b.set_outputs([y])
-    b.add_signature("s", {"x": x}, {"y": y})
-    return b.build()
+from tests.helpers.interpreter_models import doubling_model
 
 
 @pytest.fixture(params=[False, True], ids=["in-process", "isolated"])
 def it(request):
-    with oo.Interpreter(model_content=_add_model(), isolate=request.param) as it:
+    with oo.Interpreter(model_content=doubling_model([3]), isolate=request.param) as it:
         it.allocate_tensors()
         yield it
 

@@ -24,24 +24,12 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from opaque_ops.model import ModelBuilder
-
-
-def _doubling_model() -> bytes:
-    """y = x + x, with a dynamic batch dimension, and one signature "s"."""
-    b = ModelBuilder()
-    x = b.add_tensor("x", [1, 3], np.float32, shape_signature=[-1, 3])
-    y = b.add_tensor("y", [1, 3], np.float32, shape_signature=[-1, 3])
-    b.add_op("ADD", [x, x], [y])
-    b.set_inputs([x])
-    b.set_outputs([y])
-    b.add_signature("s", {"x": x}, {"y": y})
-    return b.build()
+from tests.helpers.interpreter_models import doubling_model
 
 
 @pytest.fixture(params=[False, True], ids=["in-process", "isolated"])
 def interpreter(request):
-    it = oo.Interpreter(model_content=_doubling_model(), isolate=request.param)
+    it = oo.Interpreter(model_content=doubling_model([1, 3], [-1, 3]), isolate=request.param)
     it.allocate_tensors()
     yield it
     it.close()
