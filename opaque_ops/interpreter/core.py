@@ -685,7 +685,7 @@ class Interpreter:
                 if strict:
                     self._check_strict(graph.subgraph, index, current, shape)
                 self._check_resize(graph.subgraph, index, shape)
-                if graph.strict and not strict:
+                if graph.strict and not strict and current != shape:  # (the shape it has passes)
                     self._check_strict(graph.subgraph, index, current, shape, (what, handle))
                 if current != shape:
                     todo.append((index, handle, shape))
