@@ -78,7 +78,7 @@ def test_set_invoke_get_send_no_message(bad_ops, monkeypatch):
         np.testing.assert_array_equal(it.get_tensor(out), twice(x + i))
     assert sent == []
     # Anything else does use messages (so the check above can see them).
-    it.get_signature_list()
+    it.get_input_details()
     assert len(sent) == 2
     it.close()
 
