@@ -907,16 +907,16 @@ class Interpreter:
         """
         t = self._info.subgraphs[subgraph].tensors[index]
         sig = tuple(t.shape_signature) if t.shape_signature else tuple(current)
-        if runner is not None:
-            if len(sig) != len(shape) or any(s != -1 and s != d for s, d in zip(sig, shape)):
-                what, name = runner
-                want = "[" + ", ".join("any" if s == -1 else str(s) for s in sig) + "]"
-                raise ResizeError(
-                    f"{what}: input {name!r} cannot take an array of shape {list(shape)}: a signature runner "
-                    f"can change only the dimensions that are -1 in the input's shape signature "
-                    f"{[int(x) for x in sig]}, so it takes shape {want}. Pass an array of that shape"
-                )
+        if len(sig) == len(shape) and all(s == -1 or s == d for s, d in zip(sig, shape)):
             return
+        if runner is not None:
+            what, name = runner
+            want = "[" + ", ".join("any" if s == -1 else str(s) for s in sig) + "]"
+            raise ResizeError(
+                f"{what}: input {name!r} cannot take an array of shape {list(shape)}: a signature runner "
+                f"can change only the dimensions that are -1 in the input's shape signature "
+                f"{[int(x) for x in sig]}, so it takes shape {want}. Pass an array of that shape"
+            )
         if len(sig) != len(shape):
             raise ResizeError(
                 f"strict resize of tensor {index}: shape {list(shape)} has rank {len(shape)}, "

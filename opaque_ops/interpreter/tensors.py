@@ -96,8 +96,12 @@ def _model_dtype(info_tensor):
 
 
 def _dtype_words(dtype) -> str:
-    """``dtype``'s name, with its byte order when that is what differs (``.name`` leaves it out)."""
-    if dtype.byteorder not in ("=", "|") and dtype.newbyteorder("=") != dtype:
+    """``dtype``'s name, with its byte order when that is what differs (``.name`` leaves it out).
+
+    numpy spells the machine's own order ``=`` (``|``: no order), so ``<`` or
+    ``>`` is always the other one.
+    """
+    if dtype.byteorder in ("<", ">"):
         order = "big" if dtype.byteorder == ">" else "little"
         return f"{dtype.name} in {order}-endian byte order ({dtype.str!r}; the tensor's is the machine's)"
     return dtype.name

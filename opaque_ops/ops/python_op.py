@@ -212,10 +212,9 @@ class PythonOp(OpProvider):
         memory.  So the frames' local variables are cleared (the traceback's
         lines stay; ``outer``, the exception the caller was handling when it
         called ``invoke()``, keeps its frames), and then the views are
-        counted as on success: one kept
-        anywhere else (in a global, in the op's state, in the exception's
-        own arguments) makes the error a :class:`KernelError`, as it would
-        be had the op returned.
+        counted as on success: one kept anywhere else (in a global, in the
+        op's state, in the exception's own arguments) makes the error a
+        :class:`KernelError`, as it would be had the op returned.
         """
         _native.clear_frames(exc, outer)
         if owners:
