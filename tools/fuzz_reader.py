@@ -24,13 +24,13 @@ module's build spec with ``sanitize`` set, through the one build path::
 
     python -c 'from opaque_ops.build import compiler, extension
     spec = extension.build_spec(); spec.sanitize = ["address", "undefined"]
-    print(compiler.compile_cached(spec, "/tmp/asan-cache")[0])'
+    print(compiler.compile_cached(spec, "asan-cache")[0])'
 
-and it runs with the sanitizers' runtimes preloaded (Debian 12's gcc 12)::
+and it runs with the sanitizers' runtimes preloaded, as the compiler finds them::
 
-    OPAQUE_OPS_FASTCALLS=<that .so> PYTHONMALLOC=malloc \
-    LD_PRELOAD=/lib/x86_64-linux-gnu/libasan.so.8:/lib/x86_64-linux-gnu/libubsan.so.1 \
-    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    OPAQUE_OPS_FASTCALLS=<that .so> PYTHONMALLOC=malloc \\
+    LD_PRELOAD=$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so) \\
+    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \\
     python tools/fuzz_reader.py --n 5000 --seed 20261127 --start 0
 
 (``opaque_ops.interpreter.fast_calls.status()`` names the module in use.)
