@@ -193,6 +193,16 @@ static PyTypeObject LockType = {
 /* ----------------------------------------------------------------- Calls */
 
 typedef int (*invoke_fn)(void *interpreter);
+
+/* The Ctrl-C guard (c/src/sigint_guard.c, built into this module). */
+typedef struct oo_sigint_job {
+    void *interpreter;
+    invoke_fn cancel;
+} oo_sigint_job;
+int oo_sigint_enter(oo_sigint_job *job, oo_sigint_job **prev);
+void oo_sigint_leave(oo_sigint_job *prev);
+PyObject *opaque_ops_sigint_watch(PyObject *module, PyObject *noargs);
+PyObject *opaque_ops_guarded_invoke(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 /* TfLiteInterpreterGetTensor, TfLiteTensorData, TfLiteTensorByteSize,
  * TfLiteTensorNumDims, TfLiteTensorDim */
 typedef void *(*get_tensor_fn)(const void *interpreter, int index);
@@ -212,6 +222,7 @@ typedef struct {
     PyObject *sink;       /* while bound: the native interpreter's error sink (a list) */
     void *interpreter;    /* while bound: the TfLiteInterpreter* */
     invoke_fn invoke;     /* while bound: TfLiteInterpreterInvoke */
+    invoke_fn cancel;     /* while bound: TfLiteInterpreterCancel, for Ctrl-C (NULL: the runtime has none) */
     /* While bound to a model whose invoke may move memory (a dynamic tensor):
      * the Interpreter's tensor() views (a WeakSet) and its check that none is
      * live, before(interp, what); after the run each cached view is compared
@@ -242,6 +253,7 @@ static int Calls_traverse(CallsObject *self, visitproc visit, void *arg) {
 static void calls_unbind(CallsObject *self) {
     self->interpreter = NULL;
     self->invoke = NULL;
+    self->cancel = NULL;
     self->moves = 0;
     Py_CLEAR(self->native);
     Py_CLEAR(self->sink);
@@ -303,15 +315,16 @@ static int addresses_ok(const char *what, unsigned long long interp, const unsig
     return ok;
 }
 
-/* bind(native, interpreter, functions, sink, moves, views, before): invoke may run in C.
+/* bind(native, interpreter, functions, sink, moves, views, before, cancel): invoke may run in C.
  * functions: the addresses of TfLiteInterpreterInvoke, TfLiteInterpreterGetTensor,
- * TfLiteTensorData, TfLiteTensorByteSize, TfLiteTensorNumDims and TfLiteTensorDim. */
+ * TfLiteTensorData, TfLiteTensorByteSize, TfLiteTensorNumDims and TfLiteTensorDim;
+ * cancel: TfLiteInterpreterCancel's, or 0 where the runtime has none. */
 static PyObject *Calls_bind(CallsObject *self, PyObject *args) {
     PyObject *native, *sink, *views, *before;
-    unsigned long long interp, fn[6];
+    unsigned long long interp, fn[6], cancel;
     int moves;
-    if (!PyArg_ParseTuple(args, "OK(KKKKKK)O!pOO:bind", &native, &interp, &fn[0], &fn[1], &fn[2], &fn[3], &fn[4],
-                          &fn[5], &PyList_Type, &sink, &moves, &views, &before))
+    if (!PyArg_ParseTuple(args, "OK(KKKKKK)O!pOOK:bind", &native, &interp, &fn[0], &fn[1], &fn[2], &fn[3], &fn[4],
+                          &fn[5], &PyList_Type, &sink, &moves, &views, &before, &cancel))
         return NULL;
     if (!addresses_ok("bind", interp, fn, 6)) return NULL;
     calls_unbind(self);
@@ -326,6 +339,7 @@ static PyObject *Calls_bind(CallsObject *self, PyObject *args) {
     self->moves = moves;
     self->interpreter = (void *)(uintptr_t)interp;
     self->invoke = (invoke_fn)(uintptr_t)fn[0];
+    self->cancel = (invoke_fn)(uintptr_t)cancel;
     self->get_tensor = (get_tensor_fn)(uintptr_t)fn[1];
     self->tensor_data = (data_fn)(uintptr_t)fn[2];
     self->tensor_bytes = (bytes_fn)(uintptr_t)fn[3];
@@ -573,9 +587,13 @@ static PyObject *fast_invoke(CallsObject *self, PyObject *interp_obj, Py_ssize_t
         Py_DECREF(r);
     }
     int status;
+    /* Ctrl-C cancels this run when it is the main thread's (sigint_guard.c). */
+    oo_sigint_job job = {interp, self->cancel}, *prev = NULL;
+    int guarded = oo_sigint_enter(&job, &prev);
     Py_BEGIN_ALLOW_THREADS
     status = fn(interp);
     Py_END_ALLOW_THREADS
+    if (guarded) oo_sigint_leave(prev);
     if (moves) drop_moved_views(self, interp);
     if (status != 0 || PyList_GET_SIZE(sink) != 0) {
         /* Raises the error (or returns, for messages only), under the lock as in Python. */
@@ -799,6 +817,10 @@ static PyMethodDef module_methods[] = {
      "read_model(data, spec)\n--\n\nThe model's parts as opaque_ops.model.reader builds them, or None."},
     {"drop_moved_views", drop_moved_views_py, METH_VARARGS,
      "drop_moved_views(slots, native, interpreter, functions)\n--\n\nDrop each cached view whose tensor moved."},
+    {"sigint_watch", opaque_ops_sigint_watch, METH_NOARGS,
+     "sigint_watch()\n--\n\nOn the main thread: Ctrl-C now cancels the main thread's invokes (True), or cannot."},
+    {"invoke", (PyCFunction)(void (*)(void))opaque_ops_guarded_invoke, METH_FASTCALL,
+     "invoke(function, argument, interpreter, cancel)\n--\n\nfunction(argument), the GIL released, Ctrl-C guarded."},
     {"planned_tensors", planned_tensors, METH_VARARGS,
      "planned_tensors(native, interpreter, functions)\n--\n\n(frozenset of the planned tensors, any dynamic tensor)."},
     {NULL, NULL, 0, NULL},
@@ -835,7 +857,7 @@ PyMODINIT_FUNC PyInit__fastcalls(void) {
     Py_INCREF(&MethodType);
     if (PyModule_AddObject(m, "Lock", (PyObject *)&LockType) < 0 ||
         PyModule_AddObject(m, "Calls", (PyObject *)&CallsType) < 0 ||
-        PyModule_AddObject(m, "Method", (PyObject *)&MethodType) < 0 || PyModule_AddIntConstant(m, "ABI", 2) < 0) {
+        PyModule_AddObject(m, "Method", (PyObject *)&MethodType) < 0 || PyModule_AddIntConstant(m, "ABI", 3) < 0) {
         Py_DECREF(m);
         return NULL;
     }

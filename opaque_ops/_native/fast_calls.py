@@ -25,7 +25,7 @@ from .ffi import DamagedLibraryError, ffi
 # The module's init function is PyInit__fastcalls: the name it is imported under.
 MODULE_NAME = "opaque_ops._fastcalls"
 # What this Python side expects of the module (its ABI constant).
-ABI = 2
+ABI = 3
 # The string fastcalls.c puts in the file: "<MARKER>3.13;" (or "3.13t;").
 MARKER = b"opaque_ops fast calls for CPython "
 # This Python, as the module's string names it.
@@ -120,6 +120,16 @@ def entry_points(native) -> tuple[int, tuple[int, ...]] | None:
 
 # What planned_tensors calls, in the order it takes them.
 _PLANNED_FUNCTIONS = ("TfLiteInterpreterGetTensor", "TfLiteTensorGetAllocationStrategy")
+
+
+def cancel_address(rt) -> int:
+    """``TfLiteInterpreterCancel``'s address in runtime ``rt``, as an integer (0: it has none), for the Ctrl-C guard."""
+    return int(ffi.cast("uintptr_t", rt.lib.TfLiteInterpreterCancel)) if rt.has("TfLiteInterpreterCancel") else 0
+
+
+def address(pointer) -> int:
+    """A C pointer (a cffi pointer or function) as an integer, as the module's functions take them."""
+    return int(ffi.cast("uintptr_t", pointer))
 
 
 def planned_entry_points(native) -> tuple[int, tuple[int, ...]] | None:

@@ -14,6 +14,7 @@ import math
 import numpy as _np
 
 from ..errors import ModelError
+from . import fast_calls as _fast_calls
 from .ffi import ffi
 from .pending import pop_pending_exception, stash_exception
 from .runtime_loader import Runtime, load_runtime
@@ -268,6 +269,11 @@ def _closed_call(*_args):
     raise RuntimeError("the native interpreter is closed")
 
 
+def _guarded_partial(invoke, interpreter: int, cancel: int, function, argument):
+    """``function(argument)`` as a C-level partial through the Ctrl-C guard's ``invoke`` (see NativeInterpreter)."""
+    return functools.partial(invoke, _fast_calls.address(function), _fast_calls.address(argument), interpreter, cancel)
+
+
 class NativeHooks:
     """What a caller may do around one native interpreter's calls (the isolated worker's instrumentation).
 
@@ -305,6 +311,7 @@ class NativeInterpreter:
         aliases=None,
         rename_messages=None,
         hooks: NativeHooks | None = None,
+        guard=None,
     ):
         """Create the interpreter; ``ok`` tells whether TFLite did.
 
@@ -314,6 +321,9 @@ class NativeInterpreter:
         :mod:`opaque_ops.interpreter.xnnpack`); ``rename_messages(message)``
         turns TFLite's messages back to the model's op names.  ``hooks``
         (a :class:`NativeHooks`) sees this interpreter and its runners.
+        ``guard``: the fast calls module, whose ``invoke`` then runs this
+        interpreter's and its runners' invokes, so that Ctrl-C on the main
+        thread cancels them (``c/src/sigint_guard.c``); None: cffi calls.
         """
         self.hooks = hooks
         if hooks is not None:
@@ -377,6 +387,17 @@ class NativeInterpreter:
         # the caller and TfLiteInterpreterInvoke.  close() swaps it out before
         # freeing the interpreter it points to.
         self.invoke = functools.partial(rt.lib.TfLiteInterpreterInvoke, self._interp) if self.ok else _closed_call
+        # The Ctrl-C guard (None: none): its watch() puts the guard's handler
+        # in place, sigint.arm calls it; ``_guarded(function, argument)``
+        # is that function's partial through the guard's invoke.
+        self.sigint_watch = None
+        self._guarded = None
+        cancel = _fast_calls.cancel_address(rt) if guard is not None else 0
+        if cancel and self.ok:
+            me = _fast_calls.address(self._interp)
+            self._guarded = functools.partial(_guarded_partial, guard.invoke, me, cancel)
+            self.sigint_watch = guard.sigint_watch
+            self.invoke = self._guarded(rt.lib.TfLiteInterpreterInvoke, self._interp)
         if hooks is not None:
             hooks.created(self)
 
@@ -551,8 +572,14 @@ class NativeSignatureRunner:
         self._ptr = ptr
         self._interp = interp  # keep-alive: the runner points into it
         self.rt = interp.rt
+        # Through the interpreter's Ctrl-C guard when it has one (a C-level
+        # partial holding the runner's address: close() swaps it out first).
+        guarded = interp._guarded
+        if guarded is not None:
+            self.invoke = guarded(self.rt.lib.TfLiteSignatureRunnerInvoke, ptr)
 
     def close(self):
+        self.invoke = _closed_call
         if getattr(self, "_ptr", None) is not None and self._interp._interp is not None:
             self.rt.lib.TfLiteSignatureRunnerDelete(self._ptr)
         self._ptr = None

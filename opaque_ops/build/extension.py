@@ -27,8 +27,9 @@ def source() -> str:
 
 
 def sources() -> list[str]:
-    """Every C file the module is built from: the fast calls, and the compiled model reader."""
-    return [source(), os.path.join(_paths.c_dir_str(), "src", "modelreader.c")]
+    """Every C file the module is built from: the fast calls, the compiled model reader and the Ctrl-C guard."""
+    src = os.path.join(_paths.c_dir_str(), "src")
+    return [source(), os.path.join(src, "modelreader.c"), os.path.join(src, "sigint_guard.c")]
 
 
 def running_tag() -> str:
@@ -63,6 +64,6 @@ def build_spec(
         compiler=[] if lookup_only else (compiler or _cbuild.native_compiler()),
         sources=sources(),
         extension=True,
-        label="building the fast calls (c/src/fastcalls.c, c/src/modelreader.c)",
+        label="building the fast calls (c/src/fastcalls.c, modelreader.c, sigint_guard.c)",
         python_include=None if python_include is None else [str(d) for d in python_include],
     )

@@ -433,6 +433,7 @@ class Interpreter:
             rename_messages=(functools.partial(_xnnpack.real_names, aliases=dict(aliases)) if aliases else None),
             hooks=self._hooks,
             delegates=[d._native for d in delegates],
+            guard=_fast.module(),
         )
         self.xnnpack = native.xnnpack
         if not native.ok:

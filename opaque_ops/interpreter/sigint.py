@@ -46,7 +46,16 @@ class _SigintWatcher:
         live on with the interpreter and keep the wakeup fd, so that no later
         invoke could be watched.  (Right after ``os.pipe()`` returns, its two
         descriptors are lost with its answer: the one leak left.)
+
+        Where the fast calls module is loaded, its Ctrl-C guard
+        (``c/src/sigint_guard.c``) does the watching instead, for every
+        invoke of the main thread, not only the armed ones: arming puts its
+        handler in place (again, if an application replaced it since) and
+        starts no thread.
         """
+        watch = native.sigint_watch
+        if watch is not None and watch():
+            return None
         r, w = os.pipe()
         phase = "pipe"  # how far it got, for _undo
         ended = None

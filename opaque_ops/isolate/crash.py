@@ -35,7 +35,7 @@ def signal_name(signum: int) -> str:
 
 def extract_backtrace(stderr: str, last: bool = False) -> list[str]:
     """The frames of the first (or ``last``) C backtrace in ``stderr``, down to the call
-    from Python (cffi); static functions are named through ``addr2line`` when it is installed."""
+    from Python (cffi, or the fast calls module's invoke); static functions are named through ``addr2line`` when it is installed."""
     lines = [l.strip() for l in stderr.splitlines()]
     starts = [i for i, l in enumerate(lines) if l == _BT_START]
     if not starts:
@@ -44,7 +44,9 @@ def extract_backtrace(stderr: str, last: bool = False) -> list[str]:
     for line in lines[(starts[-1] if last else starts[0]) + 1 :]:
         if line == _BT_END:
             break
-        if "_cffi_backend" in line:
+        # The call from Python: through cffi, or the fast calls module's
+        # invoke (c/src/sigint_guard.c), which runs every guarded invoke.
+        if "_cffi_backend" in line or "(opaque_ops_guarded_invoke+" in line:
             frames.append("... (called from Python: see the Python traceback)")
             break
         frames.append(line)

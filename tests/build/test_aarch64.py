@@ -317,7 +317,7 @@ def test_platform_wheel_carries_verified_kernels_for_its_arch(wheels, other, arc
         assert sorted(manifest["fastcalls"]) == sorted(want)
         digests = b"".join(
             hashlib.blake2b(z.read(f"opaque_ops/c/src/{f}"), digest_size=32).digest()
-            for f in ("fastcalls.c", "modelreader.c")
+            for f in ("fastcalls.c", "modelreader.c", "sigint_guard.c")
         )
         for name, entry in manifest["fastcalls"].items():
             data = z.read(f"opaque_ops/prebuilt/{arch}/{name}.so")

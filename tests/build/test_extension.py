@@ -46,13 +46,17 @@ def test_python_symbols_are_left_for_the_interpreter_only_in_an_extension():
     assert missing == ["PyLong_FromLong", "PY_TIMEOUT_MAX", "_Py_Dealloc", "misspelt_function"]
 
 
-def test_the_module_is_built_from_the_fast_calls_and_the_model_reader(tmp_path):
+def test_the_module_is_built_from_the_fast_calls_the_model_reader_and_the_ctrl_c_guard(tmp_path):
     spec = extension.build_spec()
-    assert [Path(p).name for p in spec.sources] == ["fastcalls.c", "modelreader.c"]
-    reader_copy = tmp_path / "modelreader.c"
-    reader_copy.write_text(Path(extension.sources()[1]).read_text() + "\n/* changed */\n")
-    other = compiler.BuildSpec(compiler=spec.compiler, sources=[extension.source(), reader_copy], extension=True)
-    assert other.key() != spec.key()
+    assert [Path(p).name for p in spec.sources] == ["fastcalls.c", "modelreader.c", "sigint_guard.c"]
+    # A change to any one of them is a new build.
+    for k in (1, 2):
+        copy = tmp_path / Path(extension.sources()[k]).name
+        copy.write_text(Path(extension.sources()[k]).read_text() + "\n/* changed */\n")
+        sources = list(extension.sources())
+        sources[k] = str(copy)
+        other = compiler.BuildSpec(compiler=spec.compiler, sources=sources, extension=True)
+        assert other.key() != spec.key()
 
 
 def test_a_prebuilt_module_is_verified_against_both_sources(tmp_path):

@@ -15,6 +15,7 @@ from opaque_ops.testing import build_op_model
 KERNELS = r"""
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "opaque_ops.h"
 
@@ -83,6 +84,22 @@ TfLiteStatus LateReadInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
   return TwiceInvoke(c, n);
 }
 
+/* Sleeps x[0] seconds, then copies x: a chain of these runs as long as its input says
+ * (tests/helpers/slow_model.wait_model). */
+TfLiteStatus WaitInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
+  const TfLiteOpaqueTensor* in = TfLiteOpaqueNodeGetInput(c, n, 0);
+  const float* x = (const float*)TfLiteOpaqueTensorData(in);
+  float* y = (float*)TfLiteOpaqueTensorData(TfLiteOpaqueNodeGetOutput(c, n, 0));
+  if (x[0] > 0) {
+    struct timespec t = {(time_t)x[0], (long)((x[0] - (time_t)x[0]) * 1e9)};
+    while (nanosleep(&t, &t) != 0) {
+    }
+  }
+  size_t k = TfLiteOpaqueTensorByteSize(in) / sizeof(float);
+  for (size_t i = 0; i < k; ++i) y[i] = x[i];
+  return kTfLiteOk;
+}
+
 TfLiteStatus ExitInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
   _exit(3);
   return kTfLiteOk;
@@ -98,6 +115,7 @@ OPAQUE_OP("Spin", 1, .prepare = SamePrepare, .invoke = SpinInvoke);
 OPAQUE_OP("Slow", 1, .prepare = SamePrepare, .invoke = SlowInvoke);
 OPAQUE_OP("LateRead", 1, .prepare = SamePrepare, .invoke = LateReadInvoke);
 OPAQUE_OP("Exit", 1, .prepare = SamePrepare, .invoke = ExitInvoke);
+OPAQUE_OP("Wait", 1, .prepare = SamePrepare, .invoke = WaitInvoke);
 """
 
 

@@ -49,3 +49,22 @@ def interrupted_invoke(it, after: float) -> float | None:
     except KeyboardInterrupt:
         return time.perf_counter() - t
     return None
+
+
+# A model whose run time is its input: the Wait op of tests/helpers/misbehaving_kernels.KERNELS
+# sleeps x[0] seconds, then copies x to its output.  A chain of them runs as long as its input
+# says, so one interpreter can run short invokes and then a long one, with no new allocation
+# between (which would arm the Python watcher again).
+def wait_model(nodes: int = 20) -> bytes:
+    """``nodes`` Wait ops in a row on a float32 [1] input: an invoke takes ``nodes * x[0]`` seconds.
+
+    Tensor 0 is the input, tensor ``nodes`` the output; signature "wait" maps x to y.
+    """
+    b = ModelBuilder()
+    t = [b.add_tensor(f"t{i}", [1], np.float32) for i in range(nodes + 1)]
+    for i in range(nodes):
+        b.add_custom_op("Wait", [t[i]], [t[i + 1]])
+    b.set_inputs([t[0]])
+    b.set_outputs([t[-1]])
+    b.add_signature("wait", {"x": t[0]}, {"y": t[-1]})
+    return b.build()

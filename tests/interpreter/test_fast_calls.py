@@ -270,7 +270,9 @@ def test_a_null_address_is_refused_before_any_c_call(module_path):
     calls = [
         ("planned_tensors", lambda i, f: mod.planned_tensors(native, i, f), interp_p, planned),
         ("drop_moved_views", lambda i, f: mod.drop_moved_views({}, native, i, f), interp, functions[1:]),
-        ("bind", lambda i, f: it._fast.bind(native, i, f, [], False, {}, None), interp, functions),
+        ("bind", lambda i, f: it._fast.bind(native, i, f, [], False, {}, None, 0), interp, functions),
+        # (function, argument, interpreter, cancel): a null cancel is allowed (no Ctrl-C guard).
+        ("invoke", lambda i, f: mod.invoke(f[0], i, i, 0), interp, functions[:1]),
     ]
     for name, call, good_interp, good_fns in calls:
         for i, f in [(0, good_fns)] + [

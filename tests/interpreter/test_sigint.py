@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.helpers.child_process import run_child
 
 SLOW_MODEL = """
@@ -102,6 +104,8 @@ def test_no_watcher_thread_outlives_an_invoke():
     # make every later fork() "multi-threaded" (a DeprecationWarning on 3.12+).
     # It is a bare _thread, which threading.enumerate() does not list: the
     # kernel's list of the process's threads (/proc/self/task) is what counts.
+    # The watcher watches where the fast calls module (and its Ctrl-C guard,
+    # which starts no thread: test_sigint_guard.py) is off.
     code = (
         SLOW_MODEL
         + """
@@ -140,7 +144,7 @@ print(json.dumps({"before": before, "first": first, "again": again, "during": se
                   "after": settled(before), "enumerate": [t.name for t in threading.enumerate()]}))
 """
     )
-    p = run_child(code)
+    p = run_child(code, env={"OPAQUE_OPS_FASTCALLS": "0"})
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["first"] == r["before"] and r["again"] == r["before"] and r["after"] == r["before"], r
@@ -186,7 +190,8 @@ print(json.dumps({"child": json.loads(data or b"null"), "status": status}))
     assert_stopped_between_nodes(r["child"])
 
 
-def test_ctrl_c_at_any_point_of_arming_or_disarming_leaves_no_watcher_behind():
+@pytest.mark.parametrize("fast_calls", ["session", "off"])
+def test_ctrl_c_at_any_point_of_arming_or_disarming_leaves_no_watcher_behind(fast_calls):
     # A KeyboardInterrupt right after one of arm()'s calls into C, or in the
     # watcher's end after invoke, left the watcher thread running for ever
     # (holding the interpreter), or the wakeup fd set to its pipe, so that no
@@ -216,7 +221,9 @@ while True:
     n += 1
 print(json.dumps({"points": n - 1, "left": left, "sites": [s for s in sites if s]}))
 """
-    p = run_child(code, timeout=120)
+    # "session": the fast calls module the session uses, if any (its Ctrl-C
+    # guard arms instead of the watcher); "off": the watcher.
+    p = run_child(code, timeout=120, env={"OPAQUE_OPS_FASTCALLS": "0"} if fast_calls == "off" else None)
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["left"] == [], r["left"]
