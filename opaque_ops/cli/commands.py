@@ -457,6 +457,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_scaffold(sub)
 
+    from .cache import add_parser as add_cache
+
+    add_cache(sub)
+
     sub.add_parser("build", help="build kernel libraries ahead of time (opaque-ops build --help)", add_help=False)
     return p
 

@@ -1,0 +1,170 @@
+"""Emptying the caches (opaque_ops.caches, ``opaque-ops cache``): only their own entries go, and
+everything they served is built or checked again, with the same results."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+import opaque_ops as oo
+from opaque_ops import caches
+from opaque_ops.errors import CacheError
+from tests.helpers.atan import ATAN_INPUT, MACRO_ATAN, reference, run_atan
+from tests.helpers.child_process import run_python
+
+HOUR = 3600.0
+
+
+@pytest.fixture
+def cache_root(tmp_path, monkeypatch, atan_model_bytes):
+    """A compile cache and a verdict cache in tmp_path, filled by a real compile and a real interpreter.
+
+    Returns the compile cache directory.
+    """
+    root = tmp_path / "cache"
+    monkeypatch.setenv("OPAQUE_OPS_CACHE_DIR", str(root))
+    monkeypatch.setenv("OPAQUE_OPS_VERDICT_CACHE", str(root / "verdicts"))
+    from opaque_ops.model import cache as verdicts
+
+    verdicts.clear()  # (the model's verdict kept in memory would spare the record's write)
+    ops = oo.compile_ops(MACRO_ATAN, cache_dir=root)
+    it = oo.Interpreter(model_content=atan_model_bytes, custom_ops=[ops])
+    it.allocate_tensors()
+    it.close()
+    return root
+
+
+def _age(path, seconds: float) -> None:
+    t = time.time() - seconds
+    os.utime(path, (t, t))
+
+
+def _names(d) -> set:
+    return set(os.listdir(d))
+
+
+def test_clear_removes_the_caches_entries_and_nothing_else(cache_root, atan_model_bytes):
+    root = cache_root
+    libraries = {n for n in _names(root) if n.endswith(".so")}
+    records = {n for n in _names(root / "verdicts") if n.endswith(".rec")}
+    assert libraries and records  # the fixture really filled both
+    # Files that are not the caches' own: a user's, a name like ours but not
+    # ours, a link with a library's name, another tool's directory.
+    foreign = {
+        "notes.txt": "mine",
+        "kernel.so": "not hex",
+        "compiler-zz.note": "not hex",
+        "abc-def.so": "two parts",
+    }
+    for name, text in foreign.items():
+        (root / name).write_text(text)
+    os.symlink(root / "notes.txt", root / ("a" * 64 + "-" + "b" * 16 + "-" + "c" * 64 + ".so"))
+    (root / "wheels").mkdir()
+    (root / "wheels" / "x.whl").write_text("w")
+    # A temporary file and a build directory of a build that may be running
+    # (young), and of one that died (old).
+    young, old = root / ".tmp-young.part", root / ".tmp-old.part"
+    young.write_text("y")
+    old.write_text("o")
+    _age(old, 2 * HOUR)
+    dead = root / ".build-dead"
+    dead.mkdir()
+    (dead / "library.so").write_text("partial")
+    _age(dead, 2 * HOUR)
+
+    removed = caches.clear()
+
+    kinds = {os.path.basename(e.path): e.kind for e in removed}
+    assert {n for n, k in kinds.items() if k == "library"} == libraries
+    assert {n for n, k in kinds.items() if k == "record"} == records
+    assert kinds[".tmp-old.part"] == kinds[".build-dead"] == "temporary"
+    left = _names(root)
+    assert set(foreign) | {"wheels", young.name, "verdicts"} | {"a" * 64 + "-" + "b" * 16 + "-" + "c" * 64 + ".so"} == (
+        left
+    )
+    assert (root / "notes.txt").read_text() == "mine" and (root / "wheels" / "x.whl").read_text() == "w"
+    assert not any(n.endswith(".rec") for n in _names(root / "verdicts"))
+    # What was removed is built and checked again, with the same result as numpy's.
+    y = run_atan(atan_model_bytes, oo.compile_ops(MACRO_ATAN, cache_dir=root))
+    np.testing.assert_allclose(y, reference(ATAN_INPUT), rtol=1e-6)
+    assert {n for n in _names(root) if n.endswith(".so") and "-" in n} - {
+        "a" * 64 + "-" + "b" * 16 + "-" + "c" * 64 + ".so"
+    }
+
+
+def test_dry_run_names_what_clear_removes_and_removes_nothing(cache_root):
+    before = _names(cache_root), _names(cache_root / "verdicts")
+    would = caches.clear(dry_run=True)
+    assert (_names(cache_root), _names(cache_root / "verdicts")) == before
+    assert would and sorted(e.path for e in would) == sorted(e.path for e in caches.clear())
+
+
+def test_older_than_keeps_what_was_written_since(cache_root):
+    libraries = sorted(str(cache_root / n) for n in _names(cache_root) if n.endswith(".so"))
+    _age(libraries[0], 10 * 86400)
+    removed = caches.clear(older_than_days=5)
+    assert [e.path for e in removed] == [libraries[0]]
+    assert all(os.path.exists(p) for p in libraries[1:])
+    with pytest.raises(ValueError, match="0 or more"):
+        caches.clear(older_than_days=-1)
+    with pytest.raises(ValueError, match="0 or more"):
+        caches.clear(older_than_days=float("nan"))
+
+
+def test_a_cache_others_may_write_is_refused_and_left_as_it_is(cache_root):
+    before = _names(cache_root)
+    os.chmod(cache_root, 0o777)
+    try:
+        with pytest.raises(CacheError, match="other users write"):
+            caches.clear()
+        assert _names(cache_root) == before
+    finally:
+        os.chmod(cache_root, 0o700)
+
+
+def test_a_running_interpreter_keeps_working_after_its_library_is_removed(cache_root, atan_model_bytes):
+    ops = oo.compile_ops(MACRO_ATAN, cache_dir=cache_root)
+    it = oo.Interpreter(model_content=atan_model_bytes, custom_ops=[ops])
+    it.allocate_tensors()
+    assert any(e.kind == "library" for e in caches.clear())
+    it.set_tensor(it.get_input_details()[0]["index"], ATAN_INPUT)
+    it.invoke()
+    np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"]), reference(ATAN_INPUT), rtol=1e-6)
+
+
+def test_a_missing_cache_is_empty_and_the_verdicts_may_be_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPAQUE_OPS_VERDICT_CACHE", "off")
+    found = caches.areas(tmp_path / "none")
+    assert [(a.name, a.entries) for a in found] == [("compile cache", [])]
+    assert caches.clear(tmp_path / "none") == [] and not (tmp_path / "none").exists()
+
+
+def test_the_command_shows_and_clears(cache_root):
+    env = {"OPAQUE_OPS_CACHE_DIR": str(cache_root), "OPAQUE_OPS_VERDICT_CACHE": str(cache_root / "verdicts")}
+    shown = run_python("-m", "opaque_ops", "cache", env=env)
+    assert shown.returncode == 0, shown.stderr
+    n_libraries = sum(1 for n in _names(cache_root) if n.endswith(".so"))
+    n_records = sum(1 for n in _names(cache_root / "verdicts") if n.endswith(".rec"))
+    assert (
+        f"compile cache: {cache_root}\n" in shown.stdout
+        and f"verdict cache: {cache_root / 'verdicts'}\n" in shown.stdout
+    )
+    assert f"{n_libraries} librar" in shown.stdout and f"{n_records} record" in shown.stdout
+    entries = len(caches.clear(dry_run=True))
+    dry = run_python("-m", "opaque_ops", "cache", "clear", "--dry-run", "-v", env=env)
+    assert dry.returncode == 0 and dry.stdout.count("would remove /") == entries >= n_libraries + n_records, dry.stdout
+    assert sum(1 for n in _names(cache_root) if n.endswith(".so")) == n_libraries
+    done = run_python("-m", "opaque_ops", "cache", "clear", env=env)
+    assert done.returncode == 0 and done.stdout.startswith("removed: "), done.stdout + done.stderr
+    assert not any(n.endswith(".so") for n in _names(cache_root))
+    bad = run_python("-m", "opaque_ops", "cache", "clear", "--older-than", "soon", env=env)
+    assert bad.returncode == 2 and "not a number of days: 'soon'" in bad.stderr, bad.stderr
+    os.chmod(cache_root, 0o777)
+    try:
+        refused = run_python("-m", "opaque_ops", "cache", env=env)
+    finally:
+        os.chmod(cache_root, 0o700)
+    assert refused.returncode == 1 and "other users write" in refused.stderr, refused.stderr
