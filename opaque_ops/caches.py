@@ -4,7 +4,9 @@ The compile cache (:mod:`opaque_ops.build.store`) keeps every library it ever bu
 source, compiler and Python, and the verdict cache (:mod:`opaque_ops.model.cache`)
 keeps up to 512 model records: on a machine that tries many kernel versions
 the first grows without end.  Both are caches: anything removed is built or
-checked again at its next use, so clearing is always safe for correctness.
+checked again at its next use, so clearing is always safe for correctness
+(but a library can be built again only where a C compiler is installed; a
+platform wheel's prebuilt libraries are not in the cache).
 
 What counts as the caches' own, and is the only thing ever removed: a file
 whose name has the form opaque_ops gives its entries (``<key>-<key>-<digest>.so``

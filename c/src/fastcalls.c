@@ -199,6 +199,7 @@ typedef struct oo_sigint_job {
     void *interpreter;
     invoke_fn cancel;
 } oo_sigint_job;
+int oo_sigint_init(void);
 int oo_sigint_enter(oo_sigint_job *job, oo_sigint_job **prev);
 void oo_sigint_leave(oo_sigint_job *prev);
 PyObject *opaque_ops_sigint_watch(PyObject *module, PyObject *noargs);
@@ -847,6 +848,10 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__fastcalls(void) {
     if (_import_array() < 0) return NULL;
+    if (oo_sigint_init() != 0) {
+        PyErr_SetString(PyExc_OSError, "the Ctrl-C guard's fork handler could not be registered");
+        return NULL;
+    }
     str_fast = PyUnicode_InternFromString("_fast");
     if (str_fast == NULL) return NULL;
     if (PyType_Ready(&LockType) < 0 || PyType_Ready(&CallsType) < 0 || PyType_Ready(&MethodType) < 0) return NULL;

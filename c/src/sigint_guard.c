@@ -74,8 +74,13 @@ static void handler(int sig, siginfo_t *info, void *context) {
     oo_sigint_job *job = atomic_load(&target);
     if (job != NULL) job->cancel(job->interpreter);
     atomic_fetch_sub(&busy, 1);
-    /* A handler installed after ours that calls ours in turn would call
-     * itself again through `chained`, forever: the second entry returns. */
+    /* A C handler installed after ours that calls ours in turn (a library's
+     * chaining handler), once watch() has put ours in front of it again,
+     * would call itself through `chained` for ever: the second entry
+     * returns.  Python's handler is then reached only if that library's
+     * handler calls it some other way; Python's own signal.signal() never
+     * chains, so the usual case (an application's handler replacing ours,
+     * ours put back in front of it) keeps every call. */
     if (!atomic_exchange(&chaining, 1)) {
         if (chained.sa_flags & SA_SIGINFO)
             chained.sa_sigaction(sig, info, context);
@@ -107,6 +112,27 @@ void oo_sigint_leave(oo_sigint_job *prev) {
     while (atomic_load(&busy) != 0) {
         /* A handler on another thread is cancelling: it ends in a few instructions. */
     }
+}
+
+/* In a child made by fork() (os.fork runs the pthread_atfork handlers), only
+ * the forking thread lives on, and CPython makes it the main thread: a
+ * handler that was running on another thread at the fork never ends there,
+ * so its busy count would make the child's next guarded invoke wait for
+ * ever, and a target set by another thread's invoke is not the child's. */
+static void after_fork_in_child(void) {
+    atomic_store(&busy, 0);
+    atomic_store(&chaining, 0);
+    atomic_store(&target, NULL);
+    main_thread = pthread_self();
+}
+
+/* Called at the module's import (once per loaded copy of this file). */
+int oo_sigint_init(void) {
+    static int registered;
+    if (registered) return 0;
+    int err = pthread_atfork(NULL, NULL, after_fork_in_child);
+    registered = err == 0;
+    return err;
 }
 
 /* watch(): put the handler in place if SIGINT has a handler function to

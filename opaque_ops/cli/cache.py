@@ -57,7 +57,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "cache",
         help="show what the compile and verdict caches hold; `cache clear` empties them "
-        "(anything removed is built or checked again when next needed)",
+        "(anything removed is built, which needs the C compiler, or checked again when next needed)",
     )
     p.add_argument("action", nargs="?", choices=["show", "clear"], default="show")
     p.add_argument("--cache-dir", metavar="DIR", help="the compile cache (default: $OPAQUE_OPS_CACHE_DIR or ~/.cache)")
