@@ -200,9 +200,11 @@ typedef struct oo_sigint_job {
     invoke_fn cancel;
 } oo_sigint_job;
 int oo_sigint_init(void);
+int oo_sigint_decide(void);
 int oo_sigint_enter(oo_sigint_job *job, oo_sigint_job **prev);
 void oo_sigint_leave(oo_sigint_job *prev);
-PyObject *opaque_ops_sigint_watch(PyObject *module, PyObject *noargs);
+PyObject *opaque_ops_sigint_watch(PyObject *module, PyObject *install);
+PyObject *opaque_ops_sigint_decider(PyObject *module, PyObject *callable);
 PyObject *opaque_ops_guarded_invoke(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 /* TfLiteInterpreterGetTensor, TfLiteTensorData, TfLiteTensorByteSize,
  * TfLiteTensorNumDims, TfLiteTensorDim */
@@ -555,7 +557,10 @@ static int set_owner(CallsObject *self, PyObject *value) {
 
 /* invoke() */
 static PyObject *fast_invoke(CallsObject *self, PyObject *interp_obj, Py_ssize_t nargs, PyObject *kwnames) {
-    if (kwnames != NULL || nargs != 0 || self->interpreter == NULL || !lock_try(self->lock)) return NOT_HANDLED;
+    if (kwnames != NULL || nargs != 0 || self->interpreter == NULL) return NOT_HANDLED;
+    /* Ctrl-C: the main thread's first invoke decides (sigint_guard.c); before the lock. */
+    if (oo_sigint_decide() < 0) return NULL;
+    if (!lock_try(self->lock)) return NOT_HANDLED;
     /* Read again under the lock (unbind happens under it). */
     void *interp = self->interpreter;
     invoke_fn fn = self->invoke;
@@ -818,8 +823,10 @@ static PyMethodDef module_methods[] = {
      "read_model(data, spec)\n--\n\nThe model's parts as opaque_ops.model.reader builds them, or None."},
     {"drop_moved_views", drop_moved_views_py, METH_VARARGS,
      "drop_moved_views(slots, native, interpreter, functions)\n--\n\nDrop each cached view whose tensor moved."},
-    {"sigint_watch", opaque_ops_sigint_watch, METH_NOARGS,
-     "sigint_watch()\n--\n\nOn the main thread: Ctrl-C now cancels the main thread's invokes (True), or cannot."},
+    {"sigint_watch", opaque_ops_sigint_watch, METH_O,
+     "sigint_watch(install)\n--\n\nOn the main thread: put the Ctrl-C guard in place (True if it is), or step aside."},
+    {"sigint_decider", opaque_ops_sigint_decider, METH_O,
+     "sigint_decider(callable)\n--\n\nWhat the main thread's first invoke calls to decide on the Ctrl-C guard."},
     {"invoke", (PyCFunction)(void (*)(void))opaque_ops_guarded_invoke, METH_FASTCALL,
      "invoke(function, argument, interpreter, cancel)\n--\n\nfunction(argument), the GIL released, Ctrl-C guarded."},
     {"planned_tensors", planned_tensors, METH_VARARGS,

@@ -11,14 +11,17 @@
  * invoke, at about 0.1 ms, so it watches only some invokes.  This file does
  * it from the signal itself:
  *
- * - oo_sigint_watch() puts our handler in front of the one SIGINT has (the
- *   Python interpreter's own C handler, which trips the KeyboardInterrupt),
- *   and our handler calls that one after it has cancelled.  So Python still
- *   sees every SIGINT as before; the guard only adds the cancel.  Called from
- *   the main thread's armed invokes (sigint.py), which is also when it comes
- *   back if an application replaced the handler since (signal.signal does).
- *   It never replaces SIG_DFL or SIG_IGN: a process that dies or ignores
- *   Ctrl-C keeps doing so.
+ * - watch() puts our handler in front of the one SIGINT has (the Python
+ *   interpreter's own C handler, which trips the KeyboardInterrupt), and our
+ *   handler calls that one after it has cancelled.  So Python still sees
+ *   every SIGINT as before; the guard only adds the cancel.  Python decides
+ *   when (opaque_ops/interpreter/sigint.py): on the main thread, while
+ *   Ctrl-C means KeyboardInterrupt (Python's default handler), at the first
+ *   invoke after each allocation, and at the main thread's first invoke
+ *   (oo_sigint_decide).  Later it goes back only in front of the handler it
+ *   first replaced (an application's signal.signal() put Python's back);
+ *   in front of another handler, which may call ours in turn (faulthandler's
+ *   does), it steps aside.  It never replaces SIG_DFL or SIG_IGN.
  * - An invoke on the main thread marks its interpreter as the target for
  *   its duration (oo_sigint_enter / oo_sigint_leave: two atomic stores).  On
  *   another thread it marks nothing: CPython delivers KeyboardInterrupt to
@@ -62,11 +65,18 @@ typedef struct oo_sigint_job {
 } oo_sigint_job;
 
 static _Atomic(oo_sigint_job *) target;
-static atomic_int busy;       /* handlers between their read of target and their cancel's end */
-static atomic_int chaining;   /* a handler is calling the one it replaced (a cycle guard) */
-static atomic_int installed;  /* our handler was put in place at least once */
-static struct sigaction chained; /* the handler ours replaced, called after the cancel */
-static pthread_t main_thread;    /* set with the handler, from the main thread */
+static atomic_int busy;              /* handlers between their read of target and their cancel's end */
+static atomic_ulong chaining_thread; /* the thread calling `chained` (0: none): a cycle guard */
+static atomic_int installed;         /* our handler was put in place at least once */
+/* The handler ours replaced the first time, called after the cancel.  Set
+ * once: ours goes back in front of that handler only (see watch()), never in
+ * front of another one, which may itself call ours (faulthandler's does). */
+static struct sigaction chained;
+static pthread_t main_thread; /* set by watch(), on the main thread */
+/* Written with the GIL held: the main thread has decided once, through
+ * watch(); until then, its first invoke asks the decider (a Python callable). */
+static int decided;
+static PyObject *decider;
 
 static void handler(int sig, siginfo_t *info, void *context) {
     int saved_errno = errno;
@@ -74,25 +84,28 @@ static void handler(int sig, siginfo_t *info, void *context) {
     oo_sigint_job *job = atomic_load(&target);
     if (job != NULL) job->cancel(job->interpreter);
     atomic_fetch_sub(&busy, 1);
-    /* A C handler installed after ours that calls ours in turn (a library's
-     * chaining handler), once watch() has put ours in front of it again,
-     * would call itself through `chained` for ever: the second entry
-     * returns.  Python's handler is then reached only if that library's
-     * handler calls it some other way; Python's own signal.signal() never
-     * chains, so the usual case (an application's handler replacing ours,
-     * ours put back in front of it) keeps every call. */
-    if (!atomic_exchange(&chaining, 1)) {
+    /* A handler that calls ours again while ours calls it (on this thread)
+     * would go round for ever: that second entry only cancels.  Two threads
+     * handling a SIGINT each at once both chain (only one is recorded). */
+    unsigned long me = (unsigned long)pthread_self(), none = 0;
+    if (atomic_load(&chaining_thread) != me) {
+        int mine = atomic_compare_exchange_strong(&chaining_thread, &none, me);
         if (chained.sa_flags & SA_SIGINFO)
             chained.sa_sigaction(sig, info, context);
         else if (chained.sa_handler != SIG_DFL && chained.sa_handler != SIG_IGN)
             chained.sa_handler(sig);
-        atomic_store(&chaining, 0);
+        if (mine) atomic_store(&chaining_thread, 0);
     }
     errno = saved_errno;
 }
 
 static int is_ours(const struct sigaction *sa) {
     return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == handler;
+}
+
+static int same_handler(const struct sigaction *a, const struct sigaction *b) {
+    if ((a->sa_flags & SA_SIGINFO) != (b->sa_flags & SA_SIGINFO)) return 0;
+    return (a->sa_flags & SA_SIGINFO) ? a->sa_sigaction == b->sa_sigaction : a->sa_handler == b->sa_handler;
 }
 
 /* 1 if this invoke is guarded (call oo_sigint_leave(*prev) after it), 0 if not.
@@ -121,7 +134,7 @@ void oo_sigint_leave(oo_sigint_job *prev) {
  * ever, and a target set by another thread's invoke is not the child's. */
 static void after_fork_in_child(void) {
     atomic_store(&busy, 0);
-    atomic_store(&chaining, 0);
+    atomic_store(&chaining_thread, 0);
     atomic_store(&target, NULL);
     main_thread = pthread_self();
 }
@@ -135,29 +148,64 @@ int oo_sigint_init(void) {
     return err;
 }
 
-/* watch(): put the handler in place if SIGINT has a handler function to
- * chain to.  True if Ctrl-C now cancels the main thread's invokes. */
-PyObject *opaque_ops_sigint_watch(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(noargs)) {
+/* watch(install): called on the main thread, where Python decides (sigint.py):
+ * install true when Ctrl-C means KeyboardInterrupt there (Python's default
+ * SIGINT handler).  Puts our handler in front of the one SIGINT has, the
+ * first time (if it has a handler function), and later only in front of that
+ * same handler (an application's signal.signal() puts Python's back).  True
+ * if Ctrl-C now cancels the main thread's invokes; False, and the guard
+ * steps aside, when install is false, off the main thread, when SIGINT is
+ * SIG_DFL or SIG_IGN, or when another handler took it since. */
+PyObject *opaque_ops_sigint_watch(PyObject *Py_UNUSED(module), PyObject *arg) {
+    int install = PyObject_IsTrue(arg);
+    if (install < 0) return NULL;
     if (_PyOS_IsMainThread == NULL || !_PyOS_IsMainThread()) Py_RETURN_FALSE;
+    decided = 1;
+    main_thread = pthread_self();
+    if (!install) Py_RETURN_FALSE;
     struct sigaction current;
     if (sigaction(SIGINT, NULL, &current) != 0) return PyErr_SetFromErrno(PyExc_OSError);
-    if (is_ours(&current)) {
-        main_thread = pthread_self();
-        Py_RETURN_TRUE;
+    if (is_ours(&current)) Py_RETURN_TRUE;
+    if (atomic_load(&installed)) {
+        if (!same_handler(&current, &chained)) Py_RETURN_FALSE;
+    } else {
+        if (!(current.sa_flags & SA_SIGINFO) && (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN))
+            Py_RETURN_FALSE;
+        chained = current; /* before ours is in place: no handler of ours reads it yet */
     }
-    if (!(current.sa_flags & SA_SIGINFO) && (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN))
-        Py_RETURN_FALSE;
-    /* Not in place, so no handler of ours reads `chained` now (but for one
-     * that started before an application replaced ours and still runs on
-     * another thread: a window of a few instructions, on a second SIGINT). */
-    chained = current;
-    struct sigaction ours = current; /* the same mask and flags (SA_ONSTACK, ...), as SA_SIGINFO */
+    /* The same mask, and the same flags (SA_ONSTACK; no SA_RESTART, so that
+     * a blocking call returns to Python, which runs its handler), as SA_SIGINFO. */
+    struct sigaction ours = current;
     ours.sa_sigaction = handler;
-    ours.sa_flags = current.sa_flags | SA_SIGINFO;
-    main_thread = pthread_self();
+    ours.sa_flags = (current.sa_flags & ~(SA_NODEFER | SA_RESETHAND)) | SA_SIGINFO;
     if (sigaction(SIGINT, &ours, NULL) != 0) return PyErr_SetFromErrno(PyExc_OSError);
     atomic_store(&installed, 1);
     Py_RETURN_TRUE;
+}
+
+/* sigint_decider(callable): what the main thread's first invoke calls while
+ * it has not decided (see oo_sigint_decide). */
+PyObject *opaque_ops_sigint_decider(PyObject *Py_UNUSED(module), PyObject *callable) {
+    if (!PyCallable_Check(callable)) {
+        PyErr_SetString(PyExc_TypeError, "sigint_decider() takes a callable");
+        return NULL;
+    }
+    Py_INCREF(callable);
+    Py_XSETREF(decider, callable);
+    Py_RETURN_NONE;
+}
+
+/* Before an invoke, with the GIL: on the main thread, until it has decided,
+ * ask the decider (which calls watch()).  An interpreter whose first invokes
+ * ran on another thread gets its main-thread invokes guarded this way.
+ * 0, or -1 with the decider's exception set. */
+int oo_sigint_decide(void) {
+    if (decided || decider == NULL || _PyOS_IsMainThread == NULL || !_PyOS_IsMainThread()) return 0;
+    PyObject *r = PyObject_CallObject(decider, NULL);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    decided = 1;
+    return 0;
 }
 
 /* invoke(function, argument, interpreter, cancel) -> status: function(argument)
@@ -180,6 +228,7 @@ PyObject *opaque_ops_guarded_invoke(PyObject *Py_UNUSED(module), PyObject *const
         return NULL;
     }
     oo_status_fn fn = (oo_status_fn)(uintptr_t)a[0];
+    if (oo_sigint_decide() < 0) return NULL;
     oo_sigint_job job = {(void *)(uintptr_t)a[2], (oo_status_fn)(uintptr_t)a[3]}, *prev = NULL;
     int guarded = oo_sigint_enter(&job, &prev);
     int status;

@@ -25,6 +25,7 @@ Otherwise the Python methods serve alone; :func:`status` says why.
 from __future__ import annotations
 
 import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
+import functools
 import os
 from importlib.machinery import EXTENSION_SUFFIXES
 
@@ -33,6 +34,7 @@ from ..build import bundles as _bundles
 from ..build import extension as _extension
 from ..errors import OpaqueOpsError
 from ..model import reader as _reader
+from . import sigint as _sigint
 from .call_lock import CallLock
 
 ENV = "OPAQUE_OPS_FASTCALLS"
@@ -77,10 +79,18 @@ def _find() -> tuple[object | None, str]:
 
     try:
         # Built before (the usual case): no compiler is looked for, or asked who it is.
-        path = _cbuild.cached_build(_extension.build_spec(lookup_only=True))
-        if path is None:
-            path = _cbuild.compile_cached(_extension.build_spec())[0]
-        return _native.fast_calls.load_extension(path), str(path)
+        for _ in range(2):
+            path = _cbuild.cached_build(_extension.build_spec(lookup_only=True))
+            if path is None:
+                path = _cbuild.compile_cached(_extension.build_spec())[0]
+            try:
+                return _native.fast_calls.load_extension(path), str(path)
+            except (OSError, ImportError):
+                # Removed between the lookup and the load (`opaque-ops cache
+                # clear` in another process): looked up, or built, once more.
+                if os.path.lexists(path):
+                    raise
+        raise ImportError(f"{path} was removed twice between its lookup and its load")
     except (OpaqueOpsError, OSError, ImportError) as exc:
         # The first lines: what failed, and the compiler's first error.
         tried.append("compile cache: " + (" ".join(str(exc).splitlines()[:2]) or type(exc).__name__))
@@ -100,8 +110,10 @@ def module():
         with _loading:
             if _loaded is None:
                 found = _find()
-                # The module also holds the compiled model reader.
+                # The module also holds the compiled model reader, and the Ctrl-C guard.
                 _reader.use_compiled_reader(getattr(found[0], "read_model", None))
+                if found[0] is not None:
+                    found[0].sigint_decider(functools.partial(_sigint.decide, found[0].sigint_watch))
                 _loaded = found
     return _loaded[0]
 

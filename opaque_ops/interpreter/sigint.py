@@ -47,14 +47,23 @@ class _SigintWatcher:
         invoke could be watched.  (Right after ``os.pipe()`` returns, its two
         descriptors are lost with its answer: the one leak left.)
 
-        Where the fast calls module is loaded, its Ctrl-C guard
-        (``c/src/sigint_guard.c``) does the watching instead, for every
-        invoke of the main thread, not only the armed ones: arming puts its
-        handler in place (again, if an application replaced it since) and
-        starts no thread.
+        Nothing is watched unless Ctrl-C means KeyboardInterrupt here
+        (Python's default SIGINT handler): an application that set its own
+        handler (an event loop's, one that ignores SIGINT) decides what
+        Ctrl-C does, and its invokes run to their end.  Where the fast calls
+        module is loaded, its Ctrl-C guard (``c/src/sigint_guard.c``) does
+        the watching instead, for every invoke of the main thread, not only
+        the armed ones: arming puts its handler in place (again, if an
+        application's ``signal.signal`` replaced it since) and starts no
+        thread.  The watcher serves where the guard steps aside (another C
+        handler took SIGINT: faulthandler's, say).
         """
         watch = native.sigint_watch
-        if watch is not None and watch():
+        if not means_keyboard_interrupt():
+            if watch is not None:
+                watch(False)  # (the main thread has decided: see decide())
+            return None
+        if watch is not None and watch(True):
             return None
         r, w = os.pipe()
         phase = "pipe"  # how far it got, for _undo
@@ -89,6 +98,22 @@ class _SigintWatcher:
         except BaseException:
             _undo(phase, r, w, ended)
             raise
+
+
+def means_keyboard_interrupt() -> bool:
+    """True if SIGINT has Python's default handler, which raises KeyboardInterrupt."""
+    return _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
+
+
+def decide(watch) -> None:
+    """What the fast calls module runs at the main thread's first invoke, until one decided.
+
+    ``watch`` is the module's ``sigint_watch``: the guard goes in place, or
+    steps aside, as :meth:`_SigintWatcher.arm` would decide.  An interpreter
+    whose first invokes (the armed ones) ran on another thread gets its
+    main-thread invokes guarded this way.
+    """
+    watch(means_keyboard_interrupt())
 
 
 class _GiveUp(Exception):
