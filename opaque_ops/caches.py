@@ -8,13 +8,15 @@ checked again at its next use, so clearing is always safe for correctness
 (but a library can be built again only where a C compiler is installed; a
 platform wheel's prebuilt libraries are not in the cache).
 
-What counts as the caches' own, and is the only thing ever removed: a file
-whose name has the form opaque_ops gives its entries (``<key>-<key>-<digest>.so``
-for a library, ``compiler-<key>.note`` memos, ``<key>-<key>-<digest>.rec``
-verdict records, and ``.json`` ones of an earlier format),
-and temporary files and build directories (``.tmp-*``, ``.build-*``) left by a
-process that died, once they are an hour old (a younger one may belong to a
-build that is running).  A file of any other name is left alone, so that a
+What counts as the caches' own, and is the only thing ever removed: a regular
+file of this user whose name has exactly the form opaque_ops gives its
+entries (``<64 hex>-<16 hex>-<64 hex>.so`` for a library, the same ``.rec``
+for a verdict record, and ``.json`` for one of an earlier format,
+``compiler-<32 hex>.note`` for a memo, ``.tmp-<16 hex>.part`` for a file
+being written), and a build directory (``.build-`` and eight characters, as
+:func:`tempfile.mkdtemp` names it).  A temporary file or build directory goes
+only once it is an hour old: a younger one may belong to a build that is
+running.  A file of any other name is left alone, so that a
 cache directory pointed at by mistake at a directory of other files
 (``$OPAQUE_OPS_CACHE_DIR=~``) loses nothing.  Removing a library that a
 running process has loaded does not disturb that process (Linux keeps the
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import time
@@ -39,7 +42,14 @@ from .errors import CacheError
 
 # A temporary file or build directory younger than this may belong to a build that is running.
 STALE_AFTER_S = 3600.0
-_HEX = frozenset("0123456789abcdef")
+_HEX = "[0-9a-f]"
+_KINDS = (
+    ("library", re.compile(rf"{_HEX}{{64}}-{_HEX}{{16}}-{_HEX}{{64}}\.so")),
+    ("record", re.compile(rf"{_HEX}{{64}}-{_HEX}{{16}}-{_HEX}{{64}}\.(rec|json)")),
+    ("note", re.compile(rf"compiler-{_HEX}{{32}}\.note")),
+    ("temporary", re.compile(rf"\.tmp-{_HEX}{{16}}\.part")),
+    ("build directory", re.compile(r"\.build-[a-z0-9_]{8}")),
+)
 
 
 class Entry(NamedTuple):
@@ -52,29 +62,20 @@ class Entry(NamedTuple):
 
 
 class Area(NamedTuple):
-    """One cache directory and its entries."""
+    """One cache directory and its entries; ``error``: why it is not read (None: it is)."""
 
     name: str
     directory: str
     entries: list
-
-
-def _is_hex(s: str) -> bool:
-    return bool(s) and set(s) <= _HEX
+    error: str | None = None
 
 
 def kind_of(name: str) -> str | None:
-    """What the cache entry called ``name`` is: "library", "note", "record", "temporary", or None (not ours)."""
-    if name.endswith(".so"):
-        parts = name[: -len(".so")].split("-")
-        return "library" if len(parts) == 3 and all(_is_hex(p) for p in parts) else None
-    if name.startswith("compiler-") and name.endswith(".note"):  # the compilers' identities (compiler.py)
-        return "note" if _is_hex(name[len("compiler-") : -len(".note")]) else None
-    if name.endswith((".rec", ".json")):
-        parts = name.rsplit(".", 1)[0].split("-")
-        return "record" if len(parts) == 3 and all(_is_hex(p) for p in parts) else None
-    if name.startswith((".tmp-", ".build-")):
-        return "temporary"
+    """What the cache entry called ``name`` is ("library", "record", "note", "temporary",
+    "build directory"), or None: not a name the caches give."""
+    for kind, pattern in _KINDS:
+        if pattern.fullmatch(name):
+            return kind
     return None
 
 
@@ -105,18 +106,23 @@ def _entries(directory: str, kinds: tuple[str, ...]) -> Iterator[Entry]:
             st = os.lstat(path)
         except FileNotFoundError:  # removed by a concurrent process
             continue
-        if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
+        if st.st_uid != os.geteuid():
             continue  # not something this user's opaque_ops wrote: left alone
-        if kind != "temporary" and not stat.S_ISREG(st.st_mode):
-            continue
+        if not (stat.S_ISDIR(st.st_mode) if kind == "build directory" else stat.S_ISREG(st.st_mode)):
+            continue  # a link, or a file where a directory belongs (or the reverse)
         yield Entry(kind, path, _size(path, st), st.st_mtime)
 
 
-def _checked(directory: str, what: str) -> str | None:
-    """``directory``, absolute, if it exists and passes the caches' rules; None if it does not exist."""
+def _area(name: str, directory: str, kinds: tuple, what: str, hint: str = "") -> Area:
+    """One cache's Area: its entries, or, if its directory breaks the rules, the reason (``error``)."""
+    directory = _store._absolute(os.path.expanduser(directory))  # ("~" as the caches themselves take it)
     if not os.path.lexists(directory):
-        return None
-    return _store.private_dir_str(directory, what)
+        return Area(name, directory, [], None)
+    try:
+        checked = _store.private_dir_str(directory, what)
+        return Area(name, checked, list(_entries(checked, kinds)), None)
+    except CacheError as exc:
+        return Area(name, directory, [], f"{exc}{hint}")
 
 
 def areas(cache_dir: str | os.PathLike | None = None) -> list[Area]:
@@ -132,33 +138,23 @@ def areas(cache_dir: str | os.PathLike | None = None) -> list[Area]:
     Returns
     -------
     list of Area
-        A directory that does not exist is listed with no entries; the
+        A directory that does not exist is listed with no entries, and one
+        that breaks the caches' rules (others may write it, another user
+        owns it, it is a file) with none and the reason in ``error``; the
         verdict cache is left out when it is turned off (``=off``).
-
-    Raises
-    ------
-    CacheError
-        A directory others may write, or owned by another user, or unreadable.
     """
     from .model import cache as _verdicts
 
     root = _store.default_dir_str(cache_dir)
-    found = [Area("compile cache", root, [])]
-    checked = _checked(root, "compile cache directory")
-    if checked is not None:
-        found[0] = Area("compile cache", checked, list(_entries(checked, ("library", "note", "temporary"))))
+    found = [
+        _area("compile cache", root, ("library", "note", "temporary", "build directory"), "compile cache directory")
+    ]
     env = os.environ.get(_verdicts.ENV_VERDICTS)
     if env is not None and env.strip().lower() in ("0", "off", "no", "false", "none"):
         return found
+    hint = f" (this is ${_verdicts.ENV_VERDICTS}: set it to another directory, or to off)" if env else ""
     verdicts = env if env else os.path.join(root, "verdicts")
-    checked = _checked(verdicts, "verdict cache directory")
-    found.append(
-        Area(
-            "verdict cache",
-            checked or os.path.abspath(verdicts),
-            [] if checked is None else list(_entries(checked, ("record", "temporary"))),
-        )
-    )
+    found.append(_area("verdict cache", verdicts, ("record", "temporary"), "verdict cache directory", hint))
     return found
 
 
@@ -181,7 +177,9 @@ def clear(
     Raises
     ------
     CacheError
-        A directory breaks the caches' rules (nothing is removed from it).
+        A cache's directory breaks the caches' rules: nothing is removed from
+        it, the other is cleared all the same, and the exception's
+        ``removed`` holds what was.
     ValueError
         ``older_than_days`` is negative or not a number.
     """
@@ -194,22 +192,31 @@ def clear(
             raise ValueError(f"older_than_days must be 0 or more, not {older_than_days!r}")
     now = time.time()
     cutoff = None if older_than_days is None else now - older_than_days * 86400.0
-    removed = []
+    removed: list[Entry] = []
+    refused = []
     for area in areas(cache_dir):
+        if area.error is not None:
+            refused.append(area.error)
+            continue
         for e in area.entries:
-            if e.kind == "temporary" and now - e.mtime < STALE_AFTER_S:
+            if e.kind in ("temporary", "build directory") and now - e.mtime < STALE_AFTER_S:
                 continue
             if cutoff is not None and e.mtime > cutoff:
                 continue
             if not dry_run:
                 try:
-                    if e.kind == "temporary" and os.path.isdir(e.path) and not os.path.islink(e.path):
+                    if e.kind == "build directory":
                         shutil.rmtree(e.path)
                     else:
                         os.unlink(e.path)
                 except FileNotFoundError:
                     continue  # a concurrent process removed it first
                 except OSError as exc:
-                    raise CacheError(f"cannot remove {e.path}: {exc.strerror or exc}") from None
+                    refused.append(f"cannot remove {e.path}: {exc.strerror or exc}")
+                    continue
             removed.append(e)
+    if refused:
+        err = CacheError("; ".join(refused))
+        err.removed = removed  # type: ignore[attr-defined]
+        raise err
     return removed

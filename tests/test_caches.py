@@ -58,19 +58,27 @@ def test_clear_removes_the_caches_entries_and_nothing_else(cache_root, atan_mode
         "kernel.so": "not hex",
         "compiler-zz.note": "not hex",
         "abc-def.so": "two parts",
+        "1-2-3.so": "hex, but not an entry's lengths",
+        "2024-05-18.json": "a date",
+        ".tmp-notes.txt": "a dot file of the user's",
+        ".build-settings": "a file, not a directory",
     }
     for name, text in foreign.items():
         (root / name).write_text(text)
+        _age(root / name, 30 * 86400)  # old: age is no reason to remove what is not the caches'
+    (root / ".build-tools").mkdir()  # a user's directory: not mkdtemp's eight characters
+    (root / ".build-tools" / "keep.txt").write_text("k")
+    _age(root / ".build-tools", 2 * HOUR)
     os.symlink(root / "notes.txt", root / ("a" * 64 + "-" + "b" * 16 + "-" + "c" * 64 + ".so"))
     (root / "wheels").mkdir()
     (root / "wheels" / "x.whl").write_text("w")
     # A temporary file and a build directory of a build that may be running
     # (young), and of one that died (old).
-    young, old = root / ".tmp-young.part", root / ".tmp-old.part"
+    young, old = root / ".tmp-0123456789abcdef.part", root / ".tmp-fedcba9876543210.part"
     young.write_text("y")
     old.write_text("o")
     _age(old, 2 * HOUR)
-    dead = root / ".build-dead"
+    dead = root / ".build-dead_123"
     dead.mkdir()
     (dead / "library.so").write_text("partial")
     _age(dead, 2 * HOUR)
@@ -80,11 +88,11 @@ def test_clear_removes_the_caches_entries_and_nothing_else(cache_root, atan_mode
     kinds = {os.path.basename(e.path): e.kind for e in removed}
     assert {n for n, k in kinds.items() if k == "library"} == libraries
     assert {n for n, k in kinds.items() if k == "record"} == records
-    assert kinds[".tmp-old.part"] == kinds[".build-dead"] == "temporary"
+    assert (kinds[old.name], kinds[dead.name]) == ("temporary", "build directory")
     left = _names(root)
-    assert set(foreign) | {"wheels", young.name, "verdicts"} | {"a" * 64 + "-" + "b" * 16 + "-" + "c" * 64 + ".so"} == (
-        left
-    )
+    assert set(foreign) | {"wheels", ".build-tools", young.name, "verdicts"} | {
+        "a" * 64 + "-" + "b" * 16 + "-" + "c" * 64 + ".so"
+    } == (left)
     assert (root / "notes.txt").read_text() == "mine" and (root / "wheels" / "x.whl").read_text() == "w"
     assert not any(n.endswith(".rec") for n in _names(root / "verdicts"))
     # What was removed is built and checked again, with the same result as numpy's.
@@ -167,4 +175,65 @@ def test_the_command_shows_and_clears(cache_root):
         refused = run_python("-m", "opaque_ops", "cache", env=env)
     finally:
         os.chmod(cache_root, 0o700)
-    assert refused.returncode == 1 and "other users write" in refused.stderr, refused.stderr
+    assert refused.returncode == 1 and "other users write" in refused.stdout, refused.stdout + refused.stderr
+
+
+def test_a_home_relative_cache_dir_is_the_one_the_caches_use(tmp_path, monkeypatch, atan_model_bytes):
+    # $OPAQUE_OPS_CACHE_DIR=~/oo-cache: compile_ops expands "~", and so must the command.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("OPAQUE_OPS_CACHE_DIR", "~/oo-cache")
+    monkeypatch.delenv("OPAQUE_OPS_VERDICT_CACHE", raising=False)
+    oo.compile_ops(MACRO_ATAN)
+    found = {a.name: a for a in caches.areas()}
+    assert found["compile cache"].directory == str(tmp_path / "oo-cache")
+    assert found["verdict cache"].directory == str(tmp_path / "oo-cache" / "verdicts")
+    assert [e.kind for e in found["compile cache"].entries].count("library") == 1
+    assert [e.kind for e in caches.clear()].count("library") == 1
+    assert not any(n.endswith(".so") for n in _names(tmp_path / "oo-cache"))
+
+
+def test_a_library_removed_between_lookup_and_load_is_built_again(cache_root, atan_model_bytes, monkeypatch):
+    # Another process's `cache clear` lands right after this one found the
+    # entry: the first compile_cached answer names a file that is gone.
+    from opaque_ops.build import compiler
+
+    real = compiler.compile_cached
+    calls = []
+
+    def then_cleared(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(out[1])
+        if len(calls) == 1:
+            caches.clear()
+        return out
+
+    # A source this process has never loaded (dlopen would find a loaded copy
+    # by its name), built into the cache by another process.
+    source = MACRO_ATAN + "\n/* built by another process */\n"
+    built = run_python(
+        "-c",
+        "import sys, opaque_ops as oo; oo.compile_ops(sys.argv[1], cache_dir=sys.argv[2])",
+        source,
+        str(cache_root),
+    )
+    assert built.returncode == 0, built.stderr
+    monkeypatch.setattr(compiler, "compile_cached", then_cleared)
+    y = run_atan(atan_model_bytes, oo.compile_ops(source, cache_dir=cache_root))
+    assert calls == [True, False]  # a cache hit, removed, then built again
+    np.testing.assert_allclose(y, reference(ATAN_INPUT), rtol=1e-6)
+
+
+def test_a_broken_verdict_cache_does_not_stop_the_compile_cache_clear(cache_root, monkeypatch, tmp_path):
+    bad = tmp_path / "a-file"
+    bad.write_text("not a directory")
+    monkeypatch.setenv("OPAQUE_OPS_VERDICT_CACHE", str(bad))
+    found = {a.name: a for a in caches.areas()}
+    assert found["compile cache"].error is None and found["compile cache"].entries
+    assert "$OPAQUE_OPS_VERDICT_CACHE" in found["verdict cache"].error, found["verdict cache"].error
+    with pytest.raises(CacheError, match=r"\$OPAQUE_OPS_VERDICT_CACHE") as caught:
+        caches.clear()
+    assert any(e.kind == "library" for e in caught.value.removed)
+    assert not any(n.endswith(".so") for n in _names(cache_root))
+    env = {"OPAQUE_OPS_CACHE_DIR": str(cache_root), "OPAQUE_OPS_VERDICT_CACHE": str(bad)}
+    shown = run_python("-m", "opaque_ops", "cache", env=env)
+    assert shown.returncode == 1 and "not read:" in shown.stdout and "compile cache: " in shown.stdout, shown.stdout

@@ -5,41 +5,57 @@ from __future__ import annotations
 import argparse
 
 from .. import caches
+from ..errors import CacheError
 
-_KINDS = ("library", "note", "record", "temporary")
+_KINDS = (
+    ("library", "library", "libraries"),
+    ("note", "note", "notes"),
+    ("record", "record", "records"),
+    ("temporary", "temporary file", "temporary files"),
+    ("build directory", "build directory", "build directories"),
+)
 
 
-def _bytes(n: int) -> str:
+def _bytes(n: float) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+            return f"{int(n)} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _summary(entries) -> str:
-    counts = {k: sum(1 for e in entries if e.kind == k) for k in _KINDS}
-    words = [
-        f"{n} {k}{'' if n == 1 else 's'}" if k != "library" else f"{n} librar{'y' if n == 1 else 'ies'}"
-        for k, n in counts.items()
-        if n
-    ]
+    words = []
+    for kind, one, many in _KINDS:
+        n = sum(1 for e in entries if e.kind == kind)
+        if n:
+            words.append(f"{n} {one if n == 1 else many}")
     return (", ".join(words) or "empty") + f" ({_bytes(sum(e.size for e in entries))})"
 
 
 def cmd_cache(args) -> int:
     """Print each cache's directory and contents, or (``clear``) remove them and say what went."""
     if args.action == "clear":
-        removed = caches.clear(args.cache_dir, older_than_days=args.older_than, dry_run=args.dry_run)
         verb = "would remove" if args.dry_run else "removed"
+        try:
+            removed, problem = caches.clear(args.cache_dir, older_than_days=args.older_than, dry_run=args.dry_run), None
+        except CacheError as exc:
+            removed, problem = getattr(exc, "removed", []), exc
         for e in removed if args.verbose else ():
             print(f"{verb} {e.path}")
         print(f"{verb}: {_summary(removed)}")
+        if problem is not None:
+            raise problem
         return 0
+    status = 0
     for area in caches.areas(args.cache_dir):
         print(f"{area.name}: {area.directory}")
-        print(f"  {_summary(area.entries)}")
-    return 0
+        if area.error is not None:
+            print(f"  not read: {area.error}")
+            status = 1
+        else:
+            print(f"  {_summary(area.entries)}")
+    return status
 
 
 def _days(text: str) -> float:

@@ -198,7 +198,15 @@ def compile_ops(
         label=f"compiling {display}",
     )
     lib_path, hit, log = _cbuild.compile_cached(spec, cache_dir)
-    lib = OpLibrary(lib_path, cache_hit=hit, build_log=log)
+    try:
+        lib = OpLibrary(lib_path, cache_hit=hit, build_log=log)
+    except OpLibraryError:
+        if os.path.lexists(lib_path):
+            raise
+        # Removed between the lookup and the load (`opaque-ops cache clear`
+        # in another process): built once more.
+        lib_path, hit, log = _cbuild.compile_cached(spec, cache_dir)
+        lib = OpLibrary(lib_path, cache_hit=hit, build_log=log)
     lib._origin = (
         "compile",
         source,
