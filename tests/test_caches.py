@@ -3,6 +3,7 @@ everything they served is built or checked again, with the same results."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -237,3 +238,38 @@ def test_a_broken_verdict_cache_does_not_stop_the_compile_cache_clear(cache_root
     env = {"OPAQUE_OPS_CACHE_DIR": str(cache_root), "OPAQUE_OPS_VERDICT_CACHE": str(bad)}
     shown = run_python("-m", "opaque_ops", "cache", env=env)
     assert shown.returncode == 1 and "not read:" in shown.stdout and "compile cache: " in shown.stdout, shown.stdout
+
+
+def test_the_fast_calls_module_removed_between_lookup_and_load_is_built_again(tmp_path):
+    # The same race for the fast calls module: without the retry, the process
+    # would run without the module (and its Ctrl-C guard) for its whole life.
+    from tests.helpers.fast_module import required_fast_calls
+
+    module = required_fast_calls()
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    # The session's module, as a cache entry of this cache (its name carries its keys and digest).
+    entry = cache / os.path.basename(module)
+    entry.write_bytes(open(module, "rb").read())
+    os.chmod(entry, 0o700)
+    code = """
+import os, json
+from opaque_ops.build import compiler
+real = compiler.cached_build
+found = []
+def then_cleared(*args, **kwargs):
+    path = real(*args, **kwargs)
+    found.append(path is not None)
+    if path is not None and len(found) == 1:
+        os.unlink(path)  # another process's `opaque-ops cache clear`, right after the lookup
+    return path
+compiler.cached_build = then_cleared
+from opaque_ops.interpreter import fast_calls
+used, where = fast_calls.status()
+print(json.dumps({"used": used, "where": where, "found": found}))
+"""
+    p = run_python("-c", code, env={"OPAQUE_OPS_CACHE_DIR": str(cache), "OPAQUE_OPS_FASTCALLS": None}, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["used"] is True and r["found"] == [True, False], r
+    assert os.path.exists(r["where"]) and r["where"].startswith(str(cache)), r
