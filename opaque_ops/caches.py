@@ -13,8 +13,10 @@ file of this user whose name has exactly the form opaque_ops gives its
 entries (``<64 hex>-<16 hex>-<64 hex>.so`` for a library, the same ``.rec``
 for a verdict record, and ``.json`` for one of an earlier format,
 ``compiler-<32 hex>.note`` for a memo, ``.tmp-<16 hex>.part`` for a file
-being written), and a build directory (``.build-`` and eight characters, as
-:func:`tempfile.mkdtemp` names it).  A temporary file or build directory goes
+being written), and a build directory (``.opaque-ops-build-`` and eight
+characters, as :func:`tempfile.mkdtemp` names it): the forms
+:func:`opaque_ops.build.store.entry_kind` knows, which the verdict cache's
+own pruning goes by too.  A temporary file or build directory goes
 only once it is an hour old: a younger one may belong to a build that is
 running.  A file of any other name is left alone, so that a
 cache directory pointed at by mistake at a directory of other files
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import stat
 import time
@@ -42,14 +43,6 @@ from .errors import CacheError
 
 # A temporary file or build directory younger than this may belong to a build that is running.
 STALE_AFTER_S = 3600.0
-_HEX = "[0-9a-f]"
-_KINDS = (
-    ("library", re.compile(rf"{_HEX}{{64}}-{_HEX}{{16}}-{_HEX}{{64}}\.so")),
-    ("record", re.compile(rf"{_HEX}{{64}}-{_HEX}{{16}}-{_HEX}{{64}}\.(rec|json)")),
-    ("note", re.compile(rf"compiler-{_HEX}{{32}}\.note")),
-    ("temporary", re.compile(rf"\.tmp-{_HEX}{{16}}\.part")),
-    ("build directory", re.compile(r"\.build-[a-z0-9_]{8}")),
-)
 
 
 class Entry(NamedTuple):
@@ -70,13 +63,20 @@ class Area(NamedTuple):
     error: str | None = None
 
 
-def kind_of(name: str) -> str | None:
+def kind_of(name: str, verdicts: bool = False) -> str | None:
     """What the cache entry called ``name`` is ("library", "record", "note", "temporary",
-    "build directory"), or None: not a name the caches give."""
-    for kind, pattern in _KINDS:
-        if pattern.fullmatch(name):
-            return kind
-    return None
+    "build directory"), or None: not a name the caches give (:func:`opaque_ops.build.store.entry_kind`).
+
+    ``verdicts``: in the verdict cache, where entries are records (``.rec``,
+    or ``.json`` of an earlier format).
+    """
+    if verdicts:
+        if _store.entry_kind(name, ".rec") == "entry" or _store.entry_kind(name, ".json") == "entry":
+            return "record"
+        kind = _store.entry_kind(name, ".rec")
+        return kind if kind == "temporary" else None
+    kind = _store.entry_kind(name)
+    return "library" if kind == "entry" else kind
 
 
 def _size(path: str, st: os.stat_result) -> int:
@@ -90,7 +90,7 @@ def _size(path: str, st: os.stat_result) -> int:
     return total
 
 
-def _entries(directory: str, kinds: tuple[str, ...]) -> Iterator[Entry]:
+def _entries(directory: str, kinds: tuple[str, ...], verdicts: bool) -> Iterator[Entry]:
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -98,7 +98,7 @@ def _entries(directory: str, kinds: tuple[str, ...]) -> Iterator[Entry]:
     except OSError as exc:
         raise CacheError(f"cannot read cache directory {directory}: {exc.strerror or exc}") from None
     for name in sorted(names):
-        kind = kind_of(name)
+        kind = kind_of(name, verdicts)
         if kind not in kinds:
             continue
         path = os.path.join(directory, name)
@@ -120,7 +120,7 @@ def _area(name: str, directory: str, kinds: tuple, what: str, hint: str = "") ->
         return Area(name, directory, [], None)
     try:
         checked = _store.private_dir_str(directory, what)
-        return Area(name, checked, list(_entries(checked, kinds)), None)
+        return Area(name, checked, list(_entries(checked, kinds, name == "verdict cache")), None)
     except CacheError as exc:
         return Area(name, directory, [], f"{exc}{hint}")
 

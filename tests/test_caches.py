@@ -67,9 +67,10 @@ def test_clear_removes_the_caches_entries_and_nothing_else(cache_root, atan_mode
     for name, text in foreign.items():
         (root / name).write_text(text)
         _age(root / name, 30 * 86400)  # old: age is no reason to remove what is not the caches'
-    (root / ".build-tools").mkdir()  # a user's directory: not mkdtemp's eight characters
-    (root / ".build-tools" / "keep.txt").write_text("k")
-    _age(root / ".build-tools", 2 * HOUR)
+    for d in (".build-tools", ".build-releases", ".build-cache_v1"):  # a user's directories
+        (root / d).mkdir()
+        (root / d / "keep.txt").write_text("k")
+        _age(root / d, 2 * HOUR)
     os.symlink(root / "notes.txt", root / ("a" * 64 + "-" + "b" * 16 + "-" + "c" * 64 + ".so"))
     (root / "wheels").mkdir()
     (root / "wheels" / "x.whl").write_text("w")
@@ -79,7 +80,7 @@ def test_clear_removes_the_caches_entries_and_nothing_else(cache_root, atan_mode
     young.write_text("y")
     old.write_text("o")
     _age(old, 2 * HOUR)
-    dead = root / ".build-dead_123"
+    dead = root / ".opaque-ops-build-dead_123"
     dead.mkdir()
     (dead / "library.so").write_text("partial")
     _age(dead, 2 * HOUR)
@@ -91,7 +92,7 @@ def test_clear_removes_the_caches_entries_and_nothing_else(cache_root, atan_mode
     assert {n for n, k in kinds.items() if k == "record"} == records
     assert (kinds[old.name], kinds[dead.name]) == ("temporary", "build directory")
     left = _names(root)
-    assert set(foreign) | {"wheels", ".build-tools", young.name, "verdicts"} | {
+    assert set(foreign) | {"wheels", ".build-tools", ".build-releases", ".build-cache_v1", young.name, "verdicts"} | {
         "a" * 64 + "-" + "b" * 16 + "-" + "c" * 64 + ".so"
     } == (left)
     assert (root / "notes.txt").read_text() == "mine" and (root / "wheels" / "x.whl").read_text() == "w"
@@ -273,3 +274,25 @@ print(json.dumps({"used": used, "where": where, "found": found}))
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["used"] is True and r["found"] == [True, False], r
     assert os.path.exists(r["where"]) and r["where"].startswith(str(cache)), r
+
+
+def test_writing_a_record_leaves_a_users_files_in_a_mispointed_verdict_cache(tmp_path, monkeypatch, atan_model_bytes):
+    # The verdict cache's own pruning (each new record's write) goes by the
+    # same names as `cache clear`: a user's .json and .tmp-* files stay.
+    verdicts = tmp_path / "project"
+    verdicts.mkdir(mode=0o700)
+    mine = {"settings.json": "{}", "2024-05-18.json": "[]", ".tmp-draft.txt": "d", ".tmp-0123.part": "p"}
+    for name, text in mine.items():
+        (verdicts / name).write_text(text)
+        _age(verdicts / name, 30 * 86400)
+    monkeypatch.setenv("OPAQUE_OPS_VERDICT_CACHE", str(verdicts))
+    from opaque_ops.model import cache as verdict_cache
+
+    verdict_cache.clear()
+    it = oo.Interpreter(model_content=atan_model_bytes, custom_ops=[oo.compile_ops(MACRO_ATAN)])
+    it.allocate_tensors()
+    assert any(n.endswith(".rec") for n in _names(verdicts))  # the record was written
+    assert {n: (verdicts / n).read_text() for n in mine} == mine
+    verdict_cache.clear(disk=True)
+    assert not any(n.endswith(".rec") for n in _names(verdicts))
+    assert {n: (verdicts / n).read_text() for n in mine} == mine

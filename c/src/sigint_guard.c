@@ -173,8 +173,10 @@ PyObject *opaque_ops_sigint_watch(PyObject *Py_UNUSED(module), PyObject *arg) {
             Py_RETURN_FALSE;
         chained = current; /* before ours is in place: no handler of ours reads it yet */
     }
-    /* The same mask, and the same flags (SA_ONSTACK; no SA_RESTART, so that
-     * a blocking call returns to Python, which runs its handler), as SA_SIGINFO. */
+    /* The same mask and flags as the handler it goes in front of (Python's
+     * has SA_ONSTACK and no SA_RESTART, so that a blocking call returns to
+     * Python, which runs its handler), as SA_SIGINFO; without SA_NODEFER and
+     * SA_RESETHAND, which would let it run inside itself or only once. */
     struct sigaction ours = current;
     ours.sa_sigaction = handler;
     ours.sa_flags = (current.sa_flags & ~(SA_NODEFER | SA_RESETHAND)) | SA_SIGINFO;

@@ -45,6 +45,35 @@ if TYPE_CHECKING:
 
 ENV_CACHE = "OPAQUE_OPS_CACHE_DIR"
 _SUFFIX = ".so"
+# The names of what the caches write besides entries, as entry_kind() knows them.
+BUILD_DIR_PREFIX = ".opaque-ops-build-"  # + tempfile.mkdtemp's eight characters
+_TMP_PREFIX, _TMP_SUFFIX = ".tmp-", ".part"  # new_file's: + 16 hex digits
+
+
+def _hex(s: str, n: int) -> bool:
+    return len(s) == n and all(c in "0123456789abcdef" for c in s)
+
+
+def entry_kind(name: str, suffix: str = _SUFFIX) -> str | None:
+    """What the file ``name`` in a cache directory is, by its name alone; None: nothing the caches write.
+
+    "entry" (``<64 hex>-<16 hex>-<64 hex><suffix>``: a library, or with the
+    verdict cache's suffix a record), "note" (``compiler-<32 hex>.note``),
+    "temporary" (a file :meth:`Cache.new_file` made), "build directory" (one
+    :meth:`Cache.workdir` made).  Only these forms are ever deleted by
+    opaque_ops: a directory pointed at by mistake keeps every other file.
+    """
+    if name.endswith(suffix):
+        parts = name[: -len(suffix)].split("-")
+        if len(parts) == 3 and _hex(parts[0], 64) and _hex(parts[1], 16) and _hex(parts[2], 64):
+            return "entry"
+    if name.startswith("compiler-") and name.endswith(".note") and _hex(name[9:-5], 32):
+        return "note"
+    if name.startswith(_TMP_PREFIX) and name.endswith(_TMP_SUFFIX) and _hex(name[5:-5], 16):
+        return "temporary"
+    if name.startswith(BUILD_DIR_PREFIX) and len(name) == len(BUILD_DIR_PREFIX) + 8:
+        return "build directory"
+    return None
 
 
 def default_dir(override: str | os.PathLike | None = None) -> Path:
@@ -270,7 +299,7 @@ class Cache:
                 os.unlink(path)  # truncated or corrupted: rebuilt by the caller
         return None
 
-    def new_file(self, prefix: str = ".tmp-", suffix: str = ".part") -> tuple[int, str]:
+    def new_file(self, prefix: str = _TMP_PREFIX, suffix: str = _TMP_SUFFIX) -> tuple[int, str]:
         """A new, empty, private (0600) file inside the cache: ``(fd open for writing, path)``.
 
         What :func:`tempfile.mkstemp` does (a random name, ``O_EXCL``, retried
@@ -344,7 +373,7 @@ class Cache:
         import tempfile
 
         try:
-            d = tempfile.mkdtemp(prefix=".build-", dir=self.dir)
+            d = tempfile.mkdtemp(prefix=BUILD_DIR_PREFIX, dir=self.dir)
         except OSError as exc:
             raise CacheError(
                 f"cannot write in cache directory {self.dir}: {exc.strerror or exc}; fix its "

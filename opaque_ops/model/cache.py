@@ -302,7 +302,8 @@ def clear(disk: bool = False) -> None:
         d = _directory()
         if d is not None:
             for name in os.listdir(d.dir):
-                if name.endswith((d.suffix, _EARLIER_SUFFIX)):
+                # (Only names of the records' form: the directory may hold other files.)
+                if _files.entry_kind(name, d.suffix) == "entry" or _files.entry_kind(name, _EARLIER_SUFFIX) == "entry":
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(d.dir, name))
 
@@ -673,17 +674,20 @@ def _save(key: bytes, doc: dict) -> None:
         except OSError:
             return
         records = []
+        # Only names of the forms the caches write are touched (build.store.entry_kind):
+        # a directory set by mistake to one of the user's keeps every other file.
         for name in names:
             p = os.path.join(d.dir, name)
-            if name.startswith(prefix) and p != final:
+            kind = _files.entry_kind(name, d.suffix)
+            if kind == "entry" and name.startswith(prefix) and p != final:
                 with contextlib.suppress(OSError):
                     os.unlink(p)
-            elif name.endswith(d.suffix):
+            elif kind == "entry":
                 records.append(name)
-            elif name.endswith(_EARLIER_SUFFIX):
+            elif _files.entry_kind(name, _EARLIER_SUFFIX) == "entry":
                 with contextlib.suppress(OSError):
                     os.unlink(p)  # a record of the earlier (JSON) format: never read again
-            elif name.startswith(".tmp-"):
+            elif kind == "temporary":
                 # Left by a process that died while writing (an hour is
                 # far longer than any write takes).
                 with contextlib.suppress(OSError):

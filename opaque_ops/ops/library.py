@@ -370,9 +370,15 @@ def restore_library(origin, path) -> OpLibrary:
     if kind == "compile":
         entry = _verified_cache_entry(path)
         if entry is not None:  # the same machine, or a shared cache: no compiler needed
-            lib = OpLibrary(entry)
-            lib._origin = origin[:3]
-            return lib
+            try:
+                lib = OpLibrary(entry)
+            except OpLibraryError:
+                if os.path.lexists(entry):
+                    raise
+                entry = None  # removed since the lookup (`opaque-ops cache clear`): compiled below
+            else:
+                lib._origin = origin[:3]
+                return lib
         source, kwargs = origin[1], origin[2]
         text = origin[3] if len(origin) > 3 else None
         if text is not None and not os.path.isfile(source):

@@ -384,7 +384,7 @@ calls = []
 # A handler that counts, with the guard in front of it (put there through the
 # module, as a KeyboardInterrupt at any bytecode would make the loop below
 # unreadable): the guard cancels while the application's handler only counts.
-make(2).invoke()
+run(make(2), 0.0)  # (its input set: the Wait op sleeps what it reads)
 signal.signal(signal.SIGINT, lambda signum, frame: calls.append(1))
 from opaque_ops.interpreter import fast_calls
 assert fast_calls.module().sigint_watch(True)

@@ -369,7 +369,7 @@ def _two_signature_model() -> bytes:
 
 def test_clear_disk_forgets_the_records(verdicts, monkeypatch):
     oo.Interpreter(model_path=str(FACE)).allocate_tensors()
-    stale = verdicts / ".tmp-dead.part"
+    stale = verdicts / ".tmp-0123456789abcdef.part"  # (a name new_file gives)
     stale.write_bytes(b"{")
     os.utime(stale, (1, 1))  # a write that died long ago
     oo.Interpreter(model_path=str(SELFIE), custom_ops=[oo.kernels.mediapipe()]).allocate_tensors()
