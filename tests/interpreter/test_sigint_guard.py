@@ -43,6 +43,12 @@ def run(it, seconds):
 def ctrl_c_after(seconds):
     threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT)).start()
 
+def cut_short(it, at, seconds):
+    # Ctrl-C `at` seconds into a run of `seconds` per node: how it ended, and the next run's output.
+    ctrl_c_after(at)
+    outcome, took = timed(run, it, seconds)
+    return {"outcome": outcome, "took": took, "after": run(it, 0.0)}
+
 def timed(call, *args):
     # (outcome, seconds): "finished", or "cancelled: <message>" for a KeyboardInterrupt.
     t = time.perf_counter()
@@ -291,9 +297,7 @@ def warm():
 t = threading.Thread(target=warm); t.start(); t.join()
 it = box["it"]
 run(it, 0.0)
-ctrl_c_after(%r)
-outcome, took = timed(run, it, %r)
-print(json.dumps({"outcome": outcome, "took": took, "after": run(it, 0.0)}))
+print(json.dumps(cut_short(it, %r, %r)))
 """
         % (AT, FULL / 40),
         "guard",
@@ -314,9 +318,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)  # and back
 it.resize_tensor_input(0, [2]); it.allocate_tensors()
 it.resize_tensor_input(0, [1]); it.allocate_tensors()
 run(it, 0.0); run(it, 0.0)
-ctrl_c_after(%r)
-outcome, took = timed(run, it, %r)
-print(json.dumps({"outcome": outcome, "took": took, "after": run(it, 0.0)}))
+print(json.dumps(cut_short(it, %r, %r)))
 """
         % (AT, FULL / 40),
         "guard",
