@@ -35,11 +35,12 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from .build import store as _store
 from .errors import CacheError
+from .model import cache as _verdicts
 
 # A temporary file or build directory younger than this may belong to a build that is running.
 STALE_AFTER_S = 3600.0
@@ -63,20 +64,18 @@ class Area(NamedTuple):
     error: str | None = None
 
 
-def kind_of(name: str, verdicts: bool = False) -> str | None:
-    """What the cache entry called ``name`` is ("library", "record", "note", "temporary",
-    "build directory"), or None: not a name the caches give (:func:`opaque_ops.build.store.entry_kind`).
-
-    ``verdicts``: in the verdict cache, where entries are records (``.rec``,
-    or ``.json`` of an earlier format).
-    """
-    if verdicts:
-        if _store.entry_kind(name, ".rec") == "entry" or _store.entry_kind(name, ".json") == "entry":
-            return "record"
-        kind = _store.entry_kind(name, ".rec")
-        return kind if kind == "temporary" else None
+def kind_of(name: str) -> str | None:
+    """What the compile cache's file ``name`` is ("library", "note", "temporary", "build directory"),
+    or None: not a name the cache gives (:func:`opaque_ops.build.store.entry_kind`)."""
     kind = _store.entry_kind(name)
     return "library" if kind == "entry" else kind
+
+
+def record_kind_of(name: str) -> str | None:
+    """What the verdict cache's file ``name`` is ("record", "temporary"), or None."""
+    if _verdicts.is_record_name(name):
+        return "record"
+    return "temporary" if _store.entry_kind(name) == "temporary" else None
 
 
 def _size(path: str, st: os.stat_result) -> int:
@@ -90,7 +89,7 @@ def _size(path: str, st: os.stat_result) -> int:
     return total
 
 
-def _entries(directory: str, kinds: tuple[str, ...], verdicts: bool) -> Iterator[Entry]:
+def _entries(directory: str, kind_of_name: Callable[[str], str | None]) -> Iterator[Entry]:
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -98,8 +97,8 @@ def _entries(directory: str, kinds: tuple[str, ...], verdicts: bool) -> Iterator
     except OSError as exc:
         raise CacheError(f"cannot read cache directory {directory}: {exc.strerror or exc}") from None
     for name in sorted(names):
-        kind = kind_of(name, verdicts)
-        if kind not in kinds:
+        kind = kind_of_name(name)
+        if kind is None:
             continue
         path = os.path.join(directory, name)
         try:
@@ -113,14 +112,14 @@ def _entries(directory: str, kinds: tuple[str, ...], verdicts: bool) -> Iterator
         yield Entry(kind, path, _size(path, st), st.st_mtime)
 
 
-def _area(name: str, directory: str, kinds: tuple, what: str, hint: str = "") -> Area:
+def _area(name: str, directory: str, kind_of_name, what: str, hint: str = "") -> Area:
     """One cache's Area: its entries, or, if its directory breaks the rules, the reason (``error``)."""
     directory = _store._absolute(os.path.expanduser(directory))  # ("~" as the caches themselves take it)
     if not os.path.lexists(directory):
         return Area(name, directory, [], None)
     try:
         checked = _store.private_dir_str(directory, what)
-        return Area(name, checked, list(_entries(checked, kinds, name == "verdict cache")), None)
+        return Area(name, checked, list(_entries(checked, kind_of_name)), None)
     except CacheError as exc:
         return Area(name, directory, [], f"{exc}{hint}")
 
@@ -143,18 +142,13 @@ def areas(cache_dir: str | os.PathLike | None = None) -> list[Area]:
         owns it, it is a file) with none and the reason in ``error``; the
         verdict cache is left out when it is turned off (``=off``).
     """
-    from .model import cache as _verdicts
-
-    root = _store.default_dir_str(cache_dir)
-    found = [
-        _area("compile cache", root, ("library", "note", "temporary", "build directory"), "compile cache directory")
-    ]
-    env = os.environ.get(_verdicts.ENV_VERDICTS)
-    if env is not None and env.strip().lower() in ("0", "off", "no", "false", "none"):
+    found = [_area("compile cache", _store.default_dir_str(cache_dir), kind_of, "compile cache directory")]
+    verdicts = _verdicts.directory_path(cache_dir)
+    if verdicts is None:
         return found
+    env = os.environ.get(_verdicts.ENV_VERDICTS)
     hint = f" (this is ${_verdicts.ENV_VERDICTS}: set it to another directory, or to off)" if env else ""
-    verdicts = env if env else os.path.join(root, "verdicts")
-    found.append(_area("verdict cache", verdicts, ("record", "temporary"), "verdict cache directory", hint))
+    found.append(_area("verdict cache", verdicts, record_kind_of, "verdict cache directory", hint))
     return found
 
 

@@ -124,7 +124,7 @@ _PLANNED_FUNCTIONS = ("TfLiteInterpreterGetTensor", "TfLiteTensorGetAllocationSt
 
 def cancel_address(rt) -> int:
     """``TfLiteInterpreterCancel``'s address in runtime ``rt``, as an integer (0: it has none), for the Ctrl-C guard."""
-    return int(ffi.cast("uintptr_t", rt.lib.TfLiteInterpreterCancel)) if rt.has("TfLiteInterpreterCancel") else 0
+    return address(rt.lib.TfLiteInterpreterCancel) if rt.has("TfLiteInterpreterCancel") else 0
 
 
 def address(pointer) -> int:
@@ -146,4 +146,4 @@ def _addresses(native, functions) -> tuple[int, tuple[int, ...]] | None:
     if interp is None or interp == ffi.NULL:
         return None
     lib = native.rt.lib
-    return int(ffi.cast("uintptr_t", interp)), tuple(int(ffi.cast("uintptr_t", getattr(lib, f))) for f in functions)
+    return address(interp), tuple(address(getattr(lib, f)) for f in functions)

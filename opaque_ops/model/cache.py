@@ -302,8 +302,7 @@ def clear(disk: bool = False) -> None:
         d = _directory()
         if d is not None:
             for name in os.listdir(d.dir):
-                # (Only names of the records' form: the directory may hold other files.)
-                if _files.entry_kind(name, d.suffix) == "entry" or _files.entry_kind(name, _EARLIER_SUFFIX) == "entry":
+                if is_record_name(name):
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(d.dir, name))
 
@@ -606,12 +605,29 @@ def _source_digest(folder: str) -> str:
     return h.hexdigest()[:16]
 
 
-def _directory() -> _files.Cache | None:
-    """The verdict cache directory, checked as the compile cache is (None: off or refused)."""
+def directory_path(cache_dir: str | os.PathLike | None = None) -> str | None:
+    """Where the records are kept: ``$OPAQUE_OPS_VERDICT_CACHE``, or ``verdicts`` in the compile cache
+    directory (``cache_dir``, as :func:`opaque_ops.build.store.default_dir_str` takes it); None: turned off."""
     env = os.environ.get(ENV_VERDICTS)
     if env is not None and env.strip().lower() in ("0", "off", "no", "false", "none"):
         return None
-    root = env if env else os.path.join(_files.default_dir_str(), "verdicts")
+    return env if env else os.path.join(_files.default_dir_str(cache_dir), "verdicts")
+
+
+def is_record_name(name: str) -> bool:
+    """True if ``name`` is a record's file name, of this format or the earlier (JSON) one.
+
+    Only such names are ever deleted as records (:func:`clear`, ``opaque-ops
+    cache clear``): the directory may have been set to one holding other files.
+    """
+    return _files.entry_kind(name, RECORD_SUFFIX) == "entry" or _files.entry_kind(name, _EARLIER_SUFFIX) == "entry"
+
+
+def _directory() -> _files.Cache | None:
+    """The verdict cache directory, checked as the compile cache is (None: off or refused)."""
+    root = directory_path()
+    if root is None:
+        return None
     try:
         _code()
         return _files.Cache(root, suffix=RECORD_SUFFIX, mode=0o600, what="verdict cache directory")

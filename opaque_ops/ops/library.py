@@ -198,13 +198,8 @@ def compile_ops(
         label=f"compiling {display}",
     )
     lib_path, hit, log = _cbuild.compile_cached(spec, cache_dir)
-    try:
-        lib = OpLibrary(lib_path, cache_hit=hit, build_log=log)
-    except OpLibraryError:
-        if os.path.lexists(lib_path):
-            raise
-        # Removed between the lookup and the load (`opaque-ops cache clear`
-        # in another process): built once more.
+    lib = _load_cache_entry(lib_path, cache_hit=hit, build_log=log)
+    if lib is None:  # built once more
         lib_path, hit, log = _cbuild.compile_cached(spec, cache_dir)
         lib = OpLibrary(lib_path, cache_hit=hit, build_log=log)
     lib._origin = (
@@ -369,16 +364,11 @@ def restore_library(origin, path) -> OpLibrary:
             return lib
     if kind == "compile":
         entry = _verified_cache_entry(path)
-        if entry is not None:  # the same machine, or a shared cache: no compiler needed
-            try:
-                lib = OpLibrary(entry)
-            except OpLibraryError:
-                if os.path.lexists(entry):
-                    raise
-                entry = None  # removed since the lookup (`opaque-ops cache clear`): compiled below
-            else:
-                lib._origin = origin[:3]
-                return lib
+        # The same machine, or a shared cache: no compiler needed (None: compiled below).
+        lib = _load_cache_entry(entry) if entry is not None else None
+        if lib is not None:
+            lib._origin = origin[:3]
+            return lib
         source, kwargs = origin[1], origin[2]
         text = origin[3] if len(origin) > 3 else None
         if text is not None and not os.path.isfile(source):
@@ -399,6 +389,20 @@ def restore_library(origin, path) -> OpLibrary:
             "are re-created from source"
         )
     return load_ops(path)
+
+
+def _load_cache_entry(path: str, **kwargs) -> OpLibrary | None:
+    """``OpLibrary(path, **kwargs)`` of a compile cache entry just looked up; None if it is gone.
+
+    Another process's ``opaque-ops cache clear`` may remove the entry between
+    the lookup and the load: the caller then builds it again.
+    """
+    try:
+        return OpLibrary(path, **kwargs)
+    except OpLibraryError:
+        if os.path.lexists(path):
+            raise
+        return None
 
 
 def _cache_entry_parts(path) -> list[str] | None:
