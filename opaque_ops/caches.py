@@ -112,16 +112,16 @@ def _entries(directory: str, kind_of_name: Callable[[str], str | None]) -> Itera
         yield Entry(kind, path, _size(path, st), st.st_mtime)
 
 
-def _area(name: str, directory: str, kind_of_name, what: str, hint: str = "") -> Area:
+def _area(name: str, directory: str, kind_of_name, what: str, choose: str) -> Area:
     """One cache's Area: its entries, or, if its directory breaks the rules, the reason (``error``)."""
     directory = _store._absolute(os.path.expanduser(directory))  # ("~" as the caches themselves take it)
     if not os.path.lexists(directory):
         return Area(name, directory, [], None)
     try:
-        checked = _store.private_dir_str(directory, what)
+        checked = _store.private_dir_str(directory, what, choose)
         return Area(name, checked, list(_entries(checked, kind_of_name)), None)
     except CacheError as exc:
-        return Area(name, directory, [], f"{exc}{hint}")
+        return Area(name, directory, [], str(exc))
 
 
 def areas(cache_dir: str | os.PathLike | None = None) -> list[Area]:
@@ -142,13 +142,19 @@ def areas(cache_dir: str | os.PathLike | None = None) -> list[Area]:
         owns it, it is a file) with none and the reason in ``error``; the
         verdict cache is left out when it is turned off (``=off``).
     """
-    found = [_area("compile cache", _store.default_dir_str(cache_dir), kind_of, "compile cache directory")]
+    found = [
+        _area(
+            "compile cache",
+            _store.default_dir_str(cache_dir),
+            kind_of,
+            "compile cache directory",
+            _store.CHOOSE_COMPILE_CACHE,
+        )
+    ]
     verdicts = _verdicts.directory_path(cache_dir)
     if verdicts is None:
         return found
-    env = os.environ.get(_verdicts.ENV_VERDICTS)
-    hint = f" (this is ${_verdicts.ENV_VERDICTS}: set it to another directory, or to off)" if env else ""
-    found.append(_area("verdict cache", verdicts, record_kind_of, "verdict cache directory", hint))
+    found.append(_area("verdict cache", verdicts, record_kind_of, "verdict cache directory", _verdicts.CHOOSE))
     return found
 
 

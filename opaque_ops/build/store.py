@@ -124,7 +124,12 @@ def _absolute(path: str) -> str:
     return _paths.pure(path if os.path.isabs(path) else os.path.join(os.getcwd(), path))
 
 
-def _check_dir(path: str, what: str) -> None:
+# How to name another compile cache directory, in the errors below; other
+# directories pass their own (the verdict cache: its variable, or off).
+CHOOSE_COMPILE_CACHE = f"cache_dir=... or ${ENV_CACHE}"
+
+
+def _check_dir(path: str, what: str, choose: str = CHOOSE_COMPILE_CACHE) -> None:
     """Refuse a directory that someone other than this user could write (see the module doc)."""
     try:
         st = os.stat(path)
@@ -133,14 +138,14 @@ def _check_dir(path: str, what: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise CacheError(
             f"cannot use {path} as {what}: it is a file, not a directory. Remove or rename it, "
-            f"or choose another directory (cache_dir=... or ${ENV_CACHE})"
+            f"or choose another directory ({choose})"
         )
     me = os.geteuid()
     if st.st_uid != me:
         raise CacheError(
             f"refusing {what} {path}: it is owned by {_owner(st.st_uid)}, not by you "
             f"({_owner(me)}), so its owner could plant libraries that would be loaded into this "
-            f"process. Use a directory you own (cache_dir=... or ${ENV_CACHE})"
+            f"process. Use a directory you own ({choose})"
         )
     if _writable_by_others(st.st_mode):
         raise CacheError(
@@ -165,7 +170,7 @@ def _check_dir(path: str, what: str) -> None:
             )
 
 
-def private_dir(path: str | os.PathLike, what: str = "cache directory") -> Path:
+def private_dir(path: str | os.PathLike, what: str = "cache directory", choose: str = CHOOSE_COMPILE_CACHE) -> Path:
     """Create (mode 0700, parents too) or check a directory opaque_ops writes and loads from.
 
     Parameters
@@ -173,6 +178,8 @@ def private_dir(path: str | os.PathLike, what: str = "cache directory") -> Path:
     path : path-like
     what : str
         What the directory is for, for error messages.
+    choose : str
+        How the user names another directory, for error messages.
 
     Returns
     -------
@@ -185,10 +192,10 @@ def private_dir(path: str | os.PathLike, what: str = "cache directory") -> Path:
         The path is a file, cannot be created or written, is owned by another
         user, or can be written by others.
     """
-    return _paths.as_path(private_dir_str(path, what))
+    return _paths.as_path(private_dir_str(path, what, choose))
 
 
-def private_dir_str(path: str | os.PathLike, what: str = "cache directory") -> str:
+def private_dir_str(path: str | os.PathLike, what: str = "cache directory", choose: str = CHOOSE_COMPILE_CACHE) -> str:
     """What :func:`private_dir` does, giving the path as a ``str`` (what a start-up uses: no pathlib)."""
     path = _absolute(os.path.expanduser(os.fspath(path)))
     missing = []
@@ -204,14 +211,13 @@ def private_dir_str(path: str | os.PathLike, what: str = "cache directory") -> s
         except OSError as exc:
             reason = "a file is in the way" if isinstance(exc, NotADirectoryError) else exc.strerror
             raise CacheError(
-                f"cannot create {what} {path}: {d}: {reason or exc}. Choose another directory "
-                f"(cache_dir=... or ${ENV_CACHE})"
+                f"cannot create {what} {path}: {d}: {reason or exc}. Choose another directory ({choose})"
             ) from None
-    _check_dir(path, what)
+    _check_dir(path, what, choose)
     if not os.access(path, os.W_OK | os.X_OK):
         raise CacheError(
             f"cannot write {what} {path} (permission denied). Fix its permissions or choose "
-            f"another directory (cache_dir=... or ${ENV_CACHE})"
+            f"another directory ({choose})"
         )
     return path
 
@@ -230,14 +236,22 @@ class Cache:
         The mode entries are published with.
     what : str, optional
         What the directory is, for error messages.
+    choose : str, optional
+        How the user names another directory, for error messages.
     """
 
     def __init__(
-        self, root: str | os.PathLike, suffix: str = _SUFFIX, mode: int = 0o700, what: str = "cache directory"
+        self,
+        root: str | os.PathLike,
+        suffix: str = _SUFFIX,
+        mode: int = 0o700,
+        what: str = "cache directory",
+        choose: str = CHOOSE_COMPILE_CACHE,
     ):
-        self.dir = private_dir_str(root, what)  # absolute, a str (see the module doc)
+        self.dir = private_dir_str(root, what, choose)  # absolute, a str (see the module doc)
         self.suffix = suffix
         self.mode = mode
+        self.choose = choose
 
     @property
     def root(self) -> Path:
@@ -377,7 +391,7 @@ class Cache:
         except OSError as exc:
             raise CacheError(
                 f"cannot write in cache directory {self.dir}: {exc.strerror or exc}; fix its "
-                f"permissions or choose another directory (cache_dir=... or ${ENV_CACHE})"
+                f"permissions or choose another directory ({self.choose})"
             ) from None
         try:
             yield _paths.as_path(d)

@@ -73,6 +73,10 @@ from .reader import ModelInfo, read_model
 from .runtime_ops import RUNTIME_CUSTOM_OPS
 
 ENV_VERDICTS = "OPAQUE_OPS_VERDICT_CACHE"
+# How the user names another directory, in the errors about this one (a
+# compile cache's cache_dir= and $OPAQUE_OPS_CACHE_DIR would not move it when
+# the variable is set).
+CHOOSE = f"set ${ENV_VERDICTS} to one, or to off to keep the verdicts in memory only"
 # A record's file: KEY-CODE-DIGEST.rec (see the module docstring).
 RECORD_SUFFIX = ".rec"
 _EARLIER_SUFFIX = ".json"
@@ -630,7 +634,7 @@ def _directory() -> _files.Cache | None:
         return None
     try:
         _code()
-        return _files.Cache(root, suffix=RECORD_SUFFIX, mode=0o600, what="verdict cache directory")
+        return _files.Cache(root, suffix=RECORD_SUFFIX, mode=0o600, what="verdict cache directory", choose=CHOOSE)
     except (CacheError, OSError) as exc:
         _warn_once(root, exc)
         return None
@@ -639,8 +643,10 @@ def _directory() -> _files.Cache | None:
 def _warn_once(root, exc) -> None:
     if str(root) not in _warned:
         _warned.add(str(root))
+        # (A refused directory's message already says how to choose another, or off.)
+        silence = "" if ENV_VERDICTS in str(exc) else f" (set {ENV_VERDICTS}=off to silence this)"
         warnings.warn(
-            f"opaque_ops: model verdicts are not kept on disk: {exc} (set {ENV_VERDICTS}=off to silence this)",
+            f"opaque_ops: model verdicts are not kept on disk: {exc}{silence}",
             RuntimeWarning,
             stacklevel=4,
         )

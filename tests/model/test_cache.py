@@ -283,6 +283,36 @@ def test_a_directory_others_may_write_is_not_used(tmp_path, monkeypatch):
         cache.clear()
 
 
+@pytest.mark.parametrize("by_env", [True, False], ids=["set-by-env", "under-the-compile-cache"])
+def test_a_refused_directory_says_how_to_move_the_verdicts(tmp_path, monkeypatch, by_env):
+    # The compile cache's cache_dir= and $OPAQUE_OPS_CACHE_DIR do not move
+    # a directory named by $OPAQUE_OPS_VERDICT_CACHE: the hint names the
+    # verdicts' own variable, and off.
+    if by_env:
+        blocker = tmp_path / "verdicts-file"
+        monkeypatch.setenv(cache.ENV_VERDICTS, str(blocker))
+    else:
+        monkeypatch.delenv(cache.ENV_VERDICTS, raising=False)
+        monkeypatch.setenv("OPAQUE_OPS_CACHE_DIR", str(tmp_path / "compile"))
+        (tmp_path / "compile").mkdir(mode=0o700)
+        blocker = tmp_path / "compile" / "verdicts"
+    blocker.write_text("a file where the directory belongs")
+    monkeypatch.setattr(cache, "_warned", set())
+    cache.clear()
+    try:
+        with pytest.warns(RuntimeWarning) as caught:
+            it = oo.Interpreter(model_path=str(FACE))
+            it.allocate_tensors()
+        [message] = [str(w.message) for w in caught if "verdict" in str(w.message)]
+        assert "it is a file, not a directory" in message, message
+        assert f"${cache.ENV_VERDICTS} to one, or to off" in message, message
+        assert "OPAQUE_OPS_CACHE_DIR" not in message and "cache_dir=" not in message, message
+        assert message.count(cache.ENV_VERDICTS) == 1, message  # (not a second "=off to silence")
+        assert blocker.read_text() == "a file where the directory belongs"
+    finally:
+        cache.clear()
+
+
 def test_a_record_owned_by_another_user_is_refused(verdicts, monkeypatch):
     if os.geteuid() != 0:
         pytest.skip("needs root to give a file to another user")
