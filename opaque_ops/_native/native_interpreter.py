@@ -392,10 +392,12 @@ class NativeInterpreter:
         # is that function's partial through the guard's invoke.
         self.sigint_watch = None
         self._guarded = None
-        cancel = _fast_calls.cancel_address(rt) if guard is not None else 0
-        if cancel and self.ok:
+        # TfLiteInterpreterCancel's address (0: the runtime has none); the
+        # fast calls' bind passes it on too.
+        self.cancel_address = _fast_calls.cancel_address(rt)
+        if guard is not None and self.cancel_address and self.ok:
             me = _fast_calls.address(self._interp)
-            self._guarded = functools.partial(_guarded_partial, guard.invoke, me, cancel)
+            self._guarded = functools.partial(_guarded_partial, guard.invoke, me, self.cancel_address)
             self.sigint_watch = guard.sigint_watch
             self.invoke = self._guarded(rt.lib.TfLiteInterpreterInvoke, self._interp)
         if hooks is not None:

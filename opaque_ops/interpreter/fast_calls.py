@@ -214,5 +214,6 @@ def bind(calls, native, moves: bool = False, views=None, before=None) -> None:
     if entry is None:
         calls.unbind()
     else:
-        cancel = _native.fast_calls.cancel_address(native.rt)
-        calls.bind(native, entry[0], entry[1], native.sink, moves, views if moves else (), before, cancel)
+        calls.bind(
+            native, entry[0], entry[1], native.sink, moves, views if moves else (), before, native.cancel_address
+        )
