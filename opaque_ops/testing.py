@@ -22,6 +22,27 @@ import numpy as np
 from .interpreter.one_op import GUARD_BYTES, GuardError, build_op_model, run_one_op  # noqa: F401
 
 
+def _input_list(inputs: Any) -> list:
+    """``inputs`` as a list, one entry per op input; a bare array is refused.
+
+    A numpy array is itself a sequence: taken as the list, its rows (or,
+    for a vector, its scalars) would become the op's inputs, and the op
+    would run on the wrong data without a word.
+    """
+    if isinstance(inputs, np.ndarray) or np.isscalar(inputs):
+        what = f"an array of shape {inputs.shape}" if isinstance(inputs, np.ndarray) else f"{type(inputs).__name__}"
+        raise TypeError(
+            f"run_op: inputs must be a list with one array per op input, got {what}; for an op with "
+            "one input, pass inputs=[x]"
+        )
+    try:
+        return list(inputs)
+    except TypeError:
+        raise TypeError(
+            f"run_op: inputs must be a list with one array per op input, got {type(inputs).__name__}"
+        ) from None
+
+
 def _as_op_list(ops: Any) -> list:
     if isinstance(ops, (list, tuple)):
         return list(ops)
@@ -88,6 +109,8 @@ def run_op(
 
     Raises
     ------
+    TypeError
+        ``inputs`` is one array (or scalar), not a list of them.
     GuardError
         The kernel wrote outside an output's buffer.
     KernelError, UnresolvedOpsError
@@ -106,6 +129,7 @@ def run_op(
     """
     from .isolate import wants_isolation
 
+    inputs = _input_list(inputs)
     if wants_isolation(isolate):
         from .isolate.run import run_op as run_isolated
 

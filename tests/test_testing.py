@@ -244,3 +244,22 @@ def test_guarded_buffers_go_through_the_one_path_that_moves_memory():
     it.invoke()
     np.testing.assert_array_equal(buf[start : start + 16].view(np.float32), x * 0.5)
     it.close()
+
+
+@pytest.mark.parametrize(
+    "given",
+    [np.ones(3, np.float32), np.ones((2, 3), np.float32), np.float32(1.0), 3.0],
+    ids=["vector", "matrix", "numpy-scalar", "float"],
+)
+def test_a_bare_array_for_inputs_is_refused(lib, given):
+    # Taken as the list, a vector's scalars (a matrix's rows) would become
+    # the op's inputs, and the op would run on the wrong data.
+    with pytest.raises(TypeError, match=r"one array per op input.*inputs=\[x\]"):
+        run_op(lib, "Twice", inputs=given)
+    with pytest.raises(TypeError, match=r"one array per op input"):
+        run_op(lib, "Twice", inputs=given, isolate=True)
+
+
+def test_inputs_may_be_any_iterable_of_arrays(lib):
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(run_op(lib, "Twice", inputs=(a for a in [x]))[0], 2 * x)
