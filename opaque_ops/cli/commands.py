@@ -231,10 +231,38 @@ def _find_input(details, key: str) -> dict:
     raise CliError(f"the model has no input {key!r}; inputs: {', '.join(d['name'] for d in details)}")
 
 
+def _load_npy(file: str):
+    """The array in ``file``, a ``.npy`` file; CliError if it is anything else."""
+    import numpy as np
+
+    try:
+        arr = np.load(file, allow_pickle=False)
+    except OSError as exc:
+        raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
+    except (ValueError, EOFError) as exc:
+        # numpy's own message for a file that is not an array suggests
+        # allow_pickle=True, which would run code from the file.
+        why = "it holds pickled Python objects" if "pickle" in str(exc) else f"numpy says: {exc}"
+        raise CliError(f"{file} is not a .npy file ({why}); save each input with numpy.save(path, array)") from None
+    if not isinstance(arr, np.ndarray):  # an .npz archive: np.load gives a lazy NpzFile
+        names = ", ".join(getattr(arr, "files", ())) or "none"
+        getattr(arr, "close", lambda: None)()
+        raise CliError(
+            f"{file} is an .npz archive (arrays: {names}); --input takes one .npy file per input: "
+            "save each with numpy.save(path, array)"
+        )
+    return arr
+
+
 def cmd_run(args) -> int:
     import numpy as np
 
+    from ..errors import OpaqueOpsError
+
     wanted = _parse_inputs(args.input)
+    out_dir = Path(args.output_dir) if args.output_dir else None
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise CliError(f"--output-dir {out_dir} exists and is not a directory; name a directory (it is created)")
     if not args.isolate and (args.timeout is not None or args.memory_limit is not None):
         raise CliError("--timeout and --memory-limit apply to isolated runs: add --isolate")
     it = _make_interpreter(args)
@@ -242,24 +270,34 @@ def cmd_run(args) -> int:
     arrays = {}
     for key, file in wanted.items():
         d = _find_input(details, key)
-        try:
-            arr = np.load(file, allow_pickle=False)
-        except OSError as exc:
-            raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
-        arrays[d["index"]] = (d, arr)
+        arrays[d["index"]] = (d, _load_npy(file))
     absent = [d["name"] for d in details if d["index"] not in arrays]
     if absent:
         raise CliError(f"no --input for {', '.join(absent)} (give NAME=FILE.npy for every input)")
-    for d, arr in arrays.values():
-        if tuple(arr.shape) != tuple(d["shape"]):
-            it.resize_tensor_input(d["index"], arr.shape)
-    it.allocate_tensors()
+    resized = []
+    try:
+        for d, arr in arrays.values():
+            if tuple(arr.shape) != tuple(d["shape"]):
+                resized.append(f"{d['name']!r} from {[int(n) for n in d['shape']]} to {list(arr.shape)}")
+                it.resize_tensor_input(d["index"], arr.shape)
+        it.allocate_tensors()
+    except OpaqueOpsError as exc:
+        if not resized:
+            raise
+        # The user may not know that a file of another shape resizes the
+        # input: say so, with the model's own shape.
+        raise CliError(
+            f"{exc} (run resized input {', '.join(resized)}, the shape of its --input file; "
+            "give an array of the model's shape to run it as built)"
+        ) from None
     for d, arr in arrays.values():
         it.set_tensor(d["index"], arr)
     it.invoke()
-    out_dir = Path(args.output_dir) if args.output_dir else None
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CliError(f"cannot create --output-dir {out_dir}: {exc.strerror or exc}") from None
     for d in it.get_output_details():
         value = it.get_tensor(d["index"])
         line = f"{d['name']}: shape {tuple(value.shape)} {value.dtype.name}"
@@ -424,7 +462,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=FILE.npy",
-        help="an input by tensor name (or position); repeat for each input",
+        help="an input by tensor name (or position); repeat for each input. An array of "
+        "another shape than the model's input resizes that input to it",
     )
     pr.add_argument("--output-dir", metavar="DIR", help="write each output as NAME.npy here")
     pr.add_argument("--threads", type=_threads, default=None, help="threads for builtin kernels")

@@ -26,6 +26,7 @@ import keyword
 import math
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -480,6 +481,40 @@ environment (`pip install setuptools wheel`).
 """
 
 
+def _taken_by(name: str, out: Path) -> str | None:
+    """What else goes by ``name`` in this Python (None: nothing, or a kernel package, re-scaffolded).
+
+    The project's distribution is ``name`` with ``-`` for ``_``, and its
+    package ``name``: pip uninstalls a distribution of the same name first
+    (``--name opaque_ops`` removed opaque_ops itself), and a package of the
+    same name as a module shadows it, or is shadowed.
+    """
+    import importlib.util
+    from importlib import metadata
+
+    from ..kernels import installed_packages
+
+    if name in installed_packages():
+        return None  # a kernel package (this project, scaffolded and installed before)
+    for dist in dict.fromkeys((name.replace("_", "-"), name)):
+        try:
+            found = metadata.distribution(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        return f"is the name of the installed distribution {found.metadata['Name']} {found.version}"
+    if name in getattr(sys, "stdlib_module_names", ()):
+        return "is a module of Python's standard library"
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or spec.origin is None or spec.origin == "namespace":
+        return None  # nothing, or only a directory of that name (the project's own, say)
+    if Path(spec.origin).resolve().is_relative_to(Path(out).resolve()):
+        return None  # this project's own package, scaffolded before (--force)
+    return f"is already an importable module ({spec.origin})"
+
+
 def write_project(model, out_dir, name: str, only=(), force: bool = False, command: str = "") -> list[Path]:
     """Write the kernel package project; return the files written.
 
@@ -512,6 +547,12 @@ def write_project(model, out_dir, name: str, only=(), force: bool = False, comma
     if name in bundled_names():
         raise CliError(f"--name {name!r} is a bundled kernel's name; choose another")
     out = Path(out_dir)
+    taken = _taken_by(name, out)
+    if taken:
+        raise CliError(
+            f"--name {name!r} {taken}: installing the project (pip install) would replace or shadow it. "
+            f"Choose another name, e.g. {name}_kernels"
+        )
     if out.exists() and not out.is_dir():
         raise CliError(f"{out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:

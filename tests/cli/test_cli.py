@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from opaque_ops.model import ModelBuilder
 from tests.helpers.atan import ATAN_INPUT
 from tests.helpers.child_process import run_cli as cli
 from tests.helpers.child_process import run_python
@@ -148,6 +150,24 @@ def test_run_resizes_to_the_input(atan_model, tmp_path):
     assert np.load(tmp_path / "y.npy").shape == (9,)
 
 
+def test_a_refused_resize_says_that_run_resized_the_input(tmp_path):
+    # The user passed an array of the wrong shape and never resized
+    # anything: the model's refusal says run did, from which shape.
+    model = tmp_path / "pool.tflite"
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 8, 8, 1], np.float32)
+    y = b.add_tensor("y", [1, 4, 4, 1], np.float32)
+    pool = {"padding": "VALID", "filter_width": 2, "filter_height": 2, "stride_w": 2, "stride_h": 2}
+    b.add_op("AVERAGE_POOL_2D", [x], [y], options=pool)
+    b.set_inputs([x])
+    b.set_outputs([y])
+    model.write_bytes(b.build())
+    np.save(tmp_path / "small.npy", np.ones((1, 1, 1, 1), np.float32))
+    r = cli("run", model, "--input", f"x={tmp_path / 'small.npy'}")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "run resized input 'x' from [1, 8, 8, 1] to [1, 1, 1, 1]" in r.stderr, r.stderr
+
+
 def test_bench_format(atan_model):
     r = cli("bench", atan_model, "--ops", "kernels:atan", "--runs", "20", "--warmup", "2", "--threads", "1")
     assert r.returncode == 0, r.stderr
@@ -170,6 +190,15 @@ def test_bench_format(atan_model):
         (["run", "ATAN", "--ops", "kernels:atan", "--input", "x"], "--input takes NAME=FILE.npy"),
         (["run", "ATAN", "--ops", "kernels:atan", "--input", "x=missing.npy"], "cannot read missing.npy"),
         (["run", "ATAN", "--ops", "kernels:atan", "--input", "x=INT"], "expected dtype float32, received int64"),
+        # An .npz archive was a traceback (AttributeError: 'NpzFile' object has no attribute 'shape').
+        (["run", "ATAN", "--ops", "kernels:atan", "--input", "x=NPZ"], "is an .npz archive (arrays: x, w)"),
+        # numpy's own message suggests allow_pickle=True, which would run code from the file.
+        (["run", "ATAN", "--ops", "kernels:atan", "--input", "x=PICKLED"], "holds pickled Python objects"),
+        (["run", "ATAN", "--ops", "kernels:atan", "--input", "x=GARBAGE"], "garbage.tflite is not a .npy file"),
+        (
+            ["run", "ATAN", "--ops", "kernels:atan", "--input", "x=FLOAT", "--output-dir", "GARBAGE"],
+            "exists and is not a directory",
+        ),
         (
             ["inspect", "ATAN", "--ops", "kernels:nonesuch"],
             "no bundled kernel or kernel package 'nonesuch'; available: atan",
@@ -185,8 +214,20 @@ def test_errors_are_one_line(atan_model, tmp_path, args, message):
     (tmp_path / "garbage.tflite").write_bytes(b"\x00not a model at all" * 10)
     np.save(tmp_path / "int.npy", np.arange(5))
     np.save(tmp_path / "float.npy", ATAN_INPUT)
+    np.savez(tmp_path / "pair.npz", x=ATAN_INPUT, w=ATAN_INPUT)
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    files = {
+        "INT": "int.npy",
+        "FLOAT": "float.npy",
+        "NPZ": "pair.npz",
+        "PICKLED": "objects.npy",
+        "GARBAGE": "garbage.tflite",
+        "ATAN": None,
+    }
     subst = {"ATAN": str(atan_model), "GARBAGE": str(tmp_path / "garbage.tflite")}
-    args = [a.replace("INT", str(tmp_path / "int.npy")).replace("FLOAT", str(tmp_path / "float.npy")) for a in args]
+    args = [
+        re.sub(r"=(INT|FLOAT|NPZ|PICKLED|GARBAGE)$", lambda m: "=" + str(tmp_path / files[m.group(1)]), a) for a in args
+    ]
     r = cli(*[subst.get(a, a) for a in args], cwd=tmp_path)
     assert r.returncode == 1
     lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("INFO:")]

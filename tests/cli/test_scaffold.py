@@ -207,6 +207,53 @@ def test_usage_errors(work, model):
     assert not (work / "x1").exists() and not (work / "x3").exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        # pip would uninstall opaque-ops itself to install the project (a new user's report).
+        ("opaque_ops", "installed distribution opaque-ops"),
+        ("numpy", "installed distribution numpy"),
+        ("json", "standard library"),
+    ],
+)
+def test_a_name_that_is_taken_in_this_python_is_refused(work, model, name, says):
+    r = cli("scaffold", model, "-o", work / name, "--name", name)
+    assert r.returncode == 1 and says in r.stderr and f"{name}_kernels" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (work / name).exists()
+
+
+def test_an_installed_kernel_package_may_be_scaffolded_again(work, model, monkeypatch):
+    # Re-scaffolding one's own kernel package (installed, so importable)
+    # is the --force workflow; only other packages' names are refused.
+    from opaque_ops.cli import scaffold
+    from opaque_ops.cli.common import CliError
+
+    with pytest.raises(CliError, match="installed distribution numpy"):
+        scaffold.write_project(model, work / "mine", "numpy")
+    monkeypatch.setattr("opaque_ops.kernels.installed_packages", lambda: {"numpy": "numpy"})
+    assert scaffold.write_project(model, work / "mine", "numpy")
+
+
+def test_the_projects_own_package_on_the_path_is_not_taken(work, model, monkeypatch):
+    # Scaffolded into the current directory, the package is importable from
+    # there; scaffolding it again (--force) is allowed, as is a bare
+    # directory of that name (the guide's `-o my_kernels`, run from its parent).
+    from opaque_ops.cli import scaffold
+    from opaque_ops.cli.common import CliError
+
+    here = work / "here"
+    scaffold.write_project(model, here, "kernels_here")
+    (work / "elsewhere" / "kernels_there").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(here))
+    monkeypatch.syspath_prepend(str(work / "elsewhere"))
+    assert scaffold.write_project(model, here, "kernels_here", force=True)
+    assert scaffold.write_project(model, work / "there", "kernels_there")
+    # A real module of that name elsewhere on the path is another package's.
+    (work / "elsewhere" / "kernels_mod.py").write_text("")
+    with pytest.raises(CliError, match=r"already an importable module .*kernels_mod\.py"):
+        scaffold.write_project(model, work / "mod", "kernels_mod")
+
+
 def test_generated_tests_run_and_fail_with_what_to_write(project):
     r = run_pytest(project / "tests")
     assert r.returncode == 1, r.stdout + r.stderr
