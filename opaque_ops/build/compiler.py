@@ -204,7 +204,18 @@ def read_source(source: str | os.PathLike) -> tuple[str, str, str | None]:
         path = os.fspath(source)
         if not os.path.isfile(path):
             raise CompileError(f"kernel source {path!r} does not exist; pass a path to a .c file or the C text itself")
-        return _read_text(path), _paths.pure(path), os.path.realpath(path)
+        try:
+            text = _read_text(path)
+        except UnicodeDecodeError as exc:
+            # A model, a built library or an object file passed where the C goes.
+            raise CompileError(
+                f"kernel source {path!r} is not a text file (byte {exc.start} is not {exc.encoding}); "
+                "pass a path to a .c file or the C text itself (a model goes to Interpreter(model_path=...), "
+                "a built library to load_ops)"
+            ) from None
+        except OSError as exc:
+            raise CompileError(f"cannot read kernel source {path!r}: {exc.strerror or exc}") from None
+        return text, _paths.pure(path), os.path.realpath(path)
     if not isinstance(source, str):
         raise TypeError(f"source must be a path or a str of C code, not {type(source).__name__}")
     if "\n" not in source and "{" not in source and ";" not in source and len(source) < 4096:

@@ -334,6 +334,8 @@ class Interpreter:
         self._native = None
         if (model_path is None) == (model_content is None):
             raise ValueError("pass exactly one of model_path= or model_content=")
+        if model_content is not None:
+            model_content = model_content_bytes(model_content)
         check_num_threads(num_threads)
         resolver = _resolver_type(experimental_op_resolver_type)
         if resolver is OpResolverType.BUILTIN_REF:
@@ -378,7 +380,7 @@ class Interpreter:
                 raise ModelError(f"cannot read model file {os.fspath(model_path)!r}: {exc.strerror}") from None
             self._model_name = os.fspath(model_path)
         else:
-            data = bytes(model_content) if not isinstance(model_content, bytes) else model_content
+            data = model_content
             self._model_name = "<model_content>"
         # TFLite verifies the flatbuffer, but not everything it later indexes
         # with; our bounds-checked reader catches what would crash the process.
@@ -1340,6 +1342,28 @@ class Interpreter:
                 raise ValueError(f"no signature {signature_key!r}; the model has {keys}")
             sig = next((s for s in self._info.signatures if s.key == signature_key), None)
             return SignatureRunner(self, runner, signature_key, sig)
+
+
+def model_content_bytes(content) -> bytes:
+    """``model_content`` as bytes: any bytes-like object; a str or a number is refused.
+
+    (``bytes(5)`` would be five zero bytes, and ``bytes("m.tflite")`` a
+    TypeError about encodings.)
+    """
+    if isinstance(content, bytes):
+        return content
+    if isinstance(content, (str, os.PathLike)):
+        raise TypeError(
+            f"model_content takes the model's bytes, not a {type(content).__name__}; to read the file "
+            f"{os.fspath(content)[:200]!r}, pass model_path= instead"
+        )
+    try:
+        return memoryview(content).tobytes()
+    except TypeError:
+        raise TypeError(
+            f"model_content takes the model's bytes (bytes, bytearray, memoryview or a numpy array), "
+            f"not {type(content).__name__}"
+        ) from None
 
 
 def restore_interpreter(model_content, kwargs, state):

@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..interpreter import tensors as _tensors
 from ..interpreter.call_lock import try_take
-from ..interpreter.core import Interpreter, restore_interpreter
+from ..interpreter.core import Interpreter, model_content_bytes, restore_interpreter
 from ..interpreter.signature_runner import SignatureRunner
 from . import protocol as P
 from .shipping import pack_delegates, pack_ops
@@ -130,8 +130,8 @@ class IsolatedInterpreter(Interpreter):
                     params["model_content"] = f.read()
             except OSError as exc:
                 raise ModelError(f"cannot read model file {name!r}: {exc.strerror}") from None
-        elif params.get("model_content") is not None and not isinstance(params["model_content"], bytes):
-            params["model_content"] = bytes(memoryview(params["model_content"]))
+        elif params.get("model_content") is not None:
+            params["model_content"] = model_content_bytes(params["model_content"])  # (the in-process rule)
         self._model_bytes = params.get("model_content")
         # Ops and delegates cross by their own __reduce__, as in any pickle (see .shipping).
         if params.get("experimental_delegates"):

@@ -333,7 +333,33 @@ def python_op(
             raise TypeError(f"{what} must be callable or None")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise ValueError(f"version must be a positive int, got {version!r}")
+    state = ", state" if init is not None else ""
+    _check_arguments(name, "invoke", invoke, f"inputs, outputs{state}")
+    _check_arguments(name, "prepare", prepare, f"inputs{state}")
+    _check_arguments(name, "init", init, "options")
     return PythonOp(name, version, invoke, prepare, init)
+
+
+def _check_arguments(op: str, what: str, fn: Callable | None, takes: str) -> None:
+    """``fn`` can be called with the arguments ``takes`` names; TypeError now, not inside ``invoke()``.
+
+    A callable whose signature Python cannot read (some builtins) is let through.
+    """
+    if fn is None:
+        return
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(*takes.split(", "))
+    except TypeError as exc:
+        label = getattr(fn, "__qualname__", None) or type(fn).__name__
+        raise TypeError(
+            f"python_op {op!r}: {what} is called as {what}({takes}), but {label}{sig} cannot take that ({exc})"
+        ) from None
 
 
 __all__ = ["python_op", "PythonOp", "TensorSpec"]

@@ -215,6 +215,38 @@ def test_corrupt_model_raises(atan_model_bytes, mangle):
         oo.Interpreter(model_content=mangle(atan_model_bytes))
 
 
+@pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolated"])
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("model.tflite", r"not a str; to read the file 'model.tflite', pass model_path="),
+        (ROOT / "examples" / "atan" / "atan.tflite", r"not a PosixPath; .*pass model_path="),
+        (5, r"model_content takes the model's bytes .* not int"),  # bytes(5) was five zero bytes
+        (None.__class__, r"not type"),
+    ],
+    ids=["str", "path", "int", "type"],
+)
+def test_model_content_that_is_not_bytes_is_a_type_error(content, says, isolate):
+    with pytest.raises(TypeError, match=says):
+        oo.Interpreter(model_content=content, isolate=isolate)
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolated"])
+def test_model_content_may_be_any_bytes_like_object(atan_model_bytes, guide_atan, isolate):
+    x = np.linspace(-3, 3, 5).astype(np.float32)
+    for content in (
+        bytearray(atan_model_bytes),
+        memoryview(atan_model_bytes),
+        np.frombuffer(atan_model_bytes, np.uint8),
+    ):
+        it = oo.Interpreter(model_content=content, custom_ops=[guide_atan], isolate=isolate)
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"]), reference(x), rtol=1e-6)
+        it.close()
+
+
 def test_missing_model_file(tmp_path):
     with pytest.raises(oo.ModelError, match="cannot read model file"):
         oo.Interpreter(model_path=tmp_path / "nope.tflite")

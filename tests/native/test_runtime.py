@@ -358,7 +358,7 @@ def test_without_the_kernel_api_builtin_models_run_and_custom_ops_say_why(atan_m
             ("compile_ops", lambda: oo.compile_ops({str(ROOT / "examples" / "atan" / "atan.c")!r},
                                                    ops={{"Atan": "AtanOpRegistrationExternal"}})),
             ("python_op", lambda: oo.Interpreter(model_content=bytes.fromhex({atan_model_bytes.hex()!r}),
-                                                 custom_ops=[oo.python_op("Atan", lambda x: x)])),
+                                                 custom_ops=[oo.python_op("Atan", lambda i, o: i[0])])),
         ]:
             try:
                 call(); print(name, "NOT REFUSED")
@@ -478,7 +478,7 @@ np.save(sys.argv[3], it.get_tensor(it.get_output_details()[0]["index"]))
 for name, call in [("load_ops", lambda: oo.load_ops(sys.argv[4])),
                    ("compile_ops", lambda: oo.compile_ops("int unused;")),
                    ("python_op", lambda: oo.Interpreter(model_path=sys.argv[1],
-                                                        custom_ops=[oo.python_op("Atan", lambda x: x)]))]:
+                                                        custom_ops=[oo.python_op("Atan", lambda i, o: i[0])]))]:
     try:
         call()
         out[name] = "NOT REFUSED"

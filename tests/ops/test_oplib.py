@@ -359,6 +359,16 @@ def test_missing_source_path():
         oo.compile_ops("no_such_kernel.c")
 
 
+def test_a_binary_file_as_source_is_a_compile_error(tmp_path, atan_model_bytes):
+    # A model passed where the C goes was a UnicodeDecodeError.
+    model = tmp_path / "atan.tflite"
+    model.write_bytes(atan_model_bytes)
+    with pytest.raises(oo.CompileError, match=r"is not a text file .*Interpreter\(model_path=...\)"):
+        oo.compile_ops(model)
+    with pytest.raises(oo.CompileError, match="is not a text file"):
+        oo.compile_ops(str(model), cache_dir=tmp_path / "c")
+
+
 def test_str_path_with_braces_is_a_path(tmp_path, atan_model_bytes):
     d = tmp_path / "ops{v2}"
     d.mkdir()

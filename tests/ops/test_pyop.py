@@ -188,6 +188,30 @@ def test_argument_validation():
         oo.python_op("X", invoke=lambda i, o: None, version=0)
 
 
+def test_callables_that_cannot_take_their_arguments_are_refused_at_creation():
+    # A one-argument invoke was a TypeError from inside invoke(), at the first run.
+    def negate(x):
+        return -x
+
+    with pytest.raises(TypeError, match=r"invoke is called as invoke\(inputs, outputs\), but .*negate\(x\)"):
+        oo.python_op("Neg", invoke=negate)
+    with pytest.raises(TypeError, match=r"invoke\(inputs, outputs, state\)"):
+        oo.python_op("Neg", invoke=lambda i, o: None, init=lambda opts: None)
+    with pytest.raises(TypeError, match=r"prepare is called as prepare\(inputs\)"):
+        oo.python_op("Neg", invoke=lambda i, o: None, prepare=lambda: [1])
+    with pytest.raises(TypeError, match=r"init is called as init\(options\)"):
+        oo.python_op("Neg", invoke=lambda i, o, s: None, init=lambda: None)
+    # What fits is taken: defaults, *args, a partial, a callable object, a builtin.
+    import functools
+
+    class Op:
+        def __call__(self, inputs, outputs):
+            return None
+
+    for fn in (lambda i, o, extra=1: None, lambda *a: None, functools.partial(lambda k, i, o: None, 1), Op(), print):
+        assert oo.python_op("Ok", invoke=fn).name == "Ok"
+
+
 def test_op_object_may_die_before_interpreter():
     import weakref
 
