@@ -1,7 +1,7 @@
 """Segment a folder of photos on several processes: Dask distributed, a process pool, or one process.
 
     python batch.py PHOTOS_DIR OUT_DIR [--engine dask|processes|serial] [--workers N]
-                    [--ops LIB.so]... [--model-size] [--landscape]
+                    [--ops LIB.so]... [--model-size] [--landscape | --model FILE.tflite]
 
 Writes OUT_DIR/<photo>_mask.png for every photo (PNG/JPEG through Pillow, or
 .npy H x W x 3 uint8 arrays) and OUT_DIR/summary.json, and prints the
@@ -145,6 +145,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--model-size", action="store_true", help="keep the masks at the model's resolution")
     ap.add_argument("--landscape", action="store_true", help="use the 144x256 model")
+    ap.add_argument(
+        "--model",
+        metavar="FILE.tflite",
+        help="a selfie segmentation model file (default: the one in the installed mediapipe 0.10.14 wheel)",
+    )
     args = ap.parse_args(argv)
 
     photos = sorted(str(p) for p in Path(args.photos).iterdir() if p.suffix.lower() in selfie.IMAGE_SUFFIXES)
@@ -153,7 +158,9 @@ def main(argv=None) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     it = oo.Interpreter(
-        model_path=selfie.model_path(args.landscape), custom_ops=args.ops or [oo.kernels.mediapipe()], num_threads=1
+        model_path=args.model or selfie.model_path(args.landscape),
+        custom_ops=args.ops or [oo.kernels.mediapipe()],
+        num_threads=1,
     )
     it.allocate_tensors()
     photo_size = not args.model_size

@@ -1,7 +1,7 @@
 """Person segmentation with MediaPipe's selfie model, run by opaque_ops.
 
     python run.py [PHOTO] [--out MASK.png] [--ops LIB.so]... [--model-size]
-                  [--landscape] [--xnnpack-op | --no-xnnpack] [--runs N]
+                  [--landscape | --model FILE.tflite] [--xnnpack-op | --no-xnnpack] [--runs N]
 
 The mask is written as an 8-bit grayscale PNG, at the photo's size (scaled
 bilinearly from the model's 256x256; --model-size keeps the model's).  It
@@ -51,6 +51,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--model-size", action="store_true", help="keep the mask at the model's resolution")
     ap.add_argument("--landscape", action="store_true", help="use the 144x256 model")
+    ap.add_argument(
+        "--model",
+        metavar="FILE.tflite",
+        help="a selfie segmentation model file (default: the one in the installed mediapipe 0.10.14 wheel)",
+    )
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument(
         "--xnnpack-op",
@@ -66,7 +71,7 @@ def main(argv=None) -> int:
     # Prebuilt libraries go in as paths; Interpreter loads them with load_ops.
     custom_ops = [] if args.xnnpack_op else (args.ops or [oo.kernels.mediapipe()])
     it = oo.Interpreter(
-        model_path=model_path(args.landscape),
+        model_path=args.model or model_path(args.landscape),
         custom_ops=custom_ops,
         use_xnnpack=True if args.xnnpack_op else False if args.no_xnnpack else None,
     )

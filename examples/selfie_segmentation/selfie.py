@@ -23,7 +23,9 @@ def model_path(landscape: bool = False) -> str:
     """The model file inside the installed mediapipe 0.10.14 wheel (located, never imported)."""
     spec = importlib.util.find_spec("mediapipe")
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("needs the model files from `pip install --no-deps mediapipe==0.10.14`")
+        raise SystemExit(
+            "needs the model files from `pip install --no-deps mediapipe==0.10.14`, or a model file given with --model"
+        )
     name = "selfie_segmentation_landscape.tflite" if landscape else "selfie_segmentation.tflite"
     return os.path.join(list(spec.submodule_search_locations)[0], "modules", "selfie_segmentation", name)
 

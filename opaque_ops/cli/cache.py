@@ -76,7 +76,11 @@ def add_parser(sub) -> None:
         "(anything removed is built, which needs the C compiler, or checked again when next needed)",
     )
     p.add_argument("action", nargs="?", choices=["show", "clear"], default="show")
-    p.add_argument("--cache-dir", metavar="DIR", help="the compile cache (default: $OPAQUE_OPS_CACHE_DIR or ~/.cache)")
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="the compile cache (default: $OPAQUE_OPS_CACHE_DIR, or opaque_ops in $XDG_CACHE_HOME or ~/.cache)",
+    )
     p.add_argument(
         "--older-than",
         type=_days,

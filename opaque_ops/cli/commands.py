@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import CHECK_OK, CHECK_REFUSED, CHECK_UNSAFE, PROG, CliError, load_libs, regular_file
+from .common import CHECK_OK, CHECK_REFUSED, CHECK_UNSAFE, PROG, CliError, load_libs, read_model_file, regular_file
 
 # --------------------------------------------------------------- helpers --
 
@@ -69,10 +69,7 @@ def _shape(t) -> str:
 
 
 def cmd_inspect(args) -> int:
-    from ..model import read_model
-
-    path = regular_file(args.model, "model file")
-    info = read_model(path)
+    path, info = read_model_file(args.model)
     libs = load_libs(args.ops)
     from .doctor import NOBODY, RUNTIME, resolve_custom_ops
 
@@ -164,9 +161,17 @@ def _check_isolated(path, libs, args) -> int:
         )
         return CHECK_OK
     if outcome.status == "rejected":
+        from ..errors import UnresolvedOpsError
+
+        # (A missing op: the advice in command-line terms, --ops, as run gives it.)
+        reason = (
+            f"UnresolvedOpsError: {_unresolved_message(outcome.error)}"
+            if isinstance(outcome.error, UnresolvedOpsError)
+            else outcome.reason
+        )
         print(
             f"check: REFUSED CLEANLY at {outcome.stage} (no crash; loading it in-process raises the "
-            f"same error): {outcome.reason}"
+            f"same error): {reason}"
         )
         return CHECK_REFUSED
     if outcome.status == "error":
@@ -425,7 +430,7 @@ def cmd_build(argv) -> int:
         from ..build import standalone as build
     except ImportError as exc:
         raise CliError(f"the build command is not available in this installation ({exc})") from None
-    result = build.main(list(argv))
+    result = build.main(list(argv), prog=f"{PROG} build")
     return int(result or 0)
 
 

@@ -35,6 +35,22 @@ def regular_file(path, what: str) -> Path:
     raise CliError(f"{what} {path} is {kind}; give the path of the {what}")
 
 
+def read_model_file(path):
+    """``(path, ModelInfo)`` of the model file ``path``; a ModelError names the file.
+
+    What ``inspect`` and ``doctor`` read with (``run`` gets the same message
+    from the Interpreter).
+    """
+    from ..errors import ModelError
+    from ..model import read_model
+
+    path = regular_file(path, "model file")
+    try:
+        return path, read_model(path)
+    except ModelError as exc:
+        raise ModelError(f"{path} is not a usable TFLite model: {exc}") from None
+
+
 def load_libs(specs) -> list:
     """Turn ``--ops`` values into op libraries."""
     from .. import kernels

@@ -26,6 +26,7 @@ import math
 import re
 import shlex
 import struct
+import sys
 from pathlib import Path
 
 from flatbuffers import flexbuffers
@@ -434,11 +435,10 @@ def gather(model, ops=(), libraries=None) -> dict:
     """
     from ..errors import ModelError
     from ..kernels import provided_ops
-    from ..model import check_model, read_model
-    from .common import load_libs, regular_file
+    from ..model import check_model
+    from .common import load_libs, read_model_file
 
-    path = regular_file(model, "model file")
-    info = read_model(path)
+    path, info = read_model_file(model)
     if libraries is None:
         libraries = list(zip(ops, load_libs(ops)))
     runtime, rt = _runtime_facts()
@@ -719,7 +719,20 @@ def render(facts: dict) -> str:
 
 def cmd_doctor(args) -> int:
     """``opaque-ops doctor``: print the report (or its facts as JSON) and exit with its verdict."""
-    facts = gather(args.model, args.ops)
+    from ..errors import OpaqueOpsError
+    from .common import CliError
+
+    try:
+        facts = gather(args.model, args.ops)
+    except (CliError, OpaqueOpsError, OSError, ValueError) as exc:
+        if not args.json:
+            raise
+        # A program reading --json gets JSON whatever happened: the error,
+        # as the verdict's reason (the message goes to stderr too).
+        message = str(exc) or type(exc).__name__
+        facts = {"model": str(args.model), "error": message}
+        facts["verdict"] = {"runs": False, "exit": CHECK_REFUSED, "reasons": [message]}
+        print(f"opaque-ops: error: {message}", file=sys.stderr)
     print(json.dumps(facts, indent=2) if args.json else render(facts))
     return facts["verdict"]["exit"]
 

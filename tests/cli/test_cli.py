@@ -275,3 +275,18 @@ def test_build_delegates():
     r = cli("build", "--help")
     assert r.returncode == 0
     assert "--target" in r.stdout
+
+
+def test_inspect_check_gives_a_missing_ops_advice_in_command_line_terms(atan_model):
+    # The isolated check repeated the API's "Pass a library ... in custom_ops=[...]".
+    r = cli("inspect", atan_model, "--check")
+    assert r.returncode == 1, r.stderr
+    [line] = [ln for ln in r.stdout.splitlines() if ln.startswith("check:")]
+    assert "REFUSED CLEANLY" in line and "Give a library that provides them with --ops" in line, line
+    assert "--ops kernels:atan" in line and "custom_ops=" not in line, line
+
+
+def test_build_usage_errors_name_opaque_ops_build():
+    r = cli("build", "x.c", "--target", "riscv")
+    assert r.returncode == 2 and "opaque-ops build: error: argument --target" in r.stderr, r.stderr
+    assert "build.py" not in r.stderr

@@ -16,7 +16,7 @@ from opaque_ops.model import ModelBuilder
 from opaque_ops.model import flex_options as encode_map
 from opaque_ops.model.nodedef import decode_flex_op, read_node_def
 from tests.helpers.child_process import run_cli
-from tests.helpers.locations import package_file
+from tests.helpers.locations import ROOT, package_file
 
 
 def cli(*args, timeout=180):
@@ -198,6 +198,31 @@ def test_three_new_ops_every_value_shown(new_ops_model):
     assert "x  [-1, 4]  (input: resize it before allocating)" in text
     assert "serve (subgraph 0): inputs ['x'] -> outputs ['w']" in text
     assert "verdict: will NOT run as given (exit 1):" in text
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing"])
+def test_json_is_json_when_the_model_cannot_be_read(tmp_path, damage):
+    # A program reading --json got a plain-text error on stdout's place.
+    path = tmp_path / "m.tflite"
+    if damage == "truncated":
+        path.write_bytes((ROOT / "examples" / "atan" / "atan.tflite").read_bytes()[:60])
+    r = cli("doctor", path, "--json")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    facts = json.loads(r.stdout)
+    assert facts["model"] == str(path) and facts["verdict"]["runs"] is False and facts["verdict"]["exit"] == 1
+    assert str(path) in facts["error"] and facts["verdict"]["reasons"] == [facts["error"]]
+    assert facts["error"] in r.stderr
+    said = {"truncated": "is not a usable TFLite model: truncated", "missing": "does not exist"}[damage]
+    assert said in facts["error"]
+
+
+@pytest.mark.parametrize("command", ["doctor", "inspect"])
+def test_an_unreadable_model_is_named(tmp_path, command):
+    path = tmp_path / "cut.tflite"
+    path.write_bytes((ROOT / "examples" / "atan" / "atan.tflite").read_bytes()[:60])
+    r = cli(command, path)
+    assert r.returncode == 1 and r.stdout == "", r.stdout
+    assert f"opaque-ops: error: {path} is not a usable TFLite model: truncated" in r.stderr, r.stderr
 
 
 def test_json_is_the_same_facts_as_the_text(new_ops_model):

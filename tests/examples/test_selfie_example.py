@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -82,6 +83,30 @@ def test_mask_at_the_photos_size_matches_pillows_resize_of_the_models_mask(tmp_p
     p = _run("run.py", tmp_path / "portrait.npy", "--out", tmp_path / "small.png", "--model-size", "--runs", "1")
     assert p.returncode == 0, crashed(p)
     np.testing.assert_array_equal(_png(tmp_path / "small.png"), selfie.to_uint8(small))
+
+
+def test_a_model_file_given_with_model_needs_no_mediapipe(tmp_path):
+    # A user with the .tflite file and no mediapipe wheel: the child cannot
+    # find mediapipe (a None in sys.modules is what find_spec reports as
+    # not installed) and runs the model given with --model.
+    model = tmp_path / "selfie.tflite"
+    shutil.copy(selfie.model_path(), model)
+    photo = tmp_path / "p.npy"
+    np.save(photo, _photo(256, 256, seed=3))
+    code = (
+        "import runpy, sys, importlib.util; sys.modules['mediapipe'] = None; "
+        "assert importlib.util.find_spec('mediapipe') is None; "
+        f"sys.path.insert(0, {str(HERE)!r}); sys.argv = ['run.py', *sys.argv[1:]]; "
+        f"runpy.run_path({str(HERE / 'run.py')!r}, run_name='__main__')"
+    )
+    args = [str(photo), "--out", str(tmp_path / "m.png"), "--model-size", "--runs", "1"]
+    missing = run_python("-c", code, *args, timeout=300)
+    assert missing.returncode != 0 and "or a model file given with --model" in missing.stderr, crashed(missing)
+    p = run_python("-c", code, *args, "--model", str(model), timeout=300)
+    assert p.returncode == 0, crashed(p)
+    it = oo.Interpreter(model_path=str(model), custom_ops=[oo.kernels.mediapipe()])
+    it.allocate_tensors()
+    np.testing.assert_array_equal(_png(tmp_path / "m.png"), selfie.to_uint8(selfie.segment(it, np.load(photo))))
 
 
 def test_prebuilt_library_without_a_compiler(tmp_path):
