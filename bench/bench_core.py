@@ -63,7 +63,10 @@ def tiny_loops() -> dict:
     ``opaque_ops``: set_tensor + invoke + get_tensor; ``opaque_ops_views``:
     write into a ``tensor()`` view, invoke, copy the output view;
     ``raw_cffi``: the same with a cached view and the cffi invoke function
-    (the floor); ``opaque_ops_runner``: the signature runner's call; peers: ai-edge-litert (and tflite-runtime when importable).
+    (the floor); ``opaque_ops_runner``: the signature runner's call;
+    ``opaque_ops_compat``: set+invoke+get through opaque_ops.compat's class
+    (tflite_runtime code run unmodified); peers: ai-edge-litert (and
+    tflite-runtime when importable).
     """
     import opaque_ops as oo
     from opaque_ops import _native
@@ -107,6 +110,18 @@ def tiny_loops() -> dict:
         slow.invoke()
         return slow.get_tensor(i_out)
 
+    # Unmodified tflite_runtime code on opaque_ops (python -m opaque_ops.compat):
+    # its Interpreter class, made without installing the import hook here.
+    from opaque_ops import compat
+
+    shim = compat._interpreter_class()(model_content=data)
+    shim.allocate_tensors()
+
+    def ours_compat():
+        shim.set_tensor(i_in, x)
+        shim.invoke()
+        return shim.get_tensor(i_out)
+
     signed = tiny_model(signature=True)
     runner = oo.Interpreter(model_content=signed).get_signature_runner("run")
 
@@ -125,6 +140,7 @@ def tiny_loops() -> dict:
     loops = {
         "opaque_ops": ours,
         "opaque_ops_python": ours_python,
+        "opaque_ops_compat": ours_compat,
         "opaque_ops_views": ours_views,
         "raw_cffi": raw,
         "opaque_ops_runner": ours_runner,

@@ -149,6 +149,13 @@ def sec_tiny(t: Table, raw: dict, quick: bool) -> None:
         t.add("tiny ADD vs tflite-runtime", None, "tflite-runtime not importable (needs numpy<2)", None, "≤ 0.9×", None)
     t.ratio_row("tiny ADD: tensor() views + invoke", r.get("opaque_ops_views"), r.get("raw_cffi"), "raw cffi", 1.2)
     t.ratio_row(
+        "tiny ADD: set+invoke+get, tflite_runtime code through opaque_ops.compat",
+        r.get("opaque_ops_compat"),
+        r.get("ai_edge_litert"),
+        "ai-edge-litert",
+        0.9,
+    )
+    t.ratio_row(
         "tiny ADD: signature runner call",
         r.get("opaque_ops_runner"),
         r.get("ai_edge_litert_runner"),

@@ -74,6 +74,19 @@ _settings: dict = {}
 
 
 # ------------------------------------------------------------ the classes
+def _with_defaults(kwargs: dict) -> dict:
+    """``kwargs`` with install()'s defaults, and without litert's flags (warned about if set)."""
+    for flag in _LITERT_ONLY_FLAGS:
+        if kwargs.pop(flag, False):
+            warnings.warn(
+                f"opaque_ops.compat: {flag}=True has no effect on opaque_ops (the TFLite C API has no such switch)",
+                stacklevel=3,
+            )
+    for key, value in _settings.items():
+        kwargs.setdefault(key, value)
+    return kwargs
+
+
 @functools.cache
 def _interpreter_class() -> type:
     """The ``Interpreter`` served as ``tflite_runtime.interpreter.Interpreter``.
@@ -81,6 +94,8 @@ def _interpreter_class() -> type:
     Built on first use so that ``install()`` costs no numpy or cffi import.
     """
     from .interpreter.core import Interpreter as _Base
+    from .interpreter.core import allow_fast_calls
+    from .interpreter.isolation_default import wants_isolation
 
     class Interpreter(_Base):
         """:class:`opaque_ops.Interpreter` with the defaults given to :func:`opaque_ops.compat.install`.
@@ -91,6 +106,14 @@ def _interpreter_class() -> type:
         ``use_xnnpack`` may still be passed, and win over the defaults.
         """
 
+        def __new__(cls, *args: Any, isolate: Any = None, **kwargs: Any):
+            if wants_isolation(isolate):
+                # An isolated interpreter is opaque_ops' proxy class, not this
+                # one: made here with this class's defaults (Python then skips
+                # __init__, the object not being an instance of cls).
+                return _Base(*args, isolate=isolate, **_with_defaults(kwargs))
+            return super().__new__(cls, *args, isolate=isolate, **kwargs)
+
         def __init__(
             self,
             model_path: str | None = None,
@@ -100,20 +123,14 @@ def _interpreter_class() -> type:
             *args: Any,
             **kwargs: Any,
         ) -> None:
-            for flag in _LITERT_ONLY_FLAGS:
-                if kwargs.pop(flag, False):
-                    warnings.warn(
-                        f"opaque_ops.compat: {flag}=True has no effect on opaque_ops "
-                        "(the TFLite C API has no such switch)",
-                        stacklevel=2,
-                    )
-            for key, value in _settings.items():
-                kwargs.setdefault(key, value)
+            kwargs = _with_defaults(kwargs)
             super().__init__(model_path, model_content, experimental_delegates, num_threads, *args, **kwargs)
 
     Interpreter.__module__ = __name__
     Interpreter.__qualname__ = "Interpreter"
-    return Interpreter
+    # Only __init__ differs: the per-call fast calls serve it as they serve
+    # opaque_ops.Interpreter (a subclass of this one gets the Python methods).
+    return allow_fast_calls(Interpreter)
 
 
 @functools.cache
@@ -127,7 +144,7 @@ def _with_custom_ops_class(base: Any) -> type:
         :func:`install`, or ``--ops`` of ``python -m opaque_ops.compat``).
         """
 
-        def __init__(self, custom_op_registerers: list | None = None, **kwargs: Any) -> None:
+        def __new__(cls, custom_op_registerers: list | None = None, **kwargs: Any):
             if custom_op_registerers:
                 raise errors.UnsupportedError(
                     "InterpreterWithCustomOps(custom_op_registerers=...) takes C++ functions that need "
@@ -135,10 +152,15 @@ def _with_custom_ops_class(base: Any) -> type:
                     "ops against the opaque kernel API and register them with "
                     "opaque_ops.compat.install(custom_ops=[...]) or `python -m opaque_ops.compat --ops ...`"
                 )
-            super().__init__(**kwargs)
+            return super().__new__(cls, **kwargs)
+
+        def __init__(self, custom_op_registerers: list | None = None, **kwargs: Any) -> None:
+            super().__init__(**kwargs)  # (custom_op_registerers: refused by __new__)
 
     InterpreterWithCustomOps.__module__ = __name__
-    return InterpreterWithCustomOps
+    from .interpreter.core import allow_fast_calls
+
+    return allow_fast_calls(InterpreterWithCustomOps)
 
 
 # ---------------------------------------------------------- the modules

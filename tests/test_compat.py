@@ -283,3 +283,121 @@ def test_runner_reports_a_bad_op_library_without_a_traceback(tmp_path):
     assert p.returncode == 1, crashed(p)
     assert p.stderr.startswith("python -m opaque_ops.compat: error:") and "nope.so" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_compat_interpreters_take_the_fast_calls_with_the_same_results_and_errors():
+    # Unmodified tflite_runtime code (the wake-word clients) creates the
+    # compat class: it took the Python methods, about five times the
+    # per-call cost of opaque_ops.Interpreter (bench/README.md).
+    model = package_file("pyopen_wakeword", "models", "hey_jarvis.tflite")
+    p = _code(f"""
+        import numpy as np, opaque_ops as oo, opaque_ops.compat as compat
+        compat.install()
+        import tflite_runtime.interpreter as tfl
+
+        class Counting(tfl.Interpreter):  # a client's own subclass: its override must run
+            calls = 0
+            def invoke(self):
+                Counting.calls += 1
+                return super().invoke()
+
+        x = np.random.default_rng(0).standard_normal((1, 16, 96)).astype(np.float32)
+        def run(cls):
+            it = cls(model_path={str(model)!r})
+            it.allocate_tensors()
+            fast = it._fast is not None
+            i, o = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
+            y = []
+            for k in range(3):
+                it.set_tensor(i, x * (k + 1))
+                it.invoke()
+                y.append(it.get_tensor(o).copy())
+            errors = []
+            for bad in (x.astype(np.float64), x[:, :8], "text"):
+                try:
+                    it.set_tensor(i, bad)
+                except Exception as e:
+                    errors.append(f"{{type(e).__name__}}: {{e}}")
+            it.close()
+            for call in (lambda: it.set_tensor(i, x), it.invoke, lambda: it.get_tensor(o)):
+                try:
+                    call()
+                except Exception as e:
+                    errors.append(f"{{type(e).__name__}}: {{e}}")
+            return fast, np.stack(y), errors
+
+        fast0, y0, e0 = run(oo.Interpreter)
+        assert fast0 and len(e0) == 6, e0
+        for cls in (tfl.Interpreter, tfl.InterpreterWithCustomOps, Counting):
+            fast, y, e = run(cls)
+            print(cls.__name__, "fast:", fast, "same bits:", y.tobytes() == y0.tobytes(), "same errors:", e == e0)
+        print("counted:", Counting.calls)
+    """)
+    assert p.returncode == 0, crashed(p)
+    out = p.stdout
+    assert "Interpreter fast: True same bits: True same errors: True" in out, out
+    assert "InterpreterWithCustomOps fast: True same bits: True same errors: True" in out, out
+    # A subclass of the compat class is not admitted: its own invoke runs (three times, and once more after close).
+    assert "Counting fast: False same bits: True same errors: True" in out and "counted: 4" in out, out
+
+
+def test_compat_interpreters_run_isolated_when_asked_with_installs_defaults(atan_model_bytes, tmp_path):
+    # They ran in this process, without a word, under isolate=True and isolate_by_default.
+    model = tmp_path / "atan.tflite"
+    model.write_bytes(atan_model_bytes)
+    p = _code(f"""
+        import numpy as np, opaque_ops as oo, opaque_ops.compat as compat
+        compat.install(custom_ops=[oo.kernels.atan()])  # the defaults must reach the isolated worker
+        import tflite_runtime.interpreter as tfl
+        x = np.array({ATAN_INPUT.tolist()!r}, np.float32)
+        def run(it):
+            it.allocate_tensors()
+            it.set_tensor(it.get_input_details()[0]["index"], x)
+            it.invoke()
+            y = it.get_tensor(it.get_output_details()[0]["index"]).copy()
+            it.close()
+            return y
+        y0 = run(tfl.Interpreter(model_path={str(model)!r}))
+        made = [tfl.Interpreter(model_path={str(model)!r}, isolate=True),
+                tfl.InterpreterWithCustomOps(model_path={str(model)!r}, isolate=True)]
+        with oo.isolate.isolate_by_default():
+            made.append(tfl.Interpreter(model_path={str(model)!r}))
+        for it in made:
+            print(type(it).__name__, run(it).tobytes() == y0.tobytes())
+        try:
+            tfl.InterpreterWithCustomOps(custom_op_registerers=["Reg"], model_path={str(model)!r}, isolate=True)
+        except oo.UnsupportedError as e:
+            print("registerers refused:", "C++" in str(e))
+    """)
+    assert p.returncode == 0, crashed(p)
+    assert p.stdout.count("IsolatedInterpreter True") == 3, p.stdout
+    assert "registerers refused: True" in p.stdout
+
+
+def test_allow_fast_calls_admits_only_subclasses_that_change_init():
+    from opaque_ops.interpreter.core import Interpreter, allow_fast_calls
+
+    class OnlyInit(Interpreter):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+
+    assert allow_fast_calls(OnlyInit) is OnlyInit
+
+    class Overrides(Interpreter):
+        def get_tensor(self, i, subgraph_index=0):
+            return super().get_tensor(i, subgraph_index)
+
+    class Attribute(Interpreter):
+        limit = 3
+
+    class Grandchild(Overrides):
+        pass
+
+    with pytest.raises(TypeError, match=r"defines \['get_tensor'\]"):
+        allow_fast_calls(Overrides)
+    with pytest.raises(TypeError, match=r"defines \['limit'\]"):
+        allow_fast_calls(Attribute)
+    with pytest.raises(TypeError, match="direct subclass"):
+        allow_fast_calls(Grandchild)
+    with pytest.raises(TypeError, match="direct subclass"):
+        allow_fast_calls(dict)

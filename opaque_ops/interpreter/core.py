@@ -295,8 +295,11 @@ class Interpreter:
     def __new__(cls, *args, isolate=None, **kwargs):
         # isolate=True: the same API, backed by a worker process (the class
         # opaque_ops.isolate registered; this layer does not import that one).
-        if cls is Interpreter and wants_isolation(isolate):
-            return super().__new__(isolated_class())
+        if wants_isolation(isolate):
+            if cls is Interpreter:
+                return super().__new__(isolated_class())
+            if not issubclass(cls, isolated_class()):
+                _not_isolated(cls, explicit=isolate is not None)
         return super().__new__(cls)
 
     # The isolated worker's instrumentation (a _native.NativeHooks), set per
@@ -387,7 +390,7 @@ class Interpreter:
         self._libs = _as_op_libraries(custom_ops)
         # A plain Interpreter's three hot calls may run in C (fast_calls); a
         # subclass may override them, and hooks wrap the invoke C would skip.
-        fast = type(self) is Interpreter and self._hooks is None
+        fast = type(self) in _FAST_CLASSES and self._hooks is None
         if fast:
             # The fast calls module (found once per process) holds the
             # compiled model reader: found before the read, not after it.
@@ -1342,6 +1345,72 @@ class Interpreter:
                 raise ValueError(f"no signature {signature_key!r}; the model has {keys}")
             sig = next((s for s in self._info.signatures if s.key == signature_key), None)
             return SignatureRunner(self, runner, signature_key, sig)
+
+
+_warned_not_isolated: set = set()
+
+
+def _not_isolated(cls: type, explicit: bool) -> None:
+    """A subclass asked to run isolated: refused (``isolate=``), or warned once (the default's).
+
+    The isolated interpreter is opaque_ops' own proxy class, whose methods
+    run in the worker: a subclass's overrides could not.  It used to run in
+    this process without a word, with no crash protection.
+    """
+    where = f"{cls.__module__}.{cls.__qualname__} is a subclass of opaque_ops.Interpreter"
+    if explicit:
+        raise UnsupportedError(
+            f"isolate=: {where}, which runs in this process (only opaque_ops.Interpreter itself and "
+            "opaque_ops.compat's classes run isolated). Create opaque_ops.Interpreter(..., isolate=True) "
+            "and wrap it instead of subclassing"
+        )
+    if cls not in _warned_not_isolated:
+        _warned_not_isolated.add(cls)
+        import warnings
+
+        warnings.warn(
+            f"opaque_ops: {where}; it runs in this process despite isolate_by_default (only "
+            "opaque_ops.Interpreter itself and opaque_ops.compat's classes run isolated)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+# The classes whose instances take the fast calls: Interpreter, and the
+# subclasses allow_fast_calls() admits.  An exact-type test: a subclass of
+# these may override anything the fast calls skip, so it is not in the set.
+_FAST_CLASSES = {Interpreter}
+
+
+def allow_fast_calls(cls: type) -> type:
+    """Let instances of ``cls``, a subclass that changes only ``__init__`` (and ``__new__``), take the fast calls.
+
+    ``cls`` derives directly from Interpreter or from a class admitted before.
+
+    The fast calls (``interpreter.fast_calls``) stand in for ``set_tensor``,
+    ``get_tensor`` and ``invoke`` and skip the Python methods these call, so
+    they serve a subclass only if it overrides none of Interpreter's methods:
+    ``opaque_ops.compat``'s, which sets default arguments.
+
+    Raises
+    ------
+    TypeError
+        ``cls`` is not a direct subclass of an admitted class, or defines a
+        method or an attribute other than ``__init__`` and ``__new__`` (and
+        the data Python adds to a class).
+    """
+    if not isinstance(cls, type) or len(cls.__bases__) != 1 or cls.__bases__[0] not in _FAST_CLASSES:
+        raise TypeError(f"allow_fast_calls takes a direct subclass of Interpreter, not {cls!r}")
+    own = {
+        name
+        for name, value in vars(cls).items()
+        if name not in ("__init__", "__new__")
+        and (not (name.startswith("__") and name.endswith("__")) or callable(value))
+    }
+    if own:
+        raise TypeError(f"{cls.__qualname__} defines {sorted(own)}: the fast calls would skip them")
+    _FAST_CLASSES.add(cls)
+    return cls
 
 
 def model_content_bytes(content) -> bytes:

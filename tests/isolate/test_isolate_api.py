@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -399,6 +400,26 @@ def test_isolate_by_default(atan_model_bytes, guide_atan):
     assert not isinstance(in_process, oo.isolate.IsolatedInterpreter)
     assert not isinstance(oo.Interpreter(model_content=atan_model_bytes), oo.isolate.IsolatedInterpreter)
     it.close()
+
+
+def test_a_subclass_asked_to_run_isolated_is_refused_not_run_in_process(atan_model_bytes, guide_atan):
+    # It ran in this process without a word: no crash protection.
+    class Mine(oo.Interpreter):
+        pass
+
+    with pytest.raises(oo.UnsupportedError, match=r"Mine is a subclass of opaque_ops.Interpreter.*isolate=True"):
+        Mine(model_content=atan_model_bytes, custom_ops=[guide_atan], isolate=True)
+    # Under the default, warned (once per class); asked for in-process, nothing is said.
+    with oo.isolate.isolate_by_default():
+        with pytest.warns(RuntimeWarning, match="runs in this process despite isolate_by_default"):
+            a = Mine(model_content=atan_model_bytes, custom_ops=[guide_atan])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            b = Mine(model_content=atan_model_bytes, custom_ops=[guide_atan])
+            c = Mine(model_content=atan_model_bytes, custom_ops=[guide_atan], isolate=False)
+    for it in (a, b, c):
+        assert type(it) is Mine
+        it.close()
 
 
 def test_bundled_kernels_go_by_name_and_fall_back_to_their_file(tmp_path, monkeypatch, atan_model_bytes):
