@@ -106,7 +106,7 @@ def _interpreter_class() -> type:
         ``use_xnnpack`` may still be passed, and win over the defaults.
         """
 
-        def __new__(cls, *args: Any, isolate: Any = None, **kwargs: Any):
+        def __new__(cls, *args: Any, isolate: Any = None, **kwargs: Any) -> Any:
             if wants_isolation(isolate):
                 # An isolated interpreter is opaque_ops' proxy class, not this
                 # one: made here with this class's defaults (Python then skips
@@ -144,7 +144,7 @@ def _with_custom_ops_class(base: Any) -> type:
         :func:`install`, or ``--ops`` of ``python -m opaque_ops.compat``).
         """
 
-        def __new__(cls, custom_op_registerers: list | None = None, **kwargs: Any):
+        def __new__(cls, custom_op_registerers: list | None = None, **kwargs: Any) -> Any:
             if custom_op_registerers:
                 raise errors.UnsupportedError(
                     "InterpreterWithCustomOps(custom_op_registerers=...) takes C++ functions that need "
