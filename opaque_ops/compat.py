@@ -74,17 +74,49 @@ _settings: dict = {}
 
 
 # ------------------------------------------------------------ the classes
+# compat's own classes (not a client's subclasses of them), whose
+# isolate=True gives an isolated twin (_isolated_twin): class -> whether it
+# takes custom_op_registerers first, as InterpreterWithCustomOps does.
+_served: dict = {}
+
+
+def _warn(message: str) -> None:
+    """Warn at the client's line: the first frame outside this file."""
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    warnings.warn(message, stacklevel=level)
+
+
 def _with_defaults(kwargs: dict) -> dict:
     """``kwargs`` with install()'s defaults, and without litert's flags (warned about if set)."""
     for flag in _LITERT_ONLY_FLAGS:
         if kwargs.pop(flag, False):
-            warnings.warn(
-                f"opaque_ops.compat: {flag}=True has no effect on opaque_ops (the TFLite C API has no such switch)",
-                stacklevel=3,
-            )
+            _warn(f"opaque_ops.compat: {flag}=True has no effect on opaque_ops (the TFLite C API has no such switch)")
     for key, value in _settings.items():
         kwargs.setdefault(key, value)
     return kwargs
+
+
+@functools.cache
+def _isolated_twin(cls: type) -> type:
+    """``cls`` run isolated: opaque_ops' isolated interpreter that is also an instance of ``cls``.
+
+    Its methods are the isolated interpreter's (first in the MRO); its
+    ``__init__`` adds install()'s defaults, so client code that checks
+    ``isinstance(it, tflite_runtime.interpreter.Interpreter)`` still holds.
+    """
+    from .interpreter.isolation_default import isolated_class
+
+    isolated: Any = isolated_class()
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if _served[cls]:  # InterpreterWithCustomOps(custom_op_registerers=None, **kwargs)
+            args = args[1:]
+            kwargs.pop("custom_op_registerers", None)  # (refused by its __new__)
+        isolated.__init__(self, *args, **_with_defaults(kwargs))
+
+    return type(cls.__name__, (isolated, cls), {"__init__": __init__, "__module__": __name__, "__doc__": cls.__doc__})
 
 
 @functools.cache
@@ -107,11 +139,11 @@ def _interpreter_class() -> type:
         """
 
         def __new__(cls, *args: Any, isolate: Any = None, **kwargs: Any) -> Any:
-            if wants_isolation(isolate):
-                # An isolated interpreter is opaque_ops' proxy class, not this
-                # one: made here with this class's defaults (Python then skips
-                # __init__, the object not being an instance of cls).
-                return _Base(*args, isolate=isolate, **_with_defaults(kwargs))
+            if cls in _served and wants_isolation(isolate):
+                # Its isolated twin; Python then runs the twin's __init__ with
+                # these arguments.  A client's subclass goes on to
+                # opaque_ops.Interpreter's rule (refused, or warned).
+                return object.__new__(_isolated_twin(cls))  # type: ignore[arg-type]
             return super().__new__(cls, *args, isolate=isolate, **kwargs)
 
         def __init__(
@@ -128,6 +160,7 @@ def _interpreter_class() -> type:
 
     Interpreter.__module__ = __name__
     Interpreter.__qualname__ = "Interpreter"
+    _served[Interpreter] = False
     # Only __init__ differs: the per-call fast calls serve it as they serve
     # opaque_ops.Interpreter (a subclass of this one gets the Python methods).
     return allow_fast_calls(Interpreter)
@@ -158,6 +191,7 @@ def _with_custom_ops_class(base: Any) -> type:
             super().__init__(**kwargs)  # (custom_op_registerers: refused by __new__)
 
     InterpreterWithCustomOps.__module__ = __name__
+    _served[InterpreterWithCustomOps] = True
     from .interpreter.core import allow_fast_calls
 
     return allow_fast_calls(InterpreterWithCustomOps)

@@ -25,12 +25,15 @@ from .interpreter.one_op import GUARD_BYTES, GuardError, build_op_model, run_one
 def _input_list(inputs: Any) -> list:
     """``inputs`` as a list, one entry per op input; a bare array is refused.
 
-    A numpy array is itself a sequence: taken as the list, its rows (or,
-    for a vector, its scalars) would become the op's inputs, and the op
-    would run on the wrong data without a word.
+    An array is itself a sequence: taken as the list, its rows (or, for a
+    vector, its scalars) would become the op's inputs, and the op would run
+    on the wrong data without a word.
     """
-    if isinstance(inputs, np.ndarray) or np.isscalar(inputs):
-        what = f"an array of shape {inputs.shape}" if isinstance(inputs, np.ndarray) else f"{type(inputs).__name__}"
+    if isinstance(inputs, (list, tuple)):
+        return list(inputs)
+    if _array_like(inputs):
+        shape = getattr(inputs, "shape", None)
+        what = f"{type(inputs).__name__} of shape {tuple(shape)}" if shape is not None else type(inputs).__name__
         raise TypeError(
             f"run_op: inputs must be a list with one array per op input, got {what}; for an op with "
             "one input, pass inputs=[x]"
@@ -41,6 +44,19 @@ def _input_list(inputs: Any) -> list:
         raise TypeError(
             f"run_op: inputs must be a list with one array per op input, got {type(inputs).__name__}"
         ) from None
+
+
+def _array_like(x: Any) -> bool:
+    """One array (or scalar), not a list of them: numpy's, a buffer (array.array), or anything numpy converts (torch)."""
+    if np.isscalar(x) or isinstance(x, (np.ndarray, np.generic)):
+        return True
+    if hasattr(x, "__array__") or hasattr(x, "__array_interface__") or hasattr(x, "__array_struct__"):
+        return True
+    try:
+        memoryview(x)
+    except TypeError:
+        return False
+    return True
 
 
 def _as_op_list(ops: Any) -> list:
@@ -110,7 +126,8 @@ def run_op(
     Raises
     ------
     TypeError
-        ``inputs`` is one array (or scalar), not a list of them.
+        ``inputs`` is one array (numpy's, a buffer such as ``array.array``,
+        or anything with ``__array__``) or a scalar, not a list of them.
     GuardError
         The kernel wrote outside an output's buffer.
     KernelError, UnresolvedOpsError

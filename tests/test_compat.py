@@ -363,14 +363,23 @@ def test_compat_interpreters_run_isolated_when_asked_with_installs_defaults(atan
         with oo.isolate.isolate_by_default():
             made.append(tfl.Interpreter(model_path={str(model)!r}))
         for it in made:
-            print(type(it).__name__, run(it).tobytes() == y0.tobytes())
+            print(type(it).__name__, isinstance(it, oo.isolate.IsolatedInterpreter), isinstance(it, tfl.Interpreter),
+                  run(it).tobytes() == y0.tobytes())
+        class Counting(tfl.Interpreter):  # a client's subclass: its methods cannot run in a worker
+            def invoke(self):
+                return super().invoke()
+        try:
+            Counting(model_path={str(model)!r}, isolate=True)
+        except oo.UnsupportedError as e:
+            print("subclass refused:", "Counting is a subclass" in str(e))
         try:
             tfl.InterpreterWithCustomOps(custom_op_registerers=["Reg"], model_path={str(model)!r}, isolate=True)
         except oo.UnsupportedError as e:
             print("registerers refused:", "C++" in str(e))
     """)
     assert p.returncode == 0, crashed(p)
-    assert p.stdout.count("IsolatedInterpreter True") == 3, p.stdout
+    assert p.stdout.count("Interpreter True True True") == 2, p.stdout
+    assert "InterpreterWithCustomOps True True True" in p.stdout and "subclass refused: True" in p.stdout, p.stdout
     assert "registerers refused: True" in p.stdout
 
 

@@ -215,6 +215,11 @@ def read_source(source: str | os.PathLike) -> tuple[str, str, str | None]:
             ) from None
         except OSError as exc:
             raise CompileError(f"cannot read kernel source {path!r}: {exc.strerror or exc}") from None
+        if "\0" in text:  # decodes, but no C source holds a NUL byte
+            raise CompileError(
+                f"kernel source {path!r} is not a text file (it holds NUL bytes); pass a path to a .c file "
+                "or the C text itself"
+            )
         return text, _paths.pure(path), os.path.realpath(path)
     if not isinstance(source, str):
         raise TypeError(f"source must be a path or a str of C code, not {type(source).__name__}")

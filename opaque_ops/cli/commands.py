@@ -240,34 +240,47 @@ def _load_npy(file: str):
     """The array in ``file``, a ``.npy`` file; CliError if it is anything else."""
     import numpy as np
 
+    save = "save each input with numpy.save(path, array)"
     try:
-        arr = np.load(file, allow_pickle=False)
+        with open(file, "rb") as f:
+            magic = f.read(6)
     except OSError as exc:
         raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
+    if magic[:4] == b"PK\x03\x04":  # a zip: numpy's .npz
+        with np.load(file, allow_pickle=False) as archive:
+            names = ", ".join(archive.files) or "none"
+        raise CliError(f"{file} is an .npz archive (arrays: {names}); --input takes one .npy file per input: {save}")
+    if magic != b"\x93NUMPY":
+        # (numpy's own message would guess pickled data, and suggest
+        # allow_pickle=True, which runs code from the file.)
+        raise CliError(f"{file} is not a .npy file (it does not start with numpy's magic string); {save}")
+    try:
+        return np.load(file, allow_pickle=False)
+    except OSError as exc:
+        raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
+    except MemoryError:
+        raise CliError(f"{file}: the array it declares does not fit in memory") from None
     except (ValueError, EOFError) as exc:
-        # numpy's own message for a file that is not an array suggests
-        # allow_pickle=True, which would run code from the file.
-        why = "it holds pickled Python objects" if "pickle" in str(exc) else f"numpy says: {exc}"
-        raise CliError(f"{file} is not a .npy file ({why}); save each input with numpy.save(path, array)") from None
-    if not isinstance(arr, np.ndarray):  # an .npz archive: np.load gives a lazy NpzFile
-        names = ", ".join(getattr(arr, "files", ())) or "none"
-        getattr(arr, "close", lambda: None)()
-        raise CliError(
-            f"{file} is an .npz archive (arrays: {names}); --input takes one .npy file per input: "
-            "save each with numpy.save(path, array)"
-        )
-    return arr
+        why = "it holds Python objects" if "allow_pickle" in str(exc) else f"numpy says: {exc}"
+        raise CliError(f"{file} cannot be loaded as an array ({why}); {save}") from None
 
 
 def cmd_run(args) -> int:
     import numpy as np
 
-    from ..errors import OpaqueOpsError
+    from ..errors import OpaqueOpsError, RuntimeCrashError, RuntimeTimeoutError, UnresolvedOpsError
 
     wanted = _parse_inputs(args.input)
     out_dir = Path(args.output_dir) if args.output_dir else None
-    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        raise CliError(f"--output-dir {out_dir} exists and is not a directory; name a directory (it is created)")
+    if out_dir is not None:
+        # Made before the run, not after: a path that cannot be a directory is
+        # said before the model's time is spent.
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise CliError(f"--output-dir {out_dir} exists and is not a directory; name a directory") from None
+        except OSError as exc:
+            raise CliError(f"cannot create --output-dir {out_dir}: {exc.strerror or exc}") from None
     if not args.isolate and (args.timeout is not None or args.memory_limit is not None):
         raise CliError("--timeout and --memory-limit apply to isolated runs: add --isolate")
     it = _make_interpreter(args)
@@ -286,6 +299,8 @@ def cmd_run(args) -> int:
                 resized.append(f"{d['name']!r} from {[int(n) for n in d['shape']]} to {list(arr.shape)}")
                 it.resize_tensor_input(d["index"], arr.shape)
         it.allocate_tensors()
+    except (UnresolvedOpsError, RuntimeCrashError, RuntimeTimeoutError):
+        raise  # not the shape's doing: main() says these (with --ops advice, exit 3)
     except OpaqueOpsError as exc:
         if not resized:
             raise
@@ -298,11 +313,6 @@ def cmd_run(args) -> int:
     for d, arr in arrays.values():
         it.set_tensor(d["index"], arr)
     it.invoke()
-    if out_dir is not None:
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise CliError(f"cannot create --output-dir {out_dir}: {exc.strerror or exc}") from None
     for d in it.get_output_details():
         value = it.get_tensor(d["index"])
         line = f"{d['name']}: shape {tuple(value.shape)} {value.dtype.name}"

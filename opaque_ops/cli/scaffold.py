@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import keyword
 import math
+import os
 import re
 import shlex
 import sys
@@ -482,7 +483,7 @@ environment (`pip install setuptools wheel`).
 
 
 def _taken_by(name: str, out: Path) -> str | None:
-    """What else goes by ``name`` in this Python (None: nothing, or a kernel package, re-scaffolded).
+    """What else goes by ``name`` in this Python (None: nothing, or this project, scaffolded before).
 
     The project's distribution is ``name`` with ``-`` for ``_``, and its
     package ``name``: pip uninstalls a distribution of the same name first
@@ -490,26 +491,44 @@ def _taken_by(name: str, out: Path) -> str | None:
     same name as a module shadows it, or is shadowed.
     """
     import importlib.util
+    import site
     from importlib import metadata
 
     from ..kernels import installed_packages
 
-    if name in installed_packages():
-        return None  # a kernel package (this project, scaffolded and installed before)
-    for dist in dict.fromkeys((name.replace("_", "-"), name)):
+    if name in getattr(sys, "stdlib_module_names", ()):
+        return "is a module of Python's standard library"
+    dist_name = name.replace("_", "-")
+
+    def normal(n: str) -> str:  # (PEP 503)
+        return re.sub(r"[-_.]+", "-", n).lower()
+
+    if normal(installed_packages().get(name, "")) == normal(dist_name):
+        return None  # this project, scaffolded and installed before (a kernel package of this name)
+    for dist in dict.fromkeys((dist_name, name)):
         try:
             found = metadata.distribution(dist)
         except metadata.PackageNotFoundError:
             continue
         return f"is the name of the installed distribution {found.metadata['Name']} {found.version}"
-    if name in getattr(sys, "stdlib_module_names", ()):
-        return "is a module of Python's standard library"
     try:
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):
         spec = None
-    if spec is None or spec.origin is None or spec.origin == "namespace":
-        return None  # nothing, or only a directory of that name (the project's own, say)
+    if spec is None:
+        return None
+    if spec.origin is None or spec.origin == "namespace":
+        # A namespace package: a bare directory of that name on the path (the
+        # project's own, run from its parent), or one that installed
+        # distributions share (google, backports), which a regular package
+        # of that name would hide.
+        installed = [os.path.realpath(p) for p in (*site.getsitepackages(), site.getusersitepackages())]
+        shared = [
+            p
+            for p in spec.submodule_search_locations or ()
+            if any(os.path.realpath(p).startswith(d + os.sep) for d in installed)
+        ]
+        return f"is an installed namespace package ({shared[0]})" if shared else None
     if Path(spec.origin).resolve().is_relative_to(Path(out).resolve()):
         return None  # this project's own package, scaffolded before (--force)
     return f"is already an importable module ({spec.origin})"

@@ -335,6 +335,10 @@ class Interpreter:
         isolate=None,
     ):
         self._native = None
+        if isolate is not None and wants_isolation(isolate):
+            # Reached only by a subclass that asks for isolation from its own
+            # __init__ (__new__ saw no isolate=): it would run in this process.
+            _not_isolated(type(self), explicit=True)
         if (model_path is None) == (model_content is None):
             raise ValueError("pass exactly one of model_path= or model_content=")
         if model_content is not None:
@@ -1365,7 +1369,6 @@ def _not_isolated(cls: type, explicit: bool) -> None:
             "and wrap it instead of subclassing"
         )
     if cls not in _warned_not_isolated:
-        _warned_not_isolated.add(cls)
         import warnings
 
         warnings.warn(
@@ -1374,6 +1377,8 @@ def _not_isolated(cls: type, explicit: bool) -> None:
             RuntimeWarning,
             stacklevel=3,
         )
+        # (Once warned: under -W error the warning raised, and is raised again next time.)
+        _warned_not_isolated.add(cls)
 
 
 # The classes whose instances take the fast calls: Interpreter, and the
@@ -1419,7 +1424,7 @@ def model_content_bytes(content) -> bytes:
     (``bytes(5)`` would be five zero bytes, and ``bytes("m.tflite")`` a
     TypeError about encodings.)
     """
-    if isinstance(content, bytes):
+    if type(content) is bytes:
         return content
     if isinstance(content, (str, os.PathLike)):
         raise TypeError(
@@ -1427,12 +1432,16 @@ def model_content_bytes(content) -> bytes:
             f"{os.fspath(content)[:200]!r}, pass model_path= instead"
         )
     try:
-        return memoryview(content).tobytes()
+        view = memoryview(content)
     except TypeError:
+        view = None
+    # (A numpy object array exports its PyObject pointers: format "O".)
+    if view is None or "O" in view.format:
+        what = f"{type(content).__name__} of Python objects" if view is not None else type(content).__name__
         raise TypeError(
-            f"model_content takes the model's bytes (bytes, bytearray, memoryview or a numpy array), "
-            f"not {type(content).__name__}"
-        ) from None
+            f"model_content takes the model's bytes (bytes, bytearray, memoryview or a numpy array), not {what}"
+        )
+    return view.tobytes()  # (a bytes subclass too: exact bytes, which pickle to an isolated worker)
 
 
 def restore_interpreter(model_content, kwargs, state):

@@ -350,7 +350,8 @@ def _check_arguments(op: str, what: str, fn: Callable | None, takes: str) -> Non
     import inspect
 
     try:
-        sig = inspect.signature(fn)
+        # (Not through __wrapped__: a decorator's wrapper is what gets called.)
+        sig = inspect.signature(fn, follow_wrapped=False)
     except (TypeError, ValueError):
         return
     try:

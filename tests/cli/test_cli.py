@@ -150,6 +150,29 @@ def test_run_resizes_to_the_input(atan_model, tmp_path):
     assert np.load(tmp_path / "y.npy").shape == (9,)
 
 
+def test_a_missing_op_after_a_resize_gets_the_missing_op_advice_not_the_resize(atan_model, tmp_path):
+    np.save(tmp_path / "x7.npy", np.ones(7, np.float32))
+    r = cli("run", atan_model, "--input", f"x={tmp_path / 'x7.npy'}")
+    assert r.returncode == 1 and "--ops kernels:atan" in r.stderr, r.stderr
+    assert "resized" not in r.stderr and "custom_ops=" not in r.stderr, r.stderr
+
+
+def test_output_dir_under_a_file_is_refused_before_the_run(atan_model, tmp_path):
+    (tmp_path / "afile").write_text("")
+    np.save(tmp_path / "x.npy", ATAN_INPUT)
+    r = cli(
+        "run",
+        atan_model,
+        "--ops",
+        "kernels:atan",
+        "--input",
+        f"x={tmp_path / 'x.npy'}",
+        "--output-dir",
+        tmp_path / "afile" / "sub",
+    )
+    assert r.returncode == 1 and "cannot create --output-dir" in r.stderr and "y: shape" not in r.stdout, r.stderr
+
+
 def test_a_refused_resize_says_that_run_resized_the_input(tmp_path):
     # The user passed an array of the wrong shape and never resized
     # anything: the model's refusal says run did, from which shape.
@@ -193,8 +216,18 @@ def test_bench_format(atan_model):
         # An .npz archive was a traceback (AttributeError: 'NpzFile' object has no attribute 'shape').
         (["run", "ATAN", "--ops", "kernels:atan", "--input", "x=NPZ"], "is an .npz archive (arrays: x, w)"),
         # numpy's own message suggests allow_pickle=True, which would run code from the file.
-        (["run", "ATAN", "--ops", "kernels:atan", "--input", "x=PICKLED"], "holds pickled Python objects"),
-        (["run", "ATAN", "--ops", "kernels:atan", "--input", "x=GARBAGE"], "garbage.tflite is not a .npy file"),
+        (
+            ["run", "ATAN", "--ops", "kernels:atan", "--input", "x=PICKLED"],
+            "objects.npy cannot be loaded as an array (it holds Python objects)",
+        ),
+        (
+            ["run", "ATAN", "--ops", "kernels:atan", "--input", "x=GARBAGE"],
+            "garbage.tflite is not a .npy file (it does not start with numpy's magic",
+        ),
+        (
+            ["run", "ATAN", "--ops", "kernels:atan", "--input", "x=HUGE"],
+            "huge.npy: the array it declares does not fit in memory",
+        ),
         (
             ["run", "ATAN", "--ops", "kernels:atan", "--input", "x=FLOAT", "--output-dir", "GARBAGE"],
             "exists and is not a directory",
@@ -222,11 +255,17 @@ def test_errors_are_one_line(atan_model, tmp_path, args, message):
         "NPZ": "pair.npz",
         "PICKLED": "objects.npy",
         "GARBAGE": "garbage.tflite",
+        "HUGE": "huge.npy",
         "ATAN": None,
     }
+    # A header that declares 10**15 float32 values (numpy allocates before it reads).
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000000,), }"
+    header += " " * (63 - (len(header) + 10) % 64) + "\n"
+    (tmp_path / "huge.npy").write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode())
     subst = {"ATAN": str(atan_model), "GARBAGE": str(tmp_path / "garbage.tflite")}
     args = [
-        re.sub(r"=(INT|FLOAT|NPZ|PICKLED|GARBAGE)$", lambda m: "=" + str(tmp_path / files[m.group(1)]), a) for a in args
+        re.sub(r"=(INT|FLOAT|NPZ|PICKLED|GARBAGE|HUGE)$", lambda m: "=" + str(tmp_path / files[m.group(1)]), a)
+        for a in args
     ]
     r = cli(*[subst.get(a, a) for a in args], cwd=tmp_path)
     assert r.returncode == 1

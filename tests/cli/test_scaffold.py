@@ -232,6 +232,29 @@ def test_an_installed_kernel_package_may_be_scaffolded_again(work, model, monkey
         scaffold.write_project(model, work / "mine", "numpy")
     monkeypatch.setattr("opaque_ops.kernels.installed_packages", lambda: {"numpy": "numpy"})
     assert scaffold.write_project(model, work / "mine", "numpy")
+    # Only a kernel package of this project's distribution name: another
+    # distribution's entry point named numpy does not make numpy free.
+    monkeypatch.setattr("opaque_ops.kernels.installed_packages", lambda: {"numpy": "thirdparty-kernels", "site": "x"})
+    with pytest.raises(CliError, match="installed distribution numpy"):
+        scaffold.write_project(model, work / "mine2", "numpy")
+    with pytest.raises(CliError, match="standard library"):
+        scaffold.write_project(model, work / "mine3", "site")
+
+
+def test_an_installed_namespace_package_is_taken(work, model, monkeypatch):
+    # google, backports: namespace packages that installed distributions
+    # share; a regular package of that name would hide their parts.
+    import site
+
+    from opaque_ops.cli import scaffold
+    from opaque_ops.cli.common import CliError
+
+    site_dir = work / "site-packages"
+    (site_dir / "sharedns" / "part").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(site_dir))
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(site_dir)])
+    with pytest.raises(CliError, match=r"'sharedns' is an installed namespace package \("):
+        scaffold.write_project(model, work / "ns", "sharedns")
 
 
 def test_the_projects_own_package_on_the_path_is_not_taken(work, model, monkeypatch):

@@ -422,6 +422,26 @@ def test_a_subclass_asked_to_run_isolated_is_refused_not_run_in_process(atan_mod
         it.close()
 
 
+def test_a_subclass_asking_for_isolation_from_its_init_is_refused(atan_model_bytes, guide_atan):
+    class Mine(oo.Interpreter):
+        def __init__(self, content):
+            super().__init__(model_content=content, custom_ops=[guide_atan], isolate=True)
+
+    with pytest.raises(oo.UnsupportedError, match="Mine is a subclass"):
+        Mine(atan_model_bytes)
+
+
+def test_under_w_error_the_isolation_warning_is_raised_every_time(atan_model_bytes, guide_atan):
+    class Mine(oo.Interpreter):
+        pass
+
+    with oo.isolate.isolate_by_default(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):  # (it was marked as warned before the warning raised)
+            with pytest.raises(RuntimeWarning, match="runs in this process"):
+                Mine(model_content=atan_model_bytes, custom_ops=[guide_atan])
+
+
 def test_bundled_kernels_go_by_name_and_fall_back_to_their_file(tmp_path, monkeypatch, atan_model_bytes):
     import pickle
 

@@ -367,6 +367,10 @@ def test_a_binary_file_as_source_is_a_compile_error(tmp_path, atan_model_bytes):
         oo.compile_ops(model)
     with pytest.raises(oo.CompileError, match="is not a text file"):
         oo.compile_ops(str(model), cache_dir=tmp_path / "c")
+    zeros = tmp_path / "zeros.c"  # valid UTF-8, and no C source
+    zeros.write_bytes(bytes(4096))
+    with pytest.raises(oo.CompileError, match=r"not a text file \(it holds NUL bytes\)"):
+        oo.compile_ops(zeros, cache_dir=tmp_path / "c")
 
 
 def test_str_path_with_braces_is_a_path(tmp_path, atan_model_bytes):

@@ -208,8 +208,21 @@ def test_callables_that_cannot_take_their_arguments_are_refused_at_creation():
         def __call__(self, inputs, outputs):
             return None
 
+    def scaled(f):  # a decorator: the wrapper is what gets called, not the function it wraps
+        @functools.wraps(f)
+        def wrapper(inputs, outputs):
+            return f(inputs, outputs, 2.0)
+
+        return wrapper
+
+    @scaled
+    def times(inputs, outputs, scale):
+        return inputs[0] * scale
+
     for fn in (lambda i, o, extra=1: None, lambda *a: None, functools.partial(lambda k, i, o: None, 1), Op(), print):
         assert oo.python_op("Ok", invoke=fn).name == "Ok"
+    (y,) = run_op(oo.python_op("Times", invoke=times), "Times", inputs=[np.arange(3.0)])
+    np.testing.assert_array_equal(y, [0.0, 2.0, 4.0])
 
 
 def test_op_object_may_die_before_interpreter():
