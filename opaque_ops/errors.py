@@ -234,6 +234,17 @@ class MemoryLimitError(OpaqueOpsError, MemoryError):
     """
 
 
+class TensorMemoryError(OpaqueOpsError, MemoryError):
+    """The runtime could not get the memory its tensors need.
+
+    TFLite does not report a failed allocation of its tensor arena: its
+    ``AllocateTensors`` succeeds and every tensor points at address 0 plus its
+    offset, where the first ``invoke`` would write.  opaque_ops checks for
+    that after each allocation, closes the interpreter (its arena cannot be
+    used again) and raises this.  It is a :class:`MemoryError` too.
+    """
+
+
 class RuntimeTimeoutError(OpaqueOpsError, TimeoutError):
     """An isolated interpreter's call ran past its ``timeout``.
 

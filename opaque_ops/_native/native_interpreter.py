@@ -546,6 +546,28 @@ class NativeInterpreter:
                 return True
             i += 1
 
+    def unbacked_input(self) -> tuple[int, str, int] | None:
+        """``(position, name, bytes)`` of an input the runtime planned in its arena but gave no memory, or None.
+
+        Why: TFLite does not check what its arena's ``aligned_alloc`` returns
+        (``simple_memory_arena.cc``), and ``AllocateTensors`` still reports
+        success; every arena tensor then points at NULL plus its offset, and
+        the first ``invoke`` writes there.  The planner places the graph's
+        inputs first (they live through the whole run), so the input with
+        the lowest index and any bytes sits at offset 0: NULL exactly.  Only
+        inputs are asked: other tensors may be left unplanned on purpose
+        (one that no node uses, or one inside a delegated partition).
+        """
+        lib, interp = self.rt.lib, self._interp
+        for position in range(lib.TfLiteInterpreterGetInputTensorCount(interp)):
+            t = lib.TfLiteInterpreterGetInputTensor(interp, position)
+            if t and lib.TfLiteTensorGetAllocationStrategy(t) == 3 and lib.TfLiteTensorByteSize(t):
+                if not lib.TfLiteTensorData(t):  # 3: kTfLiteAllocationStrategyArena
+                    name = lib.TfLiteTensorName(t)
+                    label = ffi.string(name).decode(errors="replace") if name else f"input {position}"
+                    return position, label, int(lib.TfLiteTensorByteSize(t))
+        return None
+
     def input_tensor(self, position: int) -> TensorRef:
         return TensorRef(self.rt.lib.TfLiteInterpreterGetInputTensor(self._interp, position), self)
 

@@ -39,6 +39,7 @@ from ..errors import (
     NotAllocatedError,
     OpaqueOpsError,
     ResizeError,
+    TensorMemoryError,
     TFLiteError,
     UnresolvedOpsError,
     UnsupportedError,
@@ -741,6 +742,8 @@ class Interpreter:
     def _allocate_locked(self, native, graph: _Graph, what: str) -> None:
         self._set_planned(graph.subgraph, False)
         status = graph.allocate()
+        if status == 0 and graph.subgraph == 0:
+            self._refuse_unbacked(native)
         if self._preserve and graph.subgraph == 0:
             status = self._preserve_tensors(native, status)
         # Which tensors of subgraph 0 are planned, in one C call, for the
@@ -769,6 +772,30 @@ class Interpreter:
             # It may be reallocated during invoke.
             self._moves = planned[1] if planned is not None else native.has_dynamic_tensor()
         self._fast_sync()
+
+    def _refuse_unbacked(self, native) -> None:
+        """After an allocation TFLite called a success: TensorMemoryError if its arena got no memory.
+
+        (See NativeInterpreter.unbacked_input.)  The interpreter is closed:
+        its arena keeps the failed buffer, and growing it later copies from
+        address 0.  Called with the call lock held.
+        """
+        unbacked = native.unbacked_input()
+        if unbacked is None:
+            return
+        position, name, nbytes = unbacked
+        reason = (
+            "the runtime could not allocate the memory for this model's tensors (its arena allocation "
+            f"failed, which TFLite does not report: input {position} {name!r}, {nbytes} bytes, was left at "
+            "address 0). The model needs more memory than this process can get: resize its inputs to "
+            "smaller shapes, or raise the process's memory limit"
+        )
+        native.sink.take()
+        self._native = None
+        self._slots.clear()
+        self._closed_reason = f"this Interpreter was closed: {reason}; create a new one"
+        self._fast_sync()
+        raise TensorMemoryError(reason)
 
     # True while the main subgraph has a dynamic tensor (kTfLiteDynamic, set by
     # the allocation): then invoke() itself may move memory.  A dynamic tensor

@@ -521,7 +521,10 @@ def unpack_exception(info: dict) -> BaseException:
         for part in info["qualname"].split("."):
             obj = getattr(obj, part)
         if isinstance(obj, type) and issubclass(obj, BaseException):
-            exc = obj.__new__(obj)
+            try:
+                exc = obj.__new__(obj)
+            except TypeError:  # a MemoryError subclass: only a call creates one
+                exc = obj(*info["args"])
             exc.args = tuple(info["args"])
             exc.__dict__.update(info["state"])
             str(exc)  # a class whose __str__ needs what __init__ would have set
