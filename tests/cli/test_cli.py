@@ -123,18 +123,16 @@ def test_inspect_shows_flex_options_and_signatures(tmp_path):
     assert "serving_default: inputs ['images'] -> outputs ['patches']" in r.stdout
 
 
-def test_run_writes_outputs(atan_model, tmp_path):
+def _run_atan_to(atan_model, tmp_path, out_dir):
+    """``opaque-ops run`` on the Atan model with ATAN_INPUT, writing to ``out_dir``."""
     np.save(tmp_path / "x.npy", ATAN_INPUT)
-    r = cli(
-        "run",
-        atan_model,
-        "--ops",
-        "kernels:atan",
-        "--input",
-        f"x={tmp_path / 'x.npy'}",
-        "--output-dir",
-        tmp_path / "out",
+    return cli(
+        "run", atan_model, "--ops", "kernels:atan", "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", out_dir
     )
+
+
+def test_run_writes_outputs(atan_model, tmp_path):
+    r = _run_atan_to(atan_model, tmp_path, tmp_path / "out")
     assert r.returncode == 0, r.stderr
     assert "y: shape (5,) float32" in r.stdout
     y = np.load(tmp_path / "out" / "y.npy")
@@ -159,17 +157,7 @@ def test_a_missing_op_after_a_resize_gets_the_missing_op_advice_not_the_resize(a
 
 def test_output_dir_under_a_file_is_refused_before_the_run(atan_model, tmp_path):
     (tmp_path / "afile").write_text("")
-    np.save(tmp_path / "x.npy", ATAN_INPUT)
-    r = cli(
-        "run",
-        atan_model,
-        "--ops",
-        "kernels:atan",
-        "--input",
-        f"x={tmp_path / 'x.npy'}",
-        "--output-dir",
-        tmp_path / "afile" / "sub",
-    )
+    r = _run_atan_to(atan_model, tmp_path, tmp_path / "afile" / "sub")
     assert r.returncode == 1 and "cannot create --output-dir" in r.stderr and "y: shape" not in r.stdout, r.stderr
 
 
