@@ -48,9 +48,7 @@ def _input_list(inputs: Any) -> list:
 
 def _array_like(x: Any) -> bool:
     """One array (or scalar), not a list of them: numpy's, a buffer (array.array), or anything numpy converts (torch)."""
-    if np.isscalar(x) or isinstance(x, (np.ndarray, np.generic)):
-        return True
-    if hasattr(x, "__array__") or hasattr(x, "__array_interface__") or hasattr(x, "__array_struct__"):
+    if np.isscalar(x) or any(hasattr(x, a) for a in ("__array__", "__array_interface__", "__array_struct__")):
         return True
     try:
         memoryview(x)

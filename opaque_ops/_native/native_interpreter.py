@@ -561,11 +561,13 @@ class NativeInterpreter:
         lib, interp = self.rt.lib, self._interp
         for position in range(lib.TfLiteInterpreterGetInputTensorCount(interp)):
             t = lib.TfLiteInterpreterGetInputTensor(interp, position)
-            if t and lib.TfLiteTensorGetAllocationStrategy(t) == 3 and lib.TfLiteTensorByteSize(t):
-                if not lib.TfLiteTensorData(t):  # 3: kTfLiteAllocationStrategyArena
-                    name = lib.TfLiteTensorName(t)
-                    label = ffi.string(name).decode(errors="replace") if name else f"input {position}"
-                    return position, label, int(lib.TfLiteTensorByteSize(t))
+            if not t or lib.TfLiteTensorGetAllocationStrategy(t) != 3:  # 3: kTfLiteAllocationStrategyArena
+                continue
+            nbytes = int(lib.TfLiteTensorByteSize(t))
+            if nbytes and not lib.TfLiteTensorData(t):
+                name = lib.TfLiteTensorName(t)
+                label = ffi.string(name).decode(errors="replace") if name else f"input {position}"
+                return position, label, nbytes
         return None
 
     def input_tensor(self, position: int) -> TensorRef:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from flatbuffers import flexbuffers
 
-from .common import CHECK_OK, CHECK_REFUSED
+from .common import CHECK_OK, CHECK_REFUSED, PROG
 
 # What the report calls each provider of an op.
 RUNTIME, BUNDLED, LIBRARY, NOBODY = "the runtime", "a bundled kernel", "a library given with --ops", "nobody"
@@ -732,7 +732,7 @@ def cmd_doctor(args) -> int:
         message = str(exc) or type(exc).__name__
         facts = {"model": str(args.model), "error": message}
         facts["verdict"] = {"runs": False, "exit": CHECK_REFUSED, "reasons": [message]}
-        print(f"opaque-ops: error: {message}", file=sys.stderr)
+        print(f"{PROG}: error: {message}", file=sys.stderr)
     print(json.dumps(facts, indent=2) if args.json else render(facts))
     return facts["verdict"]["exit"]
 

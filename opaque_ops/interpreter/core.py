@@ -495,9 +495,18 @@ class Interpreter:
         if calls is None:
             return
         with calls.held("close"):
-            self._native = None  # the C objects go when the last view (or running call) does
-            self._slots.clear()
-            self._fast_sync()
+            self._let_go()
+
+    def _let_go(self, reason: str | None = None) -> None:
+        """Drop the C objects (they go when the last view or running call does); under the lock.
+
+        ``reason``: what later calls' ClosedError says (default: closed by close()).
+        """
+        self._native = None
+        self._slots.clear()
+        if reason is not None:
+            self._closed_reason = reason
+        self._fast_sync()
 
     def __enter__(self):
         return self
@@ -791,10 +800,7 @@ class Interpreter:
             "smaller shapes, or raise the process's memory limit"
         )
         native.sink.take()
-        self._native = None
-        self._slots.clear()
-        self._closed_reason = f"this Interpreter was closed: {reason}; create a new one"
-        self._fast_sync()
+        self._let_go(f"this Interpreter was closed: {reason}; create a new one")
         raise TensorMemoryError(reason)
 
     # True while the main subgraph has a dynamic tensor (kTfLiteDynamic, set by
