@@ -39,7 +39,8 @@ PREBUILT_MANIFEST = "manifest.txt"
 # Where opaque_ops kept the manifest before (as JSON): a kernel package built
 # then still loads its prebuilt libraries (read_manifest falls back to it).
 _JSON_MANIFEST = "manifest.json"
-_OP_LINE = re.compile(r'OPAQUE_OP\(\s*"([^"]+)"\s*,\s*(\d+)')
+# (Compiled at first use, by re's cache: most starts never read a source for it.)
+_OP_LINE = r'OPAQUE_OP\(\s*"([^"]+)"\s*,\s*(\d+)'
 
 
 def available(directory: str | os.PathLike | None = None) -> list[str]:
@@ -102,7 +103,7 @@ def declared_ops(name: str) -> tuple[tuple[str, int], ...]:
             text = f.read()
     except OSError:
         return ()
-    return tuple(sorted({(op, int(version)) for op, version in _OP_LINE.findall(text)}))
+    return tuple(sorted({(op, int(version)) for op, version in re.findall(_OP_LINE, text)}))
 
 
 def prebuilt_dir() -> str | None:
