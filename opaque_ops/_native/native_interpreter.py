@@ -15,7 +15,7 @@ import numpy as _np
 
 from ..errors import ModelError
 from . import fast_calls as _fast_calls
-from .ffi import ffi
+from .ffi import dlopen, ffi
 from .pending import pop_pending_exception, stash_exception
 from .runtime_loader import Runtime, load_runtime
 
@@ -291,6 +291,12 @@ class NativeHooks:
 
     def runner_created(self, runner: NativeSignatureRunner) -> None:
         """A signature runner of the interpreter was created."""
+
+
+@functools.cache
+def _libc():
+    """The C library of this process (``malloc``, ``free``), loaded on first use."""
+    return dlopen(None)
 
 
 class NativeInterpreter:
@@ -569,6 +575,34 @@ class NativeInterpreter:
                 label = ffi.string(name).decode(errors="replace") if name else f"input {position}"
                 return position, label, nbytes
         return None
+
+    def in_arena(self, index: int, placed: bool = True) -> bool:
+        """Whether tensor ``index`` has the arena strategy and (``placed``) the last allocation gave it memory.
+
+        Tensors TFLite never planned (inside a delegated partition, or not
+        used by any node) keep the arena strategy with no data.  A resized
+        input loses its data until the next allocation: ask with ``placed=False``.
+        """
+        lib = self.rt.lib
+        t = lib.TfLiteInterpreterGetTensor(self._interp, int(index))
+        if not t or lib.TfLiteTensorGetAllocationStrategy(t) != 3:  # 3: kTfLiteAllocationStrategyArena
+            return False
+        return not placed or bool(lib.TfLiteTensorData(t))
+
+    @staticmethod
+    def can_allocate(nbytes: int) -> bool:
+        """Whether ``malloc(nbytes)`` succeeds now; the block is freed at once, never touched.
+
+        Under Linux's overcommit heuristic and under ``RLIMIT_AS`` a size
+        that cannot be had fails at once, and one that can costs an
+        ``mmap`` and a ``munmap`` (no page is touched).
+        """
+        libc = _libc()
+        p = libc.malloc(nbytes)
+        if p == ffi.NULL:
+            return False
+        libc.free(p)
+        return True
 
     def input_tensor(self, position: int) -> TensorRef:
         return TensorRef(self.rt.lib.TfLiteInterpreterGetInputTensor(self._interp, position), self)

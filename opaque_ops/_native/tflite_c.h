@@ -129,6 +129,10 @@ typedef struct {
   void* dli_saddr;
 } Dl_info;
 int dladdr(const void* addr, Dl_info* info);
+/* libc: whether a block of a size can be had at all, before TFLite asks for
+   its arena (NativeInterpreter.can_allocate). */
+void* malloc(size_t size);
+void free(void* ptr);
 
 /* What every kernel library exports (c/src/opaque_ops_runtime.c). */
 const char* OpaqueOps_Stamp(void);

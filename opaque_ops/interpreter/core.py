@@ -465,6 +465,9 @@ class Interpreter:
         # the model checks passed on what was planned); other subgraphs that
         # signature runners planned; the native layout version it was for.
         self._allocated = False
+        # Inputs of subgraph 0 resized since its last allocation ({tensor
+        # index: shape}): the next allocation may grow the arena (_refuse_unaffordable).
+        self._resized: dict[int, tuple] = {}
         self._planned: set[int] = set()
         self._layout_version = -1
         # tensor index -> (numpy view, dtype, shape) of writable arena
@@ -726,6 +729,7 @@ class Interpreter:
                         self._check(graph.resize(handle, shape), what, native)
                         if graph.subgraph == 0:
                             self._input_shapes[index] = shape
+                            self._resized[index] = shape
                 if allocate:
                     self._allocate_locked(native, graph, what)
             return None if then is None else then(native)
@@ -750,6 +754,8 @@ class Interpreter:
 
     def _allocate_locked(self, native, graph: _Graph, what: str) -> None:
         self._set_planned(graph.subgraph, False)
+        if graph.subgraph == 0 and self._resized:
+            self._refuse_unaffordable(native, what)
         status = graph.allocate()
         if status == 0 and graph.subgraph == 0:
             self._refuse_unbacked(native)
@@ -775,12 +781,57 @@ class Interpreter:
             model_cache.write_pending(self._info)
         self._check(status, what, native)
         self._set_planned(graph.subgraph, True)
+        if graph.subgraph == 0:
+            self._resized.clear()
         self._layout_version = native.layout_version
         self._watch = True
         if graph.subgraph == 0:
             # It may be reallocated during invoke.
             self._moves = planned[1] if planned is not None else native.has_dynamic_tensor()
         self._fast_sync()
+
+    def _refuse_unaffordable(self, native, what: str) -> None:
+        """Before an allocation after a resize: TensorMemoryError if the arena's new size cannot be had.
+
+        TFLite 2.17 does not check its arena's allocation, and a growing
+        arena copies its old contents into the new block: a failure there is
+        a SIGSEGV inside ``AllocateTensors``, before :meth:`_refuse_unbacked`
+        can look.  So a lower bound of what it will ask for
+        (:func:`..model.arena.arena_lower_bound`) is asked of ``malloc``
+        first (an impossible size fails at once, a possible one is freed
+        untouched).  Nothing has been allocated when this raises: the
+        interpreter stays usable (resize back, allocate again).  Called with
+        the call lock held.
+        """
+        from ..model.arena import arena_lower_bound  # not at start-up
+
+        sg = self._info.subgraphs[0]
+        shapes = {}
+        for t in sg.inputs:
+            s = native.allocated_shape(t) if t >= 0 else None
+            if s is not None:
+                shapes[t] = s
+        # A dynamic tensor at the last allocation: TFLite allocates what
+        # follows it during invoke, so only the inputs count.  A delegate
+        # other than XNNPACK may share its nodes' buffers: no per-node moments.
+        nbytes = arena_lower_bound(
+            self._info, shapes, native.in_arena, end=not self._moves, per_node=not self._delegates
+        )
+        if nbytes == 0 or native.can_allocate(nbytes):
+            return
+        asked = ", ".join(
+            f"input {self._input_positions.get(t, t)} {sg.tensors[t].name!r} to {list(shape)}"
+            for t, shape in self._resized.items()
+        )
+        raise TensorMemoryError(
+            f"{what}: the inputs as resized ({asked}) need at least {nbytes} bytes "
+            f"({nbytes / 2**30:.2f} GiB) of tensor memory in one block, and this process cannot get "
+            "that much now (TFLite 2.17 does not report such a failure: it crashes copying the "
+            "tensors it has to address 0). Nothing was allocated and the interpreter is still usable: resize "
+            "the input to a smaller shape and call allocate_tensors() again, or run the model isolated "
+            "with a memory limit (Interpreter(..., isolate=True, memory_limit=...)) so that a failure "
+            "there cannot take this process down"
+        )
 
     def _refuse_unbacked(self, native) -> None:
         """After an allocation TFLite called a success: TensorMemoryError if its arena got no memory.

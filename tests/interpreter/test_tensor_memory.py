@@ -108,3 +108,94 @@ def test_in_an_isolated_worker_it_is_the_same_exception_not_a_crash():
         assert type(caught.value) is oo.TensorMemoryError and isinstance(caught.value, MemoryError), caught.value
     assert not isinstance(caught.value, oo.RuntimeCrashError), caught.value
     it.close()
+
+
+# A growing arena: resize_tensor_input() then allocate_tensors() on an
+# interpreter that was allocated.  TFLite 2.17's arena copies its old tensors
+# into the new block (simple_memory_arena.cc, ResizableAlignedBuffer::Resize)
+# without checking the allocation: a SIGSEGV inside AllocateTensors, before
+# any check after it can run.  Interpreter._refuse_unaffordable asks malloc
+# for a lower bound of the new arena first (model/arena.py).
+
+
+def _add_mul_model() -> bytes:
+    # y = (x + x) * (x + x): at MUL, x (a graph input, alive all the run),
+    # the intermediate and the output are live together.
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 4], np.float32)
+    a = b.add_tensor("a", [1, 4], np.float32)
+    y = b.add_tensor("y", [1, 4], np.float32)
+    b.add_op("ADD", [x, x], [a])
+    b.add_op("MUL", [a, a], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    return b.build()
+
+
+GROW = """
+import resource, sys
+import numpy as np
+import opaque_ops as oo
+
+if sys.argv[3] == "unguarded":
+    oo.Interpreter._refuse_unaffordable = lambda self, native, what: None
+it = oo.Interpreter(model_content=bytes.fromhex(sys.argv[1]), use_xnnpack=sys.argv[2] == "xnnpack")
+it.allocate_tensors()
+x, y = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
+vm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize"))
+cap = vm + (1 << 30)  # 1 GiB of room: not the 16-24 GiB arena of [1, 2**31 - 1]
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+print("version", oo.runtime_info().version, flush=True)
+it.resize_tensor_input(x, [1, 2**31 - 1])
+try:
+    it.allocate_tensors()
+except oo.TensorMemoryError as exc:
+    print("refused: TensorMemoryError:", exc, flush=True)
+except oo.OpaqueOpsError as exc:
+    print("refused by the runtime:", type(exc).__name__, exc, flush=True)
+else:
+    print("allocated", flush=True)
+# Resized back, the same interpreter runs.
+it.resize_tensor_input(x, [1, 4])
+it.allocate_tensors()
+v = np.arange(4, dtype=np.float32).reshape(1, 4) - 1.5
+it.set_tensor(x, v)
+it.invoke()
+print("small ok:", np.array_equal(it.get_tensor(y), (v + v) * (v + v)), flush=True)
+# A large resize that fits under the cap still runs: 3 x 64 MiB.
+n = 1 << 24
+it.resize_tensor_input(x, [1, n])
+it.allocate_tensors()
+v = (np.arange(n, dtype=np.float32) % 7).reshape(1, n)
+it.set_tensor(x, v)
+it.invoke()
+print("large ok:", np.array_equal(it.get_tensor(y), (v + v) * (v + v)), flush=True)
+"""
+
+
+def test_a_growing_arena_that_cannot_be_had_is_refused_and_the_interpreter_lives():
+    data = _add_mul_model().hex()
+    for mode in ("reference", "xnnpack"):
+        p = run_child(GROW, data, mode, "guarded", timeout=120)
+        assert p.returncode == 0, crashed(p)
+        out = p.stdout
+        if "refused by the runtime" not in out:  # (XNNPACK may refuse the shape in its own Prepare)
+            assert "refused: TensorMemoryError: allocate_tensors: the inputs as resized (input 0 'x' to " in out, out
+            assert "[1, 2147483647]) need at least " in out and "Nothing was allocated" in out, out
+            # The bound: x, the intermediate (not inside XNNPACK's partition) and y, float32.
+            need = (3 if mode == "reference" else 2) * 4 * (2**31 - 1)
+            assert f"need at least {need} bytes" in out, out
+        assert "allocated" not in out.splitlines(), out
+        assert "small ok: True" in out and "large ok: True" in out, out
+
+
+def test_without_the_guard_the_2_17_runtime_dies_there():
+    # What the guard is for (and that the test above would see it gone).
+    import opaque_ops as oo
+
+    p = run_child(GROW, _add_mul_model().hex(), "reference", "unguarded", timeout=120)
+    if oo.runtime_info().version.startswith("2.17."):
+        assert p.signal == 11 and "allocated" not in p.stdout, crashed(p)
+    else:
+        # 2.23 reports the failed arena itself (a KernelError, "error").
+        assert p.returncode == 0 and "refused by the runtime: KernelError" in p.stdout, crashed(p)

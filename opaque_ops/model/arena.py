@@ -1,0 +1,161 @@
+"""A lower bound of the bytes TFLite's tensor arena will ask for, before it asks.
+
+Why: TFLite 2.17 does not check what its arena's allocation returns
+(``ResizableAlignedBuffer::Resize`` in tensorflow/lite/simple_memory_arena.cc).
+When an arena that already holds tensors grows (an input resized, then
+``AllocateTensors``), it copies the old contents into the new block: with a
+failed allocation that is a write near address 0, inside the C call, before
+anything can check the result.  So the caller asks *before* the call whether
+at least :func:`arena_lower_bound` bytes can be had at all.
+
+The bound must never be above what TFLite really asks for: the guard refuses
+only when even the bound cannot be allocated.  It is the largest sum of
+tensors that TFLite's ``ArenaPlanner`` (tensorflow/lite/arena_planner.cc)
+must keep in the arena at the same time, at one of these moments:
+
+- every moment: the graph's inputs (``PlanAllocations`` allocates them at
+  node 0 and never deallocates them);
+- the end of the run: the inputs and the outputs that operators produce
+  (outputs are never deallocated either);
+- the node of each operator: the inputs, and that operator's own input and
+  output tensors (its inputs are deallocated after it at the earliest, its
+  outputs allocated at it).  When XNNPACK takes the operator into a
+  partition, the operator's tensors that are still in the arena are inputs
+  or outputs of the partition's node, so live at that node.
+
+Counted are only tensors the caller says were placed in the arena by the
+last allocation (``placed``: not constants, variables, dynamic or custom
+tensors, nor the tensors inside a delegated partition, which the planner
+never sees), with a shape known before the run (:func:`~.shapes.infer_shapes`
+from the new input shapes alone, with the op's own shape rule: an operator
+without a rule leaves its outputs unknown, and an unknown tensor counts 0).
+The planner may let an operator's output share the buffer of one of its
+inputs (``IdentifyInPlaceTensors``: not a graph input, not a graph output,
+the same byte size): any output that could, for any operator, counts 0,
+wherever it appears.  Temporaries, alignment and fragmentation are not
+counted; each only makes the real arena larger.
+"""
+
+from __future__ import annotations
+
+from ..errors import ShapeError
+from .shapes import infer_shapes
+
+# Bytes per element as TFLite counts them (tensorflow/lite/util.cc
+# GetSizeOfType); other types (strings, resources, variants, packed 4-bit)
+# count 0 (a lower bound).
+_ITEMSIZE = {
+    "FLOAT32": 4,
+    "FLOAT16": 2,
+    "BFLOAT16": 2,
+    "FLOAT64": 8,
+    "INT8": 1,
+    "UINT8": 1,
+    "BOOL": 1,
+    "INT16": 2,
+    "UINT16": 2,
+    "INT32": 4,
+    "UINT32": 4,
+    "INT64": 8,
+    "UINT64": 8,
+    "COMPLEX64": 8,
+    "COMPLEX128": 16,
+}
+
+
+def tensor_bytes(tensor, shape) -> int:
+    """Bytes of ``tensor`` (a TensorInfo) with ``shape``; 0 if unknown or not a fixed-size type."""
+    size = _ITEMSIZE.get(tensor.type_name, 0)
+    if shape is None or not size:
+        return 0
+    n = 1
+    for d in shape:
+        if d < 0:
+            return 0
+        n *= d
+    return n * size
+
+
+def arena_lower_bound(info, input_shapes: dict, placed, *, end: bool = True, per_node: bool = True) -> int:
+    """Bytes that TFLite's arena for subgraph 0 must hold at once with these input shapes (a lower bound).
+
+    Parameters
+    ----------
+    info : ModelInfo
+    input_shapes : dict
+        ``{tensor index: shape}`` of every graph input of subgraph 0, as resized.
+    placed : callable
+        ``placed(tensor index, placed) -> bool``: the tensor has the arena
+        strategy and, with ``placed`` True, the last allocation gave it
+        memory there (asked with False for the graph's inputs, which the
+        planner always places, and which a resize leaves without memory).
+    end : bool
+        Count the end of the run.  False when the allocation stops before
+        the last node (a dynamic tensor: TFLite prepares and allocates the
+        rest during ``invoke``): then only the inputs count.
+    per_node : bool
+        Count the moments at each operator's node (see the module's notes).
+        False leaves the inputs and the end of the run, which hold whatever
+        a delegate's nodes share (a delegate that is not XNNPACK).
+
+    Returns
+    -------
+    int
+        0 when the operators' shapes do not fit together (their Prepare
+        fails before the arena is touched: that error is the one to report).
+    """
+    sg = info.subgraphs[0]
+    tensors = sg.tensors
+    graph_inputs = {t for t in sg.inputs if t >= 0}
+    graph_outputs = {t for t in sg.outputs if t >= 0}
+    base = 0
+    for t in graph_inputs:
+        if tensors[t].data is None and not tensors[t].is_variable and placed(t, False):
+            base += tensor_bytes(tensors[t], input_shapes.get(t))
+
+    def shape_of(t):
+        return input_shapes.get(t)
+
+    if not end:
+        return base
+    try:
+        shapes = infer_shapes(info, shape_of)
+    except ShapeError:
+        return 0
+
+    def size(t) -> int | None:
+        s = shapes.get(t)
+        return None if s is None else tensor_bytes(tensors[t], s)
+
+    # Outputs that may share an input's buffer count 0 everywhere.
+    shared = set()
+    for op in sg.operators:
+        for o in op.outputs:
+            if o < 0 or o in graph_outputs:
+                continue
+            mine = size(o)
+            for i in op.inputs:
+                if i < 0 or i in graph_inputs or tensors[i].data is not None:
+                    continue
+                theirs = size(i)
+                if mine is None or theirs is None or mine == theirs:
+                    shared.add(o)
+                    break
+
+    def counted(t) -> bool:
+        return (
+            t >= 0
+            and t not in graph_inputs
+            and t not in shared
+            and tensors[t].data is None
+            and not tensors[t].is_variable
+            and placed(t, True)
+        )
+
+    produced = {t for op in sg.operators for t in op.outputs if t >= 0}
+    best = sum(size(t) or 0 for t in graph_outputs if t in produced and counted(t))
+    if per_node:
+        for op in sg.operators:
+            live = {t for t in op.inputs if counted(t)} | {t for t in op.outputs if counted(t)}
+            best = max(best, sum(size(t) or 0 for t in live))
+    return base + best
