@@ -118,17 +118,20 @@ def test_in_an_isolated_worker_it_is_the_same_exception_not_a_crash():
 # for a lower bound of the new arena first (model/arena.py).
 
 
-def _add_mul_model() -> bytes:
+def _add_mul_model(signature: bool = False) -> bytes:
     # y = (x + x) * (x + x): at MUL, x (a graph input, alive all the run),
     # the intermediate and the output are live together.
     b = ModelBuilder()
-    x = b.add_tensor("x", [1, 4], np.float32)
-    a = b.add_tensor("a", [1, 4], np.float32)
-    y = b.add_tensor("y", [1, 4], np.float32)
+    # (The -1 lets a signature runner resize it; the Interpreter resizes any input.)
+    x = b.add_tensor("x", [1, 4], np.float32, shape_signature=[1, -1])
+    a = b.add_tensor("a", [1, 4], np.float32, shape_signature=[1, -1])
+    y = b.add_tensor("y", [1, 4], np.float32, shape_signature=[1, -1])
     b.add_op("ADD", [x, x], [a])
     b.add_op("MUL", [a, a], [y])
     b.set_inputs([x])
     b.set_outputs([y])
+    if signature:
+        b.add_signature("serving_default", inputs={"x_in": x}, outputs={"y_out": y})
     return b.build()
 
 
@@ -155,6 +158,11 @@ except oo.OpaqueOpsError as exc:
     print("refused by the runtime:", type(exc).__name__, exc, flush=True)
 else:
     print("allocated", flush=True)
+# Refused, the interpreter is not planned: invoke() says so (no write anywhere).
+try:
+    it.invoke()
+except oo.OpaqueOpsError as exc:
+    print("invoke refused:", type(exc).__name__, exc, flush=True)
 # Resized back, the same interpreter runs.
 it.resize_tensor_input(x, [1, 4])
 it.allocate_tensors()
@@ -179,13 +187,15 @@ def test_a_growing_arena_that_cannot_be_had_is_refused_and_the_interpreter_lives
         p = run_child(GROW, data, mode, "guarded", timeout=120)
         assert p.returncode == 0, crashed(p)
         out = p.stdout
-        if "refused by the runtime" not in out:  # (XNNPACK may refuse the shape in its own Prepare)
-            assert "refused: TensorMemoryError: allocate_tensors: the inputs as resized (input 0 'x' to " in out, out
-            assert "[1, 2147483647]) need at least " in out and "Nothing was allocated" in out, out
-            # The bound: x, the intermediate (not inside XNNPACK's partition) and y, float32.
-            need = (3 if mode == "reference" else 2) * 4 * (2**31 - 1)
-            assert f"need at least {need} bytes" in out, out
+        # The guard runs before TFLite is asked, so before XNNPACK's own Prepare too.
+        assert "refused: TensorMemoryError: allocate_tensors: the inputs as resized (input 0 'x' to " in out, out
+        assert "[1, 2147483647]) need at least " in out and "Nothing was allocated" in out, out
+        # The bound, float32: x, the intermediate and y; with XNNPACK, x and y
+        # (the intermediate is inside its partition, not in the arena).
+        need = (3 if mode == "reference" else 2) * 4 * (2**31 - 1)
+        assert f"need at least {need} bytes" in out, out
         assert "allocated" not in out.splitlines(), out
+        assert "invoke refused: " in out and "allocate_tensors" in out.split("invoke refused: ")[1].splitlines()[0], out
         assert "small ok: True" in out and "large ok: True" in out, out
 
 
@@ -199,3 +209,35 @@ def test_without_the_guard_the_2_17_runtime_dies_there():
     else:
         # 2.23 reports the failed arena itself (a KernelError, "error").
         assert p.returncode == 0 and "refused by the runtime: KernelError" in p.stdout, crashed(p)
+
+
+def test_isolated_and_through_a_signature_runner_it_is_the_same_refusal():
+    # The isolated worker allocates through the same Interpreter code, under
+    # its memory limit (RLIMIT_AS); its inputs and outputs live in shared
+    # memory, so the bound there is the intermediate alone (8 GiB).  A
+    # signature runner of subgraph 0 resizes and allocates through it too.
+    import pytest
+
+    import opaque_ops as oo
+
+    refused = r"need at least \d+ bytes .*Nothing was allocated"
+    v = np.array([[-2.0, 0.5, 1.0, 3.0]], np.float32)
+    it = oo.Interpreter(model_content=_add_mul_model(True), isolate=True, memory_limit="2G", use_xnnpack=False)
+    it.allocate_tensors()
+    x, y = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
+    it.resize_tensor_input(x, [1, 2**31 - 1])
+    with pytest.raises(oo.TensorMemoryError, match=refused):
+        it.allocate_tensors()
+    it.resize_tensor_input(x, [1, 4])
+    it.allocate_tensors()
+    it.set_tensor(x, v)
+    it.invoke()
+    assert np.array_equal(it.get_tensor(y), (v + v) * (v + v))
+
+    runner = it.get_signature_runner("serving_default")
+    runner.resize_tensor_input("x_in", [1, 2**31 - 1])
+    with pytest.raises(oo.TensorMemoryError, match=refused):
+        runner.allocate_tensors()
+    out = runner(x_in=v)  # resized back by the call, and run
+    assert np.array_equal(out["y_out"], (v + v) * (v + v))
+    it.close()
