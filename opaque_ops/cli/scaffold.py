@@ -31,6 +31,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import _digest
 from .scaffold_c import kernel_source, merge_classes, value_class
 
 
@@ -72,11 +73,32 @@ class OpFacts:
         return f"{self.options_kind}, {sets}, kept as bytes"
 
 
+def doc_text(text: str) -> str:
+    """``text`` from the model (an op name, a file name) as it may stand inside a generated docstring.
+
+    Why: the model is untrusted, and an op name holding ``\"\"\"`` ended the
+    generated test's docstring and put the rest of the name in the file as
+    Python, which pytest then ran.  Quotes, backslashes and unprintable
+    characters are written as escapes (the docstring reads as the name).
+    """
+    return repr(str(text))[1:-1].replace('"', '\\"')
+
+
+# A file name's stem is kept under this many characters (a file system's
+# name limit is 255 bytes; an op name may be longer, and non-ASCII).
+_STEM_MAX = 64
+
+
 def snake(name: str) -> str:
     """``SoftThreshold`` -> ``soft_threshold`` (a file name)."""
     s = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name)
     s = re.sub(r"\W+", "_", s, flags=re.ASCII).strip("_").lower() or "op"
-    return "op_" + s if s[0].isdigit() else s
+    s = "op_" + s if s[0].isdigit() else s
+    if len(s) > _STEM_MAX:
+        # Cut, with a digest of the whole name: two long names that share a
+        # beginning stay two files.
+        s = s[: _STEM_MAX - 9].rstrip("_") + "_" + _digest.of_bytes(name.encode("utf-8", "surrogatepass"))[:8]
+    return s
 
 
 def _shape(t) -> tuple:
@@ -238,9 +260,9 @@ def pytest_source(op: OpFacts, package: str, model_name: str) -> str:
             "    },"
         )
     version = max(op.versions)
-    return f'''"""{op.name}: the kernel in ../{package}/c/{op.file_stem}.c against a numpy reference.
+    return f'''"""{doc_text(op.name)}: the kernel in ../{package}/c/{op.file_stem}.c against a numpy reference.
 
-Each case is one set of options that {model_name} gives the op, byte for byte,
+Each case is one set of options that {doc_text(model_name)} gives the op, byte for byte,
 with the dtypes and shapes of a node that uses it.  As generated, the test
 fails: write the kernel's Invoke and reference() below, and it passes.
 """
@@ -263,7 +285,7 @@ CASES = [
 
 
 def reference(inputs, options):
-    """{op.name} in numpy: the list of its outputs for ``inputs`` (numpy arrays, in order).
+    """{doc_text(op.name)} in numpy: the list of its outputs for ``inputs`` (numpy arrays, in order).
 
     ``options`` is the op's options as Python values: a dict for a flexbuffer
     map (a Flex op's: its TensorFlow ``op`` and attributes), None for raw bytes
@@ -325,8 +347,8 @@ def test_matches_reference(ops, case):
 
 
 def _init_py(package: str, ops: list[OpFacts], model_name: str) -> str:
-    names = ", ".join(f.name for f in ops)
-    return f'''"""Kernels for {names} (from {model_name}), as an opaque_ops kernel package.
+    names = ", ".join(doc_text(f.name) for f in ops)
+    return f'''"""Kernels for {names} (from {doc_text(model_name)}), as an opaque_ops kernel package.
 
 ``opaque_ops.kernels.{package}()`` and ``--ops kernels:{package}`` find it through
 the entry point group ``opaque_ops.kernels`` (see pyproject.toml).
@@ -557,6 +579,7 @@ def write_project(model, out_dir, name: str, only=(), force: bool = False, comma
     CliError
         A bad name, a non-empty directory without ``force``, an unknown op, or nothing to do.
     """
+    from .. import kernels as _kernels
     from ..kernels import names as bundled_names
     from .common import CliError, regular_file
 
@@ -565,6 +588,12 @@ def write_project(model, out_dir, name: str, only=(), force: bool = False, comma
         raise CliError(f"--name {name!r} must be a Python identifier (letters, digits, _), e.g. my_ops")
     if name in bundled_names():
         raise CliError(f"--name {name!r} is a bundled kernel's name; choose another")
+    if name in vars(_kernels) and not name.startswith("_"):
+        # opaque_ops.kernels.NAME() would be that function, never this package.
+        raise CliError(
+            f"--name {name!r} is a function of opaque_ops.kernels, so opaque_ops.kernels.{name}() "
+            f"would not find the package; choose another, e.g. {name}_ops"
+        )
     out = Path(out_dir)
     taken = _taken_by(name, out)
     if taken:
@@ -606,9 +635,24 @@ def cmd_scaffold(args) -> int:
     out = Path(args.output)
     for path in written:
         print(f"wrote {path}")
-    print(f"next: python -m pytest {out / 'tests'}   (fails until each kernel and its reference() are written)")
-    print(f"      pip install --no-build-isolation --no-deps {out}   then --ops kernels:{args.name}")
+    print(
+        f"next: python -m pytest {shlex.quote(str(out / 'tests'))}   (fails until each kernel and its reference() are written)"
+    )
+    print(f"      pip install --no-build-isolation --no-deps {_pip_path(out)}   then --ops kernels:{args.name}")
     return 0
+
+
+def _pip_path(directory: Path) -> str:
+    """``directory`` as pip must be given it, quoted for a shell.
+
+    pip reads a bare word (``my_kernels``) as a project name on the package
+    index, not as the directory: it failed, or with another project of that
+    name on PyPI would have installed that one.  A relative path gets ``./``.
+    """
+    text = str(directory)
+    if not os.path.isabs(text) and not text.startswith(("./", "../")):
+        text = "./" + text
+    return shlex.quote(text)
 
 
 def add_parser(sub) -> None:

@@ -316,11 +316,45 @@ def c_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+def comment_text(text: str) -> str:
+    """``text`` from the model (an op name, an option key, a file name) as it may stand inside a C comment.
+
+    Why: the model is untrusted input, and a name that holds ``*/`` would
+    end the comment and put the rest of the name in the generated C as code
+    (which ran at load time, through ``__attribute__((constructor))``).  A
+    backslash, a control character or ``??`` could splice or change lines as
+    well (line splicing, trigraphs).  Those are written as ``\\xNN``-style
+    escapes, which read as what they stand for and are never code.
+    """
+    out = []
+    for ch in str(text):
+        if ch == "\\" or not ch.isprintable():
+            o = ord(ch)
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+        else:
+            out.append(ch)
+    return "".join(out).replace("*/", "*\\x2f").replace("/*", "\\x2f*").replace("??", "?\\x3f")
+
+
+# Keywords of C (C11 and C23) and names the generated code or its headers
+# use as macros: an option key of one of these names would not compile as a field.
+_MACRO_PREFIXES = ("OO_", "OPAQUE_OPS", "OP_NAME", "TfLite", "TF_LITE_", "TFLITE_", "kTfLite")
+_C_RESERVED = frozenset(
+    """auto break case char const continue default do double else enum extern float for goto if inline int long
+    register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
+    alignas alignof bool constexpr false nullptr static_assert thread_local true typeof typeof_unqual
+    _Alignas _Alignof _Atomic _Bool _Complex _Generic _Imaginary _Noreturn _Static_assert _Thread_local
+    asm typeof NULL errno""".split()
+)
+
+
 def c_ident(text: str, used: set) -> str:
-    """A C identifier from ``text``, unique within ``used``."""
+    """A C identifier from ``text``, unique within ``used``, never a C keyword."""
     base = re.sub(r"\W", "_", text, flags=re.ASCII).strip("_") or "value"
     if base[0].isdigit():
         base = "_" + base
+    elif base in _C_RESERVED or base.startswith(_MACRO_PREFIXES):
+        base += "_"
     name, k = base, 2
     while name in used:
         name, k = f"{base}_{k}", k + 1
@@ -446,8 +480,8 @@ def _flex_map_parts(keys: dict, n_sets: int) -> tuple[list, list, list, list]:
             call = f"oo_flex_get(d->buffer, d->length, {k}, &d->{f})"
             fmt = [f'oo_sc_append(msg, sizeof msg, &pos, " %s=<flexbuffer type %d>", {k}, oo_flex_type(d->{f}));']
         if optional:
-            fields.append(f"int has_{f}; /* not every node of the model gives {key!r} */")
-        init.append(f"/* {key!r}: {what}{', optional' if optional else ''} */")
+            fields.append(f"int has_{f}; /* not every node of the model gives {comment_text(repr(key))} */")
+        init.append(f"/* {comment_text(repr(key))}: {what}{', optional' if optional else ''} */")
         init.append(f"rc = {call};")
         if optional:
             init.append(f"d->has_{f} = rc == OO_FLEX_OK;")
@@ -484,15 +518,15 @@ def kernel_source(op, model_name: str, command: str) -> str:
     p = op.c_prefix
     kind = op.options_kind
     lines_doc = [
-        f"/* {op.name} v{', v'.join(map(str, sorted(op.versions)))}: written by `{command}`.",
+        f"/* {comment_text(op.name)} v{', v'.join(map(str, sorted(op.versions)))}: written by `{comment_text(command)}`.",
         " *",
-        f" * {model_name} uses it in {op.count} node(s), with these tensors:",
+        f" * {comment_text(model_name)} uses it in {op.count} node(s), with these tensors:",
     ]
     for i, (t, shape) in enumerate(op.inputs):
         lines_doc.append(f" *   input {i}: {t.lower()} {list(shape) if shape is not None else 'shapes differ'}")
     for i, (t, shape) in enumerate(op.outputs):
         lines_doc.append(f" *   output {i}: {t.lower()} {list(shape) if shape is not None else 'shapes differ'}")
-    lines_doc.append(f" * Options: {op.options_summary}.")
+    lines_doc.append(f" * Options: {comment_text(op.options_summary)}.")
     lines_doc += [
         " *",
         " * As generated: Init reads every option the model gives (each one checked;",
@@ -573,7 +607,7 @@ def kernel_source(op, model_name: str, command: str) -> str:
         for name, akind in op.flex_attrs.items():
             f = "attr_" + c_ident(name, used)
             attr_fields.append((name, akind, f))
-            fields.append(f"OoNdValue {f}; /* {name}: {akind} */")
+            fields.append(f"OoNdValue {f}; /* {comment_text(name)}: {akind} */")
         init += [
             "/* a Flex op: a flexbuffer vector [TensorFlow op name, NodeDef] */",
             "{",
@@ -601,7 +635,7 @@ def kernel_source(op, model_name: str, command: str) -> str:
         for name, akind, f in attr_fields:
             ckind = _ND_KINDS.get(akind, "OO_ND_OTHER")
             init += [
-                f"if (!d->opts.failed) {{ /* {name}: {akind} in the model */",
+                f"if (!d->opts.failed) {{ /* {comment_text(name)}: {akind} in the model */",
                 f"  if (oo_nd_attr(d->node_def, d->node_def_len, {c_string(name)}, &d->{f}) != 0)",
                 '    oo_opts_fail(&d->opts, OP_NAME, "malformed NodeDef");',
                 f"  else if (d->{f}.kind != {ckind})",

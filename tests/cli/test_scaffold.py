@@ -222,6 +222,87 @@ def test_a_name_that_is_taken_in_this_python_is_refused(work, model, name, says)
     assert "Traceback" not in r.stderr and not (work / name).exists()
 
 
+@pytest.mark.parametrize("name", ["names", "all_kernels", "package_kernels"])
+def test_a_name_that_opaque_ops_kernels_defines_is_refused(work, model, name):
+    # opaque_ops.kernels.NAME() would be that function, never the package (a new user's report).
+    r = cli("scaffold", model, "-o", work / f"k_{name}", "--name", name)
+    assert r.returncode == 1 and "is a function of opaque_ops.kernels" in r.stderr, r.stderr
+    assert not (work / f"k_{name}").exists()
+
+
+# Op names and option keys a hostile model may hold.  Each used to become
+# code: "*/" ended the C file's header comment (the constructor ran when the
+# library was loaded), '"""' ended the test file's docstring (pytest ran the
+# rest).  The sentinel files must never appear.
+def _hostile_names(tmp: Path) -> list[str]:
+    c_pwn = tmp / "pwned_c"
+    py_pwn = tmp / "pwned_py"
+    return [
+        "Pwn*/ int system(const char*); __attribute__((constructor)) static void pwn(void) "
+        f'{{ system("touch {c_pwn}"); }} /*',
+        f'Pwn2"""; import pathlib; pathlib.Path({str(py_pwn)!r}).touch(); """',
+        "Splice\\\nint spliced;??/\x1b[31mred",  # a backslash-newline, a trigraph, an escape sequence
+    ]
+
+
+def test_hostile_op_names_and_option_keys_stay_text(work):
+    tmp = work / "hostile"
+    tmp.mkdir()
+    names = _hostile_names(tmp)
+    b = ModelBuilder()
+    x = b.add_tensor("x", [3], np.float32)
+    prev = x
+    for i, name in enumerate(names):
+        y = b.add_tensor(f"y{i}", [3], np.float32)
+        # Keys that are C keywords or the generated code's macros, and one that ends a comment.
+        b.add_custom_op(name, [prev], [y], options={"default": 1, "auto": 2.0, "float": 3, "OP_NAME": 4, "k*/": 5})
+        prev = y
+    b.set_inputs([x])
+    b.set_outputs([prev])
+    path = tmp / 'model* """ \\.tflite'  # (a file name cannot hold a slash)
+    path.write_bytes(b.build())
+    out = tmp / "proj"
+    r = cli("scaffold", path, "-o", out, "--name", "hostile_ops")
+    assert r.returncode == 0, r.stderr
+    r = run_pytest(out / "tests")
+    # The C compiled (the kernel is found under its exact name and says it is
+    # not written yet) and every test file ran as generated.
+    assert summary(r).startswith("3 failed in"), r.stdout + r.stderr
+    assert r.stdout.count("is not written yet: write ") == 3, r.stdout
+    assert not (tmp / "pwned_c").exists() and not (tmp / "pwned_py").exists()
+    r = run_python("-c", "import hostile_ops; print(hostile_ops.__doc__)", **child_env(out))
+    assert r.returncode == 0 and "Kernels for Pwn*/ int system" in r.stdout, r.stdout + r.stderr
+
+
+def test_what_to_run_next_names_the_directory_as_pip_needs_it(work, model):
+    # "pip install ... my_kernels" is a project name on the package index to
+    # pip, not the directory (a new user's report): a relative path gets ./, quoted.
+    r = cli("scaffold", model, "-o", "rel proj", "--name", "rel_ops", cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert "pip install --no-build-isolation --no-deps './rel proj'   then --ops kernels:rel_ops" in r.stdout, r.stdout
+    assert "next: python -m pytest 'rel proj/tests'" in r.stdout, r.stdout
+
+
+def test_a_long_op_name_gets_a_short_file_name(work):
+    long_a, long_b = "Op" + "x" * 300 + "A", "Op" + "x" * 300 + "B"
+    b = ModelBuilder()
+    x = b.add_tensor("x", [3], np.float32)
+    y = b.add_tensor("y", [3], np.float32)
+    z = b.add_tensor("z", [3], np.float32)
+    b.add_custom_op(long_a, [x], [y])
+    b.add_custom_op(long_b, [y], [z])
+    b.set_inputs([x])
+    b.set_outputs([z])
+    path = work / "long.tflite"
+    path.write_bytes(b.build())
+    r = cli("scaffold", path, "-o", work / "long_proj", "--name", "long_ops")
+    assert r.returncode == 0, r.stderr
+    stems = sorted(p.stem for p in (work / "long_proj" / "long_ops" / "c").glob("*.c"))
+    assert len(stems) == 2 and all(len(s) <= 64 for s in stems) and stems[0] != stems[1], stems
+    r = run_pytest(work / "long_proj" / "tests")
+    assert summary(r).startswith("2 failed in") and r.stdout.count("is not written yet") == 2, r.stdout
+
+
 def test_an_installed_kernel_package_may_be_scaffolded_again(work, model, monkeypatch):
     # Re-scaffolding one's own kernel package (installed, so importable)
     # is the --force workflow; only other packages' names are refused.
