@@ -435,9 +435,13 @@ def wheel_arch():
 
 class BuildPyWithKernels(build_py):
     def run(self):
+        # The package is copied afresh: build_py leaves what an earlier build
+        # copied (a C file since deleted went into the wheel with no prebuilt
+        # library, and then needed a compiler on the Pi), and another arch's
+        # prebuilt libraries.
+        shutil.rmtree(os.path.join(self.build_lib, PACKAGE), ignore_errors=True)
         super().run()
         target = os.path.join(self.build_lib, PACKAGE, "prebuilt")
-        shutil.rmtree(target, ignore_errors=True)  # never carry another arch's leftovers
         arch = wheel_arch()
         if arch:
             from opaque_ops.build.standalone import build_prebuilt

@@ -495,6 +495,33 @@ def test_platform_wheel_carries_the_prebuilt_libraries(wheels, arch):
             assert {0x3E: "x86_64", 0xB7: "aarch64"}[int.from_bytes(lib[18:20], "little")] == arch
 
 
+def test_a_wheel_built_again_carries_only_the_current_c_files(wheels, project, work):
+    # A C file deleted after a build stayed in build/lib and went into the
+    # next wheel without its prebuilt library (a new user's report): on a
+    # machine with no compiler the package then failed to load at all.
+    again = work / "again"
+    shutil.copytree(project, again)
+    assert any((again / "build").glob(f"lib*/{NAME}/c/flex_roll.c")), "the first wheel's build directory is there"
+    (again / NAME / "c" / "flex_roll.c").unlink()
+    (again / "tests" / "test_flex_roll.py").unlink()
+    dist = work / "dist_again"
+    pip(
+        "wheel",
+        "-q",
+        "--no-build-isolation",
+        "--no-deps",
+        "-w",
+        dist,
+        again,
+        env=child_env(OPAQUE_OPS_WHEEL_ARCH="x86_64"),
+    )
+    [wheel] = dist.glob(f"{NAME}-*-py3-none-manylinux_2_35_x86_64.whl")
+    with zipfile.ZipFile(wheel) as z:
+        sources = sorted(Path(n).stem for n in z.namelist() if n.startswith(f"{NAME}/c/") and n.endswith(".c"))
+        manifest = manifest_of(z.read(f"{NAME}/prebuilt/x86_64/manifest.txt"))
+    assert sources == ["packed12", "shrink"] and sorted(manifest["kernels"]) == sources, (sources, manifest)
+
+
 def test_x86_64_wheel_runs_with_no_compiler(wheels, model, work):
     if os.uname().machine != "x86_64":
         pytest.skip("the x86_64 wheel runs on an x86_64 host")
