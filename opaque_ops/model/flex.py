@@ -189,7 +189,9 @@ def _flex_value(ref: Any, budget: _FlexBudget, depth: int, size: int) -> Any:
         s = ref.AsStringBytes
         return s.decode("utf-8")
     if t == T.BLOB:
-        return bytes(ref.AsBlob.Bytes)
+        # Ref.AsBlob already hands back the blob's bytes (a slice of the
+        # buffer), not the Blob accessor that has a .Bytes property.
+        return bytes(ref.AsBlob)
     if t == T.MAP:
         m = ref.AsMap
         n = len(m)

@@ -221,3 +221,102 @@ def test_options_that_are_no_flexbuffer_are_read_without_the_flex_module():
     out = subprocess.run([sys.executable, "-c", _STRUCT_OPTIONS_CHILD], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "None", "False"]
+
+
+# -- decoding checked value for value against the flatbuffers package's own reader, flexbuffers.Loads,
+# over each kind of value a flexbuffer can hold (blobs were once refused as "malformed").
+
+
+def _same(a, b) -> bool:
+    """Equal as decoded values, NaN equal to NaN and bool never equal to int."""
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _built_by_hand() -> bytes:
+    # Kinds flex_options never writes but a converter or a hand-made model can:
+    # fixed-size typed vectors, unsigned and key typed vectors, indirect scalars.
+    fbb = flexbuffers.Builder()
+    with fbb.Map():
+        fbb.Key("fixed_int")
+        fbb.FixedTypedVectorFromElements([1, -2, 3], flexbuffers.Type.INT)
+        fbb.Key("fixed_float")
+        fbb.FixedTypedVectorFromElements([0.5, 2.0], flexbuffers.Type.FLOAT)
+        fbb.Key("uints")
+        fbb.TypedVectorFromElements([1, 2**40], flexbuffers.Type.UINT)
+        fbb.Key("keys")
+        fbb.TypedVectorFromElements(["ab", "c"], flexbuffers.Type.KEY)
+        fbb.Key("ind_int")
+        fbb.IndirectInt(-5)
+        fbb.Key("ind_uint")
+        fbb.IndirectUInt(6)
+        fbb.Key("ind_float")
+        fbb.IndirectFloat(1.5)
+        fbb.Key("blob")
+        fbb.Blob(b"\x00\xff")
+    return bytes(fbb.Finish())
+
+
+@pytest.mark.parametrize(
+    "buf",
+    [
+        flex_options({"blob": b"\x00\x01"}),
+        flex_options({"empty": b""}),
+        flex_options({"blobs": [b"a", b"\xff\x00", b""]}),
+        flex_options({"m": {"b": b"x", "l": [1, "a", b"z", [b"q", None]]}}),
+        flex_options({"maps": [{"a": 1}, {"b": b"\x01"}]}),
+        flex_options({"i": [1, 2, 3], "f": [1.5, -2.0], "t": [True, False], "s": ["a", "bc"], "e": []}),
+        flex_options({"x": [1, 2.5, None, True, "s"], "n": float("nan"), "inf": float("-inf")}),
+        flex_options({"big": 1e300, "u": 2**64 - 1, "text": "h\u00e9\x00llo"}),
+        _built_by_hand(),
+    ],
+    ids=["blob", "empty-blob", "vector-of-blobs", "nested", "maps-in-vector", "typed", "mixed", "wide", "by-hand"],
+)
+def test_decoding_agrees_with_flexbuffers_loads(buf):
+    ours, theirs = decode_flex_options(buf), flexbuffers.Loads(buf)
+    assert _same(ours, theirs), (ours, theirs)
+
+
+def _random_value(rng: random.Random, depth: int):
+    kinds = ["int", "float", "bool", "none", "str", "bytes"] + (["list", "map"] if depth < 3 else [])
+    kind = rng.choice(kinds)
+    if kind == "int":
+        return rng.choice([0, -1, 7, 2**31, -(2**63), 2**64 - 1])
+    if kind == "float":
+        return rng.choice([0.5, -1e300, float("inf"), float("nan")])
+    if kind == "bool":
+        return rng.random() < 0.5
+    if kind == "none":
+        return None
+    if kind == "str":
+        return rng.choice(["", "a", "h\u00e9", "x" * 40])
+    if kind == "bytes":
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(5)))
+    if kind == "list":
+        # Same-kind lists too, which become typed vectors.
+        one = rng.choice(["int", "float", "bool", "any"])
+        n = rng.randrange(4)
+        if one == "int":
+            return [rng.randrange(-9, 9) for _ in range(n)]
+        if one == "float":
+            return [rng.random() for _ in range(n)]
+        if one == "bool":
+            return [rng.random() < 0.5 for _ in range(n)]
+        return [_random_value(rng, depth + 1) for _ in range(n)]
+    return {f"k{i}": _random_value(rng, depth + 1) for i in range(rng.randrange(4))}
+
+
+def test_random_options_decode_as_flexbuffers_loads_reads_them():
+    rng = random.Random(11)
+    for _ in range(300):
+        options = {f"k{i}": _random_value(rng, 1) for i in range(rng.randrange(1, 5))}
+        buf = flex_options(options)
+        ours, theirs = decode_flex_options(buf), flexbuffers.Loads(buf)
+        assert _same(ours, theirs), (options, ours, theirs)
