@@ -47,6 +47,7 @@ from ..errors import (
 from ..model import cache as model_cache
 from ..model import check_allocated
 from ..model.cache import checked_model
+from ..model.reader import unusable_model
 
 # Custom ops that TFLite's own builtin resolver provides (and their option rules).
 from ..model.runtime_ops import RUNTIME_CUSTOM_OPS as _RUNTIME_CUSTOM_OPS  # noqa: E402
@@ -408,7 +409,7 @@ class Interpreter:
                 data, registered={op for lib in self._libs for op, _v in lib.ops}, defer_write=True
             )
         except ModelError as exc:
-            raise ModelError(f"{self._model_name} is not a usable TFLite model: {exc}") from None
+            raise unusable_model(self._model_name, exc) from None
         self._model_bytes = data
         operators = _collect_operators(self._libs, {n for n, _v in self._info.custom_ops()})
         # XNNPACK for the builtins; registered kernels keep their nodes (see _xnnpack).

@@ -911,7 +911,14 @@ def read_model(source: bytes | bytearray | memoryview | str | os.PathLike) -> Mo
 
 def _read(buf: bytes, later: bool = False) -> ModelInfo:
     if len(buf) < 8:
-        raise ModelError(f"truncated: {len(buf)} bytes is too short for a TFLite model")
+        # Not "truncated": a handful of bytes is far more often some other
+        # file (a text file, a failed download's empty body) than a model cut
+        # short, and the bytes themselves say which.
+        found = f"{len(buf)} bytes ({buf!r}) are too few for one" if buf else "the file is empty"
+        raise ModelError(
+            f"not a TFLite model: {found} (a TFLite model starts with a 4-byte root offset and the "
+            f"{FILE_IDENTIFIER.decode()!r} file identifier); give the path of a .tflite file"
+        )
     has_id = buf[4:8] == FILE_IDENTIFIER
     if _compiled is not None and not later and type(buf) is bytes:
         model = _read_compiled(buf)
@@ -925,7 +932,7 @@ def _read(buf: bytes, later: bool = False) -> ModelInfo:
             raise
         raise ModelError(
             f"not a TFLite model: no 'TFL3' file identifier (found {buf[4:8]!r}) "
-            f"and the root table does not parse: {exc}"
+            f"and the root table does not parse ({exc}); give the path of a .tflite file"
         ) from None
     except RecursionError:
         raise ModelError("model structure is nested too deeply") from None
@@ -938,6 +945,19 @@ def _read(buf: bytes, later: bool = False) -> ModelInfo:
 
 
 _UNEXPECTED = (struct.error, ValueError, IndexError, OverflowError, MemoryError)
+
+
+def unusable_model(where: str, exc: ModelError) -> ModelError:
+    """The ModelError that names the model (``where``: its path) for a read that raised ``exc``.
+
+    The one wording for the command line and the Interpreter: "x.txt is not
+    a TFLite model: ..." when the bytes are not a model at all, "x.tflite is
+    not a usable TFLite model: ..." for a model that is damaged or refused.
+    """
+    text = str(exc)
+    if text.startswith("not a TFLite model: "):
+        return ModelError(f"{where} is {text}")
+    return ModelError(f"{where} is not a usable TFLite model: {text}")
 
 
 # The compiled reader (c/src/modelreader.c, in the fast calls module), once
