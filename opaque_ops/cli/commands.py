@@ -21,7 +21,18 @@ import sys
 import time
 from pathlib import Path
 
-from .common import CHECK_OK, CHECK_REFUSED, CHECK_UNSAFE, PROG, CliError, load_libs, read_model_file, regular_file
+from .common import (
+    CHECK_OK,
+    CHECK_REFUSED,
+    CHECK_UNSAFE,
+    PROG,
+    CliError,
+    load_libs,
+    read_model_file,
+    regular_file,
+    shown,
+    terminal_safe,
+)
 
 # --------------------------------------------------------------- helpers --
 
@@ -35,7 +46,7 @@ def _describe_options(raw: bytes | None) -> str:
     try:
         decoded = decode_flex_options(raw)
         if isinstance(decoded, dict):
-            return "{" + ", ".join(f"{k}={_short(v)}" for k, v in decoded.items()) + "}"
+            return "{" + ", ".join(f"{shown(k)}={_short(v)}" for k, v in decoded.items()) + "}"
     except Exception:  # noqa: BLE001 - not a flexbuffer: show it raw
         pass
     text = f"raw {len(raw)} bytes"
@@ -76,19 +87,19 @@ def cmd_inspect(args) -> int:
     sg = info.subgraphs[0]
     out = []
     out.append(
-        f"model: {path} ({path.stat().st_size} bytes, schema v{info.version}, {len(info.subgraphs)} subgraph(s))"
+        f"model: {shown(path)} ({path.stat().st_size} bytes, schema v{info.version}, {len(info.subgraphs)} subgraph(s))"
     )
     if info.description:
-        out.append(f"description: {info.description}")
+        out.append(f"description: {shown(info.description)}")
     for title, idxs in (("inputs", sg.inputs), ("outputs", sg.outputs)):
         out.append(f"{title}:")
         for i in idxs:
             t = sg.tensors[i]
-            out.append(f"  {t.name}  {_shape(t)}  {_dtype_name(t)}  (tensor {i})")
+            out.append(f"  {shown(t.name)}  {_shape(t)}  {_dtype_name(t)}  (tensor {i})")
     counts: dict[str, int] = {}
     for g in info.subgraphs:
         for op in g.operators:
-            label = f"{op.op_name} v{op.version}" if op.is_custom else op.op_name
+            label = f"{shown(op.op_name)} v{op.version}" if op.is_custom else op.op_name
             counts[label] = counts.get(label, 0) + 1
     total = sum(counts.values())
     out.append(f"operators: {total}")
@@ -123,7 +134,7 @@ def cmd_inspect(args) -> int:
             for op in g.operators
             if op.is_custom and op.op_name == name and op.version == version
         )
-        out.append(f"  {name} v{version}  x{n_uses}  {status}")
+        out.append(f"  {shown(name)} v{version}  x{n_uses}  {status}")
         for o in opts[:4]:
             out.append(f"      options: {o}")
         if len(opts) > 4:
@@ -131,12 +142,14 @@ def cmd_inspect(args) -> int:
     if info.signatures:
         out.append("signatures:")
         for s in info.signatures:
-            out.append(f"  {s.key}: inputs {sorted(s.inputs)} -> outputs {sorted(s.outputs)}")
+            out.append(f"  {shown(s.key)}: inputs {sorted(s.inputs)} -> outputs {sorted(s.outputs)}")
     else:
         out.append("signatures: none")
     if custom:
         out.append(f"{len(custom) - missing} of {len(custom)} custom ops resolved")
-    print("\n".join(out))
+    # (The names are shown(); the rest of a model's strings, such as a nested
+    # option's key inside a repr, are already escaped or get escaped here.)
+    print(terminal_safe("\n".join(out)))
     if args.check:
         return _check_isolated(path, libs, args)
     return 0
@@ -169,20 +182,23 @@ def _check_isolated(path, libs, args) -> int:
             if isinstance(outcome.error, UnresolvedOpsError)
             else outcome.reason
         )
+        # The reason is the runtime's or the checks' message: it can name the model's ops.
         print(
-            f"check: REFUSED CLEANLY at {outcome.stage} (no crash; loading it in-process raises the "
-            f"same error): {reason}"
+            terminal_safe(
+                f"check: REFUSED CLEANLY at {outcome.stage} (no crash; loading it in-process raises the "
+                f"same error): {reason}"
+            )
         )
         return CHECK_REFUSED
     if outcome.status == "error":
-        print(f"check: ERROR at {outcome.stage}: {outcome.reason}")
+        print(terminal_safe(f"check: ERROR at {outcome.stage}: {outcome.reason}"))
         return CHECK_REFUSED
     what = "CRASHED" if outcome.status == "crash" else "HUNG"
     print(
         f"check: NOT SAFE: the runtime {what} at {outcome.stage} in the isolated worker; loading this "
         "model in-process would take the process down with it."
     )
-    print(str(outcome.error))
+    print(terminal_safe(str(outcome.error)))
     return CHECK_UNSAFE
 
 
@@ -233,7 +249,7 @@ def _find_input(details, key: str) -> dict:
             return d
     if key.isdigit() and int(key) < len(details):
         return details[int(key)]
-    raise CliError(f"the model has no input {key!r}; inputs: {', '.join(d['name'] for d in details)}")
+    raise CliError(f"the model has no input {key!r}; inputs: {', '.join(shown(d['name']) for d in details)}")
 
 
 def _load_npy(file: str):
@@ -315,13 +331,13 @@ def cmd_run(args) -> int:
     it.invoke()
     for d in it.get_output_details():
         value = it.get_tensor(d["index"])
-        line = f"{d['name']}: shape {tuple(value.shape)} {value.dtype.name}"
+        line = f"{shown(d['name'])}: shape {tuple(value.shape)} {value.dtype.name}"
         if value.size and np.issubdtype(value.dtype, np.number):
             line += f"  min {value.min():.6g} max {value.max():.6g}"
         if out_dir is not None:
             fname = re.sub(r"[^A-Za-z0-9_.-]", "_", d["name"]) or f"output{d['index']}"
             np.save(out_dir / f"{fname}.npy", value)
-            line += f"  -> {out_dir / (fname + '.npy')}"
+            line += f"  -> {shown(out_dir / (fname + '.npy'))}"
         print(line)
     return 0
 
@@ -408,11 +424,11 @@ def cmd_bench(args) -> int:
     print(
         f"xnnpack: {'used' if it.xnnpack else 'not used'} (--xnnpack {args.xnnpack}: {_XNNPACK_MEANING[args.xnnpack]})"
     )
-    ops = sorted({f"{n} v{v}" for lib in it._libs for n, v in lib.ops})
+    ops = sorted({f"{shown(n)} v{v}" for lib in it._libs for n, v in lib.ops})
     if ops:
         print(f"registered kernels (they run their ops' nodes): {', '.join(ops)}")
     provided = {op for lib in it._libs for op in lib.ops}
-    others = sorted(f"{n} v{v}" for n, v in it._info.custom_ops() if (n, v) not in provided)
+    others = sorted(f"{shown(n)} v{v}" for n, v in it._info.custom_ops() if (n, v) not in provided)
     if others:
         print(
             f"custom ops run by the runtime itself ({'XNNPACK or ' if it.xnnpack else ''}"
@@ -581,7 +597,8 @@ def _isolation_args(p, default_timeout) -> None:
 
 
 def _error(message: str) -> int:
-    line = " ".join(str(message).split())
+    # (Messages can name a model's ops and tensors: escaped like the reports.)
+    line = terminal_safe(" ".join(str(message).split()))
     sys.stderr.write(f"{PROG}: error: {line}\n")
     return 1
 
@@ -615,7 +632,7 @@ def main(argv=None) -> int:
         return args.func(args)
     except (RuntimeCrashError, RuntimeTimeoutError) as exc:
         # Multi-line on purpose: the C backtrace and the worker's stderr.
-        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        sys.stderr.write(terminal_safe(f"{PROG}: error: {exc}") + "\n")
         return CHECK_UNSAFE
     except UnresolvedOpsError as exc:
         return _error(_unresolved_message(exc))

@@ -24,14 +24,13 @@ from __future__ import annotations
 import json
 import math
 import re
-import shlex
 import struct
 import sys
 from pathlib import Path
 
 from flatbuffers import flexbuffers
 
-from .common import CHECK_OK, CHECK_REFUSED, PROG
+from .common import CHECK_OK, CHECK_REFUSED, PROG, shell_command, shown, terminal_safe
 
 # What the report calls each provider of an op.
 RUNTIME, BUNDLED, LIBRARY, NOBODY = "the runtime", "a bundled kernel", "a library given with --ops", "nobody"
@@ -321,7 +320,9 @@ def scaffold_command(model: Path, ops) -> str:
     parts = ["opaque-ops", "scaffold", str(model), "-o", name, "--name", name]
     for op in ops:
         parts += ["--op", op]
-    return " ".join(shlex.quote(p) for p in parts)
+    # Op names come from the model: quoted so that the line pastes as it is
+    # whatever they hold, and with no control character on the screen.
+    return shell_command(parts)
 
 
 # -------------------------------------------------------------------- facts --
@@ -564,14 +565,25 @@ def _jsonable(v):
 # --------------------------------------------------------------------- text --
 
 
-def _value(v, limit=_SHOW_VALUES) -> str:
+# The facts' stand-ins for the floats JSON has no numbers for (see _jsonable).
+_FLOAT_WORDS = frozenset({"nan", "inf", "-inf"})
+
+
+def _value(v, limit=_SHOW_VALUES, floats=False) -> str:
+    """One value as the text shows it; ``floats``: the value is known to be a float or floats.
+
+    Only then is a "nan", "inf" or "-inf" string the facts' way of writing
+    that float, shown bare; in a value of any other type it is the string.
+    """
     if isinstance(v, list):
-        shown = ", ".join(_value(x, limit) for x in v[:limit])
-        return f"[{shown}{', ...' if len(v) > limit else ''}]" + (f" ({len(v)} values)" if len(v) > limit else "")
+        items = ", ".join(_value(x, limit, floats) for x in v[:limit])
+        return f"[{items}{', ...' if len(v) > limit else ''}]" + (f" ({len(v)} values)" if len(v) > limit else "")
     if isinstance(v, dict) and set(v) == {"bytes", "hex"}:
         return f"<{v['bytes']} bytes {v['hex'][:32]}{'...' if v['bytes'] > 16 else ''}>"
     if isinstance(v, dict):
-        return "{" + ", ".join(f"{k}: {_value(x, limit)}" for k, x in v.items()) + "}"
+        return "{" + ", ".join(f"{shown(k)}: {_value(x, limit)}" for k, x in v.items()) + "}"
+    if isinstance(v, str) and floats and v in _FLOAT_WORDS:
+        return v
     if isinstance(v, str):
         return repr(v)
     if isinstance(v, bool):
@@ -586,23 +598,26 @@ def _options_lines(o: dict) -> list[str]:
     if kind in ("flexbuffer map", "flexbuffer vector"):
         lines = [f"options: {kind}, {len(o['entries'])} entr{'y' if len(o['entries']) == 1 else 'ies'}"]
         for i, e in enumerate(o["entries"]):
-            label = e.get("key", f"[{i}]")
-            lines.append(f"  {label}: {e['type']} = {_value(e['value'])}")
+            label = shown(e["key"]) if "key" in e else f"[{i}]"
+            # (type "float", "vector of float" or "vector of float [3]")
+            floats = e["type"].split(" [")[0] in ("float", "vector of float")
+            lines.append(f"  {label}: {e['type']} = {_value(e['value'], floats=floats)}")
         return lines
     if kind == "flex":
         lines = [
-            f"options: Flex op, TensorFlow op {o['tf_op']}"
+            f"options: Flex op, TensorFlow op {shown(o['tf_op'])}"
             + (f" (node {o['node']!r})" if o["node"] else "")
             + f", {len(o['attrs'])} attribute(s)"
         ]
         for k, a in o["attrs"].items():
             # A type attribute reads as TensorFlow writes it: Tcomplex: complex64.
-            shown = a["value"] if a["kind"] == "type" else f"{a['kind']} = {_value(a['value'])}"
-            lines.append(f"  {k}: {shown}")
+            floats = a["kind"] in ("float", "list(float)")
+            text = a["value"] if a["kind"] == "type" else f"{a['kind']} = {_value(a['value'], floats=floats)}"
+            lines.append(f"  {shown(k)}: {text}")
         return lines
     hexs = o["hex"]
-    shown = " ".join(hexs[i : i + 8] for i in range(0, min(len(hexs), 8 * _SHOW_VALUES), 8))
-    lines = [f"options: raw {o['length']} bytes: {shown}{' ...' if o['length'] > 4 * _SHOW_VALUES else ''}"]
+    words = " ".join(hexs[i : i + 8] for i in range(0, min(len(hexs), 8 * _SHOW_VALUES), 8))
+    lines = [f"options: raw {o['length']} bytes: {words}{' ...' if o['length'] > 4 * _SHOW_VALUES else ''}"]
     if "int32" in o:
         lines.append(f"  as int32: {_value(o['int32'])}")
         # NaN and infinities are strings in the facts (JSON has no such numbers); shown bare.
@@ -618,9 +633,11 @@ def render(facts: dict) -> str:
     """The doctor's report as text, from :func:`gather`'s facts."""
     out = []
     m = facts["model"]
-    out.append(f"model: {m['path']} ({m['bytes']} bytes, schema v{m['schema_version']}, {m['subgraphs']} subgraph(s))")
+    out.append(
+        f"model: {shown(m['path'])} ({m['bytes']} bytes, schema v{m['schema_version']}, {m['subgraphs']} subgraph(s))"
+    )
     if m["description"]:
-        out.append(f"description: {m['description']}")
+        out.append(f"description: {shown(m['description'])}")
     r = facts["runtime"]
     if r["loaded"]:
         known = f"known build: {r['build']}" if r["known_build"] else "NOT a known build"
@@ -640,11 +657,11 @@ def render(facts: dict) -> str:
     else:
         out.append(f"runtime: NOT LOADED: {r['problem']}")
     for lib in facts["libraries"]:
-        out.append(f"--ops {lib['spec']}: {', '.join(lib['ops']) or 'no ops'}")
+        out.append(f"--ops {shown(lib['spec'])}: {', '.join(shown(n) for n in lib['ops']) or 'no ops'}")
     for title in ("inputs", "outputs"):
-        out.append(f"{title}: " + ("none" if not facts[title] else ""))
+        out.append(f"{title}:" + ("" if facts[title] else " none"))
         for t in facts[title]:
-            out.append(f"  {t['name']}  {t['shape']}  {t['type']}  (tensor {t['tensor']})")
+            out.append(f"  {shown(t['name'])}  {t['shape']}  {t['type']}  (tensor {t['tensor']})")
     ops = facts["operators"]
     out.append(f"operators: {sum(e['count'] for e in ops)} nodes of {len(ops)} kinds")
     for e in ops:
@@ -652,7 +669,7 @@ def render(facts: dict) -> str:
         if e["problem"]:
             who = ("MISSING: " if e["kind"] == "custom" else "NOT IN THIS RUNTIME: ") + e["problem"]
         code = f" (code {e['code']})" if e["kind"] == "builtin" and e["problem"] else ""
-        out.append(f"  {e['kind']:7s} {e['name']} v{e['version']}{code}  x{e['count']}  {who}")
+        out.append(f"  {e['kind']:7s} {shown(e['name'])} v{e['version']}{code}  x{e['count']}  {who}")
         for o in e["options"][:_SHOW_OPTION_SETS]:
             out += ["      " + line for line in _options_lines(o)]
         if len(e["options"]) > _SHOW_OPTION_SETS:
@@ -685,7 +702,9 @@ def render(facts: dict) -> str:
             "between invoke() calls"
         )
         for v in s["variable_tensors"][:_SHOW_VALUES]:
-            out.append(f"  {v['name']}  {v['shape']}  {v['type']}  (subgraph {v['subgraph']} tensor {v['tensor']})")
+            out.append(
+                f"  {shown(v['name'])}  {v['shape']}  {v['type']}  (subgraph {v['subgraph']} tensor {v['tensor']})"
+            )
     else:
         out.append("state: none (no variables: each invoke() is independent)")
     d = facts["dynamic"]
@@ -693,7 +712,7 @@ def render(facts: dict) -> str:
         out.append(f"dynamic shapes: {len(d)} tensor(s) with -1 in shape_signature")
         for t in d[:_SHOW_VALUES]:
             out.append(
-                f"  {t['name']}  {t['shape_signature']}"
+                f"  {shown(t['name'])}  {t['shape_signature']}"
                 + ("  (input: resize it before allocating)" if t["input"] else "")
             )
     else:
@@ -702,7 +721,7 @@ def render(facts: dict) -> str:
         out.append("signatures:")
         for sig in facts["signatures"]:
             out.append(
-                f"  {sig['key']} (subgraph {sig['subgraph']}): inputs {sig['inputs']} -> outputs {sig['outputs']}"
+                f"  {shown(sig['key'])} (subgraph {sig['subgraph']}): inputs {sig['inputs']} -> outputs {sig['outputs']}"
             )
     else:
         out.append("signatures: none")
@@ -714,7 +733,9 @@ def render(facts: dict) -> str:
     else:
         out.append(f"verdict: will NOT run as given (exit {v['exit']}):")
         out += [f"  - {reason}" for reason in v["reasons"]]
-    return "\n".join(out)
+    # The names above are shown(); this catches a model's strings inside
+    # messages (a reason naming an op, a check's refusal) too.
+    return terminal_safe("\n".join(out))
 
 
 def cmd_doctor(args) -> int:
@@ -732,7 +753,7 @@ def cmd_doctor(args) -> int:
         message = str(exc) or type(exc).__name__
         facts = {"model": str(args.model), "error": message}
         facts["verdict"] = {"runs": False, "exit": CHECK_REFUSED, "reasons": [message]}
-        print(f"{PROG}: error: {message}", file=sys.stderr)
+        print(terminal_safe(f"{PROG}: error: {message}"), file=sys.stderr)
     print(json.dumps(facts, indent=2) if args.json else render(facts))
     return facts["verdict"]["exit"]
 

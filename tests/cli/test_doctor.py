@@ -379,3 +379,66 @@ def test_says_whether_the_fast_calls_are_in_use(new_ops_model):
         "fast calls: not in use, set_tensor/invoke/get_tensor, the model reader and the planned-tensor reads "
         "run in Python (turned off by OPAQUE_OPS_FASTCALLS=0)" in off.stdout
     ), off.stdout
+
+
+def test_blob_options_are_decoded_not_shown_raw(tmp_path):
+    # A map with blobs was once refused by the flexbuffer decoder, and the
+    # report fell back to "options: raw N bytes".
+    options = {"blob": b"\x00\x01", "blobs": [b"\xff", b""], "n": 3}
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 4], np.float32)
+    y = b.add_tensor("y", [1, 4], np.float32)
+    b.add_custom_op("WithBlob", [x], [y], options=options)
+    b.set_inputs([x])
+    b.set_outputs([y])
+    path = tmp_path / "blob.tflite"
+    path.write_bytes(b.build())
+    r = cli("doctor", path)
+    assert r.returncode == 1, r.stderr
+    assert "options: flexbuffer map, 3 entries" in r.stdout and "options: raw" not in r.stdout, r.stdout
+    assert "  blob: blob = <2 bytes 0001>" in r.stdout
+    assert "  blobs: vector = [<1 bytes ff>, <0 bytes >]" in r.stdout
+    facts = json.loads(cli("doctor", path, "--json").stdout)
+    entries = {e["key"]: e["value"] for e in op(facts, "WithBlob")["options"][0]["entries"]}
+    # The same values as the flatbuffers package's own reader gets from these options' bytes.
+    theirs = flexbuffers.Loads(encode_map(options))
+    assert entries["blob"] == {"bytes": 2, "hex": theirs["blob"].hex()}
+    assert entries["blobs"] == [{"bytes": len(v), "hex": v.hex()} for v in theirs["blobs"]]
+    assert entries["n"] == theirs["n"]
+
+
+def test_nan_and_infinite_options_are_shown_as_floats(tmp_path):
+    options = {"a": float("nan"), "b": float("inf"), "c": [1.0, float("-inf")], "s": "nan"}
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 4], np.float32)
+    y = b.add_tensor("y", [1, 4], np.float32)
+    b.add_custom_op("Floats", [x], [y], options=options)
+    b.set_inputs([x])
+    b.set_outputs([y])
+    path = tmp_path / "floats.tflite"
+    path.write_bytes(b.build())
+    text = cli("doctor", path).stdout
+    for line in ("  a: float = nan", "  b: float = inf", "  c: vector of float = [1.0, -inf]", "  s: string = 'nan'"):
+        assert line in text, (line, text)
+
+
+@pytest.mark.parametrize("content", [b"hello\n", b""], ids=["text", "empty"])
+@pytest.mark.parametrize("command", ["doctor", "inspect", "run"])
+def test_a_file_too_small_to_be_a_model_is_not_called_truncated(tmp_path, content, command):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(content)
+    r = cli(command, path)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    found = f"{len(content)} bytes ({content!r}) are too few for one" if content else "the file is empty"
+    assert f"opaque-ops: error: {path} is not a TFLite model: {found}" in r.stderr, r.stderr
+    assert "give the path of a .tflite file" in r.stderr and "truncated" not in r.stderr, r.stderr
+
+
+def test_no_line_ends_in_a_space(new_ops_model, tmp_path):
+    empty = tmp_path / "empty.tflite"
+    empty.write_bytes(ModelBuilder().build())
+    for path in (new_ops_model, empty):
+        text = cli("doctor", path).stdout
+        assert ("inputs:\n" in text) == (path == new_ops_model), text
+        assert [line for line in text.splitlines() if line != line.rstrip()] == [], text
+    assert "inputs: none\n" in text and "outputs: none\n" in text
