@@ -627,10 +627,68 @@ def write_project(model, out_dir, name: str, only=(), force: bool = False, comma
     for f in ops:
         files[out / name / "c" / f"{f.file_stem}.c"] = kernel_source(f, model.name, command)
         files[out / "tests" / f"test_{f.file_stem}.py"] = pytest_source(f, name, model.name)
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    _write_files(out, files)
     return list(files)
+
+
+def _write_files(out: Path, files: dict) -> None:
+    """Write ``files`` ({path under ``out``: text}) so that a failure leaves no half-written project.
+
+    Why: a write that failed part way (a full disk, a name the file system
+    refuses) left some files, one of them empty, and the next run refused
+    the directory as the user's work.  A new project is written into a
+    hidden directory beside ``out`` and renamed into place once complete;
+    over an existing one (``--force``) each file is written beside itself
+    and renamed over it, so no file is ever left half-written.
+
+    Raises
+    ------
+    CliError
+        A write failed; what was left as it was is said.
+    """
+    import secrets
+    import shutil
+
+    from .common import CliError
+
+    fresh = not out.exists() or not any(out.iterdir())
+    done: list[Path] = []
+    try:
+        if fresh:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            # (mkdir, not tempfile.mkdtemp: the project gets the umask's mode, not 0700.)
+            staging = out.parent / f".{out.name}.scaffold-{secrets.token_hex(4)}"
+            staging.mkdir()
+            try:
+                for path, text in files.items():
+                    target = staging / path.relative_to(out)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_text(text)
+                if out.exists():
+                    out.rmdir()  # (empty: checked above)
+                staging.rename(out)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            return
+        for path, text in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            part = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
+            try:
+                part.write_text(text)
+                os.replace(part, path)
+            except BaseException:
+                part.unlink(missing_ok=True)
+                raise
+            done.append(path)
+    except OSError as exc:
+        kept = (
+            f"{out} was left as it was"
+            if not done
+            else f"{len(done)} of the {len(files)} files were replaced ({', '.join(str(p.relative_to(out)) for p in done)}); "
+            "the others were left as they were"
+        )
+        raise CliError(f"could not write the project: {exc}; {kept}") from None
 
 
 def cmd_scaffold(args) -> int:

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import struct
 import time
 import zipfile
@@ -281,6 +282,49 @@ def test_what_to_run_next_names_the_directory_as_pip_needs_it(work, model):
     assert r.returncode == 0, r.stderr
     assert "pip install --no-build-isolation --no-deps './rel proj'   then --ops kernels:rel_ops" in r.stdout, r.stdout
     assert "next: python -m pytest 'rel proj/tests'" in r.stdout, r.stdout
+
+
+# scaffold in a child whose files may not grow past 4 KiB (RLIMIT_FSIZE; with
+# SIGXFSZ ignored a bigger write fails with EFBIG): the C file, the first
+# big one, fails part way, as on a full disk.
+SMALL_FILES = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+from opaque_ops.cli.commands import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_failed_write_leaves_no_half_written_project(work, model):
+    # A partial project (an empty __init__.py) was left, and the next run
+    # refused the directory as the user's work (a new user's report).
+    parent = work / "small"
+    parent.mkdir()
+    out = parent / "proj"
+    r = run_python("-c", SMALL_FILES, "scaffold", model, "-o", out, "--name", "small_ops", **child_env())
+    assert r.returncode == 1 and "could not write the project: " in r.stderr, r.stdout + r.stderr
+    assert f"{out} was left as it was" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert list(parent.iterdir()) == [], list(parent.iterdir())  # no project, no staging directory
+    # Written in full, then over it with --force under the limit: each file old or new, never cut.
+    r = cli("scaffold", model, "-o", out, "--name", "small_ops")
+    assert r.returncode == 0, r.stderr
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~_umask(), oct(out.stat().st_mode)
+    for p in before:  # (so that a replaced file can be told from a kept one)
+        p.write_bytes(before[p] + b"\n")
+    r = run_python("-c", SMALL_FILES, "scaffold", model, "-o", out, "--name", "small_ops", "--force", **child_env())
+    assert r.returncode == 1 and "files were replaced (" in r.stderr, r.stderr
+    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert set(after) == set(before), set(after) ^ set(before)  # no .part file left
+    assert all(after[p] in (before[p], before[p] + b"\n") for p in after)
+    assert any(after[p] == before[p] for p in after) and any(after[p] == before[p] + b"\n" for p in after)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_a_long_op_name_gets_a_short_file_name(work):
