@@ -16,6 +16,7 @@ cached) or ``kernels:NAME`` for a kernel or bundle shipped with opaque_ops
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -636,6 +637,14 @@ def main(argv=None) -> int:
         return CHECK_UNSAFE
     except UnresolvedOpsError as exc:
         return _error(_unresolved_message(exc))
+    except BrokenPipeError:
+        # The reader of our output went away (``opaque-ops doctor x --json |
+        # head``): not an error to report.  stdout goes to /dev/null, or
+        # Python's flush at exit would fail on the closed pipe once more.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
     except (CliError, OpaqueOpsError, OSError, ValueError) as exc:
         return _error(str(exc) or type(exc).__name__)
     except KeyboardInterrupt:

@@ -161,3 +161,26 @@ def test_run_escapes_tensor_names_in_its_output_and_errors(builtin_only, tmp_pat
     assert r.returncode == 1
     _no_controls(r.stderr)
     assert "no --input for in\\x1b]0;pwned\\x07put" in r.stderr, r.stderr
+
+
+def test_a_reader_that_goes_away_is_not_an_error(hostile):
+    # ``opaque-ops doctor m --json | head``: the pipe closed before the report
+    # was written ended in "opaque-ops: error: [Errno 32] Broken pipe" (a new
+    # user's report).  Here the read end is closed before the child writes.
+    import os
+    import sys
+
+    from tests.helpers.child_process import ROOT
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "opaque_ops", "doctor", str(hostile), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    p.wait(timeout=120)
+    assert "Broken pipe" not in err and "Traceback" not in err and "Exception ignored" not in err, err
+    assert p.returncode == 1, (p.returncode, err)
