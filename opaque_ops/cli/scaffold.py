@@ -445,8 +445,13 @@ class BuildPyWithKernels(build_py):
         arch = wheel_arch()
         if arch:
             from opaque_ops.build.standalone import build_prebuilt
+            from opaque_ops.errors import CompileError
 
-            manifest = build_prebuilt(arch, os.path.join(target, arch), kernels_dir=os.path.join(HERE, PACKAGE, "c"))
+            try:
+                manifest = build_prebuilt(arch, os.path.join(target, arch), kernels_dir=os.path.join(HERE, PACKAGE, "c"))
+            except CompileError as exc:
+                # The compiler's own lines, not setuptools' traceback above them.
+                sys.exit(f"error: {exc}")
             print(f"prebuilt {len(manifest['kernels'])} kernels for {arch}")
 
 

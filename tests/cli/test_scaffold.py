@@ -566,6 +566,30 @@ def test_a_wheel_built_again_carries_only_the_current_c_files(wheels, project, w
     assert sources == ["packed12", "shrink"] and sorted(manifest["kernels"]) == sources, (sources, manifest)
 
 
+def test_a_kernel_that_does_not_compile_fails_the_wheel_with_the_compilers_words(wheels, project, work):
+    # It was a long setuptools traceback with the compiler's error near its end (a new user's report).
+    broken = work / "broken_wheel"
+    shutil.copytree(project, broken)
+    c = broken / NAME / "c" / "shrink.c"
+    c.write_text(c.read_text() + "\nint oops(void) { return missing_name; }\n")
+    r = run_python(
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-build-isolation",
+        "--no-deps",
+        "-w",
+        work / "dist_broken",
+        broken,
+        timeout=900,
+        **child_env(OPAQUE_OPS_WHEEL_ARCH="x86_64"),
+    )
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "error: " in out and "missing_name" in out and "shrink.c" in out, out
+    assert "Traceback" not in out, out
+
+
 def test_x86_64_wheel_runs_with_no_compiler(wheels, model, work):
     if os.uname().machine != "x86_64":
         pytest.skip("the x86_64 wheel runs on an x86_64 host")
