@@ -381,18 +381,23 @@ def test_says_whether_the_fast_calls_are_in_use(new_ops_model):
     ), off.stdout
 
 
+def one_op_model(path, op: str, options) -> Path:
+    """A model of one custom op ``op`` with ``options``, [1, 4] float32 in and out, written to ``path``."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 4], np.float32)
+    y = b.add_tensor("y", [1, 4], np.float32)
+    b.add_custom_op(op, [x], [y], options=options)
+    b.set_inputs([x])
+    b.set_outputs([y])
+    path.write_bytes(b.build())
+    return path
+
+
 def test_blob_options_are_decoded_not_shown_raw(tmp_path):
     # A map with blobs was once refused by the flexbuffer decoder, and the
     # report fell back to "options: raw N bytes".
     options = {"blob": b"\x00\x01", "blobs": [b"\xff", b""], "n": 3}
-    b = ModelBuilder()
-    x = b.add_tensor("x", [1, 4], np.float32)
-    y = b.add_tensor("y", [1, 4], np.float32)
-    b.add_custom_op("WithBlob", [x], [y], options=options)
-    b.set_inputs([x])
-    b.set_outputs([y])
-    path = tmp_path / "blob.tflite"
-    path.write_bytes(b.build())
+    path = one_op_model(tmp_path / "blob.tflite", "WithBlob", options)
     r = cli("doctor", path)
     assert r.returncode == 1, r.stderr
     assert "options: flexbuffer map, 3 entries" in r.stdout and "options: raw" not in r.stdout, r.stdout
@@ -409,14 +414,7 @@ def test_blob_options_are_decoded_not_shown_raw(tmp_path):
 
 def test_nan_and_infinite_options_are_shown_as_floats(tmp_path):
     options = {"a": float("nan"), "b": float("inf"), "c": [1.0, float("-inf")], "s": "nan"}
-    b = ModelBuilder()
-    x = b.add_tensor("x", [1, 4], np.float32)
-    y = b.add_tensor("y", [1, 4], np.float32)
-    b.add_custom_op("Floats", [x], [y], options=options)
-    b.set_inputs([x])
-    b.set_outputs([y])
-    path = tmp_path / "floats.tflite"
-    path.write_bytes(b.build())
+    path = one_op_model(tmp_path / "floats.tflite", "Floats", options)
     text = cli("doctor", path).stdout
     for line in ("  a: float = nan", "  b: float = inf", "  c: vector of float = [1.0, -inf]", "  s: string = 'nan'"):
         assert line in text, (line, text)

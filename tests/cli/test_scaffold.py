@@ -505,18 +505,24 @@ def wheels(project, work) -> dict:
     dist = work / "dist"
     arches = ["x86_64"] + (["aarch64"] if shutil.which("aarch64-linux-gnu-gcc") else [])
     for arch in arches:
-        pip(
-            "wheel",
-            "-q",
-            "--no-build-isolation",
-            "--no-deps",
-            "-w",
-            dist,
-            project,
-            env=child_env(OPAQUE_OPS_WHEEL_ARCH=arch),
-        )
-        [built[arch]] = dist.glob(f"{NAME}-*-py3-none-manylinux_2_35_{arch}.whl")
+        built[arch] = platform_wheel(project, dist, arch)
     return built
+
+
+def platform_wheel(project: Path, dist: Path, arch: str) -> Path:
+    """``pip wheel`` of the project with its kernels prebuilt for ``arch``; the wheel's path."""
+    pip(
+        "wheel",
+        "-q",
+        "--no-build-isolation",
+        "--no-deps",
+        "-w",
+        dist,
+        project,
+        env=child_env(OPAQUE_OPS_WHEEL_ARCH=arch),
+    )
+    [wheel] = dist.glob(f"{NAME}-*-py3-none-manylinux_2_35_{arch}.whl")
+    return wheel
 
 
 @pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
@@ -548,18 +554,7 @@ def test_a_wheel_built_again_carries_only_the_current_c_files(wheels, project, w
     assert any((again / "build").glob(f"lib*/{NAME}/c/flex_roll.c")), "the first wheel's build directory is there"
     (again / NAME / "c" / "flex_roll.c").unlink()
     (again / "tests" / "test_flex_roll.py").unlink()
-    dist = work / "dist_again"
-    pip(
-        "wheel",
-        "-q",
-        "--no-build-isolation",
-        "--no-deps",
-        "-w",
-        dist,
-        again,
-        env=child_env(OPAQUE_OPS_WHEEL_ARCH="x86_64"),
-    )
-    [wheel] = dist.glob(f"{NAME}-*-py3-none-manylinux_2_35_x86_64.whl")
+    wheel = platform_wheel(again, work / "dist_again", "x86_64")
     with zipfile.ZipFile(wheel) as z:
         sources = sorted(Path(n).stem for n in z.namelist() if n.startswith(f"{NAME}/c/") and n.endswith(".c"))
         manifest = manifest_of(z.read(f"{NAME}/prebuilt/x86_64/manifest.txt"))
