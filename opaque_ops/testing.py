@@ -75,6 +75,8 @@ def run_op(
     num_threads: int | None = None,
     isolate: Any = None,
     timeout: float | None = None,
+    input_quantization: Sequence[Any] = (),
+    output_quantization: Sequence[Any] = (),
 ) -> list[np.ndarray]:
     """Run one custom op on the given inputs and return its outputs.
 
@@ -115,6 +117,12 @@ def run_op(
     timeout : float, optional
         With ``isolate``: seconds before the worker is stopped
         (:class:`opaque_ops.RuntimeTimeoutError`).
+    input_quantization, output_quantization : sequence of mapping or None
+        One entry per input (output) position, None for an unquantized
+        tensor; a shorter list leaves the rest unquantized.  A mapping is
+        ``{"scale": ..., "zero_point": ...}`` (lists for per-channel, with
+        ``quantized_dimension``), as :meth:`opaque_ops.model.ModelBuilder.add_tensor`
+        takes it: what a kernel reads with ``TfLiteOpaqueTensorGetQuantizationParams``.
 
     Returns
     -------
@@ -159,6 +167,8 @@ def run_op(
                 guard=guard,
                 constant_inputs=constant_inputs,
                 num_threads=num_threads,
+                input_quantization=input_quantization,
+                output_quantization=output_quantization,
             ),
             isolate=isolate,
             timeout=timeout,
@@ -173,6 +183,8 @@ def run_op(
         guard=guard,
         constant_inputs=constant_inputs,
         num_threads=num_threads,
+        input_quantization=input_quantization,
+        output_quantization=output_quantization,
     )
 
 

@@ -85,11 +85,32 @@ static TfLiteStatus EchoInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
   return kTfLiteOk;
 }
 
+/* Output (float32 [2, 3]) = scale, zero point and constness of each input (uint8 data unused):
+   what a quantized kernel reads in Prepare. */
+static TfLiteStatus QuantShowPrepare(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
+  TfLiteIntArray* s = TfLiteIntArrayCreate(2);
+  s->data[0] = 2;
+  s->data[1] = 3;
+  return TfLiteOpaqueContextResizeTensor(c, TfLiteOpaqueNodeGetOutput(c, n, 0), s);
+}
+static TfLiteStatus QuantShowInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
+  float* y = (float*)TfLiteOpaqueTensorData(TfLiteOpaqueNodeGetOutput(c, n, 0));
+  for (int i = 0; i < 2; ++i) {
+    const TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetInput(c, n, i);
+    TfLiteQuantizationParams q = TfLiteOpaqueTensorGetQuantizationParams(t);
+    y[3 * i] = q.scale;
+    y[3 * i + 1] = (float)q.zero_point;
+    y[3 * i + 2] = TfLiteOpaqueTensorGetAllocationType(t) == kTfLiteMmapRo;
+  }
+  return kTfLiteOk;
+}
+
 OPAQUE_OP("Twice", 1, .prepare = TwiceShapePrepare, .invoke = TwiceGood);
 OPAQUE_OP("Twice", 2, .prepare = TwiceShapePrepare, .invoke = TwiceGood);
 OPAQUE_OP("TwicePastEnd", 1, .prepare = TwiceShapePrepare, .invoke = TwicePastEnd);
 OPAQUE_OP("TwiceBeforeStart", 1, .prepare = TwiceShapePrepare, .invoke = TwiceBeforeStart);
 OPAQUE_OP("TwoOut", 1, .prepare = TwoOutPrepare, .invoke = TwoOutInvoke);
+OPAQUE_OP("QuantShow", 1, .prepare = QuantShowPrepare, .invoke = QuantShowInvoke);
 OPAQUE_OP("Echo", 1, .init = EchoInit, .free = EchoFree, .prepare = EchoPrepare, .invoke = EchoInvoke);
 """
 
@@ -163,6 +184,33 @@ def test_constant_inputs(lib):
     s, o = run_op(lib, "TwoOut", inputs=[a, b], num_outputs=[([1], np.float32), ([3], np.int32)], constant_inputs=[1])
     np.testing.assert_array_equal(o, [6, 7, 8])
     assert s[0] == 3.0
+
+
+def test_quantization_and_constness_reach_the_kernel(lib):
+    # What the scaffolded tests rely on to reproduce a model's node: the
+    # kernel sees each input's scale and zero point, and which one is constant.
+    a, b = np.zeros(4, np.int8), np.arange(3, dtype=np.uint8)
+    (y,) = run_op(
+        lib,
+        "QuantShow",
+        inputs=[a, b],
+        constant_inputs=[1],
+        input_quantization=[{"scale": 0.5, "zero_point": 3}, {"scale": 0.25, "zero_point": 7}],
+        num_outputs=[([2, 3], np.float32)],
+    )
+    np.testing.assert_array_equal(y, [[0.5, 3, 0], [0.25, 7, 1]])
+    # A shorter list leaves the rest unquantized (scale 0, zero point 0).
+    (y,) = run_op(
+        lib,
+        "QuantShow",
+        inputs=[a, b],
+        input_quantization=[{"scale": 2.0, "zero_point": 1}],
+        output_quantization=[None],
+        num_outputs=[([2, 3], np.float32)],
+    )
+    np.testing.assert_array_equal(y, [[2.0, 1, 0], [0, 0, 0]])
+    with pytest.raises(ValueError, match="input_quantization has 3 entries for 2 tensors"):
+        run_op(lib, "QuantShow", inputs=[a, b], input_quantization=[None] * 3)
 
 
 @pytest.mark.parametrize(

@@ -78,6 +78,14 @@ def _check_guards(op_name: str, pos: int, raw: np.ndarray, start: int, nbytes: i
         )
 
 
+def _per_position(what: str, values: Sequence[Any], count: int) -> list:
+    """``values`` padded with None to ``count`` entries; more entries than tensors is a ValueError."""
+    values = list(values or ())
+    if len(values) > count:
+        raise ValueError(f"{what} has {len(values)} entries for {count} tensors (one per position, None for none)")
+    return values + [None] * (count - len(values))
+
+
 def build_op_model(
     op_name: str,
     inputs: Sequence[np.ndarray],
@@ -85,6 +93,8 @@ def build_op_model(
     options=None,
     version: int = 1,
     constant_inputs: Sequence[int] = (),
+    input_quantization: Sequence[Any] = (),
+    output_quantization: Sequence[Any] = (),
 ) -> bytes:
     """Serialise a model made of one custom op.
 
@@ -103,6 +113,10 @@ def build_op_model(
     constant_inputs : sequence of int
         Positions in ``inputs`` stored as constants in the model instead of
         being model inputs.
+    input_quantization, output_quantization : sequence of mapping or None
+        Per position (a shorter list leaves the rest unquantized): the
+        tensor's quantization as :meth:`ModelBuilder.add_tensor` takes it
+        (``scale``, ``zero_point``, optionally ``quantized_dimension``).
 
     Returns
     -------
@@ -115,15 +129,19 @@ def build_op_model(
     bad = [i for i in const if not 0 <= i < len(inputs)]
     if bad:
         raise ValueError(f"constant_inputs {bad} out of range for {len(inputs)} inputs")
+    in_q = _per_position("input_quantization", input_quantization, len(inputs))
+    out_q = _per_position("output_quantization", output_quantization, len(outputs))
     in_idx, model_inputs = [], []
     for i, arr in enumerate(inputs):
         if i in const:
-            in_idx.append(b.add_constant(f"const{i}", arr))
+            in_idx.append(b.add_constant(f"const{i}", arr, quantization=in_q[i]))
         else:
-            t = b.add_tensor(f"input{i}", list(arr.shape), arr.dtype)
+            t = b.add_tensor(f"input{i}", list(arr.shape), arr.dtype, quantization=in_q[i])
             in_idx.append(t)
             model_inputs.append(t)
-    out_idx = [b.add_tensor(f"output{i}", shape, dtype) for i, (shape, dtype) in enumerate(outputs)]
+    out_idx = [
+        b.add_tensor(f"output{i}", shape, dtype, quantization=out_q[i]) for i, (shape, dtype) in enumerate(outputs)
+    ]
     b.add_custom_op(op_name, in_idx, out_idx, options=options, version=version)
     b.set_inputs(model_inputs)
     b.set_outputs(out_idx)
@@ -141,6 +159,8 @@ def run_one_op(
     constant_inputs: Sequence[int] = (),
     num_threads: int | None = None,
     hooks=None,
+    input_quantization: Sequence[Any] = (),
+    output_quantization: Sequence[Any] = (),
 ) -> list[np.ndarray]:
     """:func:`opaque_ops.testing.run_op` in this process (see there for the parameters).
 
@@ -161,7 +181,16 @@ def run_one_op(
         specs = [_norm_spec(s, default_shape, default_dtype) for s in num_outputs]
         if not specs:
             raise ValueError("num_outputs must name at least one output")
-    data = build_op_model(op_name, arrays, specs, options=options, version=version, constant_inputs=constant_inputs)
+    data = build_op_model(
+        op_name,
+        arrays,
+        specs,
+        options=options,
+        version=version,
+        constant_inputs=constant_inputs,
+        input_quantization=input_quantization,
+        output_quantization=output_quantization,
+    )
     it = Interpreter._with_hooks(hooks, model_content=data, custom_ops=list(ops), num_threads=num_threads)
     it.allocate_tensors()
     native = it._live()
