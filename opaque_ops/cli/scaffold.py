@@ -54,6 +54,15 @@ class OpFacts:
     flex_attrs: dict = field(default_factory=dict)  # {attr: kind}
     c_prefix: str = ""
     file_stem: str = ""
+    # Every node's tensors (TensorInfo lists), and for each option set the nodes that use it.
+    nodes: list = field(default_factory=list)  # [(inputs, outputs)]
+    set_nodes: list = field(default_factory=list)  # [[(inputs, outputs)], one list per option set]
+    # The shape rule (see _shape_rule): None when the outputs have the shapes the model
+    # records; else the dims that may change, the outputs following input 0.
+    follow: list | None = None
+    follow_shape: list = field(default_factory=list)  # the model's shape, -1 where a dim may change
+    resize_dims: list = field(default_factory=list)  # -1 in every input's signature: the test's resized case
+    shape_sets: list = field(default_factory=list)  # [(input shapes, output shapes)], distinct, as the nodes record
 
     @property
     def options_summary(self) -> str:
@@ -150,8 +159,13 @@ def gather_ops(model, only=()) -> tuple[list[OpFacts], list[str]]:
                         if have[i][1] != shape:
                             have[i] = (have[i][0], None)
             raw = node.custom_options or b""
-            if all(raw != r for r, _, _ in f.option_sets):
+            f.nodes.append((ins, outs))
+            same = [k for k, (r, _, _) in enumerate(f.option_sets) if r == raw]
+            if same:
+                f.set_nodes[same[0]].append((ins, outs))
+            else:
                 f.option_sets.append((raw, describe_options(node.op_name, raw), tensors))
+                f.set_nodes.append([(ins, outs)])
     if only:
         unknown = [n for n in only if n not in ops]
         if unknown:
@@ -174,6 +188,7 @@ def gather_ops(model, only=()) -> tuple[list[OpFacts], list[str]]:
     used_prefixes, used_stems = set(), set()
     for f in chosen:
         _settle_options(f)
+        _shape_rule(f)
         base = re.sub(r"\W", "", f.name, flags=re.ASCII) or "Op"
         base = ("Op" + base) if base[0].isdigit() else base
         prefix, k = base, 2
@@ -187,6 +202,66 @@ def gather_ops(model, only=()) -> tuple[list[OpFacts], list[str]]:
         used_stems.add(stem)
         f.file_stem = stem
     return chosen, left_out
+
+
+def _shape_rule(f: OpFacts) -> None:
+    """Which shapes the generated Prepare accepts, and how it sizes the outputs.
+
+    The rule, so that the kernel as generated (Invoke written against the
+    shapes the test runs) is never handed an input larger than what its
+    outputs were sized for:
+
+    - *Follow*: when, in every node of the model, every input and every
+      output has one and the same shape, the outputs take input 0's current
+      shape in Prepare, and every input must have that shape too.  Then all
+      the node's tensors have one shape at Invoke, so a loop bounded by any
+      one tensor's element count stays inside every other, whatever the
+      size.  The dims allowed to change are those marked -1 in the shape
+      signature of every input (the model lets them change: a resized input,
+      ``opaque-ops run --input`` with a file of another size) and those the
+      nodes disagree on (the op already runs at several sizes); the other
+      dims must keep the recorded size.  A constant input has no -1, so an
+      op with one stays fixed in that dim.  The generated test runs each
+      case again with the -1 dims 3 times larger.
+    - *Fixed*, otherwise (outputs of another shape than the inputs, two
+      groups of shapes, no dim allowed to change): the outputs get the
+      shapes the model records, and every input must have the shape the
+      model records, else Prepare fails saying so: a kernel written by an
+      input's size would write past an output sized for the recorded input
+      (a resized input of a static model once did, "double free or
+      corruption").  When the nodes record several sets of shapes, the
+      inputs must match one set and the outputs get that set's shapes.
+
+    Why not let an output follow a same-shaped input while other tensors
+    keep fixed shapes: a fixed output (or input) then has a size that no
+    longer relates to the varying one as it did in the test, and a loop
+    over the varying tensor runs past the fixed one.
+    """
+    nodes = [(ins, outs) for ins, outs in f.nodes if ins and outs]
+    shapes = [{_shape(t) for t in ins + outs} for ins, outs in nodes]
+    if nodes and len(nodes) == len(f.nodes) and all(len(s) == 1 for s in shapes):
+        firsts = [next(iter(s)) for s in shapes]
+        rank = len(firsts[0])
+        if all(len(sh) == rank for sh in firsts):
+            disagree = {d for d in range(rank) if len({sh[d] for sh in firsts}) > 1}
+            marked = {
+                d
+                for d in range(rank)
+                if all(
+                    t.shape_signature is not None and len(t.shape_signature) == rank and t.shape_signature[d] == -1
+                    for ins, _ in nodes
+                    for t in ins
+                )
+            }
+            if disagree | marked:
+                f.follow = sorted(disagree | marked)
+                f.follow_shape = [-1 if d in f.follow else n for d, n in enumerate(firsts[0])]
+                f.resize_dims = sorted(marked)
+                return
+    for ins, outs in f.nodes:
+        entry = ([_shape(t) for t in ins], [_shape(t) for t in outs])
+        if entry not in f.shape_sets:
+            f.shape_sets.append(entry)
 
 
 def _settle_options(f: OpFacts) -> None:
@@ -247,24 +322,103 @@ def _bytes_literal(raw: bytes) -> str:
     return f"bytes.fromhex(\n{parts}\n        )"
 
 
+# A constant of more elements than this is not written into the generated
+# test: it stays a constant there, with random values.
+_CONSTANT_MAX = 256
+
+
+def _quantization(t):
+    """A tensor's quantization as run_op takes it, or None (not quantized)."""
+    q = t.quantization
+    scales, zps = [float(x) for x in q["scales"]], [int(x) for x in q["zero_points"]]
+    if not scales:
+        return None
+    if len(scales) == 1:
+        return {"scale": scales[0], "zero_point": zps[0] if zps else 0}
+    return {"scale": scales, "zero_point": zps, "quantized_dimension": int(q["quantized_dimension"])}
+
+
+def _constants(nodes) -> tuple[dict, list[str]]:
+    """The constant inputs of the nodes of one option set: {position: values or None}, and comments.
+
+    A position is constant in the test when it is constant in every node
+    (a kernel may check that in Prepare); its values are the model's when
+    every node holds the same ones and they are few enough to write here,
+    else None (random values, still a constant).
+    """
+    found, notes = {}, []
+    for i in range(len(nodes[0][0])):
+        tensors = [ins[i] for ins, _ in nodes if i < len(ins)]
+        const = [bool(t.data) for t in tensors]
+        if not any(const):
+            continue
+        if not all(const):
+            notes.append(f"Input {i} is a constant in some of the model's nodes only: the test feeds it.")
+            continue
+        arrays = [t.array() for t in tensors]
+        first = arrays[0]
+        if first is None:
+            found[i] = None
+            notes.append(f"Input {i} is a constant in the model, of a type written here as random values.")
+        elif any(a is None or a.shape != first.shape or a.tobytes() != first.tobytes() for a in arrays):
+            found[i] = None
+            notes.append(f"Input {i} is a constant in the model; its nodes hold different values: random ones here.")
+        elif first.size > _CONSTANT_MAX:
+            found[i] = None
+            notes.append(f"Input {i} is a constant in the model, of {first.size} values: random ones here.")
+        else:
+            found[i] = first.tolist()
+            notes.append(f"Input {i} is a constant in the model, with these values.")
+    return found, notes
+
+
+def _case_source(raw: bytes, d: dict, nodes) -> str:
+    """One entry of the generated test's CASES: a node's options, tensors, constants and quantization."""
+    ins, outs = nodes[0]
+    lines = [
+        f'        "options": {_bytes_literal(raw)},',
+        f'        "decoded": {py_literal(_decoded(d)) if _decoded(d) is not None else "None"},',
+        f'        "inputs": {py_literal([(t.type_name.lower(), list(_shape(t))) for t in ins])},',
+        f'        "outputs": {py_literal([(t.type_name.lower(), list(_shape(t))) for t in outs])},',
+    ]
+    constants, notes = _constants(nodes)
+    lines += [f"        # {doc_text(n)}" for n in notes]
+    if constants:
+        lines.append(f'        "constants": {py_literal(constants)},')
+    for key, tensors in (("input_quantization", ins), ("output_quantization", outs)):
+        q = {k: _quantization(t) for k, t in enumerate(tensors) if _quantization(t) is not None}
+        if q:
+            lines.append(f'        "{key}": {py_literal(q)},  # as the model quantizes them')
+    return "    {\n" + "\n".join(lines) + "\n    },"
+
+
 def pytest_source(op: OpFacts, package: str, model_name: str) -> str:
     """The pytest file of one op."""
-    cases = []
-    for raw, d, (ins, outs) in op.option_sets[:16]:
-        cases.append(
-            "    {\n"
-            f'        "options": {_bytes_literal(raw)},\n'
-            f'        "decoded": {py_literal(_decoded(d)) if _decoded(d) is not None else "None"},\n'
-            f'        "inputs": {py_literal([(t.lower(), list(s)) for t, s in ins])},\n'
-            f'        "outputs": {py_literal([(t.lower(), list(s)) for t, s in outs])},\n'
-            "    },"
-        )
+    cases = [_case_source(raw, d, nodes) for (raw, d, _), nodes in zip(op.option_sets[:16], op.set_nodes)]
+    quantized = any(
+        _quantization(t) is not None for nodes in op.set_nodes[:16] for ins, outs in nodes[:1] for t in ins + outs
+    )
     version = max(op.versions)
+    if op.resize_dims:
+        resize_note = (
+            "# Dims the model lets change (-1 in the shape signature of every input): each case\n"
+            "# runs again with them 3 times the recorded size, so the kernel is tested at another size."
+        )
+    else:
+        resize_note = "# The model lets no dim change: every case runs at the shapes the model records."
+    if quantized:
+        ref_args, ref_call = "inputs, options, quantization", 'inputs, case["decoded"], quantization'
+        ref_doc = (
+            '\n    ``quantization`` is {"inputs": [...], "outputs": [...]}: each tensor\'s scale and\n'
+            "    zero point as the model quantizes it (None for a tensor that is not)."
+        )
+    else:
+        ref_args, ref_call, ref_doc = "inputs, options", 'inputs, case["decoded"]', ""
     return f'''"""{doc_text(op.name)}: the kernel in ../{package}/c/{op.file_stem}.c against a numpy reference.
 
 Each case is one set of options that {doc_text(model_name)} gives the op, byte for byte,
-with the dtypes and shapes of a node that uses it.  As generated, the test
-fails: write the kernel's Invoke and reference() below, and it passes.
+with the dtypes, shapes, constant inputs and quantization of a node that uses it.
+As generated, the test fails: write the kernel's Invoke and reference() below, and it passes.
 """
 
 from pathlib import Path
@@ -283,23 +437,37 @@ CASES = [
 {chr(10).join(cases)}
 ]
 
+{resize_note}
+RESIZE_DIMS = {op.resize_dims!r}
 
-def reference(inputs, options):
+
+def reference({ref_args}):
     """{doc_text(op.name)} in numpy: the list of its outputs for ``inputs`` (numpy arrays, in order).
 
     ``options`` is the op's options as Python values: a dict for a flexbuffer
     map (a Flex op's: its TensorFlow ``op`` and attributes), None for raw bytes
-    (read ``case["options"]`` with np.frombuffer).  Return None until written.
+    (read ``case["options"]`` with np.frombuffer).{ref_doc}  Return None until written.
     """
     return None
 
 
-def make_inputs(case, seed=0):
+def at_size(specs, resized):
+    """The (dtype, shape) specs, with the RESIZE_DIMS 3 times the recorded size when ``resized``."""
+    return [
+        (dtype, [max(n, 1) * 3 if resized and i in RESIZE_DIMS else n for i, n in enumerate(shape)])
+        for dtype, shape in specs
+    ]
+
+
+def make_inputs(case, specs, seed=0):
     rng = np.random.default_rng(seed)
+    constants = case.get("constants", {{}})
     out = []
-    for dtype, shape in case["inputs"]:
+    for k, (dtype, shape) in enumerate(specs):
         dt = np.dtype(dtype) if dtype != "string" else np.dtype(object)
-        if dt.kind == "f":
+        if constants.get(k) is not None:  # the model's values
+            x = np.array(constants[k], dt).reshape(shape)
+        elif dt.kind == "f":
             x = rng.standard_normal(shape).astype(dt)
         elif dt.kind == "c":
             x = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
@@ -318,13 +486,24 @@ def ops():
     return oo.compile_ops(SOURCE)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"options{{i}}" for i in range(len(CASES))])
-def test_matches_reference(ops, case):
-    inputs = make_inputs(case)
+@pytest.mark.parametrize(
+    ("case", "resized"),
+    [(case, False) for case in CASES] + [(case, True) for case in CASES if RESIZE_DIMS],
+    ids=[f"options{{i}}" for i in range(len(CASES))] + [f"options{{i}}-resized" for i in range(len(CASES)) if RESIZE_DIMS],
+)
+def test_matches_reference(ops, case, resized):
+    in_specs, out_specs = at_size(case["inputs"], resized), at_size(case["outputs"], resized)
+    inputs = make_inputs(case, in_specs)
+    quantization = {{
+        "inputs": [case.get("input_quantization", {{}}).get(k) for k in range(len(in_specs))],
+        "outputs": [case.get("output_quantization", {{}}).get(k) for k in range(len(out_specs))],
+    }}
     not_written = None
     try:
         got = run_op(ops, OP, inputs, options=case["options"], version=VERSION,
-                     num_outputs=[(shape, dtype) for dtype, shape in case["outputs"]])
+                     num_outputs=[(shape, dtype) for dtype, shape in out_specs],
+                     constant_inputs=list(case.get("constants", {{}})),
+                     input_quantization=quantization["inputs"], output_quantization=quantization["outputs"])
     except KernelError as exc:
         if "not implemented yet" not in str(exc):
             raise
@@ -333,7 +512,7 @@ def test_matches_reference(ops, case):
         pytest.fail(f"{{OP}} is not written yet: write {op.c_prefix}Invoke in {{SOURCE}} (it reads the inputs "
                     f"and writes the outputs), and reference() in {{Path(__file__).name}}. The kernel parsed "
                     f"the options as: {{not_written}}", pytrace=False)
-    expected = reference(inputs, case["decoded"])
+    expected = reference({ref_call})
     if expected is None:
         pytest.fail(f"write reference() in {{Path(__file__).name}}: {{OP}} in numpy, returning the list of "
                     f"its {{len(got)}} output(s) for these inputs", pytrace=False)

@@ -91,6 +91,85 @@ static inline void oo_sc_append_strings(char* msg, size_t cap, size_t* pos, cons
   oo_sc_append(msg, cap, pos, "]");
 }
 
+/* ---- tensor shapes: what Prepare accepts (the rule: opaque_ops/cli/scaffold.py, _shape_rule) ---- */
+
+/* What a shape message tells the author to do. */
+#define OO_SC_FIXED_HOW                                                     \
+  "this kernel sets its outputs to the shapes the model records; derive " \
+  "them from the inputs in Prepare to take other shapes"
+#define OO_SC_FOLLOW_HOW                                                         \
+  "this kernel gives its outputs the shape of input 0 and takes other sizes " \
+  "only in the dims the model marks -1; derive the outputs' shapes from the "  \
+  "inputs in Prepare to take other shapes"
+
+/* 1 when `t` has rank `rank` and dims[i] in each dim (a -1 in dims: any size). */
+static inline int oo_sc_has_shape(const TfLiteOpaqueTensor* t, int rank, const int* dims) {
+  int i;
+  if (t == NULL || TfLiteOpaqueTensorNumDims(t) != rank) return 0;
+  for (i = 0; i < rank; ++i)
+    if (dims[i] >= 0 && TfLiteOpaqueTensorDim(t, i) != dims[i]) return 0;
+  return 1;
+}
+
+/* "[a, b]": the current shape of `t`. */
+static inline void oo_sc_append_shape(char* msg, size_t cap, size_t* pos, const TfLiteOpaqueTensor* t) {
+  int i, rank = TfLiteOpaqueTensorNumDims(t);
+  oo_sc_append(msg, cap, pos, "[");
+  for (i = 0; i < rank; ++i) oo_sc_append(msg, cap, pos, "%s%d", i ? ", " : "", (int)TfLiteOpaqueTensorDim(t, i));
+  oo_sc_append(msg, cap, pos, "]");
+}
+
+/* Input `index` must have the shape `dims` (`records`: the same, as the message shows it).
+   The outputs were sized for it: a larger input would let Invoke write past them. */
+static inline TfLiteStatus oo_sc_check_input(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node, int index,
+                                             int rank, const int* dims, const char* records, const char* how) {
+  const TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetInput(context, node, index);
+  char msg[512];
+  size_t pos = 0;
+  if (oo_sc_has_shape(t, rank, dims)) return kTfLiteOk;
+  oo_sc_append(msg, sizeof msg, &pos, "%s: input %d has shape ", OP_NAME, index);
+  oo_sc_append_shape(msg, sizeof msg, &pos, t);
+  oo_sc_append(msg, sizeof msg, &pos, ", the model records %s: %s", records, how);
+  TfLiteOpaqueContextReportError(context, "%s", msg);
+  return kTfLiteError;
+}
+
+/* Input `index` must have the shape of input 0, which the outputs take. */
+static inline TfLiteStatus oo_sc_check_like_first(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node,
+                                                  int index) {
+  const TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetInput(context, node, index);
+  const TfLiteOpaqueTensor* first = TfLiteOpaqueNodeGetInput(context, node, 0);
+  char msg[512];
+  size_t pos = 0;
+  int i, rank = TfLiteOpaqueTensorNumDims(first), same = TfLiteOpaqueTensorNumDims(t) == rank;
+  for (i = 0; same && i < rank; ++i) same = TfLiteOpaqueTensorDim(t, i) == TfLiteOpaqueTensorDim(first, i);
+  if (same) return kTfLiteOk;
+  oo_sc_append(msg, sizeof msg, &pos, "%s: input %d has shape ", OP_NAME, index);
+  oo_sc_append_shape(msg, sizeof msg, &pos, t);
+  oo_sc_append(msg, sizeof msg, &pos, " and input 0 ");
+  oo_sc_append_shape(msg, sizeof msg, &pos, first);
+  oo_sc_append(msg, sizeof msg, &pos, ": this kernel gives its outputs the shape of input 0, so every input must "
+               "have it; derive the outputs' shapes from the inputs in Prepare to take other shapes");
+  TfLiteOpaqueContextReportError(context, "%s", msg);
+  return kTfLiteError;
+}
+
+/* The inputs match none of the sets of shapes the model's nodes record (`records`). */
+static inline TfLiteStatus oo_sc_shapes_error(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node, int n_in,
+                                              const char* records) {
+  char msg[1024];
+  size_t pos = 0;
+  int i;
+  oo_sc_append(msg, sizeof msg, &pos, "%s: the inputs have shapes ", OP_NAME);
+  for (i = 0; i < n_in; ++i) {
+    if (i) oo_sc_append(msg, sizeof msg, &pos, ", ");
+    oo_sc_append_shape(msg, sizeof msg, &pos, TfLiteOpaqueNodeGetInput(context, node, i));
+  }
+  oo_sc_append(msg, sizeof msg, &pos, "; the model's nodes record %s: %s", records, OO_SC_FIXED_HOW);
+  TfLiteOpaqueContextReportError(context, "%s", msg);
+  return kTfLiteError;
+}
+
 /* A vector option as a malloc'd array (*out stays NULL for an empty vector). */
 static inline int oo_sc_get_ints(const uint8_t* buf, size_t len, const char* key, int64_t** out,
                                  size_t* n) {
@@ -500,6 +579,97 @@ def _flex_map_parts(keys: dict, n_sets: int) -> tuple[list, list, list, list]:
     return fields, init, free, show
 
 
+# ------------------------------------------------------------- shapes --
+
+
+def _dims(shape) -> str:
+    return "[" + ", ".join(str(int(n)) for n in shape) + "]"
+
+
+def _c_dims(name: str, shape) -> str:
+    """``static const int name[n] = {...};`` (C has no empty arrays: a scalar's is one 0, never read)."""
+    return f"static const int {name}[{len(shape) or 1}] = {{{', '.join(str(int(n)) for n in shape) or '0'}}};"
+
+
+def _shape_checks(op) -> list[str]:
+    """Prepare's shape block: the rule of :func:`opaque_ops.cli.scaffold._shape_rule`, in C."""
+    n_in, n_out = len(op.inputs), len(op.outputs)
+    if op.follow is not None:
+        rank = len(op.follow_shape)
+        dims = ", ".join(map(str, op.follow))
+        return [
+            f"  {{ /* Every tensor of this op has one shape in the model, and dim(s) {dims} may change:",
+            "       the outputs take input 0's shape, and every input must have it, so that a loop",
+            "       over any one tensor's elements stays inside all of them. */",
+            f"    {_c_dims('model', op.follow_shape)} /* -1: any size */",
+            "    int i;",
+            f"    for (i = 0; i < {n_in}; ++i) {{",
+            f"      TF_LITE_OPAQUE_ENSURE_STATUS(oo_sc_check_input(context, node, i, {rank}, model, "
+            f"{c_string(_dims(op.follow_shape))}, OO_SC_FOLLOW_HOW));",
+            "      TF_LITE_OPAQUE_ENSURE_STATUS(oo_sc_check_like_first(context, node, i));",
+            "    }",
+            f"    for (i = 0; i < {n_out}; ++i)",
+            "      TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize_like(context, TfLiteOpaqueNodeGetOutput(context, node, i),",
+            "                                                  TfLiteOpaqueNodeGetInput(context, node, 0)));",
+            "  }",
+        ]
+    sets = op.shape_sets
+    out = [
+        "  { /* The shapes the model records.  The outputs get them, so every input must have its",
+        "       recorded shape too: an input resized at run time (resize_tensor_input, or",
+        "       opaque-ops run --input with a file of another shape) would be larger than what the",
+        "       outputs were sized for.  To take other shapes, compute the outputs' from the inputs",
+        "       here (oo_resize). */",
+    ]
+    if len(sets) == 1:
+        ins, outs = sets[0]
+        out += ["    " + _c_dims(f"in{i}", sh) for i, sh in enumerate(ins)]
+        out += ["    " + _c_dims(f"out{j}", sh) for j, sh in enumerate(outs)]
+        out += [
+            f"    TF_LITE_OPAQUE_ENSURE_STATUS(oo_sc_check_input(context, node, {i}, {len(sh)}, in{i}, "
+            f"{c_string(_dims(sh))}, OO_SC_FIXED_HOW));"
+            for i, sh in enumerate(ins)
+        ]
+        out += [
+            f"    TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize(context, TfLiteOpaqueNodeGetOutput(context, node, {j}), "
+            f"{len(sh)}, out{j}));"
+            for j, sh in enumerate(outs)
+        ]
+        return out + ["  }"]
+    # Several nodes, several sets of shapes: the inputs must match one set, and the outputs get
+    # that set's shapes, unless another set has the same input shapes and other output shapes
+    # (the model's own output shape then stands: this Prepare cannot tell the nodes apart).
+    out.append(f"    /* The model's nodes record {len(sets)} sets of shapes. */")
+    for k, (ins, outs) in enumerate(sets):
+        out += ["    " + _c_dims(f"s{k}_in{i}", sh) for i, sh in enumerate(ins)]
+        out += ["    " + _c_dims(f"s{k}_out{j}", sh) for j, sh in enumerate(outs)]
+    for k, (ins, outs) in enumerate(sets):
+        cond = (
+            " &&\n        ".join(
+                f"oo_sc_has_shape(TfLiteOpaqueNodeGetInput(context, node, {i}), {len(sh)}, s{k}_in{i})"
+                for i, sh in enumerate(ins)
+            )
+            or "1"
+        )
+        out.append(f"    {'if' if k == 0 else '} else if'} ({cond}) {{")
+        for j, sh in enumerate(outs):
+            if any(o_ins == ins and o_outs[j] != sh for o_ins, o_outs in sets if j < len(o_outs)):
+                out.append(f"      /* output {j}: the nodes with these input shapes record other shapes for it */")
+            else:
+                out.append(
+                    f"      TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize(context, TfLiteOpaqueNodeGetOutput(context, node, {j}), "
+                    f"{len(sh)}, s{k}_out{j}));"
+                )
+    records = " or ".join("(" + ", ".join(_dims(sh) for sh in ins) + ")" for ins, _ in sets)
+    out += [
+        "    } else {",
+        f"      return oo_sc_shapes_error(context, node, {n_in}, {c_string(records)});",
+        "    }",
+        "  }",
+    ]
+    return out
+
+
 # ----------------------------------------------------------------- a file --
 
 
@@ -531,7 +701,17 @@ def kernel_source(op, model_name: str, command: str) -> str:
         " *",
         " * As generated: Init reads every option the model gives (each one checked;",
         " * a problem is reported by Prepare), Prepare checks the node's tensors and",
-        " * sets the output shapes the model records, and Invoke fails with",
+        *(
+            [
+                " * gives the outputs the shape of input 0 (every tensor has one shape, and the",
+                f" * model lets dim(s) {', '.join(map(str, op.follow))} change), and Invoke fails with",
+            ]
+            if op.follow is not None
+            else [
+                " * sets the output shapes the model records (the inputs must have theirs),",
+                " * and Invoke fails with",
+            ]
+        ),
         ' * "not implemented yet" and the options as parsed here.  Write the op in',
         f" * {p}Invoke, and its numpy reference in the test file.",
         " */",
@@ -707,7 +887,7 @@ def kernel_source(op, model_name: str, command: str) -> str:
             "    }",
             "  }",
         ]
-    for i, (_t, shape) in enumerate(op.outputs):
+    for i in range(len(op.outputs)):
         types = sorted(op.output_types[i])
         cond = " && ".join(f"ty != {C_TYPES.get(x, 'kTfLiteNoType')}" for x in types)
         checks += [
@@ -727,22 +907,8 @@ def kernel_source(op, model_name: str, command: str) -> str:
             "      return kTfLiteError;",
             "    }",
         ]
-        if shape is None:
-            checks.append(
-                "    /* The model's nodes record different shapes for this output: compute it from the\n"
-                "       inputs here (oo_resize). */"
-            )
-        elif len(shape) == 0:
-            checks.append("    TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize(context, t, 0, NULL)); /* a scalar */")
-        else:
-            dims = ", ".join(str(int(x)) for x in shape)
-            checks += [
-                "    { /* the shape the model records; derive it from the inputs for other shapes */",
-                f"      static const int dims[{len(shape)}] = {{{dims}}};",
-                f"      TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize(context, t, {len(shape)}, dims));",
-                "    }",
-            ]
         checks.append("  }")
+    checks += _shape_checks(op)
     checks_text = "\n".join(checks)
     out.append(f"""static TfLiteStatus {p}Prepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {{
   const {p}Data* d = (const {p}Data*)TfLiteOpaqueNodeGetUserData(node);

@@ -171,7 +171,9 @@ def test_project_layout_and_c_files(project, model):
     ]:
         assert decl in shrink and call in shrink
     assert shrink.count("oo_opts_fail(&d->opts, OP_NAME, \"option '%s'") == 5
-    assert "static const int dims[2] = {2, 3};" in shrink  # the recorded output shape
+    # The recorded shapes: the output gets its shape, the input must have its shape.
+    assert "static const int out0[2] = {2, 3};" in shrink and "static const int in0[2] = {2, 3};" in shrink
+    assert 'oo_sc_check_input(context, node, 0, 2, in0, "[2, 3]", OO_SC_FIXED_HOW)' in shrink
     assert "ty != kTfLiteFloat32" in shrink
     packed = (project / NAME / "c" / "packed12.c").read_text()
     assert "if (d->length != 12)" in packed and "ty != kTfLiteInt32" in packed
@@ -742,21 +744,27 @@ SHRINK_REFERENCE = """def reference(inputs, options):
 """
 
 
+def write_op(project: Path, package: str, stem: str, prefix: str, invoke: str, reference: str) -> None:
+    """What an author does: replace the generated {prefix}Invoke and reference() with ``invoke`` and ``reference``."""
+    c_file = project / package / "c" / f"{stem}.c"
+    text = c_file.read_text()
+    begin = text.index(f"static TfLiteStatus {prefix}Invoke(")
+    end = text.index("\n}\n", begin) + 3
+    c_file.write_text(text[:begin] + invoke + text[end:])
+    t_file = project / "tests" / f"test_{stem}.py"
+    text = t_file.read_text()
+    begin = text.index("def reference(")
+    end = text.index("\ndef at_size", begin)
+    t_file.write_text(text[:begin] + reference + "\n" + text[end:])
+
+
 def test_an_author_writes_the_kernel_and_its_generated_test_passes(work, model):
     start = time.monotonic()
     out = work / "authored"
     r = cli("scaffold", model, "-o", out, "--name", "authored", "--op", "Shrink")
     assert r.returncode == 0, r.stderr
-    c_file = out / "authored" / "c" / "shrink.c"
-    text = c_file.read_text()
-    begin = text.index("static TfLiteStatus ShrinkInvoke(")
-    end = text.index("\n}\n", begin) + 3
-    c_file.write_text(text[:begin] + SHRINK_INVOKE + text[end:])
+    write_op(out, "authored", "shrink", "Shrink", SHRINK_INVOKE, SHRINK_REFERENCE)
     t_file = out / "tests" / "test_shrink.py"
-    text = t_file.read_text()
-    begin = text.index("def reference(inputs, options):")
-    end = text.index("\ndef make_inputs", begin)
-    t_file.write_text(text[:begin] + SHRINK_REFERENCE + "\n" + text[end:])
     r = run_pytest(out / "tests")
     assert r.returncode == 0 and summary(r).startswith("2 passed"), r.stdout + r.stderr
     print(f"scaffold to a passing test: {time.monotonic() - start:.1f} s")
@@ -764,3 +772,250 @@ def test_an_author_writes_the_kernel_and_its_generated_test_passes(work, model):
     t_file.write_text(t_file.read_text().replace('options["lambda"], 0) * scale', 'options["lambda"], 0) * 2'))
     r = run_pytest(out / "tests")
     assert r.returncode == 1 and "Mismatched elements" in r.stdout, r.stdout
+
+
+# -------------------------------------------------------------- shapes --
+
+# y = 2x written as the guide writes an elementwise kernel: by the input's
+# size, trusting Prepare to have given the output as many elements.
+DBL_INVOKE = r"""static TfLiteStatus DblInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
+  const TfLiteOpaqueTensor* in = TfLiteOpaqueNodeGetInput(context, node, 0);
+  const float* x = TfLiteOpaqueTensorData(in);
+  float* y = TfLiteOpaqueTensorData(TfLiteOpaqueNodeGetOutput(context, node, 0));
+  for (size_t i = 0; i < TfLiteOpaqueTensorByteSize(in) / sizeof(float); ++i) y[i] = 2 * x[i];
+  return kTfLiteOk;
+}
+"""
+
+DBL_REFERENCE = """def reference(inputs, options):
+    return [2 * inputs[0]]
+"""
+
+RUN_RESIZED = r"""
+import json, sys
+import numpy as np
+import opaque_ops as oo
+
+model, shape, sources = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]
+it = oo.Interpreter(model_path=model, custom_ops=[oo.compile_ops(s) for s in sources])
+it.resize_tensor_input(0, shape)
+x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+out = {}
+try:
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    y = it.get_tensor(it.get_output_details()[0]["index"])
+    out["shape"] = list(y.shape)
+    out["max_error"] = float(np.abs(y - 2 * x).max())  # against numpy: y = 2x
+except oo.KernelError as exc:
+    out["error"] = str(exc)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def scaffold_built(work: Path, b: ModelBuilder, inputs: list, outputs: list, name: str) -> tuple[Path, Path]:
+    """The model of ``b`` with these inputs and outputs, written to WORK/NAME.tflite and
+    scaffolded into WORK/NAME as package NAME: (model, project)."""
+    b.set_inputs(inputs)
+    b.set_outputs(outputs)
+    model = work / f"{name}.tflite"
+    model.write_bytes(b.build())
+    r = cli("scaffold", model, "-o", work / name, "--name", name)
+    assert r.returncode == 0, r.stderr
+    return model, work / name
+
+
+def dbl_model(path: Path, shape, signature) -> Path:
+    b = ModelBuilder()
+    x = b.add_tensor("x", shape, np.float32, shape_signature=signature)
+    y = b.add_tensor("y", shape, np.float32, shape_signature=signature)
+    b.add_custom_op("Dbl", [x], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    path.write_bytes(b.build())
+    return path
+
+
+def test_a_dynamic_models_kernel_follows_a_resized_input(work):
+    # A new user's report: Prepare set the output to the recorded [1, 3], so
+    # at [1000, 3] the kernel above wrote 3000 floats into 3 ("double free or
+    # corruption").  The output now takes the input's shape, and the
+    # generated test runs the kernel at a resized shape too.
+    model = dbl_model(work / "dyn.tflite", [1, 3], [-1, 3])
+    out = work / "dyn_proj"
+    assert cli("scaffold", model, "-o", out, "--name", "dyn_ops").returncode == 0
+    c_text = (out / "dyn_ops" / "c" / "dbl.c").read_text()
+    assert "static const int model[2] = {-1, 3};" in c_text and "oo_resize_like(context" in c_text
+    write_op(out, "dyn_ops", "dbl", "Dbl", DBL_INVOKE, DBL_REFERENCE)
+    r = run_pytest(out / "tests")
+    assert r.returncode == 0 and summary(r).startswith("2 passed"), r.stdout + r.stderr
+    assert "RESIZE_DIMS = [0]" in (out / "tests" / "test_dbl.py").read_text()
+    r = run_python("-c", RUN_RESIZED, model, "[1000, 3]", out / "dyn_ops" / "c" / "dbl.c", timeout=600, **child_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert result(r) == {"shape": [1000, 3], "max_error": 0.0}
+    # Only the dims marked -1 may change: the fixed one is refused, not overrun.
+    r = run_python("-c", RUN_RESIZED, model, "[4, 5]", out / "dyn_ops" / "c" / "dbl.c", timeout=600, **child_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (
+        "Dbl: input 0 has shape [4, 5], the model records [-1, 3]: this kernel gives its outputs the shape of "
+        "input 0 and takes other sizes only in the dims the model marks -1" in result(r)["error"]
+    ), r.stdout
+
+
+def test_a_static_models_kernel_refuses_a_resized_input(work):
+    # `opaque-ops run --input x=file.npy` resizes the input to the file's
+    # shape: the output stayed [2, 3] and the kernel wrote 21 floats into 6.
+    model = dbl_model(work / "static.tflite", [2, 3], None)
+    out = work / "static_proj"
+    assert cli("scaffold", model, "-o", out, "--name", "static_ops").returncode == 0
+    write_op(out, "static_ops", "dbl", "Dbl", DBL_INVOKE, DBL_REFERENCE)
+    r = run_pytest(out / "tests")
+    assert r.returncode == 0 and summary(r).startswith("1 passed"), r.stdout + r.stderr
+    np.save(work / "seven.npy", np.ones((7, 3), np.float32))
+    r = cli("run", model, "--ops", out / "static_ops" / "c" / "dbl.c", "--input", f"x={work / 'seven.npy'}")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (
+        "Dbl: input 0 has shape [7, 3], the model records [2, 3]: this kernel sets its outputs to the shapes "
+        "the model records; derive them from the inputs in Prepare to take other shapes"
+    ) in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    r = run_python("-c", RUN_RESIZED, model, "[2, 3]", out / "static_ops" / "c" / "dbl.c", timeout=600, **child_env())
+    assert result(r) == {"shape": [2, 3], "max_error": 0.0}
+
+
+def test_two_inputs_and_two_outputs_of_other_shapes_keep_the_recorded_shapes(work):
+    # Outputs that do not all have the inputs' one shape cannot follow them
+    # safely: every input must have the recorded shape, even where the
+    # signature says -1.
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 3], np.float32, shape_signature=[-1, 3])
+    w = b.add_tensor("w", [4], np.int32, shape_signature=[-1])
+    y = b.add_tensor("y", [1, 3], np.float32, shape_signature=[-1, 3])
+    z = b.add_tensor("z", [2], np.int32)
+    b.add_custom_op("Pair", [x, w], [y, z])
+    _, out = scaffold_built(work, b, [x, w], [y, z], "pair_ops")
+    c_text = (out / "pair_ops" / "c" / "pair.c").read_text()
+    for line in [
+        "static const int in0[2] = {1, 3};",
+        "static const int in1[1] = {4};",
+        "static const int out0[2] = {1, 3};",
+        "static const int out1[1] = {2};",
+        'oo_sc_check_input(context, node, 0, 2, in0, "[1, 3]", OO_SC_FIXED_HOW)',
+        'oo_sc_check_input(context, node, 1, 1, in1, "[4]", OO_SC_FIXED_HOW)',
+        "oo_resize(context, TfLiteOpaqueNodeGetOutput(context, node, 0), 2, out0)",
+        "oo_resize(context, TfLiteOpaqueNodeGetOutput(context, node, 1), 1, out1)",
+    ]:
+        assert line in c_text, line
+    assert "oo_resize_like" not in c_text.split("PairPrepare(")[1]
+    assert "RESIZE_DIMS = []" in (out / "tests" / "test_pair.py").read_text()
+    r = run_pytest(out / "tests")  # it compiles; the one case says what to write
+    assert summary(r).startswith("1 failed") and "Pair is not written yet" in r.stdout, r.stdout + r.stderr
+
+
+# ------------------------------------------------- constants, quantization --
+
+# y = x * c requantized, reading what a quantized kernel reads: each tensor's
+# scale and zero point, and that c is a constant of the model.
+QSCALE_INVOKE = r"""static TfLiteStatus QScaleInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
+  const TfLiteOpaqueTensor* x = TfLiteOpaqueNodeGetInput(context, node, 0);
+  const TfLiteOpaqueTensor* c = TfLiteOpaqueNodeGetInput(context, node, 1);
+  TfLiteOpaqueTensor* y = TfLiteOpaqueNodeGetOutput(context, node, 0);
+  TfLiteQuantizationParams qx = TfLiteOpaqueTensorGetQuantizationParams(x);
+  TfLiteQuantizationParams qy = TfLiteOpaqueTensorGetQuantizationParams(y);
+  const int8_t* xv = TfLiteOpaqueTensorData(x);
+  const int32_t* cv = TfLiteOpaqueTensorData(c);
+  int8_t* yv = TfLiteOpaqueTensorData(y);
+  size_t i, n = TfLiteOpaqueTensorByteSize(x);
+  if (TfLiteOpaqueTensorGetAllocationType(c) != kTfLiteMmapRo || qx.scale == 0 || qy.scale == 0) {
+    TfLiteOpaqueContextReportError(context, "QScale: input 1 must be a constant and x, y quantized");
+    return kTfLiteError;
+  }
+  for (i = 0; i < n; ++i) {
+    double v = (xv[i] - qx.zero_point) * qx.scale * cv[i % 3] / qy.scale + qy.zero_point;
+    long q = (long)(v < 0 ? v - 0.5 : v + 0.5);
+    yv[i] = (int8_t)(q < -128 ? -128 : q > 127 ? 127 : q);
+  }
+  return kTfLiteOk;
+}
+"""
+
+QSCALE_REFERENCE = """def reference(inputs, options, quantization):
+    x, c = inputs
+    qx, qy = quantization["inputs"][0], quantization["outputs"][0]
+    real = (x.astype(np.float64) - qx["zero_point"]) * qx["scale"] * c
+    return [np.clip(np.round(real / qy["scale"]) + qy["zero_point"], -128, 127).astype(np.int8)]
+"""
+
+
+def test_generated_cases_carry_the_models_constants_and_quantization(work):
+    # A new user's report: an op whose input 1 is a constant [1, 2, 3] was
+    # tested with a fed random input, and an int8 input of scale 0.5, zero
+    # point 3 as a plain int8, so a kernel that checks either failed its
+    # test while it ran right in the model.
+    b = ModelBuilder()
+    x = b.add_tensor("x", [2, 3], np.int8, quantization={"scale": [0.5], "zero_point": [3]})
+    prev = x
+    for k, (values, opts) in enumerate([([1, 2, 3], {"k": 1}), ([4, 5, 6], {"k": 2}), ([7, 8, 9], {"k": 2})]):
+        c = b.add_constant(f"c{k}", np.array(values, np.int32))
+        y = b.add_tensor(f"y{k}", [2, 3], np.int8, quantization={"scale": [0.25], "zero_point": [-1]})
+        b.add_custom_op("QScale", [prev, c], [y], options=opts)
+        prev = y
+    model, out = scaffold_built(work, b, [x], [prev], "qscale_ops")
+    text = (out / "tests" / "test_q_scale.py").read_text()
+    # The first option set's one node: its constant's values; the second's two
+    # nodes hold different values, so the case keeps the constness only.
+    assert '"constants": {1: [1, 2, 3]},' in text and '"constants": {1: None},' in text
+    assert "its nodes hold different values: random ones here" in text
+    assert '"input_quantization": {0: {"scale": 0.5, "zero_point": 3}}' in text.replace("'", '"')
+    assert '"output_quantization": {0: {"scale": 0.25, "zero_point": -1}}' in text.replace("'", '"')
+    write_op(out, "qscale_ops", "q_scale", "QScale", QSCALE_INVOKE, QSCALE_REFERENCE)
+    r = run_pytest(out / "tests")
+    assert r.returncode == 0 and summary(r).startswith("2 passed"), r.stdout + r.stderr
+    # The kernel runs as it did in its test in the model itself (numpy from the op's definition).
+    code = (
+        "import sys, numpy as np, opaque_ops as oo\n"
+        "it = oo.Interpreter(model_path=sys.argv[1], custom_ops=[oo.compile_ops(sys.argv[2])])\n"
+        "it.allocate_tensors()\n"
+        "x = np.array([[3, 4, 5], [-2, 0, 7]], np.int8)\n"
+        "it.set_tensor(it.get_input_details()[0]['index'], x)\n"
+        "it.invoke()\n"
+        "print('RESULT', it.get_tensor(it.get_output_details()[0]['index']).tolist())\n"
+    )
+    r = run_python("-c", code, model, out / "qscale_ops" / "c" / "q_scale.c", timeout=600, **child_env())
+    expected = np.array([[3, 4, 5], [-2, 0, 7]], np.float64)
+    for c, sx in (([1, 2, 3], 0.5), ([4, 5, 6], 0.25), ([7, 8, 9], 0.25)):
+        zx = 3 if sx == 0.5 else -1
+        expected = np.clip(np.round((expected - zx) * sx * np.array(c) / 0.25) - 1, -128, 127)
+    assert result(r) == expected.astype(int).tolist(), r.stdout + r.stderr
+
+
+def test_nodes_of_several_shapes(work):
+    # RowSum is used at [2, 3] -> [2] and [4, 5] -> [4]: the inputs must
+    # match one node's shapes, and the output gets that node's.  Neg is
+    # used at [2, 3] and [4, 5], each node's output like its input: the
+    # op follows its input in the dims the nodes disagree on.
+    b = ModelBuilder()
+    x1, x2 = b.add_tensor("x1", [2, 3], np.float32), b.add_tensor("x2", [4, 5], np.float32)
+    n1, n2 = b.add_tensor("n1", [2, 3], np.float32), b.add_tensor("n2", [4, 5], np.float32)
+    s1, s2 = b.add_tensor("s1", [2], np.float32), b.add_tensor("s2", [4], np.float32)
+    b.add_custom_op("Neg", [x1], [n1])
+    b.add_custom_op("Neg", [x2], [n2])
+    b.add_custom_op("RowSum", [n1], [s1])
+    b.add_custom_op("RowSum", [n2], [s2])
+    model, out = scaffold_built(work, b, [x1, x2], [s1, s2], "several_ops")
+    neg = (out / "several_ops" / "c" / "neg.c").read_text()
+    assert "static const int model[2] = {-1, -1};" in neg and "oo_resize_like(context" in neg
+    assert "RESIZE_DIMS = []" in (out / "tests" / "test_neg.py").read_text()  # no -1 in the model
+    row_sum = (out / "several_ops" / "c" / "row_sum.c").read_text()
+    for line in ["static const int s0_in0[2] = {2, 3};", "static const int s1_out0[1] = {4};", "} else if ("]:
+        assert line in row_sum, line
+    r = run_pytest(out / "tests")  # both compile: one case each says what to write
+    assert summary(r).startswith("2 failed") and r.stdout.count("is not written yet") == 2, r.stdout + r.stderr
+    # At a shape no node records, Prepare refuses it (before the unwritten Invoke).
+    c_dir = out / "several_ops" / "c"
+    r = run_python("-c", RUN_RESIZED, model, "[7, 3]", c_dir / "neg.c", c_dir / "row_sum.c", **child_env())
+    assert (
+        "RowSum: the inputs have shapes [7, 3]; the model's nodes record ([2, 3]) or ([4, 5]): this kernel sets "
+        "its outputs to the shapes the model records"
+    ) in result(r)["error"], r.stdout + r.stderr
