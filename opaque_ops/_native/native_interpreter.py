@@ -589,6 +589,38 @@ class NativeInterpreter:
             return False
         return not placed or bool(lib.TfLiteTensorData(t))
 
+    def arena_room(self, indices) -> int:
+        """An upper bound of the bytes the tensor arena holds now: the memory mapping around its tensors.
+
+        The first of ``indices`` (tensor indices of subgraph 0; the caller
+        leaves out variables, which TFLite keeps in its other, persistent
+        arena) with the arena strategy and memory locates the arena; the size
+        of the mapping in ``/proc/self/maps`` holding that address is at least
+        the arena's (the kernel may merge it with its neighbours, or it is
+        the heap).  0 when no such tensor has memory; ``2**64`` when the maps
+        cannot be read (as if any bound might fit: never a reason to refuse).
+        """
+        lib, interp = self.rt.lib, self._interp
+        address = 0
+        for index in indices:
+            t = lib.TfLiteInterpreterGetTensor(interp, int(index))
+            if t and lib.TfLiteTensorGetAllocationStrategy(t) == 3:  # kTfLiteAllocationStrategyArena
+                data = lib.TfLiteTensorData(t)
+                if data:
+                    address = int(ffi.cast("uintptr_t", data))
+                    break
+        if not address:
+            return 0
+        try:
+            with open("/proc/self/maps") as f:
+                for line in f:
+                    low, _, high = line.partition(" ")[0].partition("-")
+                    if int(low, 16) <= address < int(high, 16):
+                        return int(high, 16) - int(low, 16)
+        except (OSError, ValueError):
+            pass
+        return 1 << 64
+
     @staticmethod
     def can_allocate(nbytes: int) -> bool:
         """Whether ``malloc(nbytes)`` succeeds now; the block is freed at once, never touched.
@@ -597,6 +629,8 @@ class NativeInterpreter:
         that cannot be had fails at once, and one that can costs an
         ``mmap`` and a ``munmap`` (no page is touched).
         """
+        if nbytes >= 1 << 63:
+            return False  # (no malloc takes it: size_t, and no machine has it)
         libc = _libc()
         p = libc.malloc(nbytes)
         if p == ffi.NULL:

@@ -90,9 +90,10 @@ def arena_lower_bound(info, input_shapes: dict, placed, *, end: bool = True, per
         memory there (asked with False for the graph's inputs, which the
         planner always places, and which a resize leaves without memory).
     end : bool
-        Count the end of the run.  False when the allocation stops before
-        the last node (a dynamic tensor: TFLite prepares and allocates the
-        rest during ``invoke``): then only the inputs count.
+        Count the operators' moments.  False when the allocation stops
+        before the last node (an operator with a dynamic output: TFLite
+        prepares and allocates the rest during ``invoke``): then only the
+        inputs count.
     per_node : bool
         Count the moments at each operator's node (see the module's notes).
         False leaves the inputs and the end of the run, which hold whatever
@@ -101,8 +102,8 @@ def arena_lower_bound(info, input_shapes: dict, placed, *, end: bool = True, per
     Returns
     -------
     int
-        0 when the operators' shapes do not fit together (their Prepare
-        fails before the arena is touched: that error is the one to report).
+        The inputs alone when the operators' shapes do not fit together
+        under the shape rules (see :func:`~.shapes.infer_shapes`).
     """
     sg = info.subgraphs[0]
     tensors = sg.tensors
@@ -121,7 +122,10 @@ def arena_lower_bound(info, input_shapes: dict, placed, *, end: bool = True, per
     try:
         shapes = infer_shapes(info, shape_of)
     except ShapeError:
-        return 0
+        # The shape rules refuse these shapes, but a runtime's Prepare may
+        # not (2.17's FULLY_CONNECTED takes an input whose size is no
+        # multiple of its weights' and allocates): the inputs still count.
+        return base
 
     def size(t) -> int | None:
         s = shapes.get(t)

@@ -241,3 +241,114 @@ def test_isolated_and_through_a_signature_runner_it_is_the_same_refusal():
     out = runner(x_in=v)  # resized back by the call, and run
     assert np.array_equal(out["y_out"], (v + v) * (v + v))
     it.close()
+
+
+# After a larger shape, a smaller one (or the same bytes in another shape)
+# needs no new memory: TFLite keeps its arena and never shrinks it.  Under a
+# limit below the new bound the guard refused these, and they ran without
+# it (a review's differential run): the bound must be compared with the
+# arena already there, not only with what malloc can still give.
+SHRINK = """
+import resource, sys
+import numpy as np
+import opaque_ops as oo
+
+it = oo.Interpreter(model_content=bytes.fromhex(sys.argv[1]), use_xnnpack=sys.argv[2] == "xnnpack")
+x, y = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
+n = 1 << 24  # 64 MiB per float32 tensor
+it.resize_tensor_input(x, [1, n])
+it.allocate_tensors()
+vm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize"))
+cap = vm + (32 << 20)  # 32 MiB of room: less than any of the bounds below
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+def chunks(size, step=1 << 20):
+    for start in range(0, size, step):
+        yield start, (np.arange(start, min(size, start + step), dtype=np.float32) % 5 - 2)
+
+
+for shape in ([1, n // 2], [n, 1], [1, n]):
+    it.resize_tensor_input(x, shape)
+    it.allocate_tensors()
+    # In place, a chunk at a time: under the limit there is no room for a
+    # whole input beside the arena.
+    flat = it.tensor(x)().reshape(-1)
+    for start, v in chunks(flat.size):
+        flat[start : start + v.size] = v
+    del flat
+    it.invoke()
+    out = it.tensor(y)().reshape(-1)
+    ok = out.size == shape[0] * shape[1] and all(
+        np.array_equal(out[start : start + v.size], (v + v) * (v + v)) for start, v in chunks(out.size)
+    )
+    del out
+    print(shape, "ok:", ok, flush=True)
+it.resize_tensor_input(x, [1, 4 * n])  # larger than any arena before: refused
+try:
+    it.allocate_tensors()
+except oo.TensorMemoryError as exc:
+    print("grown: TensorMemoryError", exc, flush=True)
+"""
+
+
+def test_a_shape_that_fits_the_arena_already_there_is_not_refused():
+    for mode in ("reference", "xnnpack"):
+        p = run_child(SHRINK, _add_mul_model().hex(), mode, timeout=120)
+        assert p.returncode == 0, crashed(p)
+        for shape in ("[1, 8388608]", "[16777216, 1]", "[1, 16777216]"):
+            assert f"{shape} ok: True" in p.stdout, p.stdout
+        assert "grown: TensorMemoryError" in p.stdout and "need at least" in p.stdout, p.stdout
+
+
+# Two cases the first bound missed (the same review), each a SIGSEGV inside
+# AllocateTensors on 2.17 with the guard on:
+# - FULLY_CONNECTED with an input size no multiple of its weights': the shape
+#   rules refuse it, and the bound was 0, but 2.17's Prepare takes it and
+#   the arena grows; the graph inputs still count;
+# - the reference MEAN's dynamic temporary: any dynamic tensor made the
+#   bound the inputs alone, but only a dynamic *output* stops TFLite's
+#   allocation early.
+MISSED = """
+import resource, sys
+import numpy as np
+import opaque_ops as oo
+from opaque_ops.model import ModelBuilder
+
+f32 = np.float32
+b = ModelBuilder()
+x = b.add_tensor("x", [1, 16], f32)
+if sys.argv[1] == "fully_connected":
+    w = b.add_constant("w", np.eye(16, dtype=f32))
+    y = b.add_tensor("y", [1, 16], f32)
+    b.add_op("FULLY_CONNECTED", [x, w, -1], [y])
+    size, room = (1 << 26) + 3, 200 << 20  # the input alone (256 MiB) is more than the room
+else:
+    axis = b.add_constant("axis", np.array([1], np.int32))
+    e = b.add_tensor("e", [1, 16], f32)
+    m = b.add_tensor("m", [1, 1], f32)
+    y = b.add_tensor("y", [1, 16], f32)
+    b.add_op("EXP", [x], [e])
+    b.add_op("MEAN", [e, axis], [m], {"keep_dims": True})
+    b.add_op("SUB", [e, m], [y])
+    size, room = 1 << 26, 400 << 20  # x, e live to SUB: 512 MiB; x alone fits
+b.set_inputs([x])
+b.set_outputs([y])
+it = oo.Interpreter(model_content=b.build(), use_xnnpack=False)
+it.allocate_tensors()
+vm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize"))
+resource.setrlimit(resource.RLIMIT_AS, (vm + room,) * 2)
+it.resize_tensor_input(0, [1, size])
+try:
+    it.allocate_tensors()
+except oo.TensorMemoryError as exc:
+    print("refused: TensorMemoryError", exc, flush=True)
+except oo.OpaqueOpsError as exc:
+    print("refused:", type(exc).__name__, exc, flush=True)
+"""
+
+
+def test_shapes_the_rules_refuse_and_dynamic_temporaries_still_get_a_bound():
+    for case in ("fully_connected", "mean"):
+        p = run_child(MISSED, case, timeout=120)
+        assert p.returncode == 0, (case, crashed(p))
+        assert "refused: TensorMemoryError" in p.stdout and "need at least" in p.stdout, (case, p.stdout)
