@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import _digest
-from .scaffold_c import kernel_source, merge_classes, value_class
+from .scaffold_c import c_string, kernel_source, merge_classes, value_class
 
 
 @dataclass
@@ -744,7 +744,9 @@ def _taken_by(name: str, out: Path) -> str | None:
     return f"is already an importable module ({spec.origin})"
 
 
-def write_project(model, out_dir, name: str, only=(), force: bool = False, command: str = "") -> list[Path]:
+def write_project(
+    model, out_dir, name: str, only=(), force: bool = False, command: str = "", add: bool = False
+) -> list[Path]:
     """Write the kernel package project; return the files written.
 
     Parameters
@@ -758,14 +760,23 @@ def write_project(model, out_dir, name: str, only=(), force: bool = False, comma
     only : sequence of str
         Op names to scaffold; default the custom ops nobody provides.
     force : bool
-        Write into a non-empty directory, replacing the generated files.
+        Write into a non-empty directory, replacing the generated files
+        (with ``add``: the C and test files of ops the project has already).
     command : str
         The command line, quoted in the files' headers.
+    add : bool
+        Add the ops to the project scaffolded before in ``out_dir`` (package
+        ``name``): only their C and test files are written, and the
+        project's own files (pyproject.toml, setup.py, README.md, the
+        package's ``__init__.py``), which their author may have edited, are
+        left as they are.
 
     Raises
     ------
     CliError
-        A bad name, a non-empty directory without ``force``, an unknown op, or nothing to do.
+        A bad name, a non-empty directory without ``force``, an unknown op,
+        nothing to do, or with ``add``: no project there, or an op it has
+        already (without ``force``).
     """
     from .. import kernels as _kernels
     from ..kernels import names as bundled_names
@@ -791,28 +802,78 @@ def write_project(model, out_dir, name: str, only=(), force: bool = False, comma
         )
     if out.exists() and not out.is_dir():
         raise CliError(f"{out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
+    if add and not (out / name / "__init__.py").is_file():
+        raise CliError(
+            f"--add writes ops into a project scaffolded before, and {out / name / '__init__.py'} is not "
+            "there; scaffold without --add to start one (or give the project's --name)"
+        )
+    if not add and out.is_dir() and any(out.iterdir()) and not force:
         raise CliError(
             f"{out} is not empty: scaffold refuses to overwrite what may be your work "
-            "(use --force to write the generated files over it)"
+            "(use --add to add ops to a project scaffolded there, or --force to write the generated "
+            "files over it)"
         )
     ops, _ = gather_ops(model, only)
+    if add:
+        _place_in_project(ops, out / name / "c", force)
     command = command or " ".join(
         shlex.quote(p)
         for p in ["opaque-ops", "scaffold", model.name, "-o", str(out), "--name", name]
         + [x for f in (only or ()) for x in ("--op", f)]
     )
-    files = {
-        out / "pyproject.toml": _pyproject(name, name.replace("_", "-")),
-        out / "setup.py": _SETUP_PY % {"package": name},
-        out / "README.md": _readme(name, ops, model.name, command),
-        out / name / "__init__.py": _init_py(name, ops, model.name),
-    }
+    files = (
+        {}
+        if add
+        else {
+            out / "pyproject.toml": _pyproject(name, name.replace("_", "-")),
+            out / "setup.py": _SETUP_PY % {"package": name},
+            out / "README.md": _readme(name, ops, model.name, command),
+            out / name / "__init__.py": _init_py(name, ops, model.name),
+        }
+    )
     for f in ops:
         files[out / name / "c" / f"{f.file_stem}.c"] = kernel_source(f, model.name, command)
         files[out / "tests" / f"test_{f.file_stem}.py"] = pytest_source(f, name, model.name)
     _write_files(out, files)
     return list(files)
+
+
+def _place_in_project(ops: list[OpFacts], c_dir: Path, force: bool) -> None:
+    """Give each op of ``ops`` the file name it has in the project's ``c_dir`` (``--add``), or a free one.
+
+    An op is known in a project by the ``OP_NAME`` line of its C file (a
+    file name says less: ``My-Op`` and ``my_op`` both make ``my_op``).  An
+    op the project has already is refused without ``force`` (its files hold
+    the author's kernel and test), and replaced in place with it.
+    """
+    from .common import CliError
+
+    def op_line(text: str) -> str:
+        return next((line for line in text.splitlines() if line.startswith("#define OP_NAME ")), "")
+
+    owners = {}  # the project's file stems -> their OP_NAME line
+    for c in sorted(c_dir.glob("*.c")):
+        try:
+            owners[c.stem] = op_line(c.read_text(errors="replace"))
+        except OSError:
+            owners[c.stem] = ""
+    taken = set(owners)
+    for f in ops:
+        line = op_line(f"#define OP_NAME {c_string(f.name)}")
+        mine = next((stem for stem, owner in owners.items() if owner == line), None)
+        if mine is not None:
+            if not force:
+                raise CliError(
+                    f"the project has {f.name!r} already ({c_dir / (mine + '.c')}); --add leaves its kernel and "
+                    "test as they are: drop it from --op, or add --force to write them again"
+                )
+            f.file_stem = mine
+            continue
+        stem, k = f.file_stem, 2
+        while stem in taken:
+            stem, k = f"{f.file_stem}_{k}", k + 1
+        f.file_stem = stem
+        taken.add(stem)
 
 
 def _write_files(out: Path, files: dict) -> None:
@@ -877,10 +938,16 @@ def _write_files(out: Path, files: dict) -> None:
 
 def cmd_scaffold(args) -> int:
     """``opaque-ops scaffold``: write the project and say what to do next."""
-    written = write_project(args.model, args.output, args.name, args.op, args.force)
+    written = write_project(args.model, args.output, args.name, args.op, args.force, add=args.add)
     out = Path(args.output)
     for path in written:
         print(f"wrote {path}")
+    if args.add:
+        print(
+            f"left pyproject.toml, setup.py, README.md and {args.name}/__init__.py as they were "
+            "(the README lists the ops it was written for; the package loads every C file in "
+            f"{args.name}/c)"
+        )
     print(
         f"next: python -m pytest {shlex.quote(str(out / 'tests'))}   (fails until each kernel and its reference() are written)"
     )
@@ -916,5 +983,14 @@ def add_parser(sub) -> None:
         metavar="OP",
         help="scaffold this custom op (repeatable; default: every custom op nobody provides)",
     )
-    p.add_argument("--force", action="store_true", help="write into a non-empty directory")
+    p.add_argument(
+        "--add",
+        action="store_true",
+        help="add the ops to the project scaffolded in DIR before: write only their C and test files",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into a non-empty directory (with --add: write again the files of ops the project has)",
+    )
     p.set_defaults(func=cmd_scaffold)

@@ -329,6 +329,39 @@ def _umask() -> int:
     return mask
 
 
+def test_add_puts_more_ops_into_a_project_and_leaves_its_own_files(work, model):
+    # --force was the only way to add an op, and it wrote pyproject.toml,
+    # README.md and __init__.py over the author's edits (a new user's report).
+    out = work / "grows"
+    r = cli("scaffold", model, "-o", out, "--name", "grows_ops", "--op", "Shrink")
+    assert r.returncode == 0, r.stderr
+    own = [out / "pyproject.toml", out / "setup.py", out / "README.md", out / "grows_ops" / "__init__.py"]
+    for path in own:  # the author's edits
+        path.write_text(path.read_text() + "\n# edited\n")
+    before = {path: path.read_text() for path in own}
+    r = cli("scaffold", model, "-o", out, "--name", "grows_ops", "--op", "Packed12", "--add")
+    assert r.returncode == 0, r.stderr
+    assert "left pyproject.toml, setup.py, README.md and grows_ops/__init__.py as they were" in r.stdout
+    assert {path: path.read_text() for path in own} == before
+    assert sorted(p.name for p in (out / "grows_ops" / "c").iterdir()) == ["packed12.c", "shrink.c"]
+    # An op the project has: its kernel and test are the author's work.
+    (out / "grows_ops" / "c" / "packed12.c").write_text(
+        "/* my kernel */\n" + (out / "grows_ops" / "c" / "packed12.c").read_text()
+    )
+    r = cli("scaffold", model, "-o", out, "--name", "grows_ops", "--op", "Packed12", "--add")
+    assert r.returncode == 1 and "the project has 'Packed12' already" in r.stderr, r.stderr
+    assert (out / "grows_ops" / "c" / "packed12.c").read_text().startswith("/* my kernel */")
+    r = cli("scaffold", model, "-o", out, "--name", "grows_ops", "--op", "Packed12", "--add", "--force")
+    assert r.returncode == 0 and not (out / "grows_ops" / "c" / "packed12.c").read_text().startswith("/* my"), r.stderr
+    assert {path: path.read_text() for path in own} == before
+    # Both ops' generated tests run: Shrink's two option sets and Packed12's one, each "not written yet".
+    r = run_pytest(out / "tests")
+    assert summary(r).startswith("3 failed in") and r.stdout.count("is not written yet") == 3, r.stdout
+    # --add where no project is.
+    r = cli("scaffold", model, "-o", work / "nothing_here", "--name", "grows_ops", "--add")
+    assert r.returncode == 1 and "--add writes ops into a project scaffolded before" in r.stderr, r.stderr
+
+
 def test_a_long_op_name_gets_a_short_file_name(work):
     long_a, long_b = "Op" + "x" * 300 + "A", "Op" + "x" * 300 + "B"
     b = ModelBuilder()
