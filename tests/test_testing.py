@@ -211,6 +211,9 @@ def test_quantization_and_constness_reach_the_kernel(lib):
     np.testing.assert_array_equal(y, [[2.0, 1, 0], [0, 0, 0]])
     with pytest.raises(ValueError, match="input_quantization has 3 entries for 2 tensors"):
         run_op(lib, "QuantShow", inputs=[a, b], input_quantization=[None] * 3)
+    # One mapping for a list of them: its keys were taken as positions (a review's report).
+    with pytest.raises(ValueError, match="one entry per tensor position .* got one mapping"):
+        run_op(lib, "QuantShow", inputs=[a, b], input_quantization={"scale": 0.5, "zero_point": 3})
 
 
 @pytest.mark.parametrize(

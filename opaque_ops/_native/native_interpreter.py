@@ -592,13 +592,16 @@ class NativeInterpreter:
     def arena_room(self, indices) -> int:
         """An upper bound of the bytes the tensor arena holds now: the memory mapping around its tensors.
 
-        The first of ``indices`` (tensor indices of subgraph 0; the caller
-        leaves out variables, which TFLite keeps in its other, persistent
+        The first of ``indices`` (tensor indices of subgraph 0, which must
+        leave out variables: TFLite keeps them in its other, persistent
         arena) with the arena strategy and memory locates the arena; the size
         of the mapping in ``/proc/self/maps`` holding that address is at least
-        the arena's (the kernel may merge it with its neighbours, or it is
-        the heap).  0 when no such tensor has memory; ``2**64`` when the maps
-        cannot be read (as if any bound might fit: never a reason to refuse).
+        the arena's.  It may be much more: the kernel merges neighbouring
+        mappings, and a small arena lives in the heap, which is then taken
+        whole.  That errs on the side of never refusing what would run (a
+        bound within it lets the allocation go ahead), not of catching
+        every failure.  0 when no such tensor has memory; ``2**64`` when the
+        maps cannot be read.
         """
         lib, interp = self.rt.lib, self._interp
         address = 0

@@ -152,7 +152,7 @@ def _ask_identity(command: list[str], exe: str) -> tuple[str, bool]:
     def ask(*args: str) -> str:
         nonlocal answered
         try:
-            out = subprocess.run([*command, *args], capture_output=True, text=True, timeout=60)
+            out = subprocess.run([*command, *args], capture_output=True, text=True, errors="replace", timeout=60)
         except (OSError, subprocess.SubprocessError):
             answered = False
             return "?"
@@ -494,7 +494,8 @@ def _read_text(path) -> str:
 def _parts_digest(parts) -> str:
     h = _digest.new()
     for part in parts:
-        h.update(part if isinstance(part, bytes) else part.encode())
+        # (A path may hold any bytes: Python keeps those that are not UTF-8 as surrogates.)
+        h.update(part if isinstance(part, bytes) else part.encode("utf-8", "surrogateescape"))
         h.update(b"\0")
     return h.hexdigest()
 
@@ -557,6 +558,7 @@ def build(spec: BuildSpec, workdir: str | os.PathLike, *, verbose: bool = False)
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            errors="replace",  # (the compiler quotes paths, which may hold any bytes)
         )
     except OSError as exc:
         raise CompileError(f"{spec.label} failed: could not start the build process: {exc}") from None

@@ -72,6 +72,10 @@ def shell_word(arg) -> str:
             out.append(ch)
         elif ord(ch) < 0x80:
             out.append(f"\\x{ord(ch):02x}")
+        elif 0xDC80 <= ord(ch) <= 0xDCFF:
+            # A byte of a file name that is not UTF-8, as Python decodes it
+            # (surrogateescape): the byte itself, so the pasted path names the file.
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
         else:
             # (\xHH would put in one byte; \uHHHH puts in the character, as UTF-8.)
             out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")

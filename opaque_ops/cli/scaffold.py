@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import _digest
+from .common import shell_word, shown
 from .scaffold_c import c_string, kernel_source, merge_classes, value_class
 
 
@@ -827,7 +828,7 @@ def write_project(
         else {
             out / "pyproject.toml": _pyproject(name, name.replace("_", "-")),
             out / "setup.py": _SETUP_PY % {"package": name},
-            out / "README.md": _readme(name, ops, model.name, command),
+            out / "README.md": _readme(name, ops, _utf8(model.name), _utf8(command)),
             out / name / "__init__.py": _init_py(name, ops, model.name),
         }
     )
@@ -836,6 +837,15 @@ def write_project(
         files[out / "tests" / f"test_{f.file_stem}.py"] = pytest_source(f, name, model.name)
     _write_files(out, files)
     return list(files)
+
+
+def _utf8(text: str) -> str:
+    """``text`` as UTF-8 can hold it: a file name's bytes that are not UTF-8 are written as ``\\xNN``.
+
+    (Python keeps such bytes as lone surrogates, which no UTF-8 file can
+    hold: the README's write failed with a codec error.)
+    """
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _place_in_project(ops: list[OpFacts], c_dir: Path, force: bool) -> None:
@@ -941,7 +951,7 @@ def cmd_scaffold(args) -> int:
     written = write_project(args.model, args.output, args.name, args.op, args.force, add=args.add)
     out = Path(args.output)
     for path in written:
-        print(f"wrote {path}")
+        print(f"wrote {shown(path)}")  # (a directory's name may hold anything)
     if args.add:
         print(
             f"left pyproject.toml, setup.py, README.md and {args.name}/__init__.py as they were "
@@ -949,7 +959,7 @@ def cmd_scaffold(args) -> int:
             f"{args.name}/c)"
         )
     print(
-        f"next: python -m pytest {shlex.quote(str(out / 'tests'))}   (fails until each kernel and its reference() are written)"
+        f"next: python -m pytest {shell_word(out / 'tests')}   (fails until each kernel and its reference() are written)"
     )
     print(f"      pip install --no-build-isolation --no-deps {_pip_path(out)}   then --ops kernels:{args.name}")
     return 0
@@ -965,7 +975,7 @@ def _pip_path(directory: Path) -> str:
     text = str(directory)
     if not os.path.isabs(text) and not text.startswith(("./", "../")):
         text = "./" + text
-    return shlex.quote(text)
+    return shell_word(text)
 
 
 def add_parser(sub) -> None:

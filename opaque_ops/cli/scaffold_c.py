@@ -923,6 +923,7 @@ def kernel_source(op, model_name: str, command: str) -> str:
   const {p}Data* d = (const {p}Data*)TfLiteOpaqueNodeGetUserData(node);
   char msg[2048];
   size_t pos = 0;
+  (void)d; /* (an op with no options shows none: no unused-variable warning) */
   /* Write the op here: read the inputs (TfLiteOpaqueNodeGetInput, TfLiteOpaqueTensorData),
      write the outputs, and return kTfLiteOk.  Until then it reports what Init parsed. */
   oo_sc_append(msg, sizeof msg, &pos, "%s: not implemented yet (options:", OP_NAME);

@@ -842,7 +842,9 @@ class Interpreter:
         # a smaller shape after a larger one, under a memory limit, ran.  The
         # memory mapping around the arena's tensors is at least its size, so
         # a bound within it is no proof of a failure, and nothing is refused.
-        if nbytes <= native.arena_room(t for t in range(len(sg.tensors)) if t not in shapes):
+        # (Variables are left out: TFLite keeps them in its other, persistent arena.)
+        witnesses = (t for t, info in enumerate(sg.tensors) if t not in shapes and not info.is_variable)
+        if nbytes <= native.arena_room(witnesses):
             return
         asked = ", ".join(
             f"input {self._input_positions.get(t, t)} {sg.tensors[t].name!r} to {list(shape)}"

@@ -10,7 +10,7 @@ the isolated worker both call it, so neither imports the other.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -80,6 +80,11 @@ def _check_guards(op_name: str, pos: int, raw: np.ndarray, start: int, nbytes: i
 
 def _per_position(what: str, values: Sequence[Any], count: int) -> list:
     """``values`` padded with None to ``count`` entries; more entries than tensors is a ValueError."""
+    if isinstance(values, Mapping):
+        raise ValueError(
+            f"{what} takes a list with one entry per tensor position (a mapping, or None for an "
+            f"unquantized tensor), e.g. [{{'scale': 0.5, 'zero_point': 3}}]; got one mapping"
+        )
     values = list(values or ())
     if len(values) > count:
         raise ValueError(f"{what} has {len(values)} entries for {count} tensors (one per position, None for none)")

@@ -115,7 +115,11 @@ def arena_lower_bound(info, input_shapes: dict, placed, *, end: bool = True, per
             base += tensor_bytes(tensors[t], input_shapes.get(t))
 
     def shape_of(t):
-        return input_shapes.get(t)
+        # A variable (a model's state) keeps the shape the model records: without
+        # it, every operator after one had no shape and counted 0.
+        if t in input_shapes:
+            return input_shapes[t]
+        return tuple(int(d) for d in tensors[t].shape) if tensors[t].is_variable else None
 
     if not end:
         return base

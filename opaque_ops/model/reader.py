@@ -914,10 +914,11 @@ def _read(buf: bytes, later: bool = False) -> ModelInfo:
         # Not "truncated": a handful of bytes is far more often some other
         # file (a text file, a failed download's empty body) than a model cut
         # short, and the bytes themselves say which.
-        found = f"{len(buf)} bytes ({buf!r}) are too few for one" if buf else "the file is empty"
+        # (Worded for a file and for bytes alike: model_content= reads here too.)
+        found = f"{len(buf)} bytes ({buf!r}) are too few for one" if buf else "there are no bytes"
         raise ModelError(
             f"not a TFLite model: {found} (a TFLite model starts with a 4-byte root offset and the "
-            f"{FILE_IDENTIFIER.decode()!r} file identifier); give the path of a .tflite file"
+            f"{FILE_IDENTIFIER.decode()!r} file identifier); give a .tflite file (its path, or its bytes)"
         )
     has_id = buf[4:8] == FILE_IDENTIFIER
     if _compiled is not None and not later and type(buf) is bytes:
@@ -932,7 +933,7 @@ def _read(buf: bytes, later: bool = False) -> ModelInfo:
             raise
         raise ModelError(
             f"not a TFLite model: no 'TFL3' file identifier (found {buf[4:8]!r}) "
-            f"and the root table does not parse ({exc}); give the path of a .tflite file"
+            f"and the root table does not parse ({exc}); give a .tflite file (its path, or its bytes)"
         ) from None
     except RecursionError:
         raise ModelError("model structure is nested too deeply") from None

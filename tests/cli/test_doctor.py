@@ -427,9 +427,9 @@ def test_a_file_too_small_to_be_a_model_is_not_called_truncated(tmp_path, conten
     path.write_bytes(content)
     r = cli(command, path)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    found = f"{len(content)} bytes ({content!r}) are too few for one" if content else "the file is empty"
+    found = f"{len(content)} bytes ({content!r}) are too few for one" if content else "there are no bytes"
     assert f"opaque-ops: error: {path} is not a TFLite model: {found}" in r.stderr, r.stderr
-    assert "give the path of a .tflite file" in r.stderr and "truncated" not in r.stderr, r.stderr
+    assert "give a .tflite file (its path, or its bytes)" in r.stderr and "truncated" not in r.stderr, r.stderr
 
 
 def test_no_line_ends_in_a_space(new_ops_model, tmp_path):

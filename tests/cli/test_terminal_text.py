@@ -51,6 +51,19 @@ def test_shell_word_is_read_back_by_bash_as_the_same_string(arg):
     assert _bash_reads(word) == arg
 
 
+def test_a_file_name_that_is_not_utf8_is_read_back_as_its_bytes():
+    # Python holds such a name's bytes as lone surrogates (surrogateescape);
+    # they were written as \udcff, which bash made into other bytes, and
+    # the pasted command named another file (a review's report).
+    import os
+
+    name = os.fsdecode(b"/tmp/m\xff\x1b[31m.tflite")
+    word = shell_word(name)
+    assert word.isprintable() and "\\xff" in word, word
+    done = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True)
+    assert done.stdout == os.fsencode(name)
+
+
 def test_shown_and_terminal_safe():
     assert shown("Atan") == "Atan" and shown(ODD_OP) == ODD_OP
     assert shown(ESC_OP) == "'NanOp\\x1b[31mRED'"

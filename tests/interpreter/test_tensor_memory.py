@@ -15,6 +15,7 @@ The child caps its address space just above what it uses, then asks for a
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from opaque_ops.model import ModelBuilder
 from tests.helpers.child_process import crashed, run_child
@@ -118,10 +119,15 @@ def test_in_an_isolated_worker_it_is_the_same_exception_not_a_crash():
 # for a lower bound of the new arena first (model/arena.py).
 
 
-def _add_mul_model(signature: bool = False) -> bytes:
+def _add_mul_model(signature: bool = False, state: bool = False) -> bytes:
     # y = (x + x) * (x + x): at MUL, x (a graph input, alive all the run),
     # the intermediate and the output are live together.
     b = ModelBuilder()
+    if state:
+        # A variable, first of the tensors, used apart (v + v): TFLite keeps it
+        # in its persistent arena, not beside x, the intermediate and y.
+        v = b.add_tensor("v", [1, 1], np.float32, is_variable=True)
+        w = b.add_tensor("w", [1, 1], np.float32)
     # (The -1 lets a signature runner resize it; the Interpreter resizes any input.)
     x = b.add_tensor("x", [1, 4], np.float32, shape_signature=[1, -1])
     a = b.add_tensor("a", [1, 4], np.float32, shape_signature=[1, -1])
@@ -130,6 +136,9 @@ def _add_mul_model(signature: bool = False) -> bytes:
     b.add_op("MUL", [a, a], [y])
     b.set_inputs([x])
     b.set_outputs([y])
+    if state:
+        b.add_op("ADD", [v, v], [w])
+        b.set_outputs([y, w])
     if signature:
         b.add_signature("serving_default", inputs={"x_in": x}, outputs={"y_out": y})
     return b.build()
@@ -291,9 +300,12 @@ except oo.TensorMemoryError as exc:
 """
 
 
-def test_a_shape_that_fits_the_arena_already_there_is_not_refused():
+@pytest.mark.parametrize("state", [False, True], ids=["plain", "with_a_variable"])
+def test_a_shape_that_fits_the_arena_already_there_is_not_refused(state):
+    # (With a variable first among the tensors, the arena was looked for
+    # around it, in the persistent arena: the same shapes were refused.)
     for mode in ("reference", "xnnpack"):
-        p = run_child(SHRINK, _add_mul_model().hex(), mode, timeout=120)
+        p = run_child(SHRINK, _add_mul_model(state=state).hex(), mode, timeout=120)
         assert p.returncode == 0, crashed(p)
         for shape in ("[1, 8388608]", "[16777216, 1]", "[1, 16777216]"):
             assert f"{shape} ok: True" in p.stdout, p.stdout
@@ -307,7 +319,8 @@ def test_a_shape_that_fits_the_arena_already_there_is_not_refused():
 #   the arena grows; the graph inputs still count;
 # - the reference MEAN's dynamic temporary: any dynamic tensor made the
 #   bound the inputs alone, but only a dynamic *output* stops TFLite's
-#   allocation early.
+#   allocation early;
+# - a variable feeding the graph (a second review).
 MISSED = """
 import resource, sys
 import numpy as np
@@ -322,7 +335,7 @@ if sys.argv[1] == "fully_connected":
     y = b.add_tensor("y", [1, 16], f32)
     b.add_op("FULLY_CONNECTED", [x, w, -1], [y])
     size, room = (1 << 26) + 3, 200 << 20  # the input alone (256 MiB) is more than the room
-else:
+elif sys.argv[1] == "mean":
     axis = b.add_constant("axis", np.array([1], np.int32))
     e = b.add_tensor("e", [1, 16], f32)
     m = b.add_tensor("m", [1, 1], f32)
@@ -331,6 +344,15 @@ else:
     b.add_op("MEAN", [e, axis], [m], {"keep_dims": True})
     b.add_op("SUB", [e, m], [y])
     size, room = 1 << 26, 400 << 20  # x, e live to SUB: 512 MiB; x alone fits
+else:
+    # A variable feeding the graph: it had no shape for the shape rules, so
+    # every tensor after it counted 0 and the bound was x alone.
+    v = b.add_tensor("v", [1, 1], f32, is_variable=True)
+    a = b.add_tensor("a", [1, 16], f32)
+    y = b.add_tensor("y", [1, 16], f32)
+    b.add_op("ADD", [x, v], [a])
+    b.add_op("MUL", [a, a], [y])
+    size, room = 1 << 26, 400 << 20  # x, a and y: 768 MiB; x alone fits
 b.set_inputs([x])
 b.set_outputs([y])
 it = oo.Interpreter(model_content=b.build(), use_xnnpack=False)
@@ -348,7 +370,7 @@ except oo.OpaqueOpsError as exc:
 
 
 def test_shapes_the_rules_refuse_and_dynamic_temporaries_still_get_a_bound():
-    for case in ("fully_connected", "mean"):
+    for case in ("fully_connected", "mean", "variable"):
         p = run_child(MISSED, case, timeout=120)
         assert p.returncode == 0, (case, crashed(p))
         assert "refused: TensorMemoryError" in p.stdout and "need at least" in p.stdout, (case, p.stdout)
