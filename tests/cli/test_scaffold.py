@@ -93,10 +93,13 @@ def pip(*args, env=None) -> ChildResult:
     return r
 
 
+# -rN: no short summary, so each failure's message is printed once (pytest
+# does not cut the summary's lines under CI, where they repeat it whole).
+PYTEST = ("-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider")
+
+
 def run_pytest(tests: Path, env=None) -> ChildResult:
-    return run_python(
-        "-m", "pytest", "-q", "-p", "no:cacheprovider", tests, cwd=tests.parent, timeout=900, **(env or child_env())
-    )
+    return run_python(*PYTEST, tests, cwd=tests.parent, timeout=900, **(env or child_env()))
 
 
 def summary(r: ChildResult) -> str:
@@ -377,7 +380,7 @@ def test_a_directory_name_that_is_not_utf8_is_written_escaped(work, model):
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", out / "tests"],
+        [sys.executable, *PYTEST, out / "tests"],
         cwd=out,
         capture_output=True,
         env=env,
