@@ -583,11 +583,16 @@ class NativeInterpreter:
         used by any node) keep the arena strategy with no data.  A resized
         input loses its data until the next allocation: ask with ``placed=False``.
         """
+        address = self._arena_address(index)
+        return address is not None and (not placed or address != 0)
+
+    def _arena_address(self, index: int) -> int | None:
+        """Tensor ``index``'s data address (0: no memory), or None when it does not have the arena strategy."""
         lib = self.rt.lib
         t = lib.TfLiteInterpreterGetTensor(self._interp, int(index))
         if not t or lib.TfLiteTensorGetAllocationStrategy(t) != 3:  # 3: kTfLiteAllocationStrategyArena
-            return False
-        return not placed or bool(lib.TfLiteTensorData(t))
+            return None
+        return int(ffi.cast("uintptr_t", lib.TfLiteTensorData(t)))
 
     def arena_room(self, indices) -> int:
         """An upper bound of the bytes the tensor arena holds now: the memory mapping around its tensors.
@@ -603,15 +608,7 @@ class NativeInterpreter:
         every failure.  0 when no such tensor has memory; ``2**64`` when the
         maps cannot be read.
         """
-        lib, interp = self.rt.lib, self._interp
-        address = 0
-        for index in indices:
-            t = lib.TfLiteInterpreterGetTensor(interp, int(index))
-            if t and lib.TfLiteTensorGetAllocationStrategy(t) == 3:  # kTfLiteAllocationStrategyArena
-                data = lib.TfLiteTensorData(t)
-                if data:
-                    address = int(ffi.cast("uintptr_t", data))
-                    break
+        address = next((a for a in map(self._arena_address, indices) if a), 0)
         if not address:
             return 0
         try:

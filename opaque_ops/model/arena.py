@@ -41,31 +41,17 @@ from __future__ import annotations
 from ..errors import ShapeError
 from .shapes import infer_shapes
 
-# Bytes per element as TFLite counts them (tensorflow/lite/util.cc
-# GetSizeOfType); other types (strings, resources, variants, packed 4-bit)
-# count 0 (a lower bound).
-_ITEMSIZE = {
-    "FLOAT32": 4,
-    "FLOAT16": 2,
-    "BFLOAT16": 2,
-    "FLOAT64": 8,
-    "INT8": 1,
-    "UINT8": 1,
-    "BOOL": 1,
-    "INT16": 2,
-    "UINT16": 2,
-    "INT32": 4,
-    "UINT32": 4,
-    "INT64": 8,
-    "UINT64": 8,
-    "COMPLEX64": 8,
-    "COMPLEX128": 16,
-}
+# Bytes per element: the numpy dtype's for the types that have one (the
+# reader's TensorInfo.dtype: the same sizes as TFLite's GetSizeOfType,
+# tensorflow/lite/util.cc), and these for the others TFLite sizes by whole
+# bytes; the rest (strings, resources, variants, packed 4-bit) count 0 (a
+# lower bound).
+_OTHER_ITEMSIZE = {"BFLOAT16": 2}
 
 
 def tensor_bytes(tensor, shape) -> int:
     """Bytes of ``tensor`` (a TensorInfo) with ``shape``; 0 if unknown or not a fixed-size type."""
-    size = _ITEMSIZE.get(tensor.type_name, 0)
+    size = tensor.dtype.itemsize if tensor.dtype is not None else _OTHER_ITEMSIZE.get(tensor.type_name, 0)
     if shape is None or not size:
         return 0
     n = 1
@@ -150,20 +136,21 @@ def arena_lower_bound(info, input_shapes: dict, placed, *, end: bool = True, per
                     shared.add(o)
                     break
 
-    def counted(t) -> bool:
-        return (
-            t >= 0
-            and t not in graph_inputs
-            and t not in shared
-            and tensors[t].data is None
-            and not tensors[t].is_variable
-            and placed(t, True)
-        )
-
+    # The tensors that count, each asked of the runtime once (placed() is a C call).
     produced = {t for op in sg.operators for t in op.outputs if t >= 0}
-    best = sum(size(t) or 0 for t in graph_outputs if t in produced and counted(t))
+    used = produced | {t for op in sg.operators for t in op.inputs if t >= 0}
+    counted = {
+        t
+        for t in used
+        if t not in graph_inputs
+        and t not in shared
+        and tensors[t].data is None
+        and not tensors[t].is_variable
+        and placed(t, True)
+    }
+    best = sum(size(t) or 0 for t in graph_outputs if t in produced and t in counted)
     if per_node:
         for op in sg.operators:
-            live = {t for t in op.inputs if counted(t)} | {t for t in op.outputs if counted(t)}
+            live = {t for t in (*op.inputs, *op.outputs) if t in counted}
             best = max(best, sum(size(t) or 0 for t in live))
     return base + best
