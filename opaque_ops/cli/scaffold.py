@@ -47,7 +47,7 @@ class OpFacts:
     outputs: list = field(default_factory=list)
     input_types: list = field(default_factory=list)  # [set of type names]
     output_types: list = field(default_factory=list)
-    option_sets: list = field(default_factory=list)  # [(raw bytes, described, node tensors)]
+    option_sets: list = field(default_factory=list)  # [(raw bytes, described)]; their nodes in set_nodes
     options_kind: str = "none"
     map_keys: dict = field(default_factory=dict)  # {key: (class, sets having it)}
     raw_lengths: set = field(default_factory=set)
@@ -161,11 +161,11 @@ def gather_ops(model, only=()) -> tuple[list[OpFacts], list[str]]:
                             have[i] = (have[i][0], None)
             raw = node.custom_options or b""
             f.nodes.append((ins, outs))
-            same = [k for k, (r, _, _) in enumerate(f.option_sets) if r == raw]
-            if same:
-                f.set_nodes[same[0]].append((ins, outs))
+            same = next((k for k, (r, _) in enumerate(f.option_sets) if r == raw), None)
+            if same is not None:
+                f.set_nodes[same].append((ins, outs))
             else:
-                f.option_sets.append((raw, describe_options(node.op_name, raw), tensors))
+                f.option_sets.append((raw, describe_options(node.op_name, raw)))
                 f.set_nodes.append([(ins, outs)])
     if only:
         unknown = [n for n in only if n not in ops]
@@ -267,13 +267,13 @@ def _shape_rule(f: OpFacts) -> None:
 
 def _settle_options(f: OpFacts) -> None:
     """The one reading of the options that parses every node's set (their union)."""
-    kinds = {d["kind"] for _, d, _ in f.option_sets}
+    kinds = {d["kind"] for _, d in f.option_sets}
     kinds.discard("none") if len(kinds) > 1 and "none" in kinds else None
     if kinds == {"flexbuffer map"}:
         f.options_kind = "flexbuffer map"
         classes: dict = {}
         counts: dict = {}
-        for _, d, _ in f.option_sets:
+        for _, d in f.option_sets:
             for e in d["entries"]:
                 classes.setdefault(e["key"], set()).add(value_class(e["type"], e["value"]))
                 counts[e["key"]] = counts.get(e["key"], 0) + 1
@@ -281,12 +281,12 @@ def _settle_options(f: OpFacts) -> None:
     elif kinds == {"flex"}:
         f.options_kind = "flex"
         f.tf_op = f.option_sets[0][1]["tf_op"]
-        for _, d, _ in f.option_sets:
+        for _, d in f.option_sets:
             for name, a in d["attrs"].items():
                 f.flex_attrs.setdefault(name, a["kind"])
     elif kinds == {"raw"}:
         f.options_kind = "raw"
-        f.raw_lengths = {len(r) for r, _, _ in f.option_sets}
+        f.raw_lengths = {len(r) for r, _ in f.option_sets}
     elif kinds == {"none"}:
         f.options_kind = "none"
     else:
@@ -387,7 +387,7 @@ def _case_source(raw: bytes, d: dict, nodes) -> str:
     if constants:
         lines.append(f'        "constants": {py_literal(constants)},')
     for key, tensors in (("input_quantization", ins), ("output_quantization", outs)):
-        q = {k: _quantization(t) for k, t in enumerate(tensors) if _quantization(t) is not None}
+        q = {k: q for k, t in enumerate(tensors) if (q := _quantization(t)) is not None}
         if q:
             lines.append(f'        "{key}": {py_literal(q)},  # as the model quantizes them')
     return "    {\n" + "\n".join(lines) + "\n    },"
@@ -395,7 +395,7 @@ def _case_source(raw: bytes, d: dict, nodes) -> str:
 
 def pytest_source(op: OpFacts, package: str, model_name: str) -> str:
     """The pytest file of one op."""
-    cases = [_case_source(raw, d, nodes) for (raw, d, _), nodes in zip(op.option_sets[:16], op.set_nodes)]
+    cases = [_case_source(raw, d, nodes) for (raw, d), nodes in zip(op.option_sets[:16], op.set_nodes)]
     quantized = any(
         _quantization(t) is not None for nodes in op.set_nodes[:16] for ins, outs in nodes[:1] for t in ins + outs
     )
