@@ -88,9 +88,13 @@ def run_op(
         bundle, or a path to a prebuilt library).
     op_name : str
         The custom op name.
-    inputs : sequence of array_like
+    inputs : sequence of array_like or None
         The op's inputs, in order.  Each becomes a model input fed at run time
-        (or a constant, see ``constant_inputs``).
+        (or a constant, see ``constant_inputs``).  None leaves that position
+        out, as a model omits an optional input: the node's input there is
+        -1 (``kTfLiteOptionalTensor``) and the kernel's
+        ``TfLiteOpaqueNodeGetInput`` returns NULL for it, while the node
+        still counts it in ``TfLiteOpaqueNodeNumberOfInputs``.
     options : dict, bytes or None
         The op's custom options; a dict is encoded as a flexbuffer map.
     num_outputs : int or sequence
@@ -104,7 +108,7 @@ def run_op(
         after the run (default).  False runs with TFLite's own allocation.
     constant_inputs : sequence of int
         Input positions stored as constant tensors in the model (e.g. weights
-        a kernel may read in Prepare).
+        a kernel may read in Prepare); not a position given as None.
     num_threads : int, optional
         Passed to the Interpreter.
     isolate : bool or opaque_ops.isolate.Worker, optional
@@ -119,7 +123,8 @@ def run_op(
         (:class:`opaque_ops.RuntimeTimeoutError`).
     input_quantization, output_quantization : sequence of mapping or None
         One entry per input (output) position, None for an unquantized
-        tensor; a shorter list leaves the rest unquantized.  A mapping is
+        tensor (and for an omitted input); a shorter list leaves the rest
+        unquantized.  A mapping is
         ``{"scale": ..., "zero_point": ...}`` (lists for per-channel, with
         ``quantized_dimension``), as :meth:`opaque_ops.model.ModelBuilder.add_tensor`
         takes it: what a kernel reads with ``TfLiteOpaqueTensorGetQuantizationParams``.
@@ -134,6 +139,9 @@ def run_op(
     TypeError
         ``inputs`` is one array (numpy's, a buffer such as ``array.array``,
         or anything with ``__array__``) or a scalar, not a list of them.
+    ValueError
+        A bad output spec or quantization list, or ``constant_inputs`` or
+        ``input_quantization`` naming an input given as None.
     GuardError
         The kernel wrote outside an output's buffer.
     KernelError, UnresolvedOpsError
@@ -160,7 +168,7 @@ def run_op(
             _as_op_list(ops),
             dict(
                 op_name=op_name,
-                inputs=[np.asarray(a) for a in inputs],
+                inputs=[None if a is None else np.asarray(a) for a in inputs],
                 options=options,
                 num_outputs=num_outputs,
                 version=version,

@@ -105,12 +105,31 @@ static TfLiteStatus QuantShowInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n)
   return kTfLiteOk;
 }
 
+/* Output (float32 [inputs + 1]) = for each input position its first float, or -1 where
+   TfLiteOpaqueNodeGetInput gives NULL (an omitted input), then the node's input count. */
+static TfLiteStatus PresencePrepare(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
+  TfLiteIntArray* s = TfLiteIntArrayCreate(1);
+  s->data[0] = TfLiteOpaqueNodeNumberOfInputs(n) + 1;
+  return TfLiteOpaqueContextResizeTensor(c, TfLiteOpaqueNodeGetOutput(c, n, 0), s);
+}
+static TfLiteStatus PresenceInvoke(TfLiteOpaqueContext* c, TfLiteOpaqueNode* n) {
+  float* y = (float*)TfLiteOpaqueTensorData(TfLiteOpaqueNodeGetOutput(c, n, 0));
+  int i, k = TfLiteOpaqueNodeNumberOfInputs(n);
+  for (i = 0; i < k; ++i) {
+    const TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetInput(c, n, i);
+    y[i] = t == NULL ? -1.0f : ((const float*)TfLiteOpaqueTensorData(t))[0];
+  }
+  y[k] = (float)k;
+  return kTfLiteOk;
+}
+
 OPAQUE_OP("Twice", 1, .prepare = TwiceShapePrepare, .invoke = TwiceGood);
 OPAQUE_OP("Twice", 2, .prepare = TwiceShapePrepare, .invoke = TwiceGood);
 OPAQUE_OP("TwicePastEnd", 1, .prepare = TwiceShapePrepare, .invoke = TwicePastEnd);
 OPAQUE_OP("TwiceBeforeStart", 1, .prepare = TwiceShapePrepare, .invoke = TwiceBeforeStart);
 OPAQUE_OP("TwoOut", 1, .prepare = TwoOutPrepare, .invoke = TwoOutInvoke);
 OPAQUE_OP("QuantShow", 1, .prepare = QuantShowPrepare, .invoke = QuantShowInvoke);
+OPAQUE_OP("Presence", 1, .prepare = PresencePrepare, .invoke = PresenceInvoke);
 OPAQUE_OP("Echo", 1, .init = EchoInit, .free = EchoFree, .prepare = EchoPrepare, .invoke = EchoInvoke);
 """
 
@@ -214,6 +233,37 @@ def test_quantization_and_constness_reach_the_kernel(lib):
     # One mapping for a list of them: its keys were taken as positions (a review's report).
     with pytest.raises(ValueError, match="one entry per tensor position .* got one mapping"):
         run_op(lib, "QuantShow", inputs=[a, b], input_quantization={"scale": 0.5, "zero_point": 3})
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolated"])
+def test_none_omits_an_input_as_a_model_does(lib, isolate):
+    # A converter writes -1 for an optional input a node leaves out; a kernel
+    # sees it counted in the node's inputs and gets NULL for it.  None in
+    # inputs builds that node, so a test can run the kernel as the model does.
+    a, c = np.array([2.5], np.float32), np.array([7.0, 8.0], np.float32)
+    (y,) = run_op(lib, "Presence", inputs=[a, None, c], num_outputs=[([4], np.float32)], isolate=isolate)
+    np.testing.assert_array_equal(y, [2.5, -1.0, 7.0, 3.0])
+    # With a quantized and a constant input around it, and the omitted one first.
+    (y,) = run_op(
+        lib,
+        "Presence",
+        inputs=[None, a, c],
+        constant_inputs=[2],
+        input_quantization=[None, {"scale": 0.5, "zero_point": 0}],
+        num_outputs=[([4], np.float32)],
+        isolate=isolate,
+    )
+    np.testing.assert_array_equal(y, [-1.0, 2.5, 7.0, 3.0])
+
+
+def test_an_omitted_input_cannot_be_constant_or_quantized(lib):
+    a = np.ones(1, np.float32)
+    with pytest.raises(ValueError, match=r"constant_inputs \[1\] names input\(s\) given as None .* drop those"):
+        run_op(lib, "Presence", inputs=[a, None], constant_inputs=[1])
+    with pytest.raises(
+        ValueError, match=r"input_quantization gives input\(s\) \[0\] a quantization, but they are None"
+    ):
+        run_op(lib, "Presence", inputs=[None, a], input_quantization=[{"scale": 0.5, "zero_point": 1}])
 
 
 @pytest.mark.parametrize(

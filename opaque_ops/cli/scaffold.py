@@ -43,7 +43,12 @@ class OpFacts:
     name: str
     versions: set = field(default_factory=set)
     count: int = 0
-    inputs: list = field(default_factory=list)  # [(type name, shape or None when nodes differ)]
+    # [(type name, shape or None when nodes differ)], one per input position; (None, None) at a
+    # position every node omits.  An input a node omits (-1, kTfLiteOptionalTensor) keeps its
+    # position: the kernel sees it counted, and NULL from TfLiteOpaqueNodeGetInput.
+    inputs: list = field(default_factory=list)
+    # How many of the nodes that have each input position omit it (0: every node gives it).
+    omitted: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
     input_types: list = field(default_factory=list)  # [set of type names]
     output_types: list = field(default_factory=list)
@@ -56,7 +61,7 @@ class OpFacts:
     c_prefix: str = ""
     file_stem: str = ""
     # Every node's tensors (TensorInfo lists), and for each option set the nodes that use it.
-    nodes: list = field(default_factory=list)  # [(inputs, outputs)]
+    nodes: list = field(default_factory=list)  # [(inputs, outputs)]; None for an omitted input
     set_nodes: list = field(default_factory=list)  # [[(inputs, outputs)], one list per option set]
     # The shape rule (see _shape_rule): None when the outputs have the shapes the model
     # records; else the dims that may change, the outputs following input 0.
@@ -64,6 +69,15 @@ class OpFacts:
     follow_shape: list = field(default_factory=list)  # the model's shape, -1 where a dim may change
     resize_dims: list = field(default_factory=list)  # -1 in every input's signature: the test's resized case
     shape_sets: list = field(default_factory=list)  # [(input shapes, output shapes)], distinct, as the nodes record
+
+    def input_state(self, i: int) -> str:
+        """``"given"`` (by every node), ``"optional"`` (omitted by some nodes) or ``"omitted"`` (by all)."""
+        n = self.omitted[i]
+        return "given" if n == 0 else "omitted" if n == self.position_count(i) else "optional"
+
+    def position_count(self, i: int) -> int:
+        """How many nodes have input position ``i`` (given or omitted)."""
+        return sum(1 for ins, _ in self.nodes if i < len(ins))
 
     @property
     def options_summary(self) -> str:
@@ -143,21 +157,35 @@ def gather_ops(model, only=()) -> tuple[list[OpFacts], list[str]]:
             f = ops.setdefault(node.op_name, OpFacts(node.op_name))
             f.versions.add(node.version)
             f.count += 1
-            ins = [sg.tensors[i] for i in node.inputs if i >= 0]
+            # An omitted input (-1) stays at its position as None: dropping it moved the inputs
+            # after it down one, and the kernel then checked a count and positions that were
+            # not the node's ("needs 2 inputs, got 3" for the model it was written from).
+            ins = [sg.tensors[i] if i >= 0 else None for i in node.inputs]
             outs = [sg.tensors[i] for i in node.outputs if i >= 0]
-            tensors = ([(t.type_name, _shape(t)) for t in ins], [(t.type_name, _shape(t)) for t in outs])
+            tensors = (
+                [None if t is None else (t.type_name, _shape(t)) for t in ins],
+                [(t.type_name, _shape(t)) for t in outs],
+            )
             if f.count == 1:
-                f.inputs, f.outputs = list(tensors[0]), list(tensors[1])
-                f.input_types = [{t} for t, _ in tensors[0]]
+                f.inputs = [(None, None) if t is None else t for t in tensors[0]]
+                f.outputs = list(tensors[1])
+                f.input_types = [set() if t is None else {t[0]} for t in tensors[0]]
                 f.output_types = [{t} for t, _ in tensors[1]]
+                f.omitted = [int(t is None) for t in tensors[0]]
             else:
                 for have, types, new in (
                     (f.inputs, f.input_types, tensors[0]),
                     (f.outputs, f.output_types, tensors[1]),
                 ):
-                    for i, (t, shape) in enumerate(new[: len(have)]):
+                    for i, entry in enumerate(new[: len(have)]):
+                        if entry is None:
+                            f.omitted[i] += 1
+                            continue
+                        t, shape = entry
                         types[i].add(t)
-                        if have[i][1] != shape:
+                        if have[i] == (None, None):  # the first node that gives this input
+                            have[i] = (t, shape)
+                        elif have[i][1] != shape:
                             have[i] = (have[i][0], None)
             raw = node.custom_options or b""
             f.nodes.append((ins, outs))
@@ -237,9 +265,15 @@ def _shape_rule(f: OpFacts) -> None:
     keep fixed shapes: a fixed output (or input) then has a size that no
     longer relates to the varying one as it did in the test, and a loop
     over the varying tensor runs past the fixed one.
+
+    An omitted input (None at its position) has no shape: the rules read
+    the inputs that are there, at their real positions.  *Follow* needs
+    input 0 in every node (the outputs take its shape); a node that omits
+    it makes the rule *fixed*.  In a set of shapes an omitted position is
+    None, so a set matches only a node that omits the same positions.
     """
-    nodes = [(ins, outs) for ins, outs in f.nodes if ins and outs]
-    shapes = [{_shape(t) for t in ins + outs} for ins, outs in nodes]
+    nodes = [(ins, outs) for ins, outs in f.nodes if ins and outs and ins[0] is not None]
+    shapes = [{_shape(t) for t in ins + outs if t is not None} for ins, outs in nodes]
     if nodes and len(nodes) == len(f.nodes) and all(len(s) == 1 for s in shapes):
         firsts = [next(iter(s)) for s in shapes]
         rank = len(firsts[0])
@@ -252,6 +286,7 @@ def _shape_rule(f: OpFacts) -> None:
                     t.shape_signature is not None and len(t.shape_signature) == rank and t.shape_signature[d] == -1
                     for ins, _ in nodes
                     for t in ins
+                    if t is not None
                 )
             }
             if disagree | marked:
@@ -260,7 +295,7 @@ def _shape_rule(f: OpFacts) -> None:
                 f.resize_dims = sorted(marked)
                 return
     for ins, outs in f.nodes:
-        entry = ([_shape(t) for t in ins], [_shape(t) for t in outs])
+        entry = ([None if t is None else _shape(t) for t in ins], [_shape(t) for t in outs])
         if entry not in f.shape_sets:
             f.shape_sets.append(entry)
 
@@ -349,7 +384,9 @@ def _constants(nodes) -> tuple[dict, list[str]]:
     """
     found, notes = {}, []
     for i in range(len(nodes[0][0])):
-        tensors = [ins[i] for ins, _ in nodes if i < len(ins)]
+        if nodes[0][0][i] is None:
+            continue  # omitted in this case's nodes: no tensor (see _cases)
+        tensors = [ins[i] for ins, _ in nodes if i < len(ins) and ins[i] is not None]
         const = [bool(t.data) for t in tensors]
         if not any(const):
             continue
@@ -373,21 +410,49 @@ def _constants(nodes) -> tuple[dict, list[str]]:
     return found, notes
 
 
+# The generated test holds at most this many cases.
+_CASES_MAX = 16
+
+
+def _cases(op: OpFacts) -> list[tuple[bytes, dict, list]]:
+    """The generated test's cases: (raw options, described, nodes), one per option set and omitted inputs.
+
+    Nodes of one option set that omit different inputs make one case each:
+    a kernel must take an optional input both given and left out, and the
+    test runs it both ways, as the model does.
+    """
+    out = []
+    for (raw, d), nodes in zip(op.option_sets, op.set_nodes):
+        groups: dict = {}
+        for ins, outs in nodes:
+            groups.setdefault(tuple(t is None for t in ins), []).append((ins, outs))
+        out += [(raw, d, group) for group in groups.values()]
+    return out[:_CASES_MAX]
+
+
 def _case_source(raw: bytes, d: dict, nodes) -> str:
     """One entry of the generated test's CASES: a node's options, tensors, constants and quantization."""
     ins, outs = nodes[0]
+    specs = [None if t is None else (t.type_name.lower(), list(_shape(t))) for t in ins]
     lines = [
         f'        "options": {_bytes_literal(raw)},',
         f'        "decoded": {py_literal(_decoded(d)) if _decoded(d) is not None else "None"},',
-        f'        "inputs": {py_literal([(t.type_name.lower(), list(_shape(t))) for t in ins])},',
+        f'        "inputs": {py_literal(specs)},',
         f'        "outputs": {py_literal([(t.type_name.lower(), list(_shape(t))) for t in outs])},',
     ]
+    left_out = [i for i, t in enumerate(ins) if t is None]
+    if left_out:
+        lines.append(
+            f"        # Input(s) {', '.join(map(str, left_out))} omitted, as in the model's node (-1,"
+            " kTfLiteOptionalTensor): None here, and the kernel gets NULL for it."
+        )
     constants, notes = _constants(nodes)
     lines += [f"        # {doc_text(n)}" for n in notes]
     if constants:
         lines.append(f'        "constants": {py_literal(constants)},')
     for key, tensors in (("input_quantization", ins), ("output_quantization", outs)):
-        q = {k: q for k, t in enumerate(tensors) if (q := _quantization(t)) is not None}
+        # At the real positions: an omitted input keeps its place (and has no quantization).
+        q = {k: q for k, t in enumerate(tensors) if t is not None and (q := _quantization(t)) is not None}
         if q:
             lines.append(f'        "{key}": {py_literal(q)},  # as the model quantizes them')
     return "    {\n" + "\n".join(lines) + "\n    },"
@@ -395,9 +460,14 @@ def _case_source(raw: bytes, d: dict, nodes) -> str:
 
 def pytest_source(op: OpFacts, package: str, model_name: str) -> str:
     """The pytest file of one op."""
-    cases = [_case_source(raw, d, nodes) for (raw, d), nodes in zip(op.option_sets[:16], op.set_nodes)]
+    chosen = _cases(op)
+    cases = [_case_source(raw, d, nodes) for raw, d, nodes in chosen]
     quantized = any(
-        _quantization(t) is not None for nodes in op.set_nodes[:16] for ins, outs in nodes[:1] for t in ins + outs
+        _quantization(t) is not None
+        for _, _, nodes in chosen
+        for ins, outs in nodes[:1]
+        for t in ins + outs
+        if t is not None
     )
     version = max(op.versions)
     if op.resize_dims:
@@ -443,7 +513,8 @@ RESIZE_DIMS = {op.resize_dims!r}
 
 
 def reference({ref_args}):
-    """{doc_text(op.name)} in numpy: the list of its outputs for ``inputs`` (numpy arrays, in order).
+    """{doc_text(op.name)} in numpy: the list of its outputs for ``inputs`` (numpy arrays, in order;
+    None for an input the case omits, as the model's node does).
 
     ``options`` is the op's options as Python values: a dict for a flexbuffer
     map (a Flex op's: its TensorFlow ``op`` and attributes), None for raw bytes
@@ -453,10 +524,12 @@ def reference({ref_args}):
 
 
 def at_size(specs, resized):
-    """The (dtype, shape) specs, with the RESIZE_DIMS 3 times the recorded size when ``resized``."""
+    """The (dtype, shape) specs, with the RESIZE_DIMS 3 times the recorded size when ``resized``
+    (None, an omitted input, stays None)."""
     return [
-        (dtype, [max(n, 1) * 3 if resized and i in RESIZE_DIMS else n for i, n in enumerate(shape)])
-        for dtype, shape in specs
+        None if spec is None else
+        (spec[0], [max(n, 1) * 3 if resized and i in RESIZE_DIMS else n for i, n in enumerate(spec[1])])
+        for spec in specs
     ]
 
 
@@ -464,7 +537,11 @@ def make_inputs(case, specs, seed=0):
     rng = np.random.default_rng(seed)
     constants = case.get("constants", {{}})
     out = []
-    for k, (dtype, shape) in enumerate(specs):
+    for k, spec in enumerate(specs):
+        if spec is None:  # omitted in the model's node: run_op leaves it out (-1) too
+            out.append(None)
+            continue
+        dtype, shape = spec
         dt = np.dtype(dtype) if dtype != "string" else np.dtype(object)
         if constants.get(k) is not None:  # the model's values
             x = np.array(constants[k], dt).reshape(shape)

@@ -111,9 +111,14 @@ static inline int oo_sc_has_shape(const TfLiteOpaqueTensor* t, int rank, const i
   return 1;
 }
 
-/* "[a, b]": the current shape of `t`. */
+/* "[a, b]": the current shape of `t`; "omitted" for NULL (an input the node leaves out). */
 static inline void oo_sc_append_shape(char* msg, size_t cap, size_t* pos, const TfLiteOpaqueTensor* t) {
-  int i, rank = TfLiteOpaqueTensorNumDims(t);
+  int i, rank;
+  if (t == NULL) {
+    oo_sc_append(msg, cap, pos, "omitted");
+    return;
+  }
+  rank = TfLiteOpaqueTensorNumDims(t);
   oo_sc_append(msg, cap, pos, "[");
   for (i = 0; i < rank; ++i) oo_sc_append(msg, cap, pos, "%s%d", i ? ", " : "", (int)TfLiteOpaqueTensorDim(t, i));
   oo_sc_append(msg, cap, pos, "]");
@@ -591,6 +596,29 @@ def _c_dims(name: str, shape) -> str:
     return f"static const int {name}[{len(shape) or 1}] = {{{', '.join(str(int(n)) for n in shape) or '0'}}};"
 
 
+def _omitted_doc(op) -> list[str]:
+    """The header comment's lines on the inputs the model's nodes omit (none: no lines)."""
+    optional = [i for i in range(len(op.inputs)) if op.input_state(i) == "optional"]
+    never = [i for i in range(len(op.inputs)) if op.input_state(i) == "omitted"]
+    if not optional and not never:
+        return []
+    out = [
+        " *",
+        " * Omitted inputs: a node may leave an optional input out (-1, kTfLiteOptionalTensor).",
+        f" * The node still counts it (TfLiteOpaqueNodeNumberOfInputs is {len(op.inputs)} here) and keeps",
+        " * the inputs after it at their positions; TfLiteOpaqueNodeGetInput returns NULL for it",
+        " * (upstream's c_api_opaque.cc answers through tflite::GetInput, whose index check gives",
+        " * no tensor for -1), so test for NULL before reading one of these:",
+    ]
+    if optional:
+        out.append(f" *   input(s) {', '.join(map(str, optional))}: omitted in some of the model's nodes and given in")
+        out.append(" *   others: optional.  Prepare takes either; Invoke must too.")
+    if never:
+        out.append(f" *   input(s) {', '.join(map(str, never))}: omitted in every node.  Prepare refuses a tensor")
+        out.append(" *   there (the model says nothing of its type or shape).")
+    return out
+
+
 def _shape_checks(op) -> list[str]:
     """Prepare's shape block: the rule of :func:`opaque_ops.cli.scaffold._shape_rule`, in C."""
     n_in, n_out = len(op.inputs), len(op.outputs)
@@ -604,6 +632,15 @@ def _shape_checks(op) -> list[str]:
             f"    {_c_dims('model', op.follow_shape)} /* -1: any size */",
             "    int i;",
             f"    for (i = 0; i < {n_in}; ++i) {{",
+            *(
+                [
+                    "      /* An omitted input (NULL: the checks above allow it only where the model omits it)",
+                    "         has no shape to check. */",
+                    "      if (TfLiteOpaqueNodeGetInput(context, node, i) == NULL) continue;",
+                ]
+                if any(op.omitted)
+                else []
+            ),
             f"      TF_LITE_OPAQUE_ENSURE_STATUS(oo_sc_check_input(context, node, i, {rank}, model, "
             f"{c_string(_dims(op.follow_shape))}, OO_SC_FOLLOW_HOW));",
             "      TF_LITE_OPAQUE_ENSURE_STATUS(oo_sc_check_like_first(context, node, i));",
@@ -623,12 +660,14 @@ def _shape_checks(op) -> list[str]:
     ]
     if len(sets) == 1:
         ins, outs = sets[0]
-        out += ["    " + _c_dims(f"in{i}", sh) for i, sh in enumerate(ins)]
+        # (An omitted position, None, is omitted in every node: the checks above refuse a tensor there.)
+        out += ["    " + _c_dims(f"in{i}", sh) for i, sh in enumerate(ins) if sh is not None]
         out += ["    " + _c_dims(f"out{j}", sh) for j, sh in enumerate(outs)]
         out += [
             f"    TF_LITE_OPAQUE_ENSURE_STATUS(oo_sc_check_input(context, node, {i}, {len(sh)}, in{i}, "
             f"{c_string(_dims(sh))}, OO_SC_FIXED_HOW));"
             for i, sh in enumerate(ins)
+            if sh is not None
         ]
         out += [
             f"    TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize(context, TfLiteOpaqueNodeGetOutput(context, node, {j}), "
@@ -640,13 +679,17 @@ def _shape_checks(op) -> list[str]:
     # that set's shapes, unless another set has the same input shapes and other output shapes
     # (the model's own output shape then stands: this Prepare cannot tell the nodes apart).
     out.append(f"    /* The model's nodes record {len(sets)} sets of shapes. */")
+    if any(sh is None for ins, _ in sets for sh in ins):
+        out.append("    /* (An input a set omits must be omitted, NULL, for the set to match.) */")
     for k, (ins, outs) in enumerate(sets):
-        out += ["    " + _c_dims(f"s{k}_in{i}", sh) for i, sh in enumerate(ins)]
+        out += ["    " + _c_dims(f"s{k}_in{i}", sh) for i, sh in enumerate(ins) if sh is not None]
         out += ["    " + _c_dims(f"s{k}_out{j}", sh) for j, sh in enumerate(outs)]
     for k, (ins, outs) in enumerate(sets):
         cond = (
             " &&\n        ".join(
-                f"oo_sc_has_shape(TfLiteOpaqueNodeGetInput(context, node, {i}), {len(sh)}, s{k}_in{i})"
+                f"TfLiteOpaqueNodeGetInput(context, node, {i}) == NULL"
+                if sh is None
+                else f"oo_sc_has_shape(TfLiteOpaqueNodeGetInput(context, node, {i}), {len(sh)}, s{k}_in{i})"
                 for i, sh in enumerate(ins)
             )
             or "1"
@@ -660,7 +703,9 @@ def _shape_checks(op) -> list[str]:
                     f"      TF_LITE_OPAQUE_ENSURE_STATUS(oo_resize(context, TfLiteOpaqueNodeGetOutput(context, node, {j}), "
                     f"{len(sh)}, s{k}_out{j}));"
                 )
-    records = " or ".join("(" + ", ".join(_dims(sh) for sh in ins) + ")" for ins, _ in sets)
+    records = " or ".join(
+        "(" + ", ".join("omitted" if sh is None else _dims(sh) for sh in ins) + ")" for ins, _ in sets
+    )
     out += [
         "    } else {",
         f"      return oo_sc_shapes_error(context, node, {n_in}, {c_string(records)});",
@@ -693,7 +738,13 @@ def kernel_source(op, model_name: str, command: str) -> str:
         f" * {comment_text(model_name)} uses it in {op.count} node(s), with these tensors:",
     ]
     for i, (t, shape) in enumerate(op.inputs):
+        state, n = op.input_state(i), op.omitted[i]
+        if state == "omitted":
+            lines_doc.append(f" *   input {i}: omitted in every node (-1, an optional input left out)")
+            continue
         lines_doc.append(f" *   input {i}: {t.lower()} {list(shape) if shape is not None else 'shapes differ'}")
+        if state == "optional":
+            lines_doc[-1] += f", omitted in {n} of {op.position_count(i)} nodes: optional"
     for i, (t, shape) in enumerate(op.outputs):
         lines_doc.append(f" *   output {i}: {t.lower()} {list(shape) if shape is not None else 'shapes differ'}")
     lines_doc.append(f" * Options: {comment_text(op.options_summary)}.")
@@ -714,6 +765,7 @@ def kernel_source(op, model_name: str, command: str) -> str:
         ),
         ' * "not implemented yet" and the options as parsed here.  Write the op in',
         f" * {p}Invoke, and its numpy reference in the test file.",
+        *_omitted_doc(op),
         " */",
     ]
     out = [
@@ -867,16 +919,40 @@ def kernel_source(op, model_name: str, command: str) -> str:
 """)
     checks = []
     for i in range(len(op.inputs)):
+        state = op.input_state(i)
+        if state == "omitted":
+            checks += [
+                f"  /* input {i}: omitted in every node of the model.  As generated, this kernel refuses a",
+                "     tensor there (it knows no type or shape for one); to take it, check it here. */",
+                f"  if (TfLiteOpaqueNodeGetInput(context, node, {i}) != NULL) {{",
+                (
+                    f'    TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: input {i} is given, and the model omits it in '
+                    "every node: this kernel as generated does not read it; check its type and shape in "
+                    'Prepare to take it", OP_NAME);'
+                ),
+                "    return kTfLiteError;",
+                "  }",
+            ]
+            continue
         types = sorted(op.input_types[i])
         cond = " && ".join(f"ty != {C_TYPES.get(x, 'kTfLiteNoType')}" for x in types)
-        checks += [
-            f"  {{ /* input {i}: {' or '.join(x.lower() for x in types)} in the model */",
-            f"    const TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetInput(context, node, {i});",
-            "    TfLiteType ty;",
-            "    if (t == NULL) {",
-            f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: input {i} is missing", OP_NAME);',
-            "      return kTfLiteError;",
-            "    }",
+        if state == "optional":
+            missing = [
+                "    if (t == NULL) {",
+                "      /* omitted (-1): some of the model's nodes leave this input out */",
+                "    } else {",
+            ]
+        else:
+            missing = [
+                "    if (t == NULL) {",
+                (
+                    f'      TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: input {i} is missing (omitted), and every node '
+                    'of the model gives it", OP_NAME);'
+                ),
+                "      return kTfLiteError;",
+                "    }",
+            ]
+        body = [
             "    ty = TfLiteOpaqueTensorType(t);",
             f"    if ({cond}) {{",
             (
@@ -885,6 +961,16 @@ def kernel_source(op, model_name: str, command: str) -> str:
             ),
             "      return kTfLiteError;",
             "    }",
+        ]
+        if state == "optional":
+            body = ["  " + line for line in body] + ["    }"]
+        checks += [
+            f"  {{ /* input {i}: {' or '.join(x.lower() for x in types)} in the model"
+            + (", optional */" if state == "optional" else " */"),
+            f"    const TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetInput(context, node, {i});",
+            "    TfLiteType ty;",
+            *missing,
+            *body,
             "  }",
         ]
     for i in range(len(op.outputs)):
@@ -919,13 +1005,19 @@ def kernel_source(op, model_name: str, command: str) -> str:
 }}
 """)
     show_text = "\n".join("  " + line for line in show)
+    maybe = [i for i in range(len(op.inputs)) if op.input_state(i) == "optional"]
+    omitted_note = (
+        f"\n     Input(s) {', '.join(map(str, maybe))} may be omitted: NULL from TfLiteOpaqueNodeGetInput."
+        if maybe
+        else ""
+    )
     out.append(f"""static TfLiteStatus {p}Invoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {{
   const {p}Data* d = (const {p}Data*)TfLiteOpaqueNodeGetUserData(node);
   char msg[2048];
   size_t pos = 0;
   (void)d; /* (an op with no options shows none: no unused-variable warning) */
   /* Write the op here: read the inputs (TfLiteOpaqueNodeGetInput, TfLiteOpaqueTensorData),
-     write the outputs, and return kTfLiteOk.  Until then it reports what Init parsed. */
+     write the outputs, and return kTfLiteOk.  Until then it reports what Init parsed.{omitted_note} */
   oo_sc_append(msg, sizeof msg, &pos, "%s: not implemented yet (options:", OP_NAME);
 {show_text}
   oo_sc_append(msg, sizeof msg, &pos, ")");

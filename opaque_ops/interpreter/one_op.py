@@ -107,8 +107,12 @@ def build_op_model(
     ----------
     op_name : str
         The custom op.
-    inputs : sequence of numpy.ndarray
-        One per op input; their shapes and dtypes become the model's.
+    inputs : sequence of numpy.ndarray or None
+        One per op input; their shapes and dtypes become the model's.  None
+        at a position leaves that input out: the node's input there is -1
+        (``kTfLiteOptionalTensor``, an omitted optional input), as a
+        converter writes it, and the kernel's ``TfLiteOpaqueNodeGetInput``
+        returns NULL for it.
     outputs : sequence of (shape, dtype)
         The declared output tensors (a kernel's Prepare may resize them).
     options : dict or bytes or None
@@ -126,6 +130,12 @@ def build_op_model(
     Returns
     -------
     bytes
+
+    Raises
+    ------
+    ValueError
+        A position of ``constant_inputs`` out of range, or one that
+        ``inputs`` omits (None), or a quantization given for an omitted input.
     """
     from ..model import ModelBuilder
 
@@ -136,9 +146,25 @@ def build_op_model(
         raise ValueError(f"constant_inputs {bad} out of range for {len(inputs)} inputs")
     in_q = _per_position("input_quantization", input_quantization, len(inputs))
     out_q = _per_position("output_quantization", output_quantization, len(outputs))
+    omitted = [i for i, arr in enumerate(inputs) if arr is None]
+    # An omitted input has no tensor: nothing to store as a constant or to quantize.
+    # Either was a mistake about which position is left out; said rather than dropped.
+    if const & set(omitted):
+        raise ValueError(
+            f"constant_inputs {sorted(const & set(omitted))} names input(s) given as None (omitted); an omitted "
+            "input has no tensor to store: drop those positions from constant_inputs, or give their arrays"
+        )
+    quantized = [i for i in omitted if in_q[i] is not None]
+    if quantized:
+        raise ValueError(
+            f"input_quantization gives input(s) {quantized} a quantization, but they are None (omitted): put None "
+            "at those positions of input_quantization, or give their arrays"
+        )
     in_idx, model_inputs = [], []
     for i, arr in enumerate(inputs):
-        if i in const:
+        if arr is None:
+            in_idx.append(-1)  # kTfLiteOptionalTensor
+        elif i in const:
             in_idx.append(b.add_constant(f"const{i}", arr, quantization=in_q[i]))
         else:
             t = b.add_tensor(f"input{i}", list(arr.shape), arr.dtype, quantization=in_q[i])
@@ -173,11 +199,12 @@ def run_one_op(
     instrumentation).  The guarded buffers are attached through
     ``Interpreter._reshape``, the one path that moves tensor memory.
     """
-    arrays = [np.asarray(a) for a in inputs]
+    arrays = [None if a is None else np.asarray(a) for a in inputs]  # None: an omitted input
     if isinstance(num_outputs, (bool, np.bool_)):
         raise TypeError("num_outputs must be an int or a list of output specs")
-    default_shape = list(arrays[0].shape) if arrays else [1]
-    default_dtype = arrays[0].dtype if arrays else np.dtype(np.float32)
+    given = [a for a in arrays if a is not None]
+    default_shape = list(given[0].shape) if given else [1]
+    default_dtype = given[0].dtype if given else np.dtype(np.float32)
     if isinstance(num_outputs, (int, np.integer)):
         if num_outputs < 1:
             raise ValueError("num_outputs must be at least 1")
@@ -221,9 +248,8 @@ def run_one_op(
 
     if guard:
         it._reshape(f"run_op({op_name!r}): guarded outputs", allocate=True, redirect=attach)
-    for det, arr in zip(
-        it.get_input_details(), [a for i, a in enumerate(arrays) if i not in {int(c) for c in constant_inputs}]
-    ):
+    fed = [a for i, a in enumerate(arrays) if a is not None and i not in {int(c) for c in constant_inputs}]
+    for det, arr in zip(it.get_input_details(), fed):
         it.set_tensor(det["index"], arr)
     it.invoke()
     results = []

@@ -1081,3 +1081,163 @@ def test_nodes_of_several_shapes(work):
         "RowSum: the inputs have shapes [7, 3]; the model's nodes record ([2, 3]) or ([4, 5]): this kernel sets "
         "its outputs to the shapes the model records"
     ) in result(r)["error"], r.stdout + r.stderr
+
+
+# ------------------------------------------------------ omitted inputs --
+
+# Mix(x, scale, bias) = x * scale + bias over the last dim, scale optional (1 where the node
+# omits it, -1 in the model); Shift(x, _, bias) = x + bias, its input 1 omitted in every node.
+# Both read bias at position 2, where the model has it, whether or not input 1 is there.
+MIX_INVOKE = r"""static TfLiteStatus MixInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
+  const TfLiteOpaqueTensor* x = TfLiteOpaqueNodeGetInput(context, node, 0);
+  const TfLiteOpaqueTensor* scale = TfLiteOpaqueNodeGetInput(context, node, 1); /* NULL: omitted */
+  const TfLiteOpaqueTensor* bias = TfLiteOpaqueNodeGetInput(context, node, 2);
+  const float* xv = TfLiteOpaqueTensorData(x);
+  const float* sv = scale ? (const float*)TfLiteOpaqueTensorData(scale) : NULL;
+  const float* bv = TfLiteOpaqueTensorData(bias);
+  float* y = TfLiteOpaqueTensorData(TfLiteOpaqueNodeGetOutput(context, node, 0));
+  size_t i, n = TfLiteOpaqueTensorByteSize(x) / sizeof(float), k = TfLiteOpaqueTensorByteSize(bias) / sizeof(float);
+  for (i = 0; i < n; ++i) y[i] = xv[i] * (sv ? sv[i] : 1.0f) + bv[i % k];
+  return kTfLiteOk;
+}
+"""
+
+MIX_REFERENCE = """def reference(inputs, options):
+    x, scale, bias = inputs
+    return [x * (1 if scale is None else scale) + bias]
+"""
+
+SHIFT_INVOKE = r"""static TfLiteStatus ShiftInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
+  const TfLiteOpaqueTensor* x = TfLiteOpaqueNodeGetInput(context, node, 0);
+  const TfLiteOpaqueTensor* bias = TfLiteOpaqueNodeGetInput(context, node, 2);
+  const float* xv = TfLiteOpaqueTensorData(x);
+  const float* bv = TfLiteOpaqueTensorData(bias);
+  float* y = TfLiteOpaqueTensorData(TfLiteOpaqueNodeGetOutput(context, node, 0));
+  size_t i, n = TfLiteOpaqueTensorByteSize(x) / sizeof(float), k = TfLiteOpaqueTensorByteSize(bias) / sizeof(float);
+  for (i = 0; i < n; ++i) y[i] = xv[i] + bv[i % k];
+  return kTfLiteOk;
+}
+"""
+
+SHIFT_REFERENCE = """def reference(inputs, options):
+    x, omitted, bias = inputs
+    assert omitted is None
+    return [x + bias]
+"""
+
+BIAS = [0.5, -1.0, 2.0]
+
+RUN_MIX_MODEL = r"""
+import json, sys
+import numpy as np
+import opaque_ops as oo
+from opaque_ops.testing import run_op
+
+model, mix, shift, bias = sys.argv[1:]
+ops = [oo.compile_ops(mix), oo.compile_ops(shift)]
+it = oo.Interpreter(model_path=model, custom_ops=ops)
+it.allocate_tensors()
+rng = np.random.default_rng(3)
+x, s = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((2, 3)).astype(np.float32)
+details = it.get_input_details()
+it.set_tensor(details[0]["index"], x)
+it.set_tensor(details[1]["index"], s)
+it.invoke()
+y = it.get_tensor(it.get_output_details()[0]["index"])
+bias = np.array(json.loads(bias), np.float32)
+# numpy from the ops' definitions: Shift(Mix(Mix(x, -, bias), s, bias), -, bias)
+expected = ((x * 1 + bias) * s + bias) + bias
+out = {"max_error": float(np.abs(y - expected).max()), "shape": list(y.shape)}
+# Shift's input 1 is omitted in every node: a tensor there is refused, not read as bias.
+try:
+    run_op(ops[1], "Shift", [x, s, bias], num_outputs=[([2, 3], np.float32)])
+except oo.KernelError as exc:
+    out["given"] = str(exc)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_omitted_inputs_keep_their_positions(work):
+    # A user's report: a node with inputs [a, -1, b] was scaffolded as if it
+    # had two ([a, b]): the kernel's Prepare then refused the very model it
+    # came from ("needs 2 inputs, got 3"), and b's checks, constant and shape
+    # were written for position 1.  Mix's first node omits input 1 and its
+    # second gives it (so input 1 is optional: both are run); Shift omits
+    # input 1 in its one node.
+    b = ModelBuilder()
+    x, s = b.add_tensor("x", [2, 3], np.float32), b.add_tensor("s", [2, 3], np.float32)
+    bias = b.add_constant("bias", np.array(BIAS, np.float32))
+    y1, y2, y3 = (b.add_tensor(n, [2, 3], np.float32) for n in ("y1", "y2", "y3"))
+    b.add_custom_op("Mix", [x, -1, bias], [y1])
+    b.add_custom_op("Mix", [y1, s, bias], [y2])
+    b.add_custom_op("Shift", [y2, -1, bias], [y3])
+    model, out = scaffold_built(work, b, [x, s], [y3], "omit_ops")
+    mix = (out / "omit_ops" / "c" / "mix.c").read_text()
+    shift = (out / "omit_ops" / "c" / "shift.c").read_text()
+    for text in (mix, shift):
+        assert "oo_check_io(context, OP_NAME, node, 3, 1)" in text
+        assert "TfLiteOpaqueNodeGetInput returns NULL for it" in text
+    assert " *   input 1: float32 [2, 3], omitted in 1 of 2 nodes: optional" in mix
+    assert "input(s) 1: omitted in some of the model's nodes and given in" in mix
+    # The two nodes' shapes: one set with input 1 omitted (NULL), one with it [2, 3]; bias at 2.
+    assert "TfLiteOpaqueNodeGetInput(context, node, 1) == NULL" in mix and "static const int s1_in1[2] = {2, 3};" in mix
+    assert "static const int s0_in2[1] = {3};" in mix
+    assert " *   input 1: omitted in every node" in shift and "input 1 is given, and the model omits it" in shift
+    assert 'oo_sc_check_input(context, node, 2, 1, in2, "[3]", OO_SC_FIXED_HOW)' in shift
+    mix_test = (out / "tests" / "test_mix.py").read_text()
+    # One case per omitted-input pattern, each with the constant at its real position.
+    assert mix_test.count('"constants": {2: [0.5, -1.0, 2.0]},') == 2, mix_test
+    assert "\"inputs\": [['float32', [2, 3]], None, ['float32', [3]]]," in mix_test
+    assert "\"inputs\": [['float32', [2, 3]], ['float32', [2, 3]], ['float32', [3]]]," in mix_test
+    r = run_pytest(out / "tests")  # both compile and take the model's nodes; each case says what to write
+    assert summary(r).startswith("3 failed") and r.stdout.count("is not written yet") == 3, r.stdout + r.stderr
+    write_op(out, "omit_ops", "mix", "Mix", MIX_INVOKE, MIX_REFERENCE)
+    write_op(out, "omit_ops", "shift", "Shift", SHIFT_INVOKE, SHIFT_REFERENCE)
+    r = run_pytest(out / "tests")
+    assert r.returncode == 0 and summary(r).startswith("3 passed"), r.stdout + r.stderr
+    c_dir = out / "omit_ops" / "c"
+    r = run_python(
+        "-c", RUN_MIX_MODEL, model, c_dir / "mix.c", c_dir / "shift.c", json.dumps(BIAS), timeout=600, **child_env()
+    )
+    got = result(r)
+    assert got["shape"] == [2, 3] and got["max_error"] < 1e-5, got
+    assert "Shift: input 1 is given, and the model omits it in every node" in got["given"], got
+
+
+# Gate(x, g) = x * g elementwise, g optional (x where the node omits it).
+GATE_INVOKE = r"""static TfLiteStatus GateInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
+  const TfLiteOpaqueTensor* x = TfLiteOpaqueNodeGetInput(context, node, 0);
+  const TfLiteOpaqueTensor* g = TfLiteOpaqueNodeGetInput(context, node, 1); /* NULL: omitted */
+  const float* xv = TfLiteOpaqueTensorData(x);
+  const float* gv = g ? (const float*)TfLiteOpaqueTensorData(g) : NULL;
+  float* y = TfLiteOpaqueTensorData(TfLiteOpaqueNodeGetOutput(context, node, 0));
+  size_t i, n = TfLiteOpaqueTensorByteSize(x) / sizeof(float);
+  for (i = 0; i < n; ++i) y[i] = gv ? xv[i] * gv[i] : xv[i];
+  return kTfLiteOk;
+}
+"""
+
+GATE_REFERENCE = """def reference(inputs, options):
+    x, g = inputs
+    return [x if g is None else x * g]
+"""
+
+
+def test_an_optional_input_of_a_following_op_is_skipped_by_the_shape_rule(work):
+    # Every tensor [1, 3] with dim 0 marked -1: the outputs follow input 0, and an
+    # input that is there must have its shape; the omitted one has none to check.
+    b = ModelBuilder()
+    x, g, y1, y2 = (b.add_tensor(n, [1, 3], np.float32, shape_signature=[-1, 3]) for n in ("x", "g", "y1", "y2"))
+    b.add_custom_op("Gate", [x, -1], [y1])
+    b.add_custom_op("Gate", [y1, g], [y2])
+    _, out = scaffold_built(work, b, [x, g], [y2], "gate_ops")
+    gate = (out / "gate_ops" / "c" / "gate.c").read_text()
+    assert "static const int model[2] = {-1, 3};" in gate and "oo_check_io(context, OP_NAME, node, 2, 1)" in gate
+    assert "if (TfLiteOpaqueNodeGetInput(context, node, i) == NULL) continue;" in gate
+    text = (out / "tests" / "test_gate.py").read_text()
+    assert "RESIZE_DIMS = [0]" in text and "\"inputs\": [['float32', [1, 3]], None]," in text
+    r = run_pytest(out / "tests")  # each omitted-input pattern, at the recorded and a resized size
+    assert summary(r).startswith("4 failed") and r.stdout.count("is not written yet") == 4, r.stdout + r.stderr
+    write_op(out, "gate_ops", "gate", "Gate", GATE_INVOKE, GATE_REFERENCE)
+    r = run_pytest(out / "tests")
+    assert r.returncode == 0 and summary(r).startswith("4 passed"), r.stdout + r.stderr
