@@ -34,6 +34,7 @@ from .native_interpreter import (
     NativeModel,
     NativeSignatureRunner,
     TensorRef,
+    mapping_room,
 )
 from .pending import clear_frames, pop_pending_exception, stash_exception
 from .runtime_loader import ENV_LIBRARY, Runtime, load_runtime
@@ -84,6 +85,7 @@ __all__ = [
     "live_python_operators",
     "load_runtime",
     "make_python_operator",
+    "mapping_room",
     "parse_stamp",
     "clear_frames",
     "pop_pending_exception",

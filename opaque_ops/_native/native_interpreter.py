@@ -299,6 +299,33 @@ def _libc():
     return dlopen(None)
 
 
+def _arena_address(lib, t) -> int | None:
+    """A ``TfLiteTensor*``'s data address (0: no memory), or None when it is NULL or not an arena tensor."""
+    if not t or lib.TfLiteTensorGetAllocationStrategy(t) != 3:  # 3: kTfLiteAllocationStrategyArena
+        return None
+    return int(ffi.cast("uintptr_t", lib.TfLiteTensorData(t)))
+
+
+def mapping_room(address: int) -> int:
+    """The size of the memory mapping in ``/proc/self/maps`` that holds ``address``.
+
+    0 for address 0; ``2**64`` when the maps cannot be read or no mapping
+    holds it (the callers take it as room enough: see
+    :meth:`NativeInterpreter.arena_room`).
+    """
+    if not address:
+        return 0
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                low, _, high = line.partition(" ")[0].partition("-")
+                if int(low, 16) <= address < int(high, 16):
+                    return int(high, 16) - int(low, 16)
+    except (OSError, ValueError):
+        pass
+    return 1 << 64
+
+
 class NativeInterpreter:
     """``TfLiteInterpreter`` with its options, model and operators, freed in order.
 
@@ -589,10 +616,7 @@ class NativeInterpreter:
     def _arena_address(self, index: int) -> int | None:
         """Tensor ``index``'s data address (0: no memory), or None when it does not have the arena strategy."""
         lib = self.rt.lib
-        t = lib.TfLiteInterpreterGetTensor(self._interp, int(index))
-        if not t or lib.TfLiteTensorGetAllocationStrategy(t) != 3:  # 3: kTfLiteAllocationStrategyArena
-            return None
-        return int(ffi.cast("uintptr_t", lib.TfLiteTensorData(t)))
+        return _arena_address(lib, lib.TfLiteInterpreterGetTensor(self._interp, int(index)))
 
     def arena_room(self, indices) -> int:
         """An upper bound of the bytes the tensor arena holds now: the memory mapping around its tensors.
@@ -608,18 +632,7 @@ class NativeInterpreter:
         every failure.  0 when no such tensor has memory; ``2**64`` when the
         maps cannot be read.
         """
-        address = next((a for a in map(self._arena_address, indices) if a), 0)
-        if not address:
-            return 0
-        try:
-            with open("/proc/self/maps") as f:
-                for line in f:
-                    low, _, high = line.partition(" ")[0].partition("-")
-                    if int(low, 16) <= address < int(high, 16):
-                        return int(high, 16) - int(low, 16)
-        except (OSError, ValueError):
-            pass
-        return 1 << 64
+        return mapping_room(next((a for a in map(self._arena_address, indices) if a), 0))
 
     @staticmethod
     def can_allocate(nbytes: int) -> bool:
@@ -695,6 +708,17 @@ class NativeSignatureRunner:
 
     def output_tensor(self, name: str) -> TensorRef:
         return TensorRef(self.rt.lib.TfLiteSignatureRunnerGetOutputTensor(self._ptr, name.encode()), self)
+
+    def arena_address(self, name: str, output: bool = False) -> int | None:
+        """The data address of input (or ``output``) ``name`` (0: no memory), or None when not an arena tensor.
+
+        A signature runner's inputs and outputs are the only tensors of a
+        subgraph other than 0 that the C API reaches: the growing-arena guard
+        (``Interpreter._refuse_unaffordable``) sees that subgraph through them.
+        """
+        lib = self.rt.lib
+        get = lib.TfLiteSignatureRunnerGetOutputTensor if output else lib.TfLiteSignatureRunnerGetInputTensor
+        return _arena_address(lib, get(self._ptr, name.encode()))
 
     def resize_input(self, name: str, shape) -> int:
         dims = ffi.new("int[]", [int(d) for d in shape])

@@ -466,10 +466,13 @@ class Interpreter:
         # the model checks passed on what was planned); other subgraphs that
         # signature runners planned; the native layout version it was for.
         self._allocated = False
-        # Inputs of subgraph 0 resized since its last allocation ({tensor
-        # index: shape}): the next allocation may grow the arena (_refuse_unaffordable).
-        self._resized: dict[int, tuple] = {}
-        self._bounds: dict[tuple, int] = {}  # input shapes -> the arena's lower bound (_refuse_unaffordable)
+        # Inputs resized since their subgraph's last allocation ({subgraph:
+        # {tensor index: shape}}, a subgraph only while it has some): its next
+        # allocation may grow its arena (_refuse_unaffordable).  Each subgraph
+        # has an arena of its own.
+        self._resized: dict[int, dict[int, tuple]] = {}
+        # (subgraph, input shapes) -> that arena's lower bound (_refuse_unaffordable)
+        self._bounds: dict[tuple, int] = {}
         self._planned: set[int] = set()
         self._layout_version = -1
         # tensor index -> (numpy view, dtype, shape) of writable arena
@@ -731,7 +734,7 @@ class Interpreter:
                         self._check(graph.resize(handle, shape), what, native)
                         if graph.subgraph == 0:
                             self._input_shapes[index] = shape
-                            self._resized[index] = shape
+                        self._resized.setdefault(graph.subgraph, {})[index] = shape
                 if allocate:
                     self._allocate_locked(native, graph, what)
             return None if then is None else then(native)
@@ -756,8 +759,10 @@ class Interpreter:
 
     def _allocate_locked(self, native, graph: _Graph, what: str) -> None:
         self._set_planned(graph.subgraph, False)
-        if graph.subgraph == 0 and self._resized:
-            self._refuse_unaffordable(native, what)
+        if self._resized:
+            resized = self._resized.get(graph.subgraph)
+            if resized:
+                self._refuse_unaffordable(native, graph, resized, what)
         status = graph.allocate()
         if status == 0 and graph.subgraph == 0:
             self._refuse_unbacked(native)
@@ -783,8 +788,7 @@ class Interpreter:
             model_cache.write_pending(self._info)
         self._check(status, what, native)
         self._set_planned(graph.subgraph, True)
-        if graph.subgraph == 0:
-            self._resized.clear()
+        self._resized.pop(graph.subgraph, None)
         self._layout_version = native.layout_version
         self._watch = True
         if graph.subgraph == 0:
@@ -792,7 +796,7 @@ class Interpreter:
             self._moves = planned[1] if planned is not None else native.has_dynamic_tensor()
         self._fast_sync()
 
-    def _refuse_unaffordable(self, native, what: str) -> None:
+    def _refuse_unaffordable(self, native, graph: _Graph, resized: dict, what: str) -> None:
         """Before an allocation after a resize: TensorMemoryError if the arena's new size cannot be had.
 
         TFLite 2.17 does not check its arena's allocation, and a growing
@@ -803,21 +807,33 @@ class Interpreter:
         first (an impossible size fails at once, a possible one is freed
         untouched).  Nothing has been allocated when this raises: the
         interpreter stays usable (resize back, allocate again).  Called with
-        the call lock held.
+        the call lock held, for every subgraph (each has its own arena):
+        ``graph`` is the one about to be allocated, ``resized`` its inputs
+        resized since its last allocation (``{tensor index: shape}``).
         """
         from ..model.arena import arena_lower_bound  # not at start-up
 
-        sg = self._info.subgraphs[0]
+        k = graph.subgraph
+        sg = self._info.subgraphs[k]
+        # Subgraph 0 is seen whole through the interpreter; another one only
+        # through its signature's inputs and outputs (graph.arena), so only
+        # those count in its bound (the C API reaches no other tensor of it).
+        if k == 0:
+            shape_of, in_arena, room = native.allocated_shape, native.in_arena, native.arena_room
+        else:
+            shape_of, in_arena, room = graph.shape_of, graph.arena.in_arena, graph.arena.room
         shapes = {}
         for t in sg.inputs:
-            s = native.allocated_shape(t) if t >= 0 else None
+            s = shape_of(t) if t >= 0 else None
             if s is not None:
                 shapes[t] = s
         # The bound depends on the input shapes and on what the last
-        # allocation placed: kept per set of input shapes, so that a loop
-        # that resizes between a few shapes computes it once per shape (it
-        # walks every operator: about 5 us each).
-        key = tuple(sorted(shapes.items()))
+        # allocation placed: kept per subgraph and set of input shapes, so
+        # that a loop that resizes between a few shapes computes it once per
+        # shape (it walks every operator: about 5 us each).  (Two runners
+        # of one subgraph may see different tensors of it: either's bound is
+        # a lower bound of the same arena.)
+        key = (k, tuple(sorted(shapes.items())))
         nbytes = self._bounds.get(key)
         if nbytes is None:
             # Dynamic outputs at the last allocation: TFLite stops preparing
@@ -825,13 +841,22 @@ class Interpreter:
             # invoke, so only the inputs count.  (Dynamic temporaries, as the
             # reference MEAN's, do not stop it.)  A delegate other than
             # XNNPACK may share its nodes' buffers: no per-node moments.
-            stops = self._moves and any(
-                (ref := native.tensor(t)) is not None and ref.is_dynamic()
-                for op in sg.operators
-                for t in op.outputs
-                if t >= 0
+            if k == 0:
+                stops = self._moves and any(
+                    (ref := native.tensor(t)) is not None and ref.is_dynamic()
+                    for op in sg.operators
+                    for t in op.outputs
+                    if t >= 0
+                )
+            else:
+                stops = graph.arena.stops()
+            nbytes = arena_lower_bound(
+                self._info if k == 0 else self._rooted(k),
+                shapes,
+                in_arena,
+                end=not stops,
+                per_node=not self._delegates,
             )
-            nbytes = arena_lower_bound(self._info, shapes, native.in_arena, end=not stops, per_node=not self._delegates)
             if len(self._bounds) >= 64:
                 self._bounds.clear()
             self._bounds[key] = nbytes
@@ -844,12 +869,17 @@ class Interpreter:
         # a bound within it is no proof of a failure, and nothing is refused.
         # (Variables are left out: TFLite keeps them in its other, persistent arena.)
         witnesses = (t for t, info in enumerate(sg.tensors) if t not in shapes and not info.is_variable)
-        if nbytes <= native.arena_room(witnesses):
+        if nbytes <= room(witnesses):
             return
-        asked = ", ".join(
-            f"input {self._input_positions.get(t, t)} {sg.tensors[t].name!r} to {list(shape)}"
-            for t, shape in self._resized.items()
-        )
+        if k == 0:
+            asked = ", ".join(
+                f"input {self._input_positions.get(t, t)} {sg.tensors[t].name!r} to {list(shape)}"
+                for t, shape in resized.items()
+            )
+        else:
+            asked = f"subgraph {k}: " + ", ".join(
+                f"input {graph.names.get(t, t)!r} to {list(shape)}" for t, shape in resized.items()
+            )
         raise TensorMemoryError(
             f"{what}: the inputs as resized ({asked}) need at least {nbytes} bytes "
             f"({nbytes / 2**30:.2f} GiB) of tensor memory in one block, and this process cannot get "

@@ -20,7 +20,15 @@ class Graph:
     """
 
     def __init__(
-        self, subgraph: int, names: dict[int, object], resize, allocate, tensor, shape_of=None, strict: bool = False
+        self,
+        subgraph: int,
+        names: dict[int, object],
+        resize,
+        allocate,
+        tensor,
+        shape_of=None,
+        strict: bool = False,
+        arena=None,
     ):
         self.subgraph = subgraph
         self.names = names  # tensor index -> what the resize call takes (position or name)
@@ -32,6 +40,12 @@ class Graph:
         # input's shape signature, whatever the caller asked: the C API's
         # signature runner resizes strictly (TfLiteSignatureRunnerResizeInputTensor).
         self.strict = strict
+        # What the growing-arena guard (Interpreter._refuse_unaffordable) sees
+        # of a subgraph other than 0, whose tensors the C API reaches only
+        # through a signature: an object with ``in_arena(index, placed)``,
+        # ``room(indices)`` and ``stops()`` (signature_runner.SignatureArena).
+        # None for subgraph 0, which the guard sees whole through the interpreter.
+        self.arena = arena
 
 
 def as_shape(tensor_size, what: str) -> tuple[int, ...]:

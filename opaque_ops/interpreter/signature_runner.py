@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _native
 from ..errors import InvalidInputError, OpaqueOpsError
 from . import tensors as _tensors
 from .reshape_target import Graph, as_shape
@@ -53,6 +54,7 @@ class SignatureRunner:
             native_runner.input_tensor,
             shape_of,
             strict=True,
+            arena=SignatureArena(native_runner, self._inputs, self._outputs) if sig.subgraph_index else None,
         )
         self._watch = True
         # The fast path of __call__ (_call_cached): a signature of the main
@@ -259,6 +261,55 @@ class SignatureRunner:
             out[name] = _tensors.read(t, f"{what} output {name!r}")
             it._remember(index, t)  # (not a dynamic tensor, nor one that may not be written)
         return out
+
+
+class SignatureArena:
+    """What the growing-arena guard sees of a subgraph other than 0: its signature's inputs and outputs.
+
+    The C API reaches no other tensor of such a subgraph, so every other
+    tensor counts as not in the arena: the guard's lower bound
+    (:func:`..model.arena.arena_lower_bound`) leaves it out, which keeps it a
+    lower bound.  Asked only by ``Interpreter._refuse_unaffordable``, after a
+    resize of this subgraph.
+
+    Parameters
+    ----------
+    native_runner : NativeSignatureRunner
+    inputs, outputs : dict
+        ``{name: tensor index}`` of the signature (in its subgraph).
+    """
+
+    def __init__(self, native_runner, inputs: dict, outputs: dict):
+        self._r = native_runner
+        self._where = {idx: (name, True) for name, idx in outputs.items()}
+        self._where.update({idx: (name, False) for name, idx in inputs.items()})  # (an input first)
+        self._outputs = tuple(outputs)
+
+    def _address(self, index: int) -> int | None:
+        got = self._where.get(index)
+        return None if got is None else self._r.arena_address(*got)
+
+    def in_arena(self, index: int, placed: bool = True) -> bool:
+        """As ``NativeInterpreter.in_arena``; False for a tensor the signature does not name."""
+        address = self._address(index)
+        return address is not None and (not placed or address != 0)
+
+    def room(self, indices) -> int:
+        """As ``NativeInterpreter.arena_room``: the first of ``indices`` the signature names with memory locates the arena.
+
+        ``indices`` must leave out variables (TFLite keeps them in its other,
+        persistent arena) and the inputs just resized (no memory until the
+        next allocation).
+        """
+        return _native.mapping_room(next((a for a in map(self._address, indices) if a), 0))
+
+    def stops(self) -> bool:
+        """Whether an output of the signature is dynamic: the allocation then stops before the end of the graph.
+
+        (A dynamic tensor the signature does not name cannot be seen; the
+        tensors after it count only if the last run gave them memory.)
+        """
+        return any(self._r.output_tensor(name).is_dynamic() for name in self._outputs)
 
 
 def _cached_writes(inputs: dict, cached: tuple, slots: dict) -> list | None:

@@ -68,6 +68,9 @@ def arena_lower_bound(info, input_shapes: dict, placed, *, end: bool = True, per
     Parameters
     ----------
     info : ModelInfo
+        Its subgraph 0 is the one bounded: for another subgraph the caller
+        passes a copy with that subgraph moved to position 0 (each subgraph
+        has an arena of its own; ``Interpreter._rooted``).
     input_shapes : dict
         ``{tensor index: shape}`` of every graph input of subgraph 0, as resized.
     placed : callable
@@ -75,6 +78,9 @@ def arena_lower_bound(info, input_shapes: dict, placed, *, end: bool = True, per
         strategy and, with ``placed`` True, the last allocation gave it
         memory there (asked with False for the graph's inputs, which the
         planner always places, and which a resize leaves without memory).
+        False for a tensor the caller cannot look at (a subgraph other
+        than 0 shows only its signature's tensors): it then counts 0, and
+        the bound stays a lower bound.
     end : bool
         Count the operators' moments.  False when the allocation stops
         before the last node (an operator with a dynamic output: TFLite

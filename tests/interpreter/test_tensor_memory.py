@@ -150,7 +150,7 @@ import numpy as np
 import opaque_ops as oo
 
 if sys.argv[3] == "unguarded":
-    oo.Interpreter._refuse_unaffordable = lambda self, native, what: None
+    oo.Interpreter._refuse_unaffordable = lambda self, *args: None
 it = oo.Interpreter(model_content=bytes.fromhex(sys.argv[1]), use_xnnpack=sys.argv[2] == "xnnpack")
 it.allocate_tensors()
 x, y = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
@@ -374,3 +374,206 @@ def test_shapes_the_rules_refuse_and_dynamic_temporaries_still_get_a_bound():
         p = run_child(MISSED, case, timeout=120)
         assert p.returncode == 0, (case, crashed(p))
         assert "refused: TensorMemoryError" in p.stdout and "need at least" in p.stdout, (case, p.stdout)
+
+
+# Subgraphs other than 0 have arenas of their own, which a signature runner
+# resizes and allocates (TfLiteSignatureRunnerAllocateTensors): the same
+# crash inside AllocateTensors on 2.17.  The C API reaches such a subgraph's
+# tensors only through its signature, so the guard's bound there counts the
+# signature's inputs and outputs alone.
+
+
+def _two_subgraph_model() -> bytes:
+    """Subgraph 0: y = x + 1 ("first"); subgraph 1: y = (x + x) * (x + x), its first 4 elements and max ("second").
+
+    The outputs of "second" are small (head: y[:, :4], peak: max(y)), so its
+    calls copy no large array: they run under a limit tighter than the arena.
+    """
+    from tools.fuzz_structured import _join_subgraphs, _schema, pack
+
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 4], np.float32)
+    one = b.add_constant("one", np.ones((1, 4), np.float32))
+    y = b.add_tensor("y", [1, 4], np.float32)
+    b.add_op("ADD", [x, one], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    b.add_signature("first", {"x": x}, {"y": y})
+    main = b.build()
+
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 4], np.float32, shape_signature=[1, -1])
+    a = b.add_tensor("a", [1, 4], np.float32, shape_signature=[1, -1])
+    y = b.add_tensor("y", [1, 4], np.float32, shape_signature=[1, -1])
+    begin = b.add_constant("begin", np.array([0, 0], np.int32))
+    size = b.add_constant("size", np.array([1, 4], np.int32))
+    axis = b.add_constant("axis", np.array([1], np.int32))
+    head = b.add_tensor("head", [1, 4], np.float32)
+    peak = b.add_tensor("peak", [1], np.float32)
+    b.add_op("ADD", [x, x], [a])
+    b.add_op("MUL", [a, a], [y])
+    b.add_op("SLICE", [y, begin, size], [head])
+    b.add_op("REDUCE_MAX", [y, axis], [peak], {"keep_dims": False})
+    b.set_inputs([x])
+    b.set_outputs([head, peak])
+    other = b.build()
+
+    m = _join_subgraphs(main, other)
+    s = _schema()
+    sd = s.SignatureDefT()
+    sd.signatureKey, sd.subgraphIndex = "second", 1
+    sd.inputs, sd.outputs = [s.TensorMapT()], [s.TensorMapT(), s.TensorMapT()]
+    sd.inputs[0].name, sd.inputs[0].tensorIndex = "x_in", x
+    sd.outputs[0].name, sd.outputs[0].tensorIndex = "head", head
+    sd.outputs[1].name, sd.outputs[1].tensorIndex = "peak", peak
+    m.signatureDefs.append(sd)
+    return pack(m)
+
+
+def _second(v) -> dict:
+    """What signature "second" gives for ``v``, from its definition (numpy)."""
+    y = (v + v) * (v + v)
+    return {"head": y[:, :4], "peak": y.max(axis=1)}
+
+
+def _same(out: dict, v) -> bool:
+    want = _second(v)
+    return out.keys() == want.keys() and all(np.array_equal(out[k], want[k]) for k in want)
+
+
+GROW_SUBGRAPH_1 = """
+import resource, sys
+import numpy as np
+import opaque_ops as oo
+
+if sys.argv[3] == "unguarded":
+    oo.Interpreter._refuse_unaffordable = lambda self, *args: None
+it = oo.Interpreter(model_content=bytes.fromhex(sys.argv[1]), use_xnnpack=sys.argv[2] == "xnnpack")
+runner = it.get_signature_runner("second")
+runner.allocate_tensors()
+vm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize"))
+cap = vm + (1 << 30)  # 1 GiB of room: not the 16-24 GiB arena of [1, 2**31 - 1]
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+print("version", oo.runtime_info().version, flush=True)
+
+
+def attempt(label, fn):
+    try:
+        fn()
+    except oo.TensorMemoryError as exc:
+        print(label, "refused: TensorMemoryError:", exc, flush=True)
+    except oo.OpaqueOpsError as exc:
+        print(label, "refused by the runtime:", type(exc).__name__, exc, flush=True)
+    else:
+        print(label, "allocated", flush=True)
+
+
+# resize_tensor_input() then allocate_tensors() ...
+runner.resize_tensor_input("x_in", [1, 2**31 - 1])
+attempt("allocate:", runner.allocate_tensors)
+# ... and a call with an input of the new shape (which resizes and allocates:
+# a zero-stride array of that shape costs no memory; refused before it is read).
+huge = np.broadcast_to(np.float32(1), (1, 2**31 - 1))
+attempt("call:", lambda: runner(x_in=huge))
+# The main subgraph, with its own arena, is untouched.
+it.allocate_tensors()
+v = np.array([[-2.0, 0.5, 1.0, 3.0]], np.float32)
+it.set_tensor(it.get_input_details()[0]["index"], v)
+it.invoke()
+print("main ok:", np.array_equal(it.get_tensor(it.get_output_details()[0]["index"]), v + 1), flush=True)
+# The runner resizes back with its input, and runs.
+print("small:", {k: a.tolist() for k, a in runner(x_in=v).items()}, flush=True)
+# A large resize that fits under the cap still runs: 3 x 64 MiB.
+v = (np.arange(1 << 24, dtype=np.float32) % 7 - 3).reshape(1, -1)
+print("large:", {k: a.tolist() for k, a in runner(x_in=v).items()}, flush=True)
+"""
+
+SMALL = np.array([[-2.0, 0.5, 1.0, 3.0]], np.float32)
+LARGE = (np.arange(1 << 24, dtype=np.float32) % 7 - 3).reshape(1, -1)
+
+
+def _printed(out: str, label: str, v) -> bool:
+    want = {k: a.tolist() for k, a in _second(v).items()}
+    return f"{label} {want}" in out.splitlines()
+
+
+def test_a_growing_arena_of_subgraph_1_is_refused_and_its_runner_lives():
+    data = _two_subgraph_model().hex()
+    for mode in ("reference", "xnnpack"):
+        p = run_child(GROW_SUBGRAPH_1, data, mode, "guarded", timeout=120)
+        assert p.returncode == 0, crashed(p)
+        out = p.stdout
+        for label, what in (("allocate:", "allocate_tensors"), ("call:", "")):
+            line = next(s for s in out.splitlines() if s.startswith(label))
+            assert f"refused: TensorMemoryError: signature 'second'{': ' + what if what else ''}" in line, out
+            assert "(subgraph 1: input 'x_in' to [1, 2147483647]) need at least " in line, out
+            # The bound: the signature's input and outputs, float32 (the
+            # intermediates are not reached through the C API).
+            assert f"need at least {4 * (2**31 - 1) + 4 * 4 + 4} bytes" in line and "Nothing was allocated" in line, out
+        assert "main ok: True" in out, out
+        assert _printed(out, "small:", SMALL) and _printed(out, "large:", LARGE), out
+
+
+def test_without_the_guard_a_runner_of_subgraph_1_dies_on_the_2_17_runtime():
+    # What the guard is for in subgraph 1 (and that the test above would see it gone).
+    import opaque_ops as oo
+
+    p = run_child(GROW_SUBGRAPH_1, _two_subgraph_model().hex(), "reference", "unguarded", timeout=120)
+    if oo.runtime_info().version.startswith("2.17."):
+        assert p.signal == 11 and "allocate: allocated" not in p.stdout, crashed(p)
+    else:
+        # 2.23 reports the failed arena itself (a KernelError, "error").
+        assert p.returncode == 0, crashed(p)
+        assert "allocate: refused by the runtime: KernelError" in p.stdout, p.stdout
+        assert _printed(p.stdout, "small:", SMALL), p.stdout
+
+
+def test_an_isolated_runner_of_subgraph_1_gets_the_same_refusal():
+    # The worker allocates subgraph 1 through the same Interpreter code,
+    # under its memory limit.
+    import opaque_ops as oo
+
+    it = oo.Interpreter(model_content=_two_subgraph_model(), isolate=True, memory_limit="2G", use_xnnpack=False)
+    runner = it.get_signature_runner("second")
+    assert _same(runner(x_in=SMALL), SMALL)
+    runner.resize_tensor_input("x_in", [1, 2**31 - 1])
+    with pytest.raises(oo.TensorMemoryError, match=r"subgraph 1: .*need at least \d+ bytes .*Nothing was allocated"):
+        runner.allocate_tensors()
+    assert _same(runner(x_in=SMALL), SMALL)
+    it.close()
+
+
+# No false refusal in subgraph 1 either: smaller shapes after a larger one fit
+# the arena already there, under a limit below their bound (SHRINK above).
+SHRINK_SUBGRAPH_1 = """
+import resource, sys
+import numpy as np
+import opaque_ops as oo
+
+it = oo.Interpreter(model_content=bytes.fromhex(sys.argv[1]), use_xnnpack=sys.argv[2] == "xnnpack")
+runner = it.get_signature_runner("second")
+n = 1 << 24  # 64 MiB per float32 tensor
+inputs = {k: (np.arange(k, dtype=np.float32) % 5 - 2).reshape(1, k) for k in (n // 2, n // 4, n)}
+runner(x_in=inputs[n])  # the arena at its largest
+vm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize"))
+cap = vm + (32 << 20)  # 32 MiB of room: less than any of the bounds below
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+for k in (n // 2, n // 4, n):
+    print(k, {name: a.tolist() for name, a in runner(x_in=inputs[k]).items()}, flush=True)
+runner.resize_tensor_input("x_in", [1, 4 * n])  # larger than any arena before: refused
+try:
+    runner.allocate_tensors()
+except oo.TensorMemoryError as exc:
+    print("grown: TensorMemoryError", exc, flush=True)
+"""
+
+
+def test_a_shape_that_fits_the_arena_of_subgraph_1_already_there_is_not_refused():
+    for mode in ("reference", "xnnpack"):
+        p = run_child(SHRINK_SUBGRAPH_1, _two_subgraph_model().hex(), mode, timeout=120)
+        assert p.returncode == 0, crashed(p)
+        n = 1 << 24
+        for k in (n // 2, n // 4, n):
+            v = (np.arange(k, dtype=np.float32) % 5 - 2).reshape(1, k)
+            assert _printed(p.stdout, str(k), v), p.stdout
+        assert "grown: TensorMemoryError" in p.stdout and "subgraph 1: " in p.stdout, p.stdout
