@@ -244,9 +244,11 @@ class Interpreter:
     experimental_preserve_all_tensors : bool, optional
         Keep every intermediate tensor readable with ``get_tensor`` after
         ``invoke()``: each gets its own buffer instead of sharing the arena.
-        Turns XNNPACK off (a delegated partition does not write its
-        intermediates), as the references do.  Debugging only: it costs the
-        sum of all tensor sizes in memory.
+        Turns XNNPACK off, since a delegated partition does not write its
+        intermediates.  ai-edge-litert keeps XNNPACK with this flag (each
+        node delegated on its own), so its outputs may differ from these in
+        the last bits: XNNPACK's kernels against TFLite's own.  Debugging
+        only: it costs the sum of all tensor sizes in memory.
     experimental_disable_delegate_clustering : bool, optional
         The C API cannot reorder delegate partitions, and without a delegate
         there is nothing to cluster: ``True`` turns XNNPACK off, so the nodes
