@@ -287,6 +287,21 @@ def test_options_dict_is_flexbuffer(lib):
     assert decode_flex_options(y.tobytes()) == {"k": 3, "name": "x"}
 
 
+@pytest.mark.parametrize("isolate", [False, True])
+def test_options_key_the_kernel_could_not_look_up_is_named(lib, isolate):
+    """run_op (and so build_op_model) encodes a dict through flex_options: a
+    non-ASCII key is refused by name, also when the worker process encodes it."""
+    with pytest.raises(oo.InvalidArgumentError, match=r"flexbuffer map key 'größe' in options has non-ASCII"):
+        run_op(
+            lib,
+            "Echo",
+            inputs=[np.zeros(1, np.float32)],
+            options={"k": 3, "größe": 1},
+            num_outputs=[([1], np.uint8)],
+            isolate=isolate,
+        )
+
+
 def test_version_must_match(lib):
     x = np.ones(3, np.float32)
     np.testing.assert_array_equal(run_op(lib, "Twice", inputs=[x], version=2)[0], 2 * x)

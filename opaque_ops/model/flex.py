@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import InvalidArgumentError, ModelError
 
 if TYPE_CHECKING:
     from flatbuffers import flexbuffers
@@ -31,6 +31,39 @@ def _flexbuffers():
     return _flexbuffers_module
 
 
+# What a flexbuffer map key can be.  The format stores a key as a
+# NUL-terminated byte string, so a NUL would cut it short.  Beyond that, the
+# flatbuffers package's Builder.Key encodes a str as ASCII (anything else is a
+# UnicodeEncodeError from deep inside it), its reader and so
+# decode_flex_options decode keys as ASCII, and a kernel looks a key up by a C
+# string (oo_flex_get, TFLite's flexbuffers::Map::operator[]).  An ASCII str
+# without NUL is what every one of them agrees on; the empty string is one
+# (the encoder, both readers and strcmp handle it).  Checked here, the one
+# pass every mapping goes through before encoding (flex_options, hence
+# ModelBuilder.add_custom_op, build_op_model and run_op), so the error names
+# the key and where it is, not a codec position.
+def _check_key(key: Any, where: str) -> None:
+    """Raise if ``key`` cannot be a flexbuffer map key (see the comment above)."""
+    if not isinstance(key, str):
+        raise TypeError(
+            f"flexbuffer map key {key!r} in {where} is of type {type(key).__name__}; "
+            "option keys must be str (ASCII text without NUL), the name a kernel looks the value up by"
+        )
+    if not key.isascii():
+        bad = ", ".join(f"{c!r} (U+{ord(c):04X})" for c in dict.fromkeys(c for c in key if ord(c) > 127))
+        raise InvalidArgumentError(
+            f"flexbuffer map key {key!r} in {where} has non-ASCII characters: {bad}; "
+            "flexbuffer keys are NUL-terminated ASCII strings (the flatbuffers encoder and opaque_ops' "
+            "decoder take nothing else), so rename the option with ASCII characters only, "
+            "matching the name the kernel looks up"
+        )
+    if "\0" in key:
+        raise InvalidArgumentError(
+            f"flexbuffer map key {key!r} in {where} contains a NUL character at position {key.index(chr(0))}; "
+            "flexbuffer keys are NUL-terminated, so the key would end there: remove the NUL"
+        )
+
+
 def _flex_normalize(value: Any, where: str) -> Any:
     """Convert numpy values to Python ones and reject unsupported types.
 
@@ -48,8 +81,7 @@ def _flex_normalize(value: Any, where: str) -> Any:
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
-            if not isinstance(k, str):
-                raise TypeError(f"flexbuffer map keys must be str, got {k!r} in {where}")
+            _check_key(k, where)
             out[k] = _flex_normalize(v, f"{where}.{k}")
         return out
     if isinstance(value, (list, tuple)):
@@ -122,6 +154,7 @@ def flex_options(options: Mapping[str, Any]) -> bytes:
     Parameters
     ----------
     options : mapping of str to value
+        Keys are ASCII strings without NUL (the empty string is allowed).
         Values may be ``bool``, ``int``, ``float``, ``str``, ``bytes``, nested
         mappings, or lists.  Lists of ints or floats (or bools) are written as
         typed vectors; other lists as untyped vectors.  numpy scalars and 1-D
@@ -137,6 +170,9 @@ def flex_options(options: Mapping[str, Any]) -> bytes:
     ------
     TypeError
         If a key is not a string or a value has an unsupported type.
+    InvalidArgumentError
+        If a key (at any depth) has a non-ASCII or NUL character: flexbuffer
+        keys are NUL-terminated ASCII strings.  It is a ``ValueError``.
     ValueError
         If an integer does not fit in 64 bits.
     """

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
 from flatbuffers import flexbuffers
 
-from opaque_ops.errors import ModelError
+from opaque_ops.errors import InvalidArgumentError, ModelError
 from opaque_ops.model import decode_flex_options, flex_options
 from tests.helpers.reference_models import CUSTOM_OPTS
 
@@ -27,6 +28,48 @@ def test_flex_options_encoding():
     assert flex_options({"x": 1, "a": 2}) == flex_options({"a": 2, "x": 1})
     with pytest.raises(TypeError):
         flex_options({"bad": object()})
+
+
+@pytest.mark.parametrize(
+    "options,key,where,says",
+    [
+        ({"größe": 1}, "'größe'", "in options has", ["'ö' (U+00F6)", "'ß' (U+00DF)", "ASCII"]),
+        ({"a": {"ü": 1}}, "'ü'", "in options.a has", ["'ü' (U+00FC)", "ASCII"]),
+        ({"a": [1, {"b": {"日本": 2}}]}, "'日本'", "in options.a[1].b has", ["U+65E5", "U+672C", "ASCII"]),
+        ({"a\0b": 1}, "'a\\x00b'", "in options contains", ["NUL character at position 1", "remove the NUL"]),
+        ({"a": {"\0": 1}}, "'\\x00'", "in options.a contains", ["NUL character at position 0"]),
+    ],
+)
+def test_a_key_flexbuffers_cannot_hold_is_named_before_encoding(options, key, where, says):
+    """Keys are NUL-terminated ASCII: the flatbuffers encoder's own errors (a
+    UnicodeEncodeError at a codec position, 'key contains zero byte') named no
+    key; the error names the key, where it sits, and what to do."""
+    with pytest.raises(InvalidArgumentError) as info:
+        flex_options(options)
+    msg = str(info.value)
+    assert f"flexbuffer map key {key} {where}" in msg
+    for part in says:
+        assert part in msg
+    assert isinstance(info.value, ValueError)  # what the encoder raised, so `except ValueError` still holds
+
+
+@pytest.mark.parametrize("key", [1, b"k", None, ("a",)])
+def test_a_key_that_is_not_str_says_keys_are_str(key):
+    with pytest.raises(TypeError, match=rf"flexbuffer map key {re.escape(repr(key))} in options.n is of type "):
+        flex_options({"n": {key: 1}})
+
+
+def test_the_key_check_draws_the_line_at_ascii_without_nul():
+    """What the check lets through (every ASCII character but NUL, the empty
+    key too) the flatbuffers reader reads back under the same key; the first
+    character past ASCII is refused."""
+    keys = ["", "a", "A_b-c.d", "".join(chr(c) for c in range(1, 128))]
+    enc = flex_options({k: i for i, k in enumerate(keys)})
+    root = flexbuffers.GetRoot(enc).AsMap
+    assert [root[k].AsInt for k in keys] == list(range(len(keys)))
+    assert decode_flex_options(enc) == {k: i for i, k in enumerate(keys)}
+    with pytest.raises(InvalidArgumentError, match=r"'\\x80' \(U\+0080\)"):
+        flex_options({"a\x7f\x80": 1})
 
 
 @pytest.mark.parametrize(
