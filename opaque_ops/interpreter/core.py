@@ -768,6 +768,11 @@ class Interpreter:
         status = graph.allocate()
         if status == 0 and graph.subgraph == 0:
             self._refuse_unbacked(native)
+        elif status == 1 and graph.subgraph == 0:
+            # Before the checks below: on 2.17 the guard above refuses such a
+            # case before any check runs, and a check's verdict on shapes the
+            # runtime never planned (it stopped at its arena) would be wrong.
+            self._refuse_failed_arena(native, what)
         if self._preserve and graph.subgraph == 0:
             status = self._preserve_tensors(native, status)
         # Which tensors of subgraph 0 are planned, in one C call, for the
@@ -890,6 +895,87 @@ class Interpreter:
             "the input to a smaller shape and call allocate_tensors() again, or run the model isolated "
             "with a memory limit (Interpreter(..., isolate=True, memory_limit=...)) so that a failure "
             "there cannot take this process down"
+        )
+
+    def _refuse_failed_arena(self, native, what: str) -> None:
+        """After an allocation of subgraph 0 that the runtime refused without a word: TensorMemoryError if memory is why.
+
+        TFLite 2.23 checks its arena's allocation (2.17 does not: see
+        :meth:`_refuse_unaffordable`), but reports a failed one only as
+        ``kTfLiteError``, with nothing in the error reporter: the message
+        was "allocate_tensors failed: error", which names no memory.  The
+        guard before the call does not always speak first: it is not asked
+        at the first allocation, and its bound may be affordable where the
+        real arena (temporaries, alignment, tensors of ops without a shape
+        rule) is not.  So when the runtime said nothing, a lower bound of
+        the arena for the inputs as they are now is asked of ``malloc``: if
+        even that cannot be had (and it is more than the arena already
+        held), memory is the cause, and this raises.  Otherwise nothing is
+        claimed and the runtime's status stands.  A kernel's own failure
+        reports a message (``TF_LITE_ENSURE`` and ``ReportError`` do), and
+        is left alone.  Nothing was allocated: the interpreter stays usable.
+        Called with the call lock held.
+        """
+        if any(m.strip() for m in native.sink):
+            return
+        from ..model.arena import arena_lower_bound  # not at start-up
+
+        sg = self._info.subgraphs[0]
+        shapes = {}
+        for t in sg.inputs:
+            s = native.allocated_shape(t) if t >= 0 else None
+            if s is not None:
+                shapes[t] = s
+        # The runtime stops at its arena after every node's Prepare: the
+        # shapes it set are the ones it planned, also for operators that
+        # have no shape rule (the bound from the rules alone is 4 bytes for
+        # a FILL of constant dims).  The last allocation's placement cannot
+        # tell which tensors are in the arena (at the first allocation there
+        # was none, and this one failed): every tensor with the arena
+        # strategy counts, so the moments at each operator's node count only
+        # without a delegate (XNNPACK's partitions keep their inner tensors
+        # out of the arena).  A dynamic output stops the planning there:
+        # then only the inputs.
+        planned = {}
+        for t in range(len(sg.tensors)):
+            s = native.allocated_shape(t)
+            if s is not None:
+                planned[t] = s
+        stops = any(
+            (ref := native.tensor(t)) is not None and ref.is_dynamic()
+            for op in sg.operators
+            for t in op.outputs
+            if t >= 0
+        )
+        nbytes = arena_lower_bound(
+            self._info,
+            shapes,
+            lambda t, placed: native.in_arena(t, False),
+            end=not stops,
+            per_node=not self.xnnpack and not self._delegates,
+            shapes=planned,
+        )
+        if nbytes == 0 or native.can_allocate(nbytes):
+            return
+        # As in the guard: within the arena already held is no proof.
+        witnesses = (t for t, info in enumerate(sg.tensors) if t not in shapes and not info.is_variable)
+        if nbytes <= native.arena_room(witnesses):
+            return
+        native.sink.take()
+        # (Subgraph 0's inputs resized since its last allocation: {tensor index: shape}.)
+        resized = self._resized.get(0) or {}
+        inputs = ", ".join(
+            f"input {self._input_positions.get(t, t)} {sg.tensors[t].name!r} "
+            + (f"resized to {list(shape)}" if t in resized else f"of shape {list(shape)}")
+            for t, shape in shapes.items()
+        )
+        raise TensorMemoryError(
+            f"{what}: the runtime could not allocate its tensor arena (it reports that only as 'error'): "
+            f"with its inputs as they are ({inputs}) this model needs at least {nbytes} bytes "
+            f"({nbytes / 2**30:.2f} GiB) of tensor memory in one block, and this process cannot get that "
+            "much now. Nothing was allocated and the interpreter is still usable: resize the input to a "
+            "smaller shape and call allocate_tensors() again, or raise the process's memory limit "
+            "(with isolate=True, the memory_limit=... of the Interpreter)"
         )
 
     def _refuse_unbacked(self, native) -> None:

@@ -62,7 +62,9 @@ def tensor_bytes(tensor, shape) -> int:
     return n * size
 
 
-def arena_lower_bound(info, input_shapes: dict, placed, *, end: bool = True, per_node: bool = True) -> int:
+def arena_lower_bound(
+    info, input_shapes: dict, placed, *, end: bool = True, per_node: bool = True, shapes: dict | None = None
+) -> int:
     """Bytes that TFLite's arena for subgraph 0 must hold at once with these input shapes (a lower bound).
 
     Parameters
@@ -90,6 +92,11 @@ def arena_lower_bound(info, input_shapes: dict, placed, *, end: bool = True, per
         Count the moments at each operator's node (see the module's notes).
         False leaves the inputs and the end of the run, which hold whatever
         a delegate's nodes share (a delegate that is not XNNPACK).
+    shapes : dict, optional
+        ``{tensor index: shape}`` of the tensors as the runtime's Prepare
+        set them (after an allocation that got as far as its arena), used
+        instead of the shape rules' inference from ``input_shapes``: they
+        also know the outputs of operators without a rule.
 
     Returns
     -------
@@ -115,13 +122,14 @@ def arena_lower_bound(info, input_shapes: dict, placed, *, end: bool = True, per
 
     if not end:
         return base
-    try:
-        shapes = infer_shapes(info, shape_of)
-    except ShapeError:
-        # The shape rules refuse these shapes, but a runtime's Prepare may
-        # not (2.17's FULLY_CONNECTED takes an input whose size is no
-        # multiple of its weights' and allocates): the inputs still count.
-        return base
+    if shapes is None:
+        try:
+            shapes = infer_shapes(info, shape_of)
+        except ShapeError:
+            # The shape rules refuse these shapes, but a runtime's Prepare may
+            # not (2.17's FULLY_CONNECTED takes an input whose size is no
+            # multiple of its weights' and allocates): the inputs still count.
+            return base
 
     def size(t) -> int | None:
         s = shapes.get(t)
