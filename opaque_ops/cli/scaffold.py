@@ -49,6 +49,11 @@ class OpFacts:
     inputs: list = field(default_factory=list)
     # How many of the nodes that have each input position omit it (0: every node gives it).
     omitted: list = field(default_factory=list)
+    # The input counts of the op's nodes (TfLiteOpaqueNodeNumberOfInputs): a converter may leave
+    # a trailing optional input out entirely rather than write -1, so nodes of one op can have
+    # different counts.  A position at or past a node's count is absent there, as an omitted one.
+    input_counts: set = field(default_factory=set)
+    output_counts: set = field(default_factory=set)  # more than one: refused (see _refuse_output_counts)
     outputs: list = field(default_factory=list)
     input_types: list = field(default_factory=list)  # [set of type names]
     output_types: list = field(default_factory=list)
@@ -71,9 +76,31 @@ class OpFacts:
     shape_sets: list = field(default_factory=list)  # [(input shapes, output shapes)], distinct, as the nodes record
 
     def input_state(self, i: int) -> str:
-        """``"given"`` (by every node), ``"optional"`` (omitted by some nodes) or ``"omitted"`` (by all)."""
-        n = self.omitted[i]
-        return "given" if n == 0 else "omitted" if n == self.position_count(i) else "optional"
+        """``"given"`` (by every node), ``"optional"`` (absent in some nodes) or ``"omitted"`` (in all).
+
+        Absent: omitted (-1) or past the node's input count; the kernel gets
+        no tensor either way, so both make a position optional.
+        """
+        n = self.absent(i)
+        return "given" if n == 0 else "omitted" if n == len(self.nodes) else "optional"
+
+    def absent(self, i: int) -> int:
+        """How many nodes have no tensor at input position ``i``: omitted (-1), or fewer inputs."""
+        return self.omitted[i] + self.short_of(i)
+
+    def short_of(self, i: int) -> int:
+        """How many nodes have fewer than ``i + 1`` inputs (input ``i`` past their count)."""
+        return len(self.nodes) - self.position_count(i)
+
+    @property
+    def min_inputs(self) -> int:
+        """The fewest inputs a node of the op has."""
+        return min(self.input_counts, default=0)
+
+    @property
+    def max_inputs(self) -> int:
+        """The most inputs a node of the op has (the positions the facts cover)."""
+        return max(self.input_counts, default=0)
 
     def position_count(self, i: int) -> int:
         """How many nodes have input position ``i`` (given or omitted)."""
@@ -140,7 +167,8 @@ def gather_ops(model, only=()) -> tuple[list[OpFacts], list[str]]:
     Raises
     ------
     CliError
-        An ``--op`` the model does not use, or nothing to scaffold.
+        An ``--op`` the model does not use, nothing to scaffold, or an op
+        to scaffold whose nodes have different output counts.
     """
     from ..kernels import provided_ops
     from ..model import read_model
@@ -166,6 +194,8 @@ def gather_ops(model, only=()) -> tuple[list[OpFacts], list[str]]:
                 [None if t is None else (t.type_name, _shape(t)) for t in ins],
                 [(t.type_name, _shape(t)) for t in outs],
             )
+            f.input_counts.add(len(ins))
+            f.output_counts.add(len(outs))
             if f.count == 1:
                 f.inputs = [(None, None) if t is None else t for t in tensors[0]]
                 f.outputs = list(tensors[1])
@@ -173,6 +203,12 @@ def gather_ops(model, only=()) -> tuple[list[OpFacts], list[str]]:
                 f.output_types = [{t} for t, _ in tensors[1]]
                 f.omitted = [int(t is None) for t in tensors[0]]
             else:
+                # A node with more inputs than any before it: its extra positions are new (the
+                # nodes before it are short of them, which input_state counts as absent).
+                for _ in range(len(tensors[0]) - len(f.inputs)):
+                    f.inputs.append((None, None))
+                    f.input_types.append(set())
+                    f.omitted.append(0)
                 for have, types, new in (
                     (f.inputs, f.input_types, tensors[0]),
                     (f.outputs, f.output_types, tensors[1]),
@@ -213,6 +249,8 @@ def gather_ops(model, only=()) -> tuple[list[OpFacts], list[str]]:
                 "nothing to scaffold: every custom op of the model has a provider "
                 "(the runtime or a bundled kernel); name ops with --op to scaffold them anyway"
             )
+    for f in chosen:
+        _refuse_output_counts(f)
     left_out = sorted(set(ops) - {f.name for f in chosen})
     used_prefixes, used_stems = set(), set()
     for f in chosen:
@@ -231,6 +269,27 @@ def gather_ops(model, only=()) -> tuple[list[OpFacts], list[str]]:
         used_stems.add(stem)
         f.file_stem = stem
     return chosen, left_out
+
+
+def _refuse_output_counts(f: OpFacts) -> None:
+    """Refuse an op whose nodes have different output counts (a ``CliError`` that says what to do).
+
+    Refused rather than guessed, unlike inputs: TFLite has no omitted
+    output (-1) for a kernel to test, an output count is the op's structure
+    (an option such as a split count chooses it), and Prepare sizes every
+    output from the shapes the model records.  Cutting to the first node's
+    count, as scaffold did, gave a kernel that refused the model's other
+    nodes ("needs 1 output, got 2") with no word at scaffold time.
+    """
+    from .common import CliError
+
+    if len(f.output_counts) > 1:
+        raise CliError(
+            f"the nodes of custom op {f.name!r} have different output counts "
+            f"({' and '.join(map(str, sorted(f.output_counts)))}): scaffold writes a kernel for one "
+            "output count. Write that op's kernel by hand (Prepare reads TfLiteOpaqueNodeNumberOfOutputs), "
+            "and scaffold the model's other ops with --op"
+        )
 
 
 def _shape_rule(f: OpFacts) -> None:
@@ -419,7 +478,9 @@ def _cases(op: OpFacts) -> list[tuple[bytes, dict, list]]:
 
     Nodes of one option set that omit different inputs make one case each:
     a kernel must take an optional input both given and left out, and the
-    test runs it both ways, as the model does.
+    test runs it both ways, as the model does.  So do nodes with different
+    input counts (the key's length): the case runs the op with the node's
+    fewer inputs, and the kernel must cope with the positions past them.
     """
     out = []
     for (raw, d), nodes in zip(op.option_sets, op.set_nodes):
@@ -430,8 +491,12 @@ def _cases(op: OpFacts) -> list[tuple[bytes, dict, list]]:
     return out[:_CASES_MAX]
 
 
-def _case_source(raw: bytes, d: dict, nodes) -> str:
-    """One entry of the generated test's CASES: a node's options, tensors, constants and quantization."""
+def _case_source(raw: bytes, d: dict, nodes, max_inputs: int) -> str:
+    """One entry of the generated test's CASES: a node's options, tensors, constants and quantization.
+
+    ``max_inputs`` is the most inputs a node of the op has: a case of fewer
+    says so, as its shorter ``inputs`` list is easy to take for a mistake.
+    """
     ins, outs = nodes[0]
     specs = [None if t is None else (t.type_name.lower(), list(_shape(t))) for t in ins]
     lines = [
@@ -445,6 +510,12 @@ def _case_source(raw: bytes, d: dict, nodes) -> str:
         lines.append(
             f"        # Input(s) {', '.join(map(str, left_out))} omitted, as in the model's node (-1,"
             " kTfLiteOptionalTensor): None here, and the kernel gets NULL for it."
+        )
+    if len(ins) < max_inputs:
+        past = str(len(ins)) if len(ins) == max_inputs - 1 else f"{len(ins)} to {max_inputs - 1}"
+        lines.append(
+            f"        # The node has {len(ins)} input(s), others up to {max_inputs}: input(s) {past} left out"
+            f" entirely, as in the model (TfLiteOpaqueNodeNumberOfInputs is {len(ins)})."
         )
     constants, notes = _constants(nodes)
     lines += [f"        # {doc_text(n)}" for n in notes]
@@ -461,7 +532,7 @@ def _case_source(raw: bytes, d: dict, nodes) -> str:
 def pytest_source(op: OpFacts, package: str, model_name: str) -> str:
     """The pytest file of one op."""
     chosen = _cases(op)
-    cases = [_case_source(raw, d, nodes) for raw, d, nodes in chosen]
+    cases = [_case_source(raw, d, nodes, op.max_inputs) for raw, d, nodes in chosen]
     quantized = any(
         _quantization(t) is not None
         for _, _, nodes in chosen
@@ -514,7 +585,8 @@ RESIZE_DIMS = {op.resize_dims!r}
 
 def reference({ref_args}):
     """{doc_text(op.name)} in numpy: the list of its outputs for ``inputs`` (numpy arrays, in order;
-    None for an input the case omits, as the model's node does).
+    None for an input the case omits, as the model's node does; a shorter list for a node with
+    fewer inputs).
 
     ``options`` is the op's options as Python values: a dict for a flexbuffer
     map (a Flex op's: its TensorFlow ``op`` and attributes), None for raw bytes

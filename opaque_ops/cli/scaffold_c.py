@@ -102,6 +102,29 @@ static inline void oo_sc_append_strings(char* msg, size_t cap, size_t* pos, cons
   "only in the dims the model marks -1; derive the outputs' shapes from the "  \
   "inputs in Prepare to take other shapes"
 
+/* Input `index` of the node, or NULL where it has none: omitted (-1), or at or past the node's
+   input count (nodes of one op may have different counts: a trailing optional input left out
+   entirely).  The count is checked here because c_api_opaque.h promises nothing for an index
+   past it; upstream's TfLiteOpaqueNodeGetInput does answer NULL there (tflite::GetInput's index
+   check), but a kernel should not read past the node's inputs on the strength of that. */
+static inline const TfLiteOpaqueTensor* oo_sc_input(const TfLiteOpaqueContext* context,
+                                                    const TfLiteOpaqueNode* node, int index) {
+  if (index < 0 || index >= TfLiteOpaqueNodeNumberOfInputs(node)) return NULL;
+  return TfLiteOpaqueNodeGetInput(context, node, index);
+}
+
+/* The node must have n_min to n_max inputs (the counts of the model's nodes) and n_out outputs. */
+static inline TfLiteStatus oo_sc_check_io_range(TfLiteOpaqueContext* context, const TfLiteOpaqueNode* node,
+                                                int n_min, int n_max, int n_out) {
+  int got_in = TfLiteOpaqueNodeNumberOfInputs(node), got_out = TfLiteOpaqueNodeNumberOfOutputs(node);
+  if (got_in >= n_min && got_in <= n_max && got_out == n_out) return kTfLiteOk;
+  TfLiteOpaqueContextReportError(context,
+                                 "%s: needs %d to %d inputs (the model's nodes have that many) and %d output%s, "
+                                 "got %d and %d",
+                                 OP_NAME, n_min, n_max, n_out, n_out == 1 ? "" : "s", got_in, got_out);
+  return kTfLiteError;
+}
+
 /* 1 when `t` has rank `rank` and dims[i] in each dim (a -1 in dims: any size). */
 static inline int oo_sc_has_shape(const TfLiteOpaqueTensor* t, int rank, const int* dims) {
   int i;
@@ -128,7 +151,7 @@ static inline void oo_sc_append_shape(char* msg, size_t cap, size_t* pos, const 
    The outputs were sized for it: a larger input would let Invoke write past them. */
 static inline TfLiteStatus oo_sc_check_input(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node, int index,
                                              int rank, const int* dims, const char* records, const char* how) {
-  const TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetInput(context, node, index);
+  const TfLiteOpaqueTensor* t = oo_sc_input(context, node, index);
   char msg[512];
   size_t pos = 0;
   if (oo_sc_has_shape(t, rank, dims)) return kTfLiteOk;
@@ -142,8 +165,8 @@ static inline TfLiteStatus oo_sc_check_input(TfLiteOpaqueContext* context, TfLit
 /* Input `index` must have the shape of input 0, which the outputs take. */
 static inline TfLiteStatus oo_sc_check_like_first(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node,
                                                   int index) {
-  const TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetInput(context, node, index);
-  const TfLiteOpaqueTensor* first = TfLiteOpaqueNodeGetInput(context, node, 0);
+  const TfLiteOpaqueTensor* t = oo_sc_input(context, node, index);
+  const TfLiteOpaqueTensor* first = oo_sc_input(context, node, 0);
   char msg[512];
   size_t pos = 0;
   int i, rank = TfLiteOpaqueTensorNumDims(first), same = TfLiteOpaqueTensorNumDims(t) == rank;
@@ -165,10 +188,12 @@ static inline TfLiteStatus oo_sc_shapes_error(TfLiteOpaqueContext* context, TfLi
   char msg[1024];
   size_t pos = 0;
   int i;
+  /* The node's own inputs: it may have fewer than n_in (the most a node of the model has). */
+  if (n_in > TfLiteOpaqueNodeNumberOfInputs(node)) n_in = TfLiteOpaqueNodeNumberOfInputs(node);
   oo_sc_append(msg, sizeof msg, &pos, "%s: the inputs have shapes ", OP_NAME);
   for (i = 0; i < n_in; ++i) {
     if (i) oo_sc_append(msg, sizeof msg, &pos, ", ");
-    oo_sc_append_shape(msg, sizeof msg, &pos, TfLiteOpaqueNodeGetInput(context, node, i));
+    oo_sc_append_shape(msg, sizeof msg, &pos, oo_sc_input(context, node, i));
   }
   oo_sc_append(msg, sizeof msg, &pos, "; the model's nodes record %s: %s", records, OO_SC_FIXED_HOW);
   TfLiteOpaqueContextReportError(context, "%s", msg);
@@ -596,16 +621,53 @@ def _c_dims(name: str, shape) -> str:
     return f"static const int {name}[{len(shape) or 1}] = {{{', '.join(str(int(n)) for n in shape) or '0'}}};"
 
 
+def _get_input(op, i) -> str:
+    """The C expression for input ``i`` of the node in Prepare.
+
+    A position every node has: ``TfLiteOpaqueNodeGetInput``.  One past
+    some node's input count: ``oo_sc_input``, which checks the count first
+    (NULL past it), so the kernel never reads past a node's inputs.
+    """
+    if i < op.min_inputs:
+        return f"TfLiteOpaqueNodeGetInput(context, node, {i})"
+    return f"oo_sc_input(context, node, {i})"
+
+
+def _counts_doc(op) -> list[str]:
+    """The header comment's lines on the nodes' input counts (one count: no lines)."""
+    if op.min_inputs == op.max_inputs:
+        return []
+    per = {n: sum(1 for ins, _ in op.nodes if len(ins) == n) for n in sorted(op.input_counts)}
+    return [
+        " *",
+        " * Input counts: the model's nodes have "
+        + ", ".join(f"{n} (in {k} node{'s' if k > 1 else ''})" for n, k in per.items())
+        + " inputs:",
+        " * a node may leave a trailing optional input out entirely, not even as -1, and",
+        f" * TfLiteOpaqueNodeNumberOfInputs is then smaller.  Prepare takes {op.min_inputs} to {op.max_inputs};",
+        f" * input(s) {', '.join(map(str, range(op.min_inputs, op.max_inputs)))} may be past the node's count.",
+        " * c_api_opaque.h says nothing of TfLiteOpaqueNodeGetInput past the count (upstream",
+        " * answers NULL, through tflite::GetInput's index check), so check the count before",
+        " * asking, as oo_sc_input does: it gives NULL there, as for an omitted input.",
+    ]
+
+
 def _omitted_doc(op) -> list[str]:
     """The header comment's lines on the inputs the model's nodes omit (none: no lines)."""
-    optional = [i for i in range(len(op.inputs)) if op.input_state(i) == "optional"]
-    never = [i for i in range(len(op.inputs)) if op.input_state(i) == "omitted"]
-    if not optional and not never:
+    if not any(op.omitted):  # no -1 in any node (a position past a count: _counts_doc)
         return []
+    # Here only the positions some node gives as -1; one only past some nodes' count is in _counts_doc.
+    optional = [i for i in range(len(op.inputs)) if op.input_state(i) == "optional" and op.omitted[i]]
+    never = [i for i in range(len(op.inputs)) if op.input_state(i) == "omitted"]
+    count = (
+        f"{op.max_inputs} here"
+        if op.min_inputs == op.max_inputs
+        else f"{op.min_inputs} to {op.max_inputs} here: see Input counts"
+    )
     out = [
         " *",
         " * Omitted inputs: a node may leave an optional input out (-1, kTfLiteOptionalTensor).",
-        f" * The node still counts it (TfLiteOpaqueNodeNumberOfInputs is {len(op.inputs)} here) and keeps",
+        f" * The node still counts it (TfLiteOpaqueNodeNumberOfInputs is {count}) and keeps",
         " * the inputs after it at their positions; TfLiteOpaqueNodeGetInput returns NULL for it",
         " * (upstream's c_api_opaque.cc answers through tflite::GetInput, whose index check gives",
         " * no tensor for -1), so test for NULL before reading one of these:",
@@ -631,7 +693,14 @@ def _shape_checks(op) -> list[str]:
             "       over any one tensor's elements stays inside all of them. */",
             f"    {_c_dims('model', op.follow_shape)} /* -1: any size */",
             "    int i;",
-            f"    for (i = 0; i < {n_in}; ++i) {{",
+            *(
+                [f"    for (i = 0; i < {n_in}; ++i) {{"]
+                if op.min_inputs == op.max_inputs
+                else [
+                    "    /* The node's own inputs: nodes of the op have different counts (checked above). */",
+                    "    for (i = 0; i < TfLiteOpaqueNodeNumberOfInputs(node); ++i) {",
+                ]
+            ),
             *(
                 [
                     "      /* An omitted input (NULL: the checks above allow it only where the model omits it)",
@@ -684,13 +753,20 @@ def _shape_checks(op) -> list[str]:
     for k, (ins, outs) in enumerate(sets):
         out += ["    " + _c_dims(f"s{k}_in{i}", sh) for i, sh in enumerate(ins) if sh is not None]
         out += ["    " + _c_dims(f"s{k}_out{j}", sh) for j, sh in enumerate(outs)]
+    varies = op.min_inputs != op.max_inputs
+    if varies:
+        out.append("    /* (A set matches only a node of its input count: checked first, so no input past the")
+        out.append("       node's count is asked for.) */")
     for k, (ins, outs) in enumerate(sets):
         cond = (
             " &&\n        ".join(
-                f"TfLiteOpaqueNodeGetInput(context, node, {i}) == NULL"
-                if sh is None
-                else f"oo_sc_has_shape(TfLiteOpaqueNodeGetInput(context, node, {i}), {len(sh)}, s{k}_in{i})"
-                for i, sh in enumerate(ins)
+                ([f"TfLiteOpaqueNodeNumberOfInputs(node) == {len(ins)}"] if varies else [])
+                + [
+                    f"TfLiteOpaqueNodeGetInput(context, node, {i}) == NULL"
+                    if sh is None
+                    else f"oo_sc_has_shape(TfLiteOpaqueNodeGetInput(context, node, {i}), {len(sh)}, s{k}_in{i})"
+                    for i, sh in enumerate(ins)
+                ]
             )
             or "1"
         )
@@ -740,11 +816,19 @@ def kernel_source(op, model_name: str, command: str) -> str:
     for i, (t, shape) in enumerate(op.inputs):
         state, n = op.input_state(i), op.omitted[i]
         if state == "omitted":
-            lines_doc.append(f" *   input {i}: omitted in every node (-1, an optional input left out)")
+            lines_doc.append(
+                f" *   input {i}: omitted in every node (-1, an optional input left out"
+                + (", or past the node's input count)" if op.short_of(i) else ")")
+            )
             continue
         lines_doc.append(f" *   input {i}: {t.lower()} {list(shape) if shape is not None else 'shapes differ'}")
-        if state == "optional":
+        short = op.short_of(i)
+        if state == "optional" and not short:
             lines_doc[-1] += f", omitted in {n} of {op.position_count(i)} nodes: optional"
+        elif state == "optional":
+            lines_doc[-1] += (
+                f", absent in {op.absent(i)} of {len(op.nodes)} nodes ({n} omitted, {short} with fewer inputs): optional"
+            )
     for i, (t, shape) in enumerate(op.outputs):
         lines_doc.append(f" *   output {i}: {t.lower()} {list(shape) if shape is not None else 'shapes differ'}")
     lines_doc.append(f" * Options: {comment_text(op.options_summary)}.")
@@ -766,6 +850,7 @@ def kernel_source(op, model_name: str, command: str) -> str:
         ' * "not implemented yet" and the options as parsed here.  Write the op in',
         f" * {p}Invoke, and its numpy reference in the test file.",
         *_omitted_doc(op),
+        *_counts_doc(op),
         " */",
     ]
     out = [
@@ -924,7 +1009,7 @@ def kernel_source(op, model_name: str, command: str) -> str:
             checks += [
                 f"  /* input {i}: omitted in every node of the model.  As generated, this kernel refuses a",
                 "     tensor there (it knows no type or shape for one); to take it, check it here. */",
-                f"  if (TfLiteOpaqueNodeGetInput(context, node, {i}) != NULL) {{",
+                f"  if ({_get_input(op, i)} != NULL) {{",
                 (
                     f'    TF_LITE_OPAQUE_KERNEL_LOG(context, "%s: input {i} is given, and the model omits it in '
                     "every node: this kernel as generated does not read it; check its type and shape in "
@@ -937,9 +1022,16 @@ def kernel_source(op, model_name: str, command: str) -> str:
         types = sorted(op.input_types[i])
         cond = " && ".join(f"ty != {C_TYPES.get(x, 'kTfLiteNoType')}" for x in types)
         if state == "optional":
+            why = (
+                "omitted (-1) or past the node's input count"
+                if op.omitted[i] and op.short_of(i)
+                else "past the node's input count"
+                if op.short_of(i)
+                else "omitted (-1)"
+            )
             missing = [
                 "    if (t == NULL) {",
-                "      /* omitted (-1): some of the model's nodes leave this input out */",
+                f"      /* {why}: some of the model's nodes leave this input out */",
                 "    } else {",
             ]
         else:
@@ -967,7 +1059,7 @@ def kernel_source(op, model_name: str, command: str) -> str:
         checks += [
             f"  {{ /* input {i}: {' or '.join(x.lower() for x in types)} in the model"
             + (", optional */" if state == "optional" else " */"),
-            f"    const TfLiteOpaqueTensor* t = TfLiteOpaqueNodeGetInput(context, node, {i});",
+            f"    const TfLiteOpaqueTensor* t = {_get_input(op, i)};",
             "    TfLiteType ty;",
             *missing,
             *body,
@@ -996,21 +1088,40 @@ def kernel_source(op, model_name: str, command: str) -> str:
         checks.append("  }")
     checks += _shape_checks(op)
     checks_text = "\n".join(checks)
+    if op.min_inputs == op.max_inputs:
+        io_check = (
+            f"  TF_LITE_OPAQUE_ENSURE_STATUS(oo_check_io(context, OP_NAME, node, {op.max_inputs}, {len(op.outputs)}));"
+        )
+    else:
+        # Nodes of the op have different input counts: any of them is the model's, so the check
+        # takes the range (a position past the node's count is then absent, as if omitted).
+        io_check = (
+            f"  /* The model's nodes have {op.min_inputs} to {op.max_inputs} inputs (see the comment at the top). */\n"
+            f"  TF_LITE_OPAQUE_ENSURE_STATUS(oo_sc_check_io_range(context, node, {op.min_inputs}, {op.max_inputs}, "
+            f"{len(op.outputs)}));"
+        )
     out.append(f"""static TfLiteStatus {p}Prepare(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {{
   const {p}Data* d = (const {p}Data*)TfLiteOpaqueNodeGetUserData(node);
   TF_LITE_OPAQUE_ENSURE_STATUS(oo_opts_check(context, OP_NAME, d ? &d->opts : NULL));
-  TF_LITE_OPAQUE_ENSURE_STATUS(oo_check_io(context, OP_NAME, node, {len(op.inputs)}, {len(op.outputs)}));
+{io_check}
 {checks_text}
   return kTfLiteOk;
 }}
 """)
     show_text = "\n".join("  " + line for line in show)
-    maybe = [i for i in range(len(op.inputs)) if op.input_state(i) == "optional"]
+    maybe = [i for i in range(len(op.inputs)) if op.input_state(i) == "optional" and i < op.min_inputs]
+    past = [i for i in range(op.min_inputs, op.max_inputs) if op.input_state(i) == "optional"]
     omitted_note = (
         f"\n     Input(s) {', '.join(map(str, maybe))} may be omitted: NULL from TfLiteOpaqueNodeGetInput."
         if maybe
         else ""
     )
+    if past:
+        omitted_note += (
+            f"\n     Input(s) {', '.join(map(str, past))} may be past the node's input count"
+            + (" (or omitted)" if any(op.omitted[i] for i in past) else "")
+            + ": read them with oo_sc_input, NULL then."
+        )
     out.append(f"""static TfLiteStatus {p}Invoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {{
   const {p}Data* d = (const {p}Data*)TfLiteOpaqueNodeGetUserData(node);
   char msg[2048];

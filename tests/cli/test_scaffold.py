@@ -1241,3 +1241,207 @@ def test_an_optional_input_of_a_following_op_is_skipped_by_the_shape_rule(work):
     write_op(out, "gate_ops", "gate", "Gate", GATE_INVOKE, GATE_REFERENCE)
     r = run_pytest(out / "tests")
     assert r.returncode == 0 and summary(r).startswith("4 passed"), r.stdout + r.stderr
+
+
+# ------------------------------------------------------ input counts --
+
+# Mask(x, m) = x * m, or x where the node has no input 1: Mask's first node has 1 input, its
+# second 2.  Affine(x, scale, bias) = x * scale + bias over the last dim, scale 1 where omitted
+# (-1) and bias 0 where the node has only 2 inputs (left out entirely, not even as -1).  Both read
+# a position that may be past the node's count with oo_sc_input, which checks the count first.
+MASK_INVOKE = r"""static TfLiteStatus MaskInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
+  const TfLiteOpaqueTensor* x = TfLiteOpaqueNodeGetInput(context, node, 0);
+  const TfLiteOpaqueTensor* m = oo_sc_input(context, node, 1); /* NULL: past the node's count */
+  const float* xv = TfLiteOpaqueTensorData(x);
+  const float* mv = m ? (const float*)TfLiteOpaqueTensorData(m) : NULL;
+  float* y = TfLiteOpaqueTensorData(TfLiteOpaqueNodeGetOutput(context, node, 0));
+  size_t i, n = TfLiteOpaqueTensorByteSize(x) / sizeof(float);
+  for (i = 0; i < n; ++i) y[i] = mv ? xv[i] * mv[i] : xv[i];
+  return kTfLiteOk;
+}
+"""
+
+MASK_REFERENCE = """def reference(inputs, options):
+    x, m = (list(inputs) + [None])[:2]
+    return [x if m is None else x * m]
+"""
+
+AFFINE_INVOKE = r"""static TfLiteStatus AffineInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
+  const TfLiteOpaqueTensor* x = TfLiteOpaqueNodeGetInput(context, node, 0);
+  const TfLiteOpaqueTensor* scale = oo_sc_input(context, node, 1); /* NULL: omitted (-1) */
+  const TfLiteOpaqueTensor* bias = oo_sc_input(context, node, 2);  /* NULL: past the node's count */
+  const float* xv = TfLiteOpaqueTensorData(x);
+  const float* sv = scale ? (const float*)TfLiteOpaqueTensorData(scale) : NULL;
+  const float* bv = bias ? (const float*)TfLiteOpaqueTensorData(bias) : NULL;
+  float* y = TfLiteOpaqueTensorData(TfLiteOpaqueNodeGetOutput(context, node, 0));
+  size_t i, n = TfLiteOpaqueTensorByteSize(x) / sizeof(float);
+  size_t k = bias ? TfLiteOpaqueTensorByteSize(bias) / sizeof(float) : 1;
+  for (i = 0; i < n; ++i) y[i] = xv[i] * (sv ? sv[i] : 1.0f) + (bv ? bv[i % k] : 0.0f);
+  return kTfLiteOk;
+}
+"""
+
+AFFINE_REFERENCE = """def reference(inputs, options):
+    x, scale, bias = (list(inputs) + [None, None])[:3]
+    return [x * (1 if scale is None else scale) + (0 if bias is None else bias)]
+"""
+
+RUN_COUNTS_MODEL = r"""
+import json, sys
+import numpy as np
+import opaque_ops as oo
+
+model, mask, affine, bias = sys.argv[1:]
+it = oo.Interpreter(model_path=model, custom_ops=[oo.compile_ops(mask), oo.compile_ops(affine)])
+it.allocate_tensors()
+rng = np.random.default_rng(5)
+x, m, s = (rng.standard_normal((2, 3)).astype(np.float32) for _ in range(3))
+for det, arr in zip(it.get_input_details(), (x, m, s)):
+    it.set_tensor(det["index"], arr)
+it.invoke()
+y = it.get_tensor(it.get_output_details()[0]["index"])
+bias = np.array(json.loads(bias), np.float32)
+# numpy from the ops' definitions: Affine(Affine(Affine(Mask(Mask(x), m), s, bias), s), -, bias)
+expected = ((x * m) * s + bias) * s + bias
+print("RESULT " + json.dumps({"max_error": float(np.abs(y - expected).max()), "shape": list(y.shape)}))
+"""
+
+
+def test_nodes_of_one_op_with_different_input_counts(work):
+    # A converter may leave a trailing optional input out entirely (the node
+    # has fewer inputs) rather than write -1.  Scaffold cut the op's facts to
+    # its first node's count, and the generated Prepare wanted that exact
+    # count, so the kernel refused the model's other nodes ("needs 3 inputs
+    # and 1 output, got 2 and 1").  Mask: nodes of 1 and 2 inputs, every
+    # tensor [-1, 3] (the outputs follow input 0); Affine: nodes of 3, 2 and
+    # 3 inputs (the last omits input 1), fixed shapes.
+    b = ModelBuilder()
+    x, m, y1, y2 = (b.add_tensor(n, [2, 3], np.float32, shape_signature=[-1, 3]) for n in ("x", "m", "y1", "y2"))
+    s = b.add_tensor("s", [2, 3], np.float32)
+    bias = b.add_constant("bias", np.array(BIAS, np.float32))
+    y3, y4, y5 = (b.add_tensor(n, [2, 3], np.float32) for n in ("y3", "y4", "y5"))
+    b.add_custom_op("Mask", [x], [y1])
+    b.add_custom_op("Mask", [y1, m], [y2])
+    b.add_custom_op("Affine", [y2, s, bias], [y3])
+    b.add_custom_op("Affine", [y3, s], [y4])
+    b.add_custom_op("Affine", [y4, -1, bias], [y5])
+    model, out = scaffold_built(work, b, [x, m, s], [y5], "count_ops")
+    c_dir = out / "count_ops" / "c"
+    mask, affine = (c_dir / "mask.c").read_text(), (c_dir / "affine.c").read_text()
+    assert "oo_sc_check_io_range(context, node, 1, 2, 1)" in mask
+    assert "oo_sc_check_io_range(context, node, 2, 3, 1)" in affine
+    assert "oo_check_io(context" not in mask + affine
+    # The comment says which counts the model uses, and which positions may be past a node's count.
+    assert " * Input counts: the model's nodes have 1 (in 1 node), 2 (in 1 node) inputs:" in mask
+    assert " * Input counts: the model's nodes have 2 (in 1 node), 3 (in 2 nodes) inputs:" in affine
+    assert " *   input 2: float32 [3], absent in 1 of 3 nodes (0 omitted, 1 with fewer inputs): optional" in affine
+    assert " *   input 1: float32 [2, 3], omitted in 1 of 3 nodes: optional" in affine
+    # Input 2 is read only below the node's count; a set of shapes matches only its own count.
+    assert "const TfLiteOpaqueTensor* t = oo_sc_input(context, node, 2);" in affine
+    assert "TfLiteOpaqueNodeNumberOfInputs(node) == 2 &&" in affine
+    assert "for (i = 0; i < TfLiteOpaqueNodeNumberOfInputs(node); ++i) {" in mask
+    affine_test = (out / "tests" / "test_affine.py").read_text()
+    # One case per count pattern: the node of 2 inputs runs with 2.
+    assert "\"inputs\": [['float32', [2, 3]], ['float32', [2, 3]]]," in affine_test
+    assert "# The node has 2 input(s), others up to 3: input(s) 2 left out entirely" in affine_test
+    assert "\"inputs\": [['float32', [2, 3]], None, ['float32', [3]]]," in affine_test
+    assert "\"inputs\": [['float32', [2, 3]]]," in (out / "tests" / "test_mask.py").read_text()
+    # Mask: 2 patterns, each also resized; Affine: 3.  Prepare takes every one ("not written yet").
+    r = run_pytest(out / "tests")
+    assert summary(r).startswith("7 failed") and r.stdout.count("is not written yet") == 7, r.stdout + r.stderr
+    write_op(out, "count_ops", "mask", "Mask", MASK_INVOKE, MASK_REFERENCE)
+    write_op(out, "count_ops", "affine", "Affine", AFFINE_INVOKE, AFFINE_REFERENCE)
+    r = run_pytest(out / "tests")
+    assert r.returncode == 0 and summary(r).startswith("7 passed"), r.stdout + r.stderr
+    r = run_python(
+        "-c",
+        RUN_COUNTS_MODEL,
+        model,
+        c_dir / "mask.c",
+        c_dir / "affine.c",
+        json.dumps(BIAS),
+        timeout=600,
+        **child_env(),
+    )
+    got = result(r)
+    assert got["shape"] == [2, 3] and got["max_error"] < 1e-5, got
+
+
+def test_nodes_of_one_op_with_different_output_counts_are_refused(work):
+    # No output is "omitted" for a kernel to test, and an output count is the
+    # op's structure: scaffold says so rather than write a kernel that refuses
+    # some of the model's nodes; the model's other ops still scaffold with --op.
+    b = ModelBuilder()
+    x, a, c, d = (b.add_tensor(n, [2], np.float32) for n in ("x", "a", "c", "d"))
+    b.add_custom_op("Fork", [x], [a])
+    b.add_custom_op("Fork", [a], [c, d])
+    b.add_custom_op("Other", [c], [d])
+    b.set_inputs([x])
+    b.set_outputs([d])
+    model = work / "fork.tflite"
+    model.write_bytes(b.build())
+    r = cli("scaffold", model, "-o", work / "fork", "--name", "fork_ops")
+    assert r.returncode != 0 and not (work / "fork").exists(), r.stdout + r.stderr
+    assert "the nodes of custom op 'Fork' have different output counts (1 and 2)" in r.stderr, r.stderr
+    assert "scaffold the model's other ops with --op" in r.stderr, r.stderr
+    r = cli("scaffold", model, "-o", work / "fork", "--name", "fork_ops", "--op", "Other")
+    assert r.returncode == 0 and (work / "fork" / "fork_ops" / "c" / "other.c").exists(), r.stderr
+
+
+# QShift(x, _, b) = x + b in real values, int8 in and out: input 1 omitted, and the quantized
+# input b after it.  Each tensor has its own scale and zero point, so one at the wrong position
+# (or missing) gives other numbers.
+QSHIFT_INVOKE = r"""static TfLiteStatus QShiftInvoke(TfLiteOpaqueContext* context, TfLiteOpaqueNode* node) {
+  const TfLiteOpaqueTensor* x = TfLiteOpaqueNodeGetInput(context, node, 0);
+  const TfLiteOpaqueTensor* b = TfLiteOpaqueNodeGetInput(context, node, 2);
+  TfLiteOpaqueTensor* yt = TfLiteOpaqueNodeGetOutput(context, node, 0);
+  TfLiteQuantizationParams qx = TfLiteOpaqueTensorGetQuantizationParams(x);
+  TfLiteQuantizationParams qb = TfLiteOpaqueTensorGetQuantizationParams(b);
+  TfLiteQuantizationParams qy = TfLiteOpaqueTensorGetQuantizationParams(yt);
+  const int8_t* xv = TfLiteOpaqueTensorData(x);
+  const int8_t* bv = TfLiteOpaqueTensorData(b);
+  int8_t* y = TfLiteOpaqueTensorData(yt);
+  size_t i, n = TfLiteOpaqueTensorByteSize(x);
+  if (qx.scale <= 0 || qb.scale <= 0 || qy.scale <= 0) {
+    TfLiteOpaqueContextReportError(context, "QShift: every tensor must be quantized");
+    return kTfLiteError;
+  }
+  for (i = 0; i < n; ++i) {
+    double real = (xv[i] - qx.zero_point) * (double)qx.scale + (bv[i] - qb.zero_point) * (double)qb.scale;
+    double q = floor(real / qy.scale + 0.5) + qy.zero_point;
+    y[i] = (int8_t)(q < -128 ? -128 : q > 127 ? 127 : q);
+  }
+  return kTfLiteOk;
+}
+"""
+
+QSHIFT_REFERENCE = """def reference(inputs, options, quantization):
+    x, omitted, b = inputs
+    assert omitted is None
+    qx, qb, qy = quantization["inputs"][0], quantization["inputs"][2], quantization["outputs"][0]
+    real = (x.astype(np.float64) - qx["zero_point"]) * qx["scale"] + (b.astype(np.float64) - qb["zero_point"]) * qb["scale"]
+    return [np.clip(np.floor(real / qy["scale"] + 0.5) + qy["zero_point"], -128, 127).astype(np.int8)]
+"""
+
+
+def test_a_quantized_input_after_an_omitted_one_keeps_its_position(work):
+    # The quantization of input 2 must land at position 2 of the generated case,
+    # not at 1 (where it would be had the omitted input been dropped).
+    b = ModelBuilder()
+    x = b.add_tensor("x", [2, 3], np.int8, quantization={"scale": [0.5], "zero_point": [3]})
+    bb = b.add_tensor("b", [2, 3], np.int8, quantization={"scale": [0.25], "zero_point": [-2]})
+    y = b.add_tensor("y", [2, 3], np.int8, quantization={"scale": [0.125], "zero_point": [1]})
+    b.add_custom_op("QShift", [x, -1, bb], [y])
+    _, out = scaffold_built(work, b, [x, bb], [y], "qshift_ops")
+    text = (out / "tests" / "test_q_shift.py").read_text().replace("'", '"')
+    assert '"input_quantization": {0: {"scale": 0.5, "zero_point": 3}, 2: {"scale": 0.25, "zero_point": -2}}' in text, (
+        text
+    )
+    assert '"inputs": [["int8", [2, 3]], None, ["int8", [2, 3]]],' in text
+    r = run_pytest(out / "tests")
+    assert summary(r).startswith("1 failed") and "is not written yet" in r.stdout, r.stdout + r.stderr
+    c_file = out / "qshift_ops" / "c" / "q_shift.c"
+    c_file.write_text(c_file.read_text().replace("#include <string.h>", "#include <string.h>\n#include <math.h>", 1))
+    write_op(out, "qshift_ops", "q_shift", "QShift", QSHIFT_INVOKE, QSHIFT_REFERENCE)
+    r = run_pytest(out / "tests")
+    assert r.returncode == 0 and summary(r).startswith("1 passed"), r.stdout + r.stderr
