@@ -715,7 +715,7 @@ class Interpreter:
                 if strict:
                     self._check_strict(graph.subgraph, index, current, shape)
                 self._check_resize(graph.subgraph, index, shape)
-                if graph.strict and not strict and current != shape:  # (the shape it has passes)
+                if not strict and current != shape and graph.is_strict(handle):  # (the shape it has passes)
                     self._check_strict(graph.subgraph, index, current, shape, (what, handle))
                 if current != shape:
                     todo.append((index, handle, shape))
@@ -1139,7 +1139,8 @@ class Interpreter:
         """tflite_runtime's strict resize: only dimensions that are -1 in the signature may change.
 
         ``runner``: ``(what, input name)`` when the resize is a signature
-        runner's, which the C API makes strict whatever the caller asked:
+        runner's that the C API makes strict whatever the caller asked (an
+        input of a subgraph other than 0; see ``SignatureRunner.__init__``):
         the shape is refused here, before anything changed, in the runner's
         words (TFLite's own refusal comes after the interpreter gave up its
         allocation).
@@ -1152,9 +1153,10 @@ class Interpreter:
             what, name = runner
             want = "[" + ", ".join("any" if s == -1 else str(s) for s in sig) + "]"
             raise ResizeError(
-                f"{what}: input {name!r} cannot take an array of shape {list(shape)}: a signature runner "
-                f"can change only the dimensions that are -1 in the input's shape signature "
-                f"{[int(x) for x in sig]}, so it takes shape {want}. Pass an array of that shape"
+                f"{what}: input {name!r} cannot take an array of shape {list(shape)}: TFLite's C API "
+                f"resizes a signature input of subgraph {subgraph} strictly, changing only the dimensions "
+                f"that are -1 in its shape signature {[int(x) for x in sig]}, so it takes shape {want}. "
+                f"Pass an array of that shape"
             )
         if len(sig) != len(shape):
             raise ResizeError(
@@ -1352,6 +1354,47 @@ class Interpreter:
             return [
                 self._details(i, native, int(subgraph_index))
                 for i in range(len(self._info.subgraphs[subgraph_index].tensors))
+            ]
+
+    def _get_ops_details(self) -> list[dict]:
+        """ai-edge-litert's ``_get_ops_details()``: one dict per operator of the main subgraph.
+
+        Private there too, but read by model-inspection code (explorers,
+        graph dumps), so it answers in the reference's form: ``index``,
+        ``op_name`` (the builtin's name, or a custom op's code), ``inputs`` and
+        ``outputs`` (int32 arrays of tensor indices, -1 for an omitted
+        optional input) and ``operand_types`` / ``result_types`` (the numpy
+        types of those tensors, as in their details, omitted inputs left out).
+
+        Returns
+        -------
+        list of dict
+            The operators as the model stores them.  The reference reads its
+            interpreter's node list, which after ``allocate_tensors()`` also
+            holds a ``DELEGATE`` node per partition a delegate (XNNPACK) took;
+            the C API shows no nodes, so those are not listed here.  What is
+            listed equals the reference's list before allocation, or with
+            ``BUILTIN_WITHOUT_DEFAULT_DELEGATES``.
+        """
+        with self._calls.held("_get_ops_details"):
+            native = self._live()
+            types: dict[int, object] = {}
+
+            def type_of(index: int):
+                if index not in types:
+                    types[index] = self._details(index, native)["dtype"]
+                return types[index]
+
+            return [
+                {
+                    "index": int(op.index),
+                    "op_name": op.op_name,
+                    "inputs": np.array(op.inputs, dtype=np.int32),
+                    "outputs": np.array(op.outputs, dtype=np.int32),
+                    "operand_types": [type_of(i) for i in op.inputs if i != -1],
+                    "result_types": [type_of(i) for i in op.outputs if i != -1],
+                }
+                for op in self._info.subgraphs[0].operators
             ]
 
     def num_subgraphs(self) -> int:

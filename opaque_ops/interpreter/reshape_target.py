@@ -27,7 +27,7 @@ class Graph:
         allocate,
         tensor,
         shape_of=None,
-        strict: bool = False,
+        strict: bool | frozenset = False,
         arena=None,
     ):
         self.subgraph = subgraph
@@ -38,7 +38,10 @@ class Graph:
         self.shape_of = shape_of  # tensor index -> planned shape or None (subgraphs other than 0)
         # Whether ``resize`` changes only the dimensions that are -1 in the
         # input's shape signature, whatever the caller asked: the C API's
-        # signature runner resizes strictly (TfLiteSignatureRunnerResizeInputTensor).
+        # signature runner resizes strictly (TfLiteSignatureRunnerResizeInputTensor
+        # calls ResizeInputTensorStrict).  True for every input, or the set of
+        # handles that resize so (a runner of subgraph 0 resizes the others
+        # through the interpreter, which is not strict).
         self.strict = strict
         # What the growing-arena guard (Interpreter._refuse_unaffordable) sees
         # of a subgraph other than 0, whose tensors the C API reaches only
@@ -46,6 +49,10 @@ class Graph:
         # ``room(indices)`` and ``stops()`` (signature_runner.SignatureArena).
         # None for subgraph 0, which the guard sees whole through the interpreter.
         self.arena = arena
+
+    def is_strict(self, handle) -> bool:
+        """Whether ``resize(handle, ...)`` may change only the -1 dimensions of the input's shape signature."""
+        return self.strict if isinstance(self.strict, bool) else handle in self.strict
 
 
 def as_shape(tensor_size, what: str) -> tuple[int, ...]:

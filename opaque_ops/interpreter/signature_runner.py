@@ -46,14 +46,31 @@ class SignatureRunner:
             t = got[0](got[1])
             return None if t.is_dynamic() else t.shape
 
+        # The C API's runner resizes strictly (only the -1 dimensions of the
+        # shape signature may change), where ai-edge-litert's runner resizes
+        # any dimension and the rank, as the interpreter's resize_tensor_input
+        # does.  An input of subgraph 0 that is one of the interpreter's inputs
+        # is the same tensor, so it is resized through the interpreter
+        # (TfLiteInterpreterResizeInputTensor, not strict) and the runner then
+        # allocates the subgraph that holds it.  Other subgraphs' tensors have
+        # no such door: they stay strict, refused in the runner's words.
+        positions = interpreter._input_positions if sig.subgraph_index == 0 else {}
+        through = {name: positions[idx] for name, idx in self._inputs.items() if idx in positions}
+
+        def resize(name, shape):
+            position = through.get(name)
+            if position is None:
+                return native_runner.resize_input(name, shape)
+            return interpreter._live().resize_input(position, shape)
+
         self._graph = Graph(
             sig.subgraph_index,
             {idx: name for name, idx in self._inputs.items()},
-            native_runner.resize_input,
+            resize,
             native_runner.allocate,
             native_runner.input_tensor,
             shape_of,
-            strict=True,
+            strict=frozenset(set(self._inputs) - set(through)),
             arena=SignatureArena(native_runner, self._inputs, self._outputs) if sig.subgraph_index else None,
         )
         self._watch = True
@@ -69,32 +86,51 @@ class SignatureRunner:
         if len(self._cached_out) != len(out_order):  # pragma: no cover - TFLite and our reader agree
             self._cached_in = None
 
-    def _details(self, names, get):
+    def _details(self, names, get, indices: dict) -> dict:
+        """``{name: details}`` as :meth:`Interpreter.get_input_details` gives them, one per signature tensor.
+
+        ai-edge-litert's runner answers with its interpreter's tensor details
+        (``index`` is the tensor's index in the signature's subgraph), so the
+        same code (:func:`.tensors.details`) makes both: the live tensor gives
+        the shape, dtype and per-tensor quantization, the model's record the
+        ``shape_signature``, ``quantization_parameters`` and
+        ``sparsity_parameters`` the C API does not expose.
+        """
+        tensors = self._interpreter._info.subgraphs[self._graph.subgraph].tensors
         out = {}
         for n in names:
-            t = get(n)
-            scale, zp = t.quantization
-            out[n] = {
-                "name": t.name,
-                "shape": np.array(t.shape, np.int32),
-                "dtype": t.dtype.type if t.dtype is not None else None,
-                "quantization": (scale, zp),
-            }
+            index = indices[n]
+            out[n] = _tensors.details(get(n), index, tensors[index] if 0 <= index < len(tensors) else None)
         return out
 
     def get_input_details(self) -> dict:
-        """``{input name: details}``."""
+        """``{input name: details}``, with the keys of :meth:`Interpreter.get_input_details`.
+
+        Returns
+        -------
+        dict
+            Per input name: ``name``, ``index`` (in the signature's subgraph),
+            ``shape``, ``shape_signature``, ``dtype``, ``quantization``,
+            ``quantization_parameters`` and ``sparsity_parameters``, as
+            ai-edge-litert's runner gives them.
+        """
         it = self._interpreter
         with it._calls.held(f"signature {self.key!r}: get_input_details"):
             it._live()
-            return self._details(self._r.input_names(), self._r.input_tensor)
+            return self._details(self._r.input_names(), self._r.input_tensor, self._inputs)
 
     def get_output_details(self) -> dict:
-        """``{output name: details}``."""
+        """``{output name: details}``, with the keys of :meth:`get_input_details`.
+
+        Returns
+        -------
+        dict
+            Per output name, the fields :meth:`get_input_details` lists.
+        """
         it = self._interpreter
         with it._calls.held(f"signature {self.key!r}: get_output_details"):
             it._live()
-            return self._details(self._r.output_names(), self._r.output_tensor)
+            return self._details(self._r.output_names(), self._r.output_tensor, self._outputs)
 
     def allocate_tensors(self) -> None:
         """Allocate the signature's tensors (nothing to do if nothing changed)."""

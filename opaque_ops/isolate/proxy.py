@@ -527,6 +527,10 @@ class IsolatedInterpreter(Interpreter):
             k: {part: list(names) for part, names in v.items()} for k, v in self._model_facts["signature_list"].items()
         }
 
+    def _get_ops_details(self) -> list[dict]:
+        """:meth:`Interpreter._get_ops_details`, asked of the worker (private, so not forwarded by name)."""
+        return _interp_forward(self, "_get_ops_details", (), {})
+
     def num_subgraphs(self) -> int:
         """How many subgraphs the model has (kept from creation, as :meth:`get_signature_list`)."""
         return self._model_facts["num_subgraphs"]

@@ -387,3 +387,57 @@ def test_get_tensor_of_another_subgraph_says_why_not(models):
         ours.get_tensor(0, subgraph_index=1)
     with pytest.raises(ValueError):
         ours.get_tensor(0, subgraph_index=5)
+
+
+# ============================================================ ops details
+
+
+def _fc_without_bias() -> bytes:
+    """y = x @ w.T by FULLY_CONNECTED with its bias omitted (input -1)."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 3], np.float32)
+    w = b.add_constant("w", np.arange(6, dtype=np.float32).reshape(2, 3))
+    y = b.add_tensor("y", [1, 2], np.float32)
+    b.add_op("FULLY_CONNECTED", [x, w, -1], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    return b.build()
+
+
+_OP_KEYS = ["index", "op_name", "inputs", "outputs", "operand_types", "result_types"]
+
+
+@pytest.mark.parametrize("flavour", ["in-process", "isolated", "compat"])
+def test_ops_details_match(models, flavour):
+    # _get_ops_details() was missing (AttributeError); model explorers call it.
+    # The reference is read before allocate_tensors(): after it, the node
+    # list also holds the DELEGATE nodes XNNPACK added, which the C API does
+    # not show (the docstring says so).
+    if flavour == "compat":
+        import opaque_ops.compat as compat
+
+        make = compat._interpreter_class()
+    else:
+        make = lambda **kw: oo.Interpreter(isolate=flavour == "isolated", **kw)  # noqa: E731
+    for model in (models["mel"], models["nabu"], _fc_without_bias()):
+        kw = {"model_content": model} if isinstance(model, bytes) else {"model_path": model}
+        ref = litert.Interpreter(**kw)._get_ops_details()
+        ours_it = make(**kw)
+        ours = ours_it._get_ops_details()
+        assert len(ours) == len(ref) > 0
+        for o, r in zip(ours, ref):
+            assert sorted(o) == sorted(r) == sorted(_OP_KEYS)
+            assert (o["index"], o["op_name"]) == (r["index"], r["op_name"])
+            assert type(o["index"]) is int
+            for k in ("inputs", "outputs"):
+                assert o[k].dtype == r[k].dtype == np.int32
+                np.testing.assert_array_equal(o[k], r[k])
+            assert o["operand_types"] == r["operand_types"] and o["result_types"] == r["result_types"]
+        # The same after allocation (the model's operators do not change;
+        # melspectrogram needs a resize first).
+        if model is not models["mel"]:
+            ours_it.allocate_tensors()
+        assert [d["op_name"] for d in ours_it._get_ops_details()] == [d["op_name"] for d in ref]
+    fc = make(model_content=_fc_without_bias())._get_ops_details()
+    assert fc[0]["op_name"] == "FULLY_CONNECTED" and fc[0]["inputs"].tolist() == [0, 1, -1]
+    assert fc[0]["operand_types"] == [np.float32, np.float32]

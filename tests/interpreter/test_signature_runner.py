@@ -141,3 +141,110 @@ def test_runner_inputs_are_validated(atan_model_bytes, guide_atan):
     with pytest.raises(oo.InvalidInputError, match="expected dtype float32"):
         runner(x=ATAN_INPUT.astype(np.float64))
     np.testing.assert_allclose(runner(x=ATAN_INPUT)["y"], atan_ref(ATAN_INPUT), rtol=1e-6)
+
+
+# ------------------------------------------------- details, as ai-edge-litert
+
+
+def _same(ours, ref, where="details") -> None:
+    """``ours`` equals ``ref`` field by field: the same keys, types, array dtypes and values."""
+    if isinstance(ref, dict):
+        assert isinstance(ours, dict) and sorted(ours) == sorted(ref), (where, sorted(ours), sorted(ref))
+        for k in ref:
+            _same(ours[k], ref[k], f"{where}[{k!r}]")
+    elif isinstance(ref, np.ndarray):
+        assert isinstance(ours, np.ndarray) and ours.dtype == ref.dtype, (where, ours, ref)
+        np.testing.assert_array_equal(ours, ref, err_msg=where)
+    elif isinstance(ref, (list, tuple)):
+        assert type(ours) is type(ref) and len(ours) == len(ref), (where, ours, ref)
+        for i, (o, r) in enumerate(zip(ours, ref)):
+            _same(o, r, f"{where}[{i}]")
+    else:
+        assert type(ours) is type(ref) and ours == ref, (where, ours, ref)
+
+
+def _int8_model() -> bytes:
+    """y = quantize(dequantize(x) + 1.5): x int8 (scale 0.5, zero point -3), y int8 (0.25, 5); signature "s"."""
+    from opaque_ops.model import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 4], np.int8, quantization={"scale": [0.5], "zero_point": [-3]})
+    xf = b.add_tensor("xf", [1, 4], np.float32)
+    c = b.add_constant("c", np.full((1, 4), 1.5, np.float32))
+    yf = b.add_tensor("yf", [1, 4], np.float32)
+    y = b.add_tensor("y", [1, 4], np.int8, quantization={"scale": [0.25], "zero_point": [5]})
+    b.add_op("DEQUANTIZE", [x], [xf])
+    b.add_op("ADD", [xf, c], [yf])
+    b.add_op("QUANTIZE", [yf], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    b.add_signature("s", {"input": x}, {"output": y})
+    return b.build()
+
+
+def _two_subgraph_model() -> bytes:
+    """Signature "first": y = x + 1 on [1, 4] (subgraph 0); "second": out = inp + 2 on [1, 6], [1, -1] (subgraph 1)."""
+    from opaque_ops.model import ModelBuilder
+    from tools.fuzz_structured import _join_subgraphs, _schema, pack
+
+    def add(k, n, sig, names):
+        b = ModelBuilder()
+        x = b.add_tensor(names[0], [1, n], np.float32, shape_signature=sig)
+        c = b.add_constant("c", np.full((1, 1), k, np.float32))
+        y = b.add_tensor(names[1], [1, n], np.float32, shape_signature=sig)
+        b.add_op("ADD", [x, c], [y])
+        b.set_inputs([x])
+        b.set_outputs([y])
+        b.add_signature("first", {names[0]: x}, {names[1]: y})
+        return b.build()
+
+    m = _join_subgraphs(add(1, 4, None, ("x", "y")), add(2, 6, [1, -1], ("inp", "out")))
+    s = _schema()
+    sd = s.SignatureDefT()
+    sd.signatureKey, sd.subgraphIndex = "second", 1
+    sd.inputs, sd.outputs = [s.TensorMapT()], [s.TensorMapT()]
+    sd.inputs[0].name, sd.inputs[0].tensorIndex = "inp", 0
+    sd.outputs[0].name, sd.outputs[0].tensorIndex = "out", 2
+    m.signatureDefs.append(sd)
+    return pack(m)
+
+
+def _flavour(name):
+    if name == "compat":
+        import opaque_ops.compat as compat
+
+        return compat._interpreter_class()  # the class served as tflite_runtime's Interpreter
+    return lambda **kw: oo.Interpreter(isolate=name == "isolated", **kw)
+
+
+FLAVOURS = ["in-process", "isolated", "compat"]
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_runner_details_are_the_references_field_by_field(flavour):
+    # They had only name, shape, dtype and quantization: int8 port code that
+    # reads ["quantization_parameters"]["scales"] failed with KeyError.
+    from ai_edge_litert.interpreter import Interpreter as Ref
+
+    make = _flavour(flavour)
+    cases = [(_int8_model(), "s", None), (_two_subgraph_model(), "first", None), (_two_subgraph_model(), "second", 9)]
+    for data, key, width in cases:
+        ours_it, ref_it = make(model_content=data), Ref(model_content=data)
+        ours, ref = ours_it.get_signature_runner(key), ref_it.get_signature_runner(key)
+        if width is not None:  # live shapes after a call that resized subgraph 1
+            x = np.ones((1, width), np.float32)
+            np.testing.assert_array_equal(ours(inp=x)["out"], x + 2)
+            ref(inp=x)
+        _same(ours.get_input_details(), ref.get_input_details(), f"{key} inputs")
+        _same(ours.get_output_details(), ref.get_output_details(), f"{key} outputs")
+        if hasattr(ours_it, "close"):
+            ours_it.close()
+    # The port code runs, and agrees with the op's definition: (real + 1.5) requantized.
+    runner = make(model_content=_int8_model()).get_signature_runner("s")
+    q_in = runner.get_input_details()["input"]["quantization_parameters"]
+    q_out = runner.get_output_details()["output"]["quantization_parameters"]
+    assert q_in["scales"].tolist() == [0.5] and q_in["zero_points"].tolist() == [-3]
+    real = np.array([[1.0, -0.5, 2.0, 0.0]], np.float32)
+    xq = np.round(real / q_in["scales"][0] + q_in["zero_points"][0]).astype(np.int8)
+    got = (runner(input=xq)["output"].astype(np.float32) - q_out["zero_points"][0]) * q_out["scales"][0]
+    np.testing.assert_array_equal(got, real + 1.5)

@@ -1,14 +1,19 @@
-"""A signature runner given an array its input cannot take: a clear ``ResizeError``, and nothing changed.
+"""A signature runner given an array of another shape: resized as ai-edge-litert's runner does, or a clear refusal.
 
-TFLite's signature runner resizes strictly (``ResizeInputTensorStrict`` in
-``tensorflow/lite/core/subgraph.cc``: the rank must match, and only the
-dimensions that are -1 in the tensor's ``shape_signature`` may change).
-A review's attack found that such a call raised ``KernelError`` with
-TFLite's internal text ("tensor->dims->size != dims.size() (2 != 1)") and
-left the interpreter unallocated, so that the next plain ``invoke()``
-raised ``NotAllocatedError``.  Now the shape is refused before anything
-changes, with a ``ResizeError`` (a ``ValueError``, like ``set_tensor``'s
-for the same array) naming the input and the shape it takes.
+ai-edge-litert's runner resizes an input to any shape (``ResizeInputTensor``
+with strict=False), as the interpreter's ``resize_tensor_input`` does.
+TFLite's C API runner resizes strictly (``TfLiteSignatureRunnerResizeInputTensor``
+calls ``ResizeInputTensorStrict``: the rank must match, and only the
+dimensions that are -1 in the tensor's ``shape_signature`` may change).  So
+an input of subgraph 0 that is one of the interpreter's inputs is resized
+through the interpreter (not strict), and a call with a batch of 3 on a
+batch-1 model runs as in the reference; the model checks still run, and a
+shape they refuse raises their error.  An input of another subgraph has no
+such door: a shape the strict resize would refuse is refused before
+anything changes (a review's attack found TFLite's own refusal, a
+``KernelError`` with its internal text, left the interpreter unallocated),
+with a ``ResizeError`` (a ``ValueError``) naming the input and the shape it
+takes.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
+from opaque_ops.errors import ShapeError
 from opaque_ops.model import ModelBuilder
 
 
@@ -33,6 +39,70 @@ def _model(signature_shape) -> bytes:
     return b.build()
 
 
+def _in_subgraph_1(signature_shape) -> bytes:
+    """``_model`` twice: subgraph 0 with signature "s", subgraph 1 with signature "other" (same tensors)."""
+    from tools.fuzz_structured import _join_subgraphs, _schema, pack
+
+    m = _join_subgraphs(_model(signature_shape), _model(signature_shape))
+    s = _schema()
+    sd = s.SignatureDefT()
+    sd.signatureKey, sd.subgraphIndex = "other", 1
+    sd.inputs, sd.outputs = [s.TensorMapT()], [s.TensorMapT()]
+    sd.inputs[0].name, sd.inputs[0].tensorIndex = "x", 0
+    sd.outputs[0].name, sd.outputs[0].tensorIndex = "y", 1
+    m.signatureDefs.append(sd)
+    return pack(m)
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolated"])
+@pytest.mark.parametrize(
+    "signature_shape, shape",
+    [
+        (None, (3,)),  # rank 1 (broadcast against [1, 3])
+        (None, (1, 2, 3)),  # rank 3
+        (None, (4, 3)),  # a fixed dimension changed
+        ([-1, 3], (5, 3)),  # a -1 dimension changed
+    ],
+)
+def test_a_main_subgraph_runner_resizes_any_shape_as_the_reference(isolate, signature_shape, shape):
+    # They were refused with ResizeError: the C API runner's strict rule was
+    # applied to subgraph 0, whose inputs the interpreter resizes freely.
+    from ai_edge_litert.interpreter import Interpreter as Ref
+
+    data = _model(signature_shape)
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    ref = Ref(model_content=data).get_signature_runner("s")(x=x)["y"]
+    with oo.Interpreter(model_content=data, isolate=isolate) as it:
+        it.allocate_tensors()
+        run = it.get_signature_runner("s")
+        got = run(x=x)["y"]
+        assert got.shape == ref.shape and got.dtype == ref.dtype
+        np.testing.assert_array_equal(got, ref)
+        np.testing.assert_array_equal(got, x + np.ones((1, 3), np.float32))  # the op's definition
+        assert run.get_input_details()["x"]["shape"].tolist() == list(shape)
+        # The interpreter sees the same tensor at its new shape.
+        assert it.get_input_details()[0]["shape"].tolist() == list(shape)
+        # And back to the recorded shape, through the runner's resize_tensor_input.
+        run.resize_tensor_input("x", [2, 3])
+        run.allocate_tensors()
+        np.testing.assert_array_equal(run(x=np.zeros((2, 3), np.float32))["y"], np.ones((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolated"])
+def test_a_shape_the_model_checks_refuse_is_still_refused_with_their_message(isolate):
+    # [4, 4] + [1, 3] does not broadcast: the model checks say so, as for the
+    # interpreter's resize_tensor_input (the reference fails in TFLite's Prepare).
+    with oo.Interpreter(model_content=_model([-1, 3]), isolate=isolate) as it:
+        it.allocate_tensors()
+        run = it.get_signature_runner("s")
+        with pytest.raises(ShapeError, match=r"ADD.*\[4, 4\] and \[1, 3\] do not broadcast"):
+            run(x=np.zeros((4, 4), np.float32))
+        with pytest.raises(oo.ResizeError, match="at most 6 dimensions"):
+            run(x=np.zeros((1,) * 7, np.float32))
+        # The runner then runs at a shape the model takes.
+        np.testing.assert_array_equal(run(x=np.zeros((2, 3), np.float32))["y"], np.ones((2, 3), np.float32))
+
+
 @pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolated"])
 @pytest.mark.parametrize(
     "signature_shape, bad, takes",
@@ -44,29 +114,30 @@ def _model(signature_shape) -> bytes:
         ([-1, 3], (4,), "[any, 3]"),
     ],
 )
-def test_a_shape_the_runner_cannot_take_is_refused_before_anything_changes(isolate, signature_shape, bad, takes):
-    with oo.Interpreter(model_content=_model(signature_shape), isolate=isolate) as it:
+def test_a_shape_another_subgraphs_runner_cannot_take_is_refused_before_anything_changes(
+    isolate, signature_shape, bad, takes
+):
+    with oo.Interpreter(model_content=_in_subgraph_1(signature_shape), isolate=isolate) as it:
         it.allocate_tensors()
-        run = it.get_signature_runner("s")
+        run = it.get_signature_runner("other")
+        np.testing.assert_array_equal(run(x=np.zeros((2, 3), np.float32))["y"], np.ones((2, 3), np.float32))
         with pytest.raises(oo.ResizeError) as info:
             run(x=np.zeros(bad, np.float32))
         assert isinstance(info.value, ValueError)
         msg = str(info.value)
         assert "'x'" in msg and f"shape {list(bad)}" in msg and f"takes shape {takes}" in msg, msg
-        # Still allocated, at the old shape: a plain invoke runs.
-        assert it.get_input_details()[0]["shape"].tolist() == [2, 3]
+        assert "subgraph 1 strictly" in msg, msg
+        # Still allocated, at the old shape: the runner and a plain invoke run.
+        np.testing.assert_array_equal(run(x=np.full((2, 3), 2.0, np.float32))["y"], np.full((2, 3), 3.0, np.float32))
         it.set_tensor(0, np.full((2, 3), 2.0, np.float32))
         it.invoke()
         np.testing.assert_array_equal(it.get_tensor(1), np.full((2, 3), 3.0, np.float32))
-        # And the runner itself, at a shape it takes.
-        np.testing.assert_array_equal(run(x=np.zeros((2, 3), np.float32))["y"], np.ones((2, 3), np.float32))
 
 
 @pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolated"])
-def test_the_runners_resize_tensor_input_is_held_to_the_same_rule(isolate):
-    with oo.Interpreter(model_content=_model([-1, 3]), isolate=isolate) as it:
-        it.allocate_tensors()
-        run = it.get_signature_runner("s")
+def test_another_subgraphs_resize_tensor_input_is_held_to_the_same_rule(isolate):
+    with oo.Interpreter(model_content=_in_subgraph_1([-1, 3]), isolate=isolate) as it:
+        run = it.get_signature_runner("other")
         with pytest.raises(oo.ResizeError, match=r"takes shape \[any, 3\]"):
             run.resize_tensor_input("x", [2, 4])
         run.resize_tensor_input("x", [5, 3])
