@@ -354,6 +354,8 @@ def _op_shapes(sg, op, ins, where):  # noqa: C901 - one branch per op, on purpos
         if not 0 <= a <= len(x):
             return None
         return [tuple(x[:a]) + (len(ins),) + tuple(x[a:])]
+    if name in _VALUE_RULES:
+        return _VALUE_RULES[name](sg, op, ins, x, o, where)
     if name == "GATHER":
         idx = ins[1] if len(ins) > 1 else None
         if idx is None or o.get("batch_dims", 0):
@@ -363,6 +365,178 @@ def _op_shapes(sg, op, ins, where):  # noqa: C901 - one branch per op, on purpos
             raise ShapeError(f"{where}: axis {o.get('axis')} is outside the input's rank {len(x)}")
         return [tuple(x[:a]) + tuple(idx) + tuple(x[a + 1 :])]
     return None
+
+
+# Ops whose output has the first input's shape: the reference kernels' Prepare
+# copies the input's dims to the output (reverse.cc, cumsum.cc,
+# matrix_set_diag.cc, dynamic_update_slice.cc: the operand's; add_n.cc after
+# checking that every input has that shape).
+_SAME_AS_FIRST = {"REVERSE_V2", "CUMSUM", "MATRIX_SET_DIAG", "DYNAMIC_UPDATE_SLICE", "ADD_N"}
+
+
+def _known_ints(values):
+    """The values when every one fits TFLite's int dims (int32), else None: a rule gives no shape from the rest."""
+    if values is None or any(not -(2**31) <= v < 2**31 for v in values):
+        return None
+    return values
+
+
+def _tile(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/tile.cc: with constant multiples, Prepare sizes
+    # the output as input dims times multiples, after checking that there is
+    # one multiple per input dimension.
+    m = _known_ints(_const(sg, op.inputs[1])) if len(op.inputs) > 1 else None
+    if m is None:
+        return None
+    if len(m) != len(x):
+        raise ShapeError(
+            f"{where} has {len(m)} multiples, but its input {op.inputs[0]} has shape {list(x)} "
+            f"(rank {len(x)}): TILE needs one multiple per dimension; resize the input with the model's rank"
+        )
+    if min(m, default=0) < 0:
+        return None  # (no check upstream: the runtime's own business, not a shape to reason on)
+    return [tuple(d * k for d, k in zip(x, m))]
+
+
+def _fill(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/fill.cc: constant 1-D dims are the output's
+    # shape; a negative one is refused ("Fill dimensions must be >= 0").
+    dims = _known_ints(_const(sg, op.inputs[0]))
+    if dims is None or len(x) != 1:
+        return None
+    if min(dims, default=0) < 0:
+        raise ShapeError(f"{where}: dimensions {dims} from tensor {op.inputs[0]} must all be >= 0")
+    return [tuple(dims)]
+
+
+def _broadcast_to(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/broadcast_to.cc (ResizeOutputTensor): the
+    # constant 1-D shape is the output's, of rank at most 8 and at least the
+    # input's; each input dimension, aligned from the right, is 1 or equal.
+    shape = _known_ints(_const(sg, op.inputs[1])) if len(op.inputs) > 1 else None
+    if shape is None or ins[1] is None or len(ins[1]) != 1 or min(shape, default=0) < 0:
+        return None
+    ext = len(shape) - len(x)
+    if ext < 0 or len(shape) > 8 or any(d != 1 and d != shape[ext + k] for k, d in enumerate(x)):
+        raise ShapeError(
+            f"{where}: input {op.inputs[0]} of shape {list(x)} does not broadcast to {shape} "
+            "(TFLite's BROADCAST_TO takes 1 to 8 dimensions, each input dimension 1 or equal); "
+            "resize the input to a shape that does"
+        )
+    return [tuple(shape)]
+
+
+def _one_hot(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/one_hot.cc: axis -1 is the last of the output's
+    # rank(indices) + 1 dimensions, any other must lie in [0, rank]; a
+    # constant depth (one int32 value, >= 0) is inserted there.
+    if len(op.inputs) < 2 or op.inputs[1] < 0 or sg.tensors[op.inputs[1]].type_name != "INT32":
+        return None
+    depth = _known_ints(_const(sg, op.inputs[1]))
+    axis = o.get("axis", 0)
+    a = len(x) if axis == -1 else axis
+    if not 0 <= a <= len(x):
+        raise ShapeError(f"{where}: axis {axis} is outside [-1, {len(x)}] for indices of shape {list(x)}")
+    if depth is None or len(depth) != 1:
+        return None
+    if depth[0] < 0:
+        raise ShapeError(f"{where}: depth {depth[0]} from tensor {op.inputs[1]} must be >= 0")
+    return [tuple(x[:a]) + (depth[0],) + tuple(x[a:])]
+
+
+def _gather_nd(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/gather_nd.cc: output is indices.shape[:-1] +
+    # params.shape[indices.shape[-1]:], both of rank >= 1 and the index
+    # depth at most the params' rank.  (Shapes only: not value-dependent.)
+    idx = ins[1] if len(ins) > 1 else None
+    if idx is None:
+        return None
+    if not x or not idx or idx[-1] > len(x):
+        raise ShapeError(
+            f"{where}: indices of shape {list(idx)} do not index params of shape {list(x)} (both need rank "
+            "1 or more, and the indices' last dimension at most the params' rank); resize the inputs to match"
+        )
+    return [tuple(idx[:-1]) + tuple(x[idx[-1] :])]
+
+
+def _arg_min_max(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/arg_min_max.cc: a constant axis (one value,
+    # negative counts from the end, inside the input's rank >= 1) is removed.
+    axis = _known_ints(_const(sg, op.inputs[1])) if len(op.inputs) > 1 else None
+    if axis is None or len(axis) != 1:
+        return None
+    a = _axis(axis[0], len(x))
+    if not 0 <= a < len(x):
+        raise ShapeError(
+            f"{where}: axis {axis[0]} is outside the input {op.inputs[0]} of shape {list(x)}; resize the "
+            "input with the model's rank"
+        )
+    return [tuple(d for k, d in enumerate(x) if k != a)]
+
+
+def _range(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/range.cc: constant scalar start, limit, delta
+    # give ceil(|limit - start| / |delta|) values.  Only the integer case,
+    # and only where every runtime agrees (versions differ on start == limit).
+    vals = [_known_ints(_const(sg, t)) for t in op.inputs[:3]]
+    if len(vals) != 3 or any(v is None or len(v) != 1 for v in vals):
+        return None
+    (s,), (lim,), (d,) = vals
+    if not ((d > 0 and s < lim) or (d < 0 and s > lim)):
+        return None
+    return [((abs(lim - s) + abs(d) - 1) // abs(d),)]
+
+
+def _top_k(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/topk_v2.cc: with a constant k, values and
+    # indices are the input's shape with k last.
+    k = _known_ints(_const(sg, op.inputs[1])) if len(op.inputs) > 1 else None
+    if k is None or len(k) != 1 or not x or not 0 <= k[0] <= x[-1]:
+        return None
+    return [tuple(x[:-1]) + (k[0],)] * len(op.outputs)
+
+
+def _unpack(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/unpack.cc: each output is the input without
+    # the axis, one output per slice along it.
+    a = _axis(o.get("axis", 0), len(x))
+    if not 0 <= a < len(x) or x[a] != len(op.outputs):
+        return None
+    return [tuple(d for k, d in enumerate(x) if k != a)] * len(op.outputs)
+
+
+def _select_v2(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/select.cc: SELECT_V2 broadcasts its three inputs.
+    if len(ins) < 3 or None in ins[:3]:
+        return None
+    return [_broadcast(_broadcast(ins[0], ins[1], where), ins[2], where)]
+
+
+# The rules of the value-dependent ops that only need constants (and of a few
+# cheap ones whose shape follows their inputs'), so that the arena guard
+# counts their outputs before an allocation after a resize.  Left without a
+# rule (their outputs stay unknown): WHERE, UNIQUE, NON_MAX_SUPPRESSION_V4/V5
+# and SEGMENT_SUM (shape decided by the data), WHILE, IF, DENSIFY, and, not
+# done yet though computable, RFFT2D, SPARSE_TO_DENSE, SCATTER_ND,
+# UNSORTED_SEGMENT_*, BROADCAST_ARGS, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND.
+_VALUE_RULES = {
+    "TILE": _tile,
+    "FILL": _fill,
+    "BROADCAST_TO": _broadcast_to,
+    "ONE_HOT": _one_hot,
+    "GATHER_ND": _gather_nd,
+    "ARG_MAX": _arg_min_max,
+    "ARG_MIN": _arg_min_max,
+    "RANGE": _range,
+    "TOPK_V2": _top_k,
+    "UNPACK": _unpack,
+    "SELECT_V2": _select_v2,
+    # matrix_diag.cc: the last dimension repeated, the input of rank >= 1.
+    "MATRIX_DIAG": lambda sg, op, ins, x, o, where: [tuple(x) + (x[-1],)] if x else None,
+    # shape.cc: one value per input dimension (whatever the values).
+    "SHAPE": lambda sg, op, ins, x, o, where: [(len(x),)],
+}
+_VALUE_RULES.update(dict.fromkeys(_SAME_AS_FIRST, lambda sg, op, ins, x, o, where: [x]))
 
 
 def _strided_slice(sg, op, x, o, where):

@@ -603,13 +603,13 @@ def test_a_shape_that_fits_the_arena_of_subgraph_1_already_there_is_not_refused(
         assert "grown: TensorMemoryError" in p.stdout and "subgraph 1: " in p.stdout, p.stdout
 
 
-# Memory named only when memory is why.  TILE has no shape rule, so the
-# guard's bound before the call is the input alone (1 MiB) and lets a 1 GiB
-# output through: 2.23 then fails with a bare "error", and the diagnosis
-# after it (with the shapes the runtime's Prepare set) names memory.  A
-# kernel whose Prepare fails, under the same cap and before a 1 GiB tensor,
-# keeps its own message: the runtime reports it ("failed to prepare"), and
-# the diagnosis speaks only when the runtime said nothing.
+# Memory named only when memory is why.  TILE of constant multiples has a
+# shape rule, so the guard's bound before the call counts its 1 GiB output
+# with the 1 MiB input, and refuses on every runtime before AllocateTensors
+# (2.17, which does not check its arena, died there with SIGSEGV while TILE
+# had no rule).  A kernel whose Prepare fails, under the same cap and before
+# a 1 GiB tensor, keeps its own message: the runtime reports it ("failed to
+# prepare"), and the diagnosis speaks only when the runtime said nothing.
 TILE = """
 import resource, sys
 import numpy as np
@@ -666,25 +666,20 @@ if sys.argv[1] == "tile":
 
 @pytest.mark.parametrize("mode", ["reference", "xnnpack"])
 def test_memory_is_named_when_the_runtime_says_only_error_and_not_otherwise(mode):
-    import opaque_ops as oo
-
     p = run_child(TILE, "silent", mode, timeout=120)
     assert p.returncode == 0, crashed(p)
     assert "refused: KernelError allocate_tensors failed: Node number 0 (Silent) failed to prepare." in p.stdout, (
         p.stdout
     )
     assert "TensorMemoryError" not in p.stdout, p.stdout
-    if oo.runtime_info().version.startswith("2.17."):
-        # 2.17 does not check its arena, and the guard's bound cannot see
-        # TILE's output (no shape rule): that allocation dies inside
-        # AllocateTensors (SIGSEGV), a gap of the guard this does not close.
-        return
     p = run_child(TILE, "tile", mode, timeout=120)
     assert p.returncode == 0, crashed(p)
     out = p.stdout
-    assert "refused: TensorMemoryError: allocate_tensors: the runtime could not allocate its tensor arena" in out, out
-    # x (1 MiB) and y (1 GiB), as the runtime's Prepare shaped them.
+    # x (1 MiB) and y (1 GiB), from the shape rules before the call.
     need = 4 * (1 << 18) + 4 * (1 << 28)
-    assert f"(input 0 'x' resized to [1, 262144]) this model needs at least {need} bytes" in out, out
+    assert (
+        f"refused: TensorMemoryError: allocate_tensors: the inputs as resized (input 0 'x' to [1, 262144]) "
+        f"need at least {need} bytes"
+    ) in out, out
     assert "Nothing was allocated and the interpreter is still usable" in out, out
     assert "small ok: True" in out, out

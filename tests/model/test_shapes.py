@@ -1,0 +1,291 @@
+"""opaque_ops.model.shapes: the shape rules of ops whose output shape depends on constant inputs.
+
+Each model is one builtin operator whose outputs are the graph's outputs.
+For several input shapes, :func:`infer_shapes` is given only the resized
+inputs' shapes (as the arena guard before an allocation is: the runtime's
+own shapes are stale then) and must give every output the shape that
+ai-edge-litert reports after ``resize_tensor_input``, ``allocate_tensors``
+and ``invoke``.  Shapes the reference kernels refuse in Prepare raise
+ShapeError, where ai-edge-litert's allocation fails too, and opaque_ops'
+interpreter refuses them with that ShapeError.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import opaque_ops as oo
+from opaque_ops.model import ModelBuilder, read_model
+from opaque_ops.model.shapes import ShapeError, infer_shapes
+
+litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
+
+f32, i32, i64 = np.float32, np.int32, np.int64
+
+
+def _model(op, inputs, consts, outputs, options=None, order=None, version=1):
+    """One ``op``: ``inputs`` {name: (shape, dtype)} are graph inputs, ``consts`` {name: array},
+    ``outputs`` [(shape, dtype)]; ``order`` names the op's inputs (default: inputs then consts)."""
+    b = ModelBuilder()
+    ids = {n: b.add_tensor(n, list(s), d) for n, (s, d) in inputs.items()}
+    ids.update({n: b.add_constant(n, np.asarray(v)) for n, v in consts.items()})
+    outs = [b.add_tensor(f"out{k}", list(s), d) for k, (s, d) in enumerate(outputs)]
+    b.add_op(op, [ids[n] for n in (order or [*inputs, *consts])], outs, options, version=version)
+    b.set_inputs([ids[n] for n in inputs])
+    b.set_outputs(outs)
+    return b.build()
+
+
+def _value(shape, dtype):
+    # Zeros are valid indices (GATHER_ND, ONE_HOT) and conditions (SELECT_V2).
+    return np.zeros(shape, dtype)
+
+
+def _inferred(data, shapes):
+    """infer_shapes from the resized inputs' shapes alone: {output tensor: shape}."""
+    info = read_model(data)
+    sg = info.subgraphs[0]
+    given = dict(zip(sg.inputs, map(tuple, shapes)))
+    known = infer_shapes(info, given.get)
+    return [known[t] for t in sg.outputs]
+
+
+def _litert(data, shapes, dtypes):
+    it = litert.Interpreter(model_content=data)
+    for d, s in zip(it.get_input_details(), shapes):
+        it.resize_tensor_input(d["index"], list(s))
+    it.allocate_tensors()
+    for d, s, dt in zip(it.get_input_details(), shapes, dtypes):
+        it.set_tensor(d["index"], _value(s, dt))
+    it.invoke()
+    return [tuple(it.get_tensor(d["index"]).shape) for d in it.get_output_details()]
+
+
+def _x(shape, dtype=f32):
+    return {"x": (shape, dtype)}
+
+
+CASES = {
+    "TILE": (
+        _model("TILE", _x([2, 3]), {"m": np.array([2, 1], i32)}, [([4, 3], f32)]),
+        [[[2, 3]], [[1, 5]], [[4, 1]], [[0, 2]]],
+    ),
+    "TILE int64 multiples": (
+        _model("TILE", _x([2, 3], i32), {"m": np.array([1, 3], i64)}, [([2, 9], i32)]),
+        [[[2, 3]], [[5, 1]]],
+    ),
+    "BROADCAST_TO": (
+        # (Version 2: the runtimes register BROADCAST_TO from there.)
+        _model("BROADCAST_TO", _x([1, 3]), {"s": np.array([2, 4, 3], i32)}, [([2, 4, 3], f32)], version=2),
+        [[[1, 3]], [[4, 3]], [[1, 1]], [[3]], [[2, 1, 1]]],
+    ),
+    "FILL": (
+        _model("FILL", {"v": ([], f32)}, {"d": np.array([3, 5], i32)}, [([3, 5], f32)], order=["d", "v"]),
+        [[[]]],
+    ),
+    "FILL int64 dims": (
+        _model("FILL", {"v": ([], i32)}, {"d": np.array([2, 0, 4], i64)}, [([2, 0, 4], i32)], order=["d", "v"]),
+        [[[]]],
+    ),
+    "ONE_HOT last axis": (
+        _model(
+            "ONE_HOT",
+            _x([3], i32),
+            {"depth": np.array(5, i32), "on": np.array(1.0, f32), "off": np.array(0.0, f32)},
+            [([3, 5], f32)],
+            {"axis": -1},
+        ),
+        [[[3]], [[2, 4]], [[1, 2, 3]]],
+    ),
+    "ONE_HOT axis 1": (
+        _model(
+            "ONE_HOT",
+            _x([2, 3], i64),
+            {"depth": np.array(4, i32), "on": np.array(7, i32), "off": np.array(-1, i32)},
+            [([2, 4, 3], i32)],
+            {"axis": 1},
+        ),
+        [[[2, 3]], [[5, 1]], [[1, 2, 2]]],
+    ),
+    "ONE_HOT without options (axis 0)": (
+        _model(
+            "ONE_HOT",
+            _x([3], i32),
+            {"depth": np.array(2, i32), "on": np.array(1.0, f32), "off": np.array(0.0, f32)},
+            [([2, 3], f32)],
+        ),
+        [[[3]], [[4, 2]]],
+    ),
+    "GATHER_ND": (
+        _model("GATHER_ND", {"p": ([4, 3], f32), "i": ([2, 1], i32)}, {}, [([2, 3], f32)]),
+        [[[4, 3], [2, 1]], [[5, 2, 3], [2, 2]], [[6], [3, 1]], [[3, 2], [4, 5, 2]]],
+    ),
+    "ARG_MAX": (
+        _model("ARG_MAX", _x([2, 5]), {"a": np.array([1], i32)}, [([2], i32)], {"output_type": "INT32"}),
+        [[[2, 5]], [[3, 4, 2]], [[1, 7]]],
+    ),
+    "ARG_MIN negative axis": (
+        _model("ARG_MIN", _x([2, 5]), {"a": np.array(-1, i64)}, [([2], i64)], {"output_type": "INT64"}),
+        [[[2, 5]], [[6]], [[3, 4, 2]]],
+    ),
+    "MATRIX_DIAG": (
+        _model("MATRIX_DIAG", _x([3]), {}, [([3, 3], f32)]),
+        [[[3]], [[2, 4]], [[1, 2, 5]]],
+    ),
+    "RANGE": (
+        _model("RANGE", {}, {"s": np.array(2, i32), "l": np.array(11, i32), "d": np.array(3, i32)}, [([3], i32)]),
+        [[]],
+    ),
+    "RANGE downwards": (
+        _model("RANGE", {}, {"s": np.array(10, i32), "l": np.array(1, i32), "d": np.array(-4, i32)}, [([3], i32)]),
+        [[]],
+    ),
+    "TOPK_V2": (
+        _model("TOPK_V2", _x([2, 6]), {"k": np.array(3, i32)}, [([2, 3], f32), ([2, 3], i32)]),
+        [[[2, 6]], [[5, 3]], [[4]], [[2, 2, 7]]],
+    ),
+    "UNPACK": (
+        _model("UNPACK", _x([3, 2]), {}, [([2], f32)] * 3, {"num": 3, "axis": 0}),
+        [[[3, 2]], [[3, 5]], [[3]], [[3, 1, 4]]],
+    ),
+    "UNPACK negative axis": (
+        _model("UNPACK", _x([4, 2]), {}, [([4], f32)] * 2, {"num": 2, "axis": -1}),
+        [[[4, 2]], [[1, 3, 2]]],
+    ),
+    "SELECT_V2": (
+        _model("SELECT_V2", {"c": ([2, 1], np.bool_), "x": ([1, 3], f32)}, {"y": np.array(5.0, f32)}, [([2, 3], f32)]),
+        [[[2, 1], [1, 3]], [[4], [3, 1]], [[1, 2, 1], [3, 1, 6]]],
+    ),
+    "REVERSE_V2": (
+        _model("REVERSE_V2", _x([2, 3]), {"a": np.array([0], i32)}, [([2, 3], f32)]),
+        [[[2, 3]], [[5, 1, 4]]],
+    ),
+    "CUMSUM": (
+        _model("CUMSUM", _x([2, 3]), {"a": np.array(0, i32)}, [([2, 3], f32)]),
+        [[[2, 3]], [[4, 7]]],
+    ),
+    "ADD_N": (
+        _model("ADD_N", _x([2, 3]), {}, [([2, 3], f32)], order=["x", "x"]),
+        [[[2, 3]], [[6]]],
+    ),
+    "DYNAMIC_UPDATE_SLICE": (
+        _model(
+            "DYNAMIC_UPDATE_SLICE",
+            _x([4, 4]),
+            {"u": np.ones((2, 2), f32), "at": np.array([1, 1], i32)},
+            [([4, 4], f32)],
+        ),
+        [[[4, 4]], [[3, 6]]],
+    ),
+    "MATRIX_SET_DIAG": (
+        _model("MATRIX_SET_DIAG", {"x": ([3, 3], f32), "d": ([3], f32)}, {}, [([3, 3], f32)]),
+        [[[3, 3], [3]], [[2, 4, 4], [2, 4]]],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_inferred_shapes_are_the_ones_ai_edge_litert_runs_with(case):
+    data, shape_sets = CASES[case]
+    dtypes = [d["dtype"] for d in litert.Interpreter(model_content=data).get_input_details()]
+    for shapes in shape_sets:
+        want = _litert(data, shapes, dtypes)
+        assert _inferred(data, shapes) == want, (case, shapes)
+
+
+# Shapes the reference kernels refuse in Prepare: (model, input shapes, message).
+REFUSED = {
+    "TILE multiples of another rank": (CASES["TILE"][0], [[1, 2, 3]], "has 2 multiples, but its input 0 has shape"),
+    "BROADCAST_TO dimension neither 1 nor equal": (
+        CASES["BROADCAST_TO"][0],
+        [[2, 3]],
+        "of shape [2, 3] does not broadcast to [2, 4, 3]",
+    ),
+    "BROADCAST_TO input of higher rank": (CASES["BROADCAST_TO"][0], [[1, 1, 4, 3]], "does not broadcast"),
+    "FILL negative dims": (
+        _model("FILL", {"v": ([], f32)}, {"d": np.array([3, -1], i32)}, [([3, 1], f32)], order=["d", "v"]),
+        [[]],
+        "dimensions [3, -1] from tensor 1 must all be >= 0",
+    ),
+    "ONE_HOT axis beyond the output's rank": (
+        _model(
+            "ONE_HOT",
+            _x([2, 3], i32),
+            {"depth": np.array(4, i32), "on": np.array(1.0, f32), "off": np.array(0.0, f32)},
+            [([2, 3, 4], f32)],
+            {"axis": 2},
+        ),
+        [[3]],
+        "axis 2 is outside [-1, 1] for indices of shape [3]",
+    ),
+    "ONE_HOT negative depth": (
+        _model(
+            "ONE_HOT",
+            _x([3], i32),
+            {"depth": np.array(-2, i32), "on": np.array(1.0, f32), "off": np.array(0.0, f32)},
+            [([3, 1], f32)],
+            {"axis": -1},
+        ),
+        [[3]],
+        "depth -2 from tensor 1 must be >= 0",
+    ),
+    "GATHER_ND index deeper than the params": (
+        CASES["GATHER_ND"][0],
+        [[4], [2, 2]],
+        "indices of shape [2, 2] do not index params of shape [4]",
+    ),
+    "ARG_MAX axis outside the input": (CASES["ARG_MAX"][0], [[5]], "axis 1 is outside the input 0 of shape [5]"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_shapes_the_reference_kernels_refuse_raise_shape_error(case):
+    data, shapes, message = REFUSED[case]
+    with pytest.raises(ShapeError, match=re.escape(message)):
+        _inferred(data, shapes)
+    # ai-edge-litert's Prepare refuses them too...
+    it = litert.Interpreter(model_content=data)
+    for d, s in zip(it.get_input_details(), shapes):
+        it.resize_tensor_input(d["index"], s)
+    with pytest.raises(RuntimeError):
+        it.allocate_tensors()
+    # ...and opaque_ops' interpreter says which shapes and why.
+    ours = oo.Interpreter(model_content=data)
+    for d, s in zip(ours.get_input_details(), shapes):
+        ours.resize_tensor_input(d["index"], s)
+    with pytest.raises(ShapeError, match=re.escape(message)):
+        ours.allocate_tensors()
+
+
+def test_shape_gives_one_value_per_input_dimension(monkeypatch):
+    """SHAPE's kernel refuses to run without its out_type, which ModelBuilder does not write yet:
+    the test teaches it the ShapeOptions table (field 0, schema.fbs) for this model only."""
+    from opaque_ops.model import schema
+
+    monkeypatch.setitem(schema._OP_OPTIONS, "SHAPE", "ShapeOptions")
+    monkeypatch.setitem(schema._OPTION_FIELDS, "ShapeOptions", [("out_type", 0, "dtype", 0)])
+    data = _model("SHAPE", _x([2, 3]), {}, [([2], i32)], {"out_type": "INT32"})
+    for shapes in ([[2, 3]], [[4, 1, 5]], [[7]]):
+        assert _inferred(data, shapes) == _litert(data, shapes, [f32]) == [(len(shapes[0]),)], shapes
+        it = oo.Interpreter(model_content=data)
+        it.resize_tensor_input(0, shapes[0])
+        it.allocate_tensors()
+        it.set_tensor(0, np.zeros(shapes[0], f32))
+        it.invoke()
+        np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), np.array(shapes[0], i32))
+
+
+def test_the_rules_need_constants_and_leave_run_time_values_unknown():
+    """Multiples, dims or an axis given at run time: the runtime marks the output dynamic, and the
+    rule gives no shape; the same operators with those inputs constant get theirs."""
+    tile = _model("TILE", {"x": ([2, 3], f32), "m": ([2], i32)}, {}, [([4, 3], f32)])
+    fill = _model("FILL", {"d": ([2], i32), "v": ([], f32)}, {}, [([3, 5], f32)])
+    arg = _model("ARG_MAX", {"x": ([2, 5], f32), "a": ([1], i32)}, {}, [([2], i32)], {"output_type": "INT32"})
+    for data, shapes in ((tile, [[2, 3], [2]]), (fill, [[2], []]), (arg, [[2, 5], [1]])):
+        assert _inferred(data, shapes) == [None]
+    for case in ("TILE", "FILL", "ARG_MAX"):
+        data, (shapes, *_) = CASES[case]
+        assert None not in _inferred(data, shapes), case
