@@ -260,13 +260,8 @@ def test_shapes_the_reference_kernels_refuse_raise_shape_error(case):
         ours.allocate_tensors()
 
 
-def test_shape_gives_one_value_per_input_dimension(monkeypatch):
-    """SHAPE's kernel refuses to run without its out_type, which ModelBuilder does not write yet:
-    the test teaches it the ShapeOptions table (field 0, schema.fbs) for this model only."""
-    from opaque_ops.model import schema
-
-    monkeypatch.setitem(schema._OP_OPTIONS, "SHAPE", "ShapeOptions")
-    monkeypatch.setitem(schema._OPTION_FIELDS, "ShapeOptions", [("out_type", 0, "dtype", 0)])
+def test_shape_gives_one_value_per_input_dimension():
+    """SHAPE's kernel refuses to run without its out_type (ShapeOptions, field 0, schema.fbs)."""
     data = _model("SHAPE", _x([2, 3]), {}, [([2], i32)], {"out_type": "INT32"})
     for shapes in ([[2, 3]], [[4, 1, 5]], [[7]]):
         assert _inferred(data, shapes) == _litert(data, shapes, [f32]) == [(len(shapes[0]),)], shapes
