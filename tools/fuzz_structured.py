@@ -1081,7 +1081,7 @@ def _kernels():
 def _fill(detail, rng):
     shape = [int(d) for d in detail["shape"]]
     dtype = np.dtype(detail["dtype"]) if detail["dtype"] is not None else None
-    if dtype is None or dtype == object:
+    if dtype is None or dtype == object or dtype.kind == "S":  # (strings: np.bytes_, as litert reports them)
         return None
     if int(np.prod(shape, dtype=np.int64)) > 1 << 24:
         return None  # a huge planned input: leave the arena's bytes rather than allocate here

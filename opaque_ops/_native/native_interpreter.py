@@ -189,6 +189,30 @@ class TensorRef:
         """Copy a C-contiguous array of exactly ``nbytes`` bytes in; return the status."""
         return int(self._lib.TfLiteTensorCopyFromBuffer(self._t, ffi.from_buffer(array), array.nbytes))
 
+    def raw(self):
+        """A copy of the tensor's buffer as bytes, or None while it has none."""
+        data = self._lib.TfLiteTensorData(self._t)
+        if data == ffi.NULL:
+            return None
+        return ffi.buffer(data, self.nbytes)[:]
+
+    def can_resize(self) -> bool:
+        """True if the runtime exports ``TfLiteTensorRealloc`` (what :meth:`write_resized` needs)."""
+        return self._owner.rt.has("TfLiteTensorRealloc")
+
+    def write_resized(self, data: bytes) -> int:
+        """Make a kTfLiteDynamic tensor's buffer ``len(data)`` bytes and copy ``data`` in; return the status.
+
+        For a string tensor, whose buffer's size depends on its strings.  The
+        caller checks :meth:`is_dynamic` first: ``TfLiteTensorRealloc`` leaves
+        any other buffer as it is and still returns kTfLiteOk, so the size is
+        checked again before the copy (which also checks it).
+        """
+        lib = self._lib
+        if lib.TfLiteTensorRealloc(len(data), self._t) != 0 or lib.TfLiteTensorByteSize(self._t) != len(data):
+            return 1
+        return int(lib.TfLiteTensorCopyFromBuffer(self._t, ffi.from_buffer(data), len(data)))
+
 
 def _c_name(p, what: str, i: int) -> str:
     """A name the C API returned; NULL when a signature does not name each of its

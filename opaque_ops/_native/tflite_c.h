@@ -108,6 +108,10 @@ const char* TfLiteTensorName(const TfLiteTensor* tensor);
 TfLiteQuantizationParams TfLiteTensorQuantizationParams(const TfLiteTensor* tensor);
 TfLiteStatus TfLiteTensorCopyFromBuffer(TfLiteTensor* tensor, const void* input_data,
                                         size_t input_data_size);
+/* common.h: resizes a kTfLiteDynamic tensor's malloc'd buffer to num_bytes
+   (other allocation types are left alone, still kTfLiteOk).  set_tensor
+   sizes a string tensor's buffer with it: its size depends on the strings. */
+TfLiteStatus TfLiteTensorRealloc(size_t num_bytes, TfLiteTensor* tensor);
 
 /* Operators: both generations and both arities of Create.  Which one a call
    goes to is decided in Runtime.__init__. */

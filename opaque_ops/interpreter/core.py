@@ -1533,6 +1533,13 @@ class Interpreter:
                 # invoke) may move the TfLiteTensor structs (see _keep_unmoved_slots).
                 t = native.tensor(index)
                 v = t.view()
+                if v is None and t.dtype == object:
+                    # A string's buffer is TFLite's string layout, a handle's an opaque object: no array to map.
+                    raise InvalidInputError(
+                        f"tensor {tensor_index} is a {_tensors.type_name(t)} tensor, whose memory is not a numpy "
+                        "array: it has no tensor() view"
+                        + ("; get_tensor() returns a copy of its strings" if t.type == _tensors.STRING else "")
+                    )
                 if v is None:
                     raise NotAllocatedError(f"tensor {tensor_index} has no data yet: call allocate_tensors() first")
                 # The holder keeps the native interpreter (the memory) alive.

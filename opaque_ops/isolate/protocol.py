@@ -75,20 +75,47 @@ def read_crash_record(page) -> dict | None:
     }
 
 
+def first_non_string(arr: np.ndarray) -> tuple[int, str] | None:
+    """The flat position and type name of ``arr``'s first element that is neither bytes nor str; None if none.
+
+    An array of Python objects that are all bytes or str is a string
+    tensor's value: it crosses the process boundary (pickled element by
+    element; each bytes object above ``Outbox.BYTES_INLINE`` goes through
+    the shared segment).  Other object arrays do not cross.
+    """
+    for i, x in enumerate(arr.flat):
+        if not isinstance(x, (bytes, str)):
+            return i, type(x).__name__
+    return None
+
+
 class ObjectArray:
-    """Stands in for an array of Python objects in ``set_tensor``, which always refuses one:
-    the worker refuses an empty object array of this shape with the same error."""
+    """Stands in for an array of Python objects other than strings in ``set_tensor``, which always
+    refuses one: the worker refuses the stand-in's array with the same error.
 
-    __slots__ = ("shape",)
+    In-process, a numeric tensor refuses any object array (by its dtype), and
+    a string tensor names the first element that is not bytes or str: the
+    stand-in keeps that element's position and type name, and its array has
+    there an object of a class of that name (strings before it, None after).
+    """
 
-    def __init__(self, shape):
+    __slots__ = ("shape", "first_bad")
+
+    def __init__(self, shape, first_bad: tuple[int, str]):
         self.shape = tuple(shape)
+        self.first_bad = first_bad
 
     def __reduce__(self):
-        return ObjectArray, (self.shape,)
+        return ObjectArray, (self.shape, self.first_bad)
 
     def array(self) -> np.ndarray:
-        return np.empty(self.shape, dtype=object)
+        out = np.empty(self.shape, dtype=object)
+        k, name = self.first_bad
+        flat = out.reshape(-1)  # (a view: out is contiguous)
+        flat[:k] = b""
+        if k < flat.size:
+            flat[k] = type(name, (), {})()
+        return out
 
 
 # ------------------------------------------------------------------ segments
@@ -335,8 +362,10 @@ class _CollectingPickler(pickle.Pickler):
     def persistent_id(self, obj):
         if isinstance(obj, np.ndarray):
             if obj.dtype.hasobject:
+                if first_non_string(obj) is None:
+                    return None  # numpy's own pickle: its elements, each through this pickler
                 raise TypeError(
-                    "arrays of Python objects (dtype=object, e.g. string tensors) cannot cross "
+                    "arrays of Python objects other than bytes and str (dtype=object) cannot cross "
                     "the process boundary of an isolated interpreter"
                 )
             self._found.append(obj)

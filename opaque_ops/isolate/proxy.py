@@ -570,17 +570,19 @@ def _sendable(value):
 
     In-process, ``set_tensor`` takes anything ``np.asarray`` takes (a
     memoryview, a list...): converted here the same way.  An array of Python
-    objects cannot cross, and in-process it is always refused (by the
-    tensor's type, or as the wrong dtype): a stand-in of its shape brings the
-    same refusal.
+    objects other than strings cannot cross, and in-process it is always
+    refused (by the tensor's type, or as the wrong dtype): a stand-in of its
+    shape brings the same refusal.  One of bytes/str (a string tensor's
+    value) crosses as it is.
     """
     if not isinstance(value, np.ndarray):
         try:
             value = np.asarray(value)
         except Exception:  # noqa: BLE001 - the worker's np.asarray raises it, in its place
             return value
-    if value.dtype.hasobject:
-        return P.ObjectArray(value.shape)
+    bad = P.first_non_string(value) if value.dtype.hasobject else None
+    if bad is not None:
+        return P.ObjectArray(value.shape, bad)
     return value
 
 

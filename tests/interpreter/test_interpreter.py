@@ -420,3 +420,16 @@ def test_same_shape_resize_and_unchanged_allocate_do_nothing(atan_model_bytes, g
     assert it._slots == {}
     with pytest.raises(oo.NotAllocatedError):
         it.invoke()
+
+
+def test_a_string_tensor_has_no_view_and_says_get_tensor_copies_it():
+    """Before: "has no data yet: call allocate_tensors() first", after allocate_tensors()."""
+    from tests.helpers.string_models import reshape_model
+
+    it = oo.Interpreter(model_content=reshape_model([2]))
+    it.allocate_tensors()
+    it.set_tensor(0, np.array([b"a", b"b"]))
+    with pytest.raises(
+        oo.InvalidInputError, match=r"string tensor, .* no tensor\(\) view; get_tensor\(\) returns a copy"
+    ):
+        it.tensor(0)()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
+from tests.helpers import string_models as sm
 from tests.helpers.atan import make_model
 from tests.helpers.child_process import run_python
 from tests.helpers.locations import ADD_DELEGATE_PLUGIN_C
@@ -495,3 +496,51 @@ def test_pickles_as_an_isolated_interpreter_with_its_own_worker(atan_model_bytes
             assert copy.get_tensor(copy.get_output_details()[0]["index"]).tobytes() == want.tobytes()
     with pytest.raises(oo.ClosedError):
         pickle.dumps(it)
+
+
+def _strings_outcome(shape, value, isolate):
+    try:
+        with oo.Interpreter(model_content=sm.reshape_model(shape), isolate=isolate) as it:
+            it.allocate_tensors()
+            it.set_tensor(0, value)
+            it.invoke()
+            out = it.get_tensor(it.get_output_details()[0]["index"])
+            details = [d["dtype"] for d in it.get_input_details() + it.get_output_details()]
+            return out.dtype, out.shape, [type(x) for x in out.ravel()], out.ravel().tolist(), details
+    except oo.OpaqueOpsError as exc:
+        return type(exc), str(exc)
+
+
+@pytest.mark.parametrize("name", [*sm.VALUES, "an int element"])
+def test_string_tensors_answer_as_in_process(name):
+    """Before: "cannot be set from numpy", and an object array of strings could not cross at all."""
+    shape, value = sm.VALUES.get(name, ((3,), np.array([b"a", 2, "c"], dtype=object)))
+    isolated = _strings_outcome(shape, value, True)
+    assert isolated == _strings_outcome(shape, value, False)
+    if name in sm.VALUES:
+        flat = np.asarray(value).ravel().tolist()
+        assert isolated[3] == [x.encode("utf-8") if isinstance(x, str) else x for x in flat]
+        assert isolated[4] == [np.bytes_, np.bytes_]
+    else:  # the element the worker never saw is named as in-process
+        assert isolated[0] is oo.InvalidInputError and "the element at (1,) is a int" in isolated[1]
+
+
+def test_string_signature_runner_and_broken_buffers_answer_as_in_process():
+    lib = oo.compile_ops(sm.BROKEN_STRINGS)
+    outcomes = []
+    for isolate in (False, True):
+        got = []
+        with oo.Interpreter(model_content=sm.reshape_model([2]), isolate=isolate) as it:
+            got.append(it.get_signature_runner()(words=np.array([b"q\x00", "\u00e9"], dtype=object))["same"].tolist())
+        for how in (0, 3):
+            with oo.Interpreter(model_content=sm.broken_strings_model(), custom_ops=[lib], isolate=isolate) as it:
+                it.allocate_tensors()
+                it.set_tensor(0, np.array([how], np.int32))
+                it.invoke()
+                try:
+                    got.append(it.get_tensor(it.get_output_details()[0]["index"]).tolist())
+                except oo.ModelError as exc:
+                    got.append(str(exc))
+        outcomes.append(got)
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][:2] == [[b"q\x00", b"\xc3\xa9"], [b"ab", b"c"]] and "do not run forward" in outcomes[0][2]

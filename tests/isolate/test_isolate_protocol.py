@@ -93,3 +93,25 @@ def test_crash_record_layout_matches_the_c_helper():
     assert fields == ["int32_t"] * 6 + ["uint64_t", "char"]
     assert P.CRASH_RECORD.format == "<iiiiiiQ64s" and "char op[64]" in body
     assert f"{P.CRASH_MAGIC:#x}" in src.lower()
+
+
+def test_arrays_of_bytes_and_str_cross_element_by_element():
+    """A string tensor's value (and get_tensor's object array of bytes); before: refused as any object array."""
+    a, b = socket.socketpair()
+    try:
+        ids = iter(range(1, 10))
+        sender, receiver = P.Channel(a, copy_in=True, ids=ids), P.Channel(b, copy_in=True, ids=ids)
+        big = bytes(range(256)) * 300  # past BYTES_INLINE: through the shared segment, not the pickle
+        value = np.array([[b"a\x00", "\u00e9"], [big, b""]], dtype=object)
+        (pickled, _), fds = sender.outbox.pack(value)
+        assert big[:4096] not in pickled and len(fds) == 1
+        sender.outbox.segment.close_fd()  # (the packed message is dropped, not sent)
+        sender.outbox.segment = None
+        sender.send(value)
+        got = receiver.recv()
+        assert got.dtype == object and got.shape == (2, 2)
+        assert [type(x) for x in got.ravel()] == [bytes, str, bytes, bytes]
+        assert got.ravel().tolist() == value.ravel().tolist()
+    finally:
+        a.close()
+        b.close()
