@@ -356,6 +356,14 @@ def _random_input(rng, shape, dtype):
         return rng.random(shape) < 0.5
     if dtype.kind == "c":
         return (rng.random(shape) + 1j * rng.random(shape)).astype(dtype)
+    if dtype.kind == "S":
+        # A string tensor (its details say np.bytes_): random lowercase words
+        # of 1 to 8 letters, as an object array so each keeps its own length.
+        words = [
+            bytes(rng.integers(97, 123, size=int(rng.integers(1, 9))).astype(np.uint8))
+            for _ in range(int(np.prod(shape, dtype=np.int64)))
+        ]
+        return np.array(words + [None], dtype=object)[:-1].reshape(shape)
     raise CliError(f"bench cannot make random inputs of dtype {dtype}")
 
 

@@ -52,3 +52,16 @@ def test_without_a_kernel_only_xnnpack_on_runs_the_model(selfie):
 def test_bad_choice_is_a_usage_error(selfie):
     r = cli("bench", selfie, "--xnnpack", "maybe")
     assert r.returncode == 2 and "invalid choice: 'maybe'" in r.stderr
+
+
+def test_a_model_with_string_inputs_is_benched(tmp_path):
+    # bench makes random words for a string input; GATHER reads them with
+    # TFLite's own string reader, so the run succeeding shows they were written
+    # in TFLite's layout.
+    from tests.helpers.string_models import gather_model
+
+    path = tmp_path / "gather_strings.tflite"
+    path.write_bytes(gather_model())
+    r = cli("bench", str(path), "--runs", "3", "--warmup", "1", "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    assert "xnnpack:" in r.stdout
