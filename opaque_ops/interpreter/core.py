@@ -11,8 +11,10 @@ runners and its ``tensor()`` accessors guarantees):
   buffers) goes through :meth:`Interpreter._reshape`, which refuses while
   ``tensor()`` views exist, runs ``model.check_resize`` on every new shape
   and ``model.check_allocated`` after every allocation (also a failed one,
-  so that its ``ModelError`` does not depend on the runtime version), and
-  drops the cached views of the set/get fast path.
+  so that its ``ModelError`` does not depend on the runtime version: then on
+  the shapes no Prepare left stale, with no verdict kept, see
+  :meth:`Interpreter._failed_allocation`), and drops the cached views of the
+  set/get fast path.
 - **Constants are read-only.**  They live in the caller's model bytes.
 """
 
@@ -24,7 +26,7 @@ import os
 import pickle
 import re
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 
@@ -211,6 +213,14 @@ def _as_delegates(experimental_delegates) -> list:
 # Tensors for which preserved buffers are made (kTfLiteArenaRw): what the
 # arena planner would otherwise let later tensors overwrite.
 _ARENA_RW = 2
+# What the runtime's error reporter says when XNNPACK's reshape of a
+# partition failed (tensorflow/lite/delegates/xnnpack/xnnpack_delegate.cc;
+# the same in 2.17 and 2.23), and what TFLite says of a custom allocation too
+# small for a new shape (experimental_preserve_all_tensors replaces it).
+_XNNPACK_RESHAPE = "XNNPack delegate failed to reshape runtime"
+_TOO_SMALL = "custom allocation is too small"
+# TFLite's message for any node whose Prepare failed (subgraph.cc).
+_FAILED_NODE = r"Node number (\d+) \([^)]*\) failed to prepare"
 
 
 class Interpreter:
@@ -476,6 +486,10 @@ class Interpreter:
         # (subgraph, input shapes) -> that arena's lower bound (_refuse_unaffordable)
         self._bounds: dict[tuple, int] = {}
         self._planned: set[int] = set()
+        # {subgraph: {input tensor index: shape}} at its last successful
+        # allocation: after XNNPACK's reshape fails, whether any input grew
+        # since (see _failed_allocation).
+        self._allocated_inputs: dict[int, dict[int, tuple | None]] = {}
         self._layout_version = -1
         # tensor index -> (numpy view, dtype, shape) of writable arena
         # tensors, valid until memory moves; the fast path of set/get_tensor.
@@ -766,21 +780,23 @@ class Interpreter:
             if resized:
                 self._refuse_unaffordable(native, graph, resized, what)
         status = graph.allocate()
-        if status == 0 and graph.subgraph == 0:
-            self._refuse_unbacked(native)
-        elif status == 1 and graph.subgraph == 0:
-            # Before the checks below: on 2.17 the guard above refuses such a
-            # case before any check runs, and a check's verdict on shapes the
-            # runtime never planned (it stopped at its arena) would be wrong.
-            self._refuse_failed_arena(native, what)
-        if self._preserve and graph.subgraph == 0:
+        if status == 0:
+            self._refuse_unbacked(native, graph)
+        preserve = self._preserve and graph.subgraph == 0
+        # A failed allocation is explained before anything reads its shapes
+        # (see _failed_allocation).  The one failure preserve_all_tensors
+        # repairs itself, a custom allocation too small for a new shape, is
+        # left to it, and explained only if it stays.
+        if status != 0 and not (preserve and any(_TOO_SMALL in m.lower() for m in native.sink)):
+            self._failed_allocation(native, graph, status, what)
+        if preserve:
             status = self._preserve_tensors(native, status)
+            if status != 0:
+                self._failed_allocation(native, graph, status, what)
         # Which tensors of subgraph 0 are planned, in one C call, for the
         # checks and the dynamic-tensor flag below (a plain Interpreter with
         # the fast calls module; None: both ask the runtime tensor by tensor).
         planned = _fast.planned_tensors(native) if graph.subgraph == 0 and self._fast is not None else None
-        # The checks run even when the runtime refused: the verdict on a
-        # shape must not depend on which runtime version caught it first.
         try:
             self._check_allocated(native, graph, planned)
         except ModelError as err:
@@ -795,6 +811,7 @@ class Interpreter:
             model_cache.write_pending(self._info)
         self._check(status, what, native)
         self._set_planned(graph.subgraph, True)
+        self._allocated_inputs[graph.subgraph] = self._input_shapes_now(native, graph)
         self._resized.pop(graph.subgraph, None)
         self._layout_version = native.layout_version
         self._watch = True
@@ -802,6 +819,104 @@ class Interpreter:
             # It may be reallocated during invoke.
             self._moves = planned[1] if planned is not None else native.has_dynamic_tensor()
         self._fast_sync()
+
+    def _failed_allocation(self, native, graph: _Graph, status: int, what: str) -> NoReturn:
+        """Raise what an allocation the runtime refused means, for every subgraph and every path.
+
+        The one explanation of a failed ``AllocateTensors``: the
+        interpreter's ``allocate_tensors()``, a signature runner's, and a
+        call that resizes (either's), in process and in an isolated worker
+        (all go through :meth:`_allocate_locked`).  In order:
+
+        - XNNPACK's reshape failed ("XNNPack delegate failed to reshape
+          runtime") where it may keep sizes it planned no memory for
+          (:meth:`_xnnpack_left_unplanned`): a later reshape to a shape no
+          larger than those does not plan again, and the next invoke writes
+          past its workspace (a SIGSEGV after a smaller, "successful"
+          allocation).  The C API cannot make it plan again, so the
+          interpreter is closed, and the exception below says so.  (A
+          too-short input XNNPACK refuses grows nothing: the interpreter
+          stays usable);
+        - memory: the runtime said nothing (TFLite 2.23 reports a failed
+          arena only as ``kTfLiteError``), or XNNPACK's reshape failed, and
+          even a lower bound of the arena cannot be had
+          (:meth:`_arena_shortfall`): TensorMemoryError;
+        - the shape rules refuse the shapes (ModelError, as on a runtime
+          that would have allocated them): they are asked, where memory is
+          not why, with only the shapes no Prepare left stale (the inputs,
+          the variables, the outputs of the nodes before the one that
+          failed; see :meth:`_check_allocated`), and the verdict is not
+          kept;
+        - otherwise the runtime's own error (KernelError, with its messages).
+
+        Called with the call lock held.
+        """
+        msgs = [m for m in native.sink if m.strip()]
+        reshape_failed = any(_XNNPACK_RESHAPE in m for m in msgs)
+        # Only where the runtime said nothing, or where XNNPACK failed for a
+        # reason it logs elsewhere (its allocation of a workspace): a
+        # kernel's own failure reports a message and keeps it.
+        shortfall = None
+        if status == 1 and (reshape_failed or not msgs):
+            shortfall = self._arena_shortfall(native, graph, half_planned=reshape_failed)
+        # The shape rules, asked where memory is not why.
+        refusal = None
+        if shortfall is None:
+            try:
+                self._check_allocated(native, graph, failed=True, msgs=msgs)
+            except ModelError as err:
+                refusal = err
+        closed = ""
+        if reshape_failed and self._xnnpack_left_unplanned(
+            native,
+            graph,
+            shortfall is not None
+            or (
+                refusal is None and self._arena_shortfall(native, graph, half_planned=True, every_node=True) is not None
+            ),
+        ):
+            why = (
+                "XNNPACK kept the sizes of the reshape that failed and would not plan its memory again for "
+                "a shape up to them"
+            )
+            fix = "create a new one (with use_xnnpack=False a failed allocation leaves the interpreter usable)"
+            closed = f" {why}: this Interpreter was closed, {fix}"
+            self._let_go(f"this Interpreter was closed after {what} failed inside XNNPACK's reshape ({why}); {fix}")
+        if shortfall is not None:
+            nbytes, inputs = shortfall
+            native.sink.take()
+            said = f"XNNPACK said only {msgs[0]!r}" if reshape_failed else "it reports that only as 'error'"
+            then = (
+                closed
+                if closed
+                else " Nothing was allocated and the interpreter is still usable: resize the input to a "
+                "smaller shape and call allocate_tensors() again, or raise the process's memory limit "
+                "(with isolate=True, the memory_limit=... of the Interpreter)"
+            )
+            raise TensorMemoryError(
+                f"{what}: the runtime could not allocate its tensor arena ({said}): "
+                f"with its inputs as they are ({inputs}) this model needs at least {nbytes} bytes "
+                f"({nbytes / 2**30:.2f} GiB) of tensor memory in one block, and this process cannot get that "
+                f"much now.{then}"
+            )
+        if refusal is not None:
+            native.sink.take()
+            pending = _native.pop_pending_exception()
+            if pending is not None and refusal.__context__ is None:
+                refusal.__context__ = pending
+            if closed:
+                raise type(refusal)(str(refusal).rstrip(".") + "." + closed) from None
+            raise refusal
+        try:
+            self._check(status, what, native)
+        except KernelError as err:
+            if closed:
+                raise KernelError(
+                    str(err).rstrip(".") + "." + closed, status=err.status, messages=err.messages
+                ) from None
+            raise
+        # (_check raises for every status but 0, which is not a failure.)
+        raise KernelError(f"{what} failed: status {status}", status=status)  # pragma: no cover
 
     def _refuse_unaffordable(self, native, graph: _Graph, resized: dict, what: str) -> None:
         """Before an allocation after a resize: TensorMemoryError if the arena's new size cannot be had.
@@ -890,43 +1005,88 @@ class Interpreter:
         raise TensorMemoryError(
             f"{what}: the inputs as resized ({asked}) need at least {nbytes} bytes "
             f"({nbytes / 2**30:.2f} GiB) of tensor memory in one block, and this process cannot get "
-            "that much now (TFLite 2.17 does not report such a failure: it crashes copying the "
-            "tensors it has to address 0). Nothing was allocated and the interpreter is still usable: resize "
+            "that much now (checked before the runtime is asked: some TFLite versions, 2.17 among them, "
+            "crash on such a failure instead of reporting it). Nothing was allocated and the interpreter is still usable: resize "
             "the input to a smaller shape and call allocate_tensors() again, or run the model isolated "
             "with a memory limit (Interpreter(..., isolate=True, memory_limit=...)) so that a failure "
             "there cannot take this process down"
         )
 
-    def _refuse_failed_arena(self, native, what: str) -> None:
-        """After an allocation of subgraph 0 that the runtime refused without a word: TensorMemoryError if memory is why.
+    def _input_shapes_now(self, native, graph: _Graph) -> dict[int, tuple | None]:
+        """``{input tensor index: shape}`` of ``graph``'s subgraph as the runtime holds them now.
+
+        (From ``graph.names``, whose keys are the inputs: the model's
+        subgraphs are not read on this path, which every successful
+        allocation takes.)
+        """
+        shape_of = native.allocated_shape if graph.subgraph == 0 else graph.shape_of
+        return {t: shape_of(t) for t in graph.names}
+
+    def _xnnpack_left_unplanned(self, native, graph: _Graph, maybe_memory: bool) -> bool:
+        """After XNNPACK's reshape failed: whether it may keep sizes it planned no memory for.
+
+        ``xnn_reshape_runtime`` reshapes the operators in order, each
+        recording its new size, and plans memory only after the last, when
+        one of them grew or nothing was planned yet.  An operator that
+        refuses its shape stops it before the plan: the operators before it
+        kept their new sizes unplanned, which matters only if an input
+        grew (larger in a dimension, or of another rank) since the last
+        successful allocation, or at the first one (nothing planned yet:
+        the next reshape plans).  A failed plan (its workspace could not be
+        had) has marked the runtime planned before it tried: that matters
+        at the first allocation too.  ``maybe_memory``: memory may be what
+        failed (the shape rules found nothing wrong with the inputs, and a
+        lower bound of what XNNPACK's workspace holds cannot be had).
+        """
+        before = self._allocated_inputs.get(graph.subgraph)
+        if before is None:
+            return maybe_memory
+        for t, now in self._input_shapes_now(native, graph).items():
+            old = before.get(t)
+            if now is None or old is None or len(now) != len(old) or any(n > o for n, o in zip(now, old)):
+                return True
+        return False
+
+    def _arena_shortfall(
+        self, native, graph: _Graph, half_planned: bool, every_node: bool = False
+    ) -> tuple[int, str] | None:
+        """After a failed allocation: ``(bytes, the inputs described)`` if memory is why, else None.
 
         TFLite 2.23 checks its arena's allocation (2.17 does not: see
         :meth:`_refuse_unaffordable`), but reports a failed one only as
-        ``kTfLiteError``, with nothing in the error reporter: the message
-        was "allocate_tensors failed: error", which names no memory.  The
-        guard before the call does not always speak first: it is not asked
-        at the first allocation, and its bound may be affordable where the
-        real arena (temporaries, alignment, tensors of ops without a shape
-        rule) is not.  So when the runtime said nothing, a lower bound of
-        the arena for the inputs as they are now is asked of ``malloc``: if
-        even that cannot be had (and it is more than the arena already
-        held), memory is the cause, and this raises.  Otherwise nothing is
-        claimed and the runtime's status stands.  A kernel's own failure
-        reports a message (``TF_LITE_ENSURE`` and ``ReportError`` do), and
-        is left alone.  Nothing was allocated: the interpreter stays usable.
-        Called with the call lock held.
+        ``kTfLiteError``, with nothing in the error reporter; XNNPACK's
+        failed workspace says only that its reshape failed.  The guard
+        before the call does not always speak first: it is not asked at the
+        first allocation, and its bound may be affordable where the real
+        arena (temporaries, alignment, tensors of ops without a shape rule)
+        is not.  So a lower bound of the arena for the inputs as they are
+        now is asked of ``malloc``: if even that cannot be had (and it is
+        more than the arena already held), memory is the cause.  Nothing
+        is allocated here.  Subgraph 0 is seen whole; another subgraph only
+        through its signature's inputs and outputs (``graph.arena``), as
+        in the guard.
+
+        ``half_planned``: a Prepare stopped part-way (XNNPACK's), so the
+        shapes after it are those of the allocation before, and the shape
+        rules infer them from the inputs instead.  ``every_node``: count the
+        moments at each operator's node even with a delegate (what XNNPACK's
+        workspace must hold of its partitions' tensors, a lower bound).
         """
-        if any(m.strip() for m in native.sink):
-            return
         from ..model.arena import arena_lower_bound  # not at start-up
 
-        sg = self._info.subgraphs[0]
+        k = graph.subgraph
+        sg = self._info.subgraphs[k]
+        if k == 0:
+            shape_of, in_arena, room, info = native.allocated_shape, native.in_arena, native.arena_room, self._info
+        else:
+            shape_of, in_arena, room = graph.shape_of, graph.arena.in_arena, graph.arena.room
+            info = self._rooted(k)
         shapes = {}
         for t in sg.inputs:
-            s = native.allocated_shape(t) if t >= 0 else None
+            s = shape_of(t) if t >= 0 else None
             if s is not None:
                 shapes[t] = s
-        # The runtime stops at its arena after every node's Prepare: the
+        # Where every Prepare ran and the runtime stopped at its arena, the
         # shapes it set are the ones it planned, also for operators that
         # have no shape rule (the bound from the rules alone is 4 bytes for
         # a FILL of constant dims).  The last allocation's placement cannot
@@ -936,62 +1096,72 @@ class Interpreter:
         # without a delegate (XNNPACK's partitions keep their inner tensors
         # out of the arena).  A dynamic output stops the planning there:
         # then only the inputs.
-        planned = {}
-        for t in range(len(sg.tensors)):
-            s = native.allocated_shape(t)
-            if s is not None:
-                planned[t] = s
-        stops = any(
-            (ref := native.tensor(t)) is not None and ref.is_dynamic()
-            for op in sg.operators
-            for t in op.outputs
-            if t >= 0
-        )
+        planned = None
+        if not half_planned:
+            planned = {}
+            for t in range(len(sg.tensors)):
+                s = shape_of(t)
+                if s is not None:
+                    planned[t] = s
+        if k == 0:
+            stops = any(
+                (ref := native.tensor(t)) is not None and ref.is_dynamic()
+                for op in sg.operators
+                for t in op.outputs
+                if t >= 0
+            )
+        else:
+            stops = graph.arena.stops()
         nbytes = arena_lower_bound(
-            self._info,
+            info,
             shapes,
-            lambda t, placed: native.in_arena(t, False),
+            lambda t, placed: in_arena(t, False),
             end=not stops,
-            per_node=not self.xnnpack and not self._delegates,
+            per_node=every_node or (not self.xnnpack and not self._delegates),
             shapes=planned,
         )
         if nbytes == 0 or native.can_allocate(nbytes):
-            return
+            return None
         # As in the guard: within the arena already held is no proof.
-        witnesses = (t for t, info in enumerate(sg.tensors) if t not in shapes and not info.is_variable)
-        if nbytes <= native.arena_room(witnesses):
-            return
-        native.sink.take()
-        # (Subgraph 0's inputs resized since its last allocation: {tensor index: shape}.)
-        resized = self._resized.get(0) or {}
+        witnesses = (t for t, tinfo in enumerate(sg.tensors) if t not in shapes and not tinfo.is_variable)
+        if nbytes <= room(witnesses):
+            return None
+        # (The subgraph's inputs resized since its last allocation: {tensor index: shape}.)
+        resized = self._resized.get(k) or {}
         inputs = ", ".join(
-            f"input {self._input_positions.get(t, t)} {sg.tensors[t].name!r} "
+            (
+                f"input {self._input_positions.get(t, t)} {sg.tensors[t].name!r} "
+                if k == 0
+                else f"input {graph.names.get(t, t)!r} "
+            )
             + (f"resized to {list(shape)}" if t in resized else f"of shape {list(shape)}")
             for t, shape in shapes.items()
         )
-        raise TensorMemoryError(
-            f"{what}: the runtime could not allocate its tensor arena (it reports that only as 'error'): "
-            f"with its inputs as they are ({inputs}) this model needs at least {nbytes} bytes "
-            f"({nbytes / 2**30:.2f} GiB) of tensor memory in one block, and this process cannot get that "
-            "much now. Nothing was allocated and the interpreter is still usable: resize the input to a "
-            "smaller shape and call allocate_tensors() again, or raise the process's memory limit "
-            "(with isolate=True, the memory_limit=... of the Interpreter)"
-        )
+        return nbytes, inputs if k == 0 else f"subgraph {k}: {inputs}"
 
-    def _refuse_unbacked(self, native) -> None:
+    def _refuse_unbacked(self, native, graph: _Graph) -> None:
         """After an allocation TFLite called a success: TensorMemoryError if its arena got no memory.
 
-        (See NativeInterpreter.unbacked_input.)  The interpreter is closed:
-        its arena keeps the failed buffer, and growing it later copies from
-        address 0.  Called with the call lock held.
+        (See NativeInterpreter.unbacked_input; another subgraph's arena is
+        seen through its signature's inputs, ``graph.arena``.)  The
+        interpreter is closed: the arena keeps the failed buffer, and
+        growing it later copies from address 0.  Called with the call lock held.
         """
-        unbacked = native.unbacked_input()
-        if unbacked is None:
-            return
-        position, name, nbytes = unbacked
+        if graph.subgraph == 0:
+            unbacked = native.unbacked_input()
+            if unbacked is None:
+                return
+            position, name, nbytes = unbacked
+            which = f"input {position} {name!r}"
+        else:
+            found = graph.arena.unbacked()
+            if found is None:
+                return
+            name, nbytes = found
+            which = f"subgraph {graph.subgraph}'s input {name!r}"
         reason = (
             "the runtime could not allocate the memory for this model's tensors (its arena allocation "
-            f"failed, which TFLite does not report: input {position} {name!r}, {nbytes} bytes, was left at "
+            f"failed, which TFLite does not report: {which}, {nbytes} bytes, was left at "
             "address 0). The model needs more memory than this process can get: resize its inputs to "
             "smaller shapes, or raise the process's memory limit"
         )
@@ -1171,15 +1341,43 @@ class Interpreter:
                     f"(the signature is {[int(x) for x in sig]})."
                 )
 
-    def _check_allocated(self, native, graph: _Graph, planned=None) -> None:
+    def _check_allocated(self, native, graph: _Graph, planned=None, failed: bool = False, msgs=()) -> None:
+        """The allocated-shape checks (``model.check_allocated``) on what the runtime planned for ``graph``.
+
+        ``failed``: the allocation failed, and the verdict is not kept (a
+        later allocation that succeeds with the same shapes would trust it).
+        Where a node's Prepare failed (``msgs``, the runtime's messages,
+        name it), the shapes after it are those of the allocation before:
+        only the shapes no Prepare of this allocation left stale are given
+        (the inputs as resized, the variables, and without a delegate the
+        outputs of the operators before that node), and the rules infer the
+        rest.  Where no Prepare failed (the arena did), every shape is the
+        runtime's plan.
+        """
         if graph.subgraph == 0:
-            # (The shapes themselves are asked for a few tensors only.)
-            is_planned = planned[0].__contains__ if planned is not None else native.is_planned
-            check_allocated(self._info, native.allocated_shape, self._check_config, is_planned)
+            info, shape_of = self._info, native.allocated_shape
         else:
             # The C API reaches another subgraph's tensors only through its
             # signature: those shapes are known, the rest are "unknown".
-            check_allocated(self._rooted(graph.subgraph), graph.shape_of, self._check_config)
+            info, shape_of = self._rooted(graph.subgraph), graph.shape_of
+        if failed:
+            stopped = [int(n) for m in msgs for n in re.findall(_FAILED_NODE, m)]
+            given = shape_of
+            if stopped or any(m.strip() for m in msgs):
+                sg = self._info.subgraphs[graph.subgraph]
+                trusted = {t for t in sg.inputs if t >= 0} | {t for t, ti in enumerate(sg.tensors) if ti.is_variable}
+                if stopped and not self.xnnpack and not self._delegates:
+                    # Without a delegate the node numbers are the operators'.
+                    trusted.update(t for op in sg.operators[: min(stopped)] for t in op.outputs if t >= 0)
+                check_allocated(info, lambda t: given(t) if t in trusted else None, self._check_config, record=False)
+            else:
+                check_allocated(info, shape_of, self._check_config, record=False)
+        elif graph.subgraph == 0:
+            # (The shapes themselves are asked for a few tensors only.)
+            is_planned = planned[0].__contains__ if planned is not None else native.is_planned
+            check_allocated(info, shape_of, self._check_config, is_planned)
+        else:
+            check_allocated(info, shape_of, self._check_config)
 
     # Views of this interpreter's memory held in another process: an isolated
     # interpreter's worker sets it, for the length of one call, to the count of

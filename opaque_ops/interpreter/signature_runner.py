@@ -339,6 +339,21 @@ class SignatureArena:
         """
         return _native.mapping_room(next((a for a in map(self._address, indices) if a), 0))
 
+    def unbacked(self) -> tuple[str, int] | None:
+        """``(name, bytes)`` of an input the runtime planned in the arena but gave no memory, or None.
+
+        As ``NativeInterpreter.unbacked_input``, for this subgraph's arena
+        (TFLite 2.17 does not check its allocation and reports success).
+        """
+        for name, output in self._where.values():
+            if output:
+                continue
+            if self._r.arena_address(name) == 0:
+                nbytes = self._r.input_tensor(name).nbytes
+                if nbytes:
+                    return name, nbytes
+        return None
+
     def stops(self) -> bool:
         """Whether an output of the signature is dynamic: the allocation then stops before the end of the graph.
 

@@ -168,7 +168,7 @@ def checked_model(data: bytes, registered=(), defer_write: bool = False) -> Mode
     return entry
 
 
-def check_allocated(info: ModelInfo, shape_of, config=(), planned=None) -> None:
+def check_allocated(info: ModelInfo, shape_of, config=(), planned=None, record: bool = True) -> None:
     """Reject what only the allocated shapes reveal, before anything is invoked.
 
     Parameters
@@ -190,6 +190,12 @@ def check_allocated(info: ModelInfo, shape_of, config=(), planned=None) -> None:
         is a shape rather than None, asked instead where only that matters
         (the runtime answers it with fewer calls than the shape).  Default:
         ``shape_of(tensor_index) is not None``.
+    record : bool, optional
+        False: the rules run, and no verdict is looked up or kept.  For
+        shapes that are not a plan the runtime finished (an allocation that
+        failed part-way leaves some tensors with the shapes of the
+        allocation before), whose verdict would be trusted later, in this
+        process and through the record on disk, for the same key.
 
     Raises
     ------
@@ -220,7 +226,7 @@ def check_allocated(info: ModelInfo, shape_of, config=(), planned=None) -> None:
     A model read by :func:`read_model` is checked every time; for one from
     :func:`checked_model` the verdict (passed, or the exact error) is kept.
     """
-    if not info.verdicts.get("cacheable"):
+    if not record or not info.verdicts.get("cacheable"):
         with gc_paused():
             _rules().check_allocated_shapes(info, shape_of, planned)
         return

@@ -146,8 +146,19 @@ def test_allocation_refusals_are_kept_with_their_class_and_message(verdicts, mon
     first = refused()
     assert type(first).__name__ == "ShapeError" and "1x512 window" in str(first)
     cache.clear()
-    _no_checks(monkeypatch)
-    again = refused()
+    if oo.runtime_info().version.startswith("2.17."):
+        # 2.17's XNNPACK allocates these shapes: the refusal is the verdict
+        # of a successful allocation, kept in the record.
+        _no_checks(monkeypatch)
+        again = refused()
+    else:
+        # 2.23's XNNPACK refuses them itself (its reshape fails): a failed
+        # allocation keeps no verdict, since its shapes after the node that
+        # failed were never planned, and the rules run again, with the same
+        # class and message (asked with the input shapes).
+        calls = _counting(monkeypatch)
+        again = refused()
+        assert calls["check_allocated"] == 1
     assert (type(again), str(again)) == (type(first), str(first))
 
 

@@ -619,6 +619,11 @@ def test_empty_batch_never_returns_garbage_shapes(xnnpack):
     except oo.ModelError as exc:
         assert xnnpack and "operators give [0, 3, 3, 4]" in str(exc)
         return
+    except oo.KernelError as exc:
+        # 2.23's XNNPACK refuses the empty batch itself: no shapes to read.
+        assert xnnpack and "XNNPack delegate failed to reshape runtime" in str(exc), exc
+        assert "closed" not in str(exc), exc
+        return
     it.invoke()
     assert it.get_tensor(it.get_output_details()[0]["index"]).shape == (0, 3, 3, 4)
 
