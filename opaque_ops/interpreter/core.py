@@ -932,6 +932,10 @@ class Interpreter:
         the call lock held, for every subgraph (each has its own arena):
         ``graph`` is the one about to be allocated, ``resized`` its inputs
         resized since its last allocation (``{tensor index: shape}``).
+
+        The bound's shape rules also raise their ShapeError here when they
+        refuse the inputs as resized (see ``refuse`` below), before the
+        runtime is asked.
         """
         from ..model.arena import arena_lower_bound  # not at start-up
 
@@ -978,6 +982,13 @@ class Interpreter:
                 in_arena,
                 end=not stops,
                 per_node=not self._delegates,
+                # Shapes the rules refuse are refused here, before the
+                # runtime sees them: XNNPACK's reshape, stopped by an
+                # operator that refuses its shape, keeps the new sizes of the
+                # operators before it unplanned, and the interpreter would
+                # have to be closed (_failed_allocation).  (Not kept in
+                # _bounds: a refusal is computed again, off the fast path.)
+                refuse=True,
             )
             if len(self._bounds) >= 64:
                 self._bounds.clear()

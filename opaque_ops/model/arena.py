@@ -63,7 +63,14 @@ def tensor_bytes(tensor, shape) -> int:
 
 
 def arena_lower_bound(
-    info, input_shapes: dict, placed, *, end: bool = True, per_node: bool = True, shapes: dict | None = None
+    info,
+    input_shapes: dict,
+    placed,
+    *,
+    end: bool = True,
+    per_node: bool = True,
+    shapes: dict | None = None,
+    refuse: bool = False,
 ) -> int:
     """Bytes that TFLite's arena for subgraph 0 must hold at once with these input shapes (a lower bound).
 
@@ -97,6 +104,14 @@ def arena_lower_bound(
         set them (after an allocation that got as far as its arena), used
         instead of the shape rules' inference from ``input_shapes``: they
         also know the outputs of operators without a rule.
+    refuse : bool
+        Raise the shape rules' :class:`~.errors.ShapeError` instead of
+        counting the inputs alone.  The rules are given only the inputs'
+        shapes (and the variables' recorded ones), none a Prepare may have
+        left stale, so what they refuse the allocated-shape checks would
+        refuse after the allocation too: the caller refuses it before the
+        runtime (and XNNPACK, which reshapes its graph without those checks)
+        sees it.
 
     Returns
     -------
@@ -126,6 +141,8 @@ def arena_lower_bound(
         try:
             shapes = infer_shapes(info, shape_of)
         except ShapeError:
+            if refuse:
+                raise
             # The shape rules refuse these shapes, but a runtime's Prepare may
             # not (2.17's FULLY_CONNECTED takes an input whose size is no
             # multiple of its weights' and allocates): the inputs still count.

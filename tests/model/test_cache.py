@@ -135,7 +135,7 @@ def test_the_record_is_the_same_in_a_real_new_process(verdicts):
     assert _records(verdicts) == [record]  # nothing new to write
 
 
-def test_allocation_refusals_are_kept_with_their_class_and_message(verdicts, monkeypatch):
+def test_allocation_refusals_come_again_with_their_class_and_message(verdicts, monkeypatch):
     def refused():
         it = oo.Interpreter(model_path=str(MELSPEC), use_xnnpack=True)
         it.resize_tensor_input(0, [1, 400])
@@ -146,19 +146,13 @@ def test_allocation_refusals_are_kept_with_their_class_and_message(verdicts, mon
     first = refused()
     assert type(first).__name__ == "ShapeError" and "1x512 window" in str(first)
     cache.clear()
-    if oo.runtime_info().version.startswith("2.17."):
-        # 2.17's XNNPACK allocates these shapes: the refusal is the verdict
-        # of a successful allocation, kept in the record.
-        _no_checks(monkeypatch)
-        again = refused()
-    else:
-        # 2.23's XNNPACK refuses them itself (its reshape fails): a failed
-        # allocation keeps no verdict, since its shapes after the node that
-        # failed were never planned, and the rules run again, with the same
-        # class and message (asked with the input shapes).
-        calls = _counting(monkeypatch)
-        again = refused()
-        assert calls["check_allocated"] == 1
+    # The shape rules refuse the resized input before the runtime is asked
+    # (XNNPACK must not see shapes they refuse; 2.23's refuses them itself,
+    # and 2.17's allocated them): no allocation ran, so no verdict was kept,
+    # and the rules run again, with the same class and message.
+    calls = _counting(monkeypatch)
+    again = refused()
+    assert calls["check_allocated"] == 0
     assert (type(again), str(again)) == (type(first), str(first))
 
 
