@@ -686,11 +686,17 @@ class NativeInterpreter:
         n = lib.TfLiteInterpreterGetSignatureCount(self._interp)
         return [ffi.string(lib.TfLiteInterpreterGetSignatureKey(self._interp, i)).decode() for i in range(n)]
 
-    def signature_runner(self, key: str) -> NativeSignatureRunner | None:
+    def signature_runner(self, key: str, subgraph: int | None = None) -> NativeSignatureRunner | None:
+        """The runner of signature ``key`` (None: no such signature).
+
+        ``subgraph``: the subgraph the signature runs, as the model records
+        it; kept on the runner for the hooks, which must know whether its
+        allocation plans subgraph 0 (the C API does not say).
+        """
         ptr = self.rt.lib.TfLiteInterpreterGetSignatureRunner(self._interp, key.encode())
         if ptr == ffi.NULL:
             return None
-        runner = NativeSignatureRunner(ptr, self)
+        runner = NativeSignatureRunner(ptr, self, subgraph)
         if self.hooks is not None:
             self.hooks.runner_created(runner)
         return runner
@@ -699,9 +705,10 @@ class NativeInterpreter:
 class NativeSignatureRunner:
     """``TfLiteSignatureRunner``; keeps its interpreter alive and is deleted before it."""
 
-    def __init__(self, ptr, interp: NativeInterpreter):
+    def __init__(self, ptr, interp: NativeInterpreter, subgraph: int | None = None):
         self._ptr = ptr
         self._interp = interp  # keep-alive: the runner points into it
+        self.subgraph = subgraph  # (None: not known)
         self.rt = interp.rt
         # Through the interpreter's Ctrl-C guard when it has one (a C-level
         # partial holding the runner's address: close() swaps it out first).

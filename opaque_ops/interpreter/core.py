@@ -1832,10 +1832,10 @@ class Interpreter:
                 if len(keys) != 1:
                     raise ValueError(f"the model has {len(keys)} signatures {keys}; pass signature_key=")
                 signature_key = keys[0]
-            runner = native.signature_runner(signature_key)
+            sig = next((s for s in self._info.signatures if s.key == signature_key), None)
+            runner = native.signature_runner(signature_key, None if sig is None else sig.subgraph_index)
             if runner is None:
                 raise ValueError(f"no signature {signature_key!r}; the model has {keys}")
-            sig = next((s for s in self._info.signatures if s.key == signature_key), None)
             return SignatureRunner(self, runner, signature_key, sig)
 
 

@@ -114,7 +114,18 @@ class HostedHooks(StageHooks):
         self._install(native, "resize_input", self.placement.wrap_resize(native.resize_input))
 
     def runner_created(self, runner) -> None:
-        self._install(runner, "allocate", self.staged_allocate(self.placement.wrap(runner.allocate)))
+        allocate = runner.allocate
+        # Only a runner of subgraph 0 plans the tensors the placement shares
+        # (subgraph 0's inputs and outputs).  Around another subgraph's
+        # allocation it would give them buffers while subgraph 0 was never
+        # allocated, so the hosted interpreter would read and write them as
+        # if it had been (in-process they have no memory: NotAllocatedError),
+        # and it would forget which inputs were resized since subgraph 0's
+        # last allocation.  (None: a subgraph the model does not record; as
+        # before, wrapped.)
+        if runner.subgraph in (0, None):
+            allocate = self.placement.wrap(allocate)
+        self._install(runner, "allocate", self.staged_allocate(allocate))
         self._install(runner, "invoke", self.staged_invoke(runner.invoke))
 
     def release(self) -> None:

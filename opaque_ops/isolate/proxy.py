@@ -456,7 +456,10 @@ class IsolatedInterpreter(Interpreter):
         The view maps the shared buffer TFLite reads and writes in the
         worker.  Only the model's inputs and outputs live in shared memory;
         for other tensors use :meth:`get_tensor`.  As in-process, while a view
-        exists ``allocate_tensors`` and ``resize_tensor_input`` refuse to run.
+        exists ``allocate_tensors`` and ``resize_tensor_input`` refuse to run,
+        and the view of a tensor with no memory yet (before
+        ``allocate_tensors()``, or an input resized since) raises
+        :class:`~opaque_ops.NotAllocatedError`.
         """
         _tensors.check_index(tensor_index)
         with self._lock:
@@ -469,6 +472,12 @@ class IsolatedInterpreter(Interpreter):
             if slot is None:
                 if self._closed:
                     raise ClosedError("this Interpreter is closed; views taken before close() stay valid")
+                # Where the in-process view refuses (no memory yet: before
+                # allocate_tensors(), or an input resized since), so does
+                # this one, with its error; the worker's interpreter decides.
+                with self._lock:
+                    self._live()
+                    self._request("probe_tensor", {"index": tensor_index, "view": True}, stage="call")
                 raise ValueError(
                     f"tensor {tensor_index} is not in shared memory: an isolated interpreter maps the "
                     "model's inputs and outputs once allocate_tensors() has run; use get_tensor() "

@@ -176,7 +176,7 @@ class Server:
         p.changed = False
         layout = {
             "tensors": p.layout(),
-            "allocated": bool(getattr(self.it, "_allocated", True)),
+            "allocated": self._planned(),
             "segments": sorted({seg.id for seg, _o, _c in p.slots.values()}),
             "shapes": [shape for _t, shape in p.watch],
         }
@@ -184,6 +184,18 @@ class Server:
             return None
         self.layout_sent = layout
         return layout
+
+    def _planned(self) -> bool:
+        """Whether the hosted interpreter's subgraph 0 is planned, as it decides it itself.
+
+        The parent uses the shared buffers directly (its set/get fast path)
+        only then; otherwise every call comes here and gets the in-process
+        answer.  The shared buffers' existence says nothing about it: they
+        are custom allocations, which keep their memory across a resize.
+        """
+        it = self.it
+        native = getattr(it, "_native", None)
+        return native is not None and bool(it._is_planned(0, native))
 
     # ----------------------------------------------------------- commands
     def do_init(self, sys_path, library, memory_limit):
@@ -277,12 +289,15 @@ class Server:
         )
 
     def _unplanned(self, name, args):
+        from ..errors import NotAllocatedError
         from ..interpreter import tensors as _tensors
 
         t = self.placement.native.tensor(args[0])
         what = f"tensor {args[0]} ({t.name!r})"  # as the Interpreter names it
         if name == "set_tensor":
             return _tensors.write(NoMemory(t), args[1], what)
+        if name == "view":  # (the in-process tensor() view's words)
+            raise NotAllocatedError(f"tensor {args[0]} has no data yet: call allocate_tensors() first")
         return _tensors.read(NoMemory(t), what)
 
     def _recheck(self) -> None:
@@ -294,8 +309,21 @@ class Server:
     def do_getattr(self, name):
         return getattr(self.it, name)
 
-    def do_probe_tensor(self, index):
-        self.it.tensor(index)  # validates the index as the in-process API does
+    def do_probe_tensor(self, index, view=False):
+        """Validate ``index`` as the in-process ``tensor()`` does; with ``view``, also take (and drop) a view.
+
+        The parent asks with ``view`` when a ``tensor()`` view it has no
+        shared buffer for is called: the in-process view's refusal
+        (NotAllocatedError before allocate_tensors(), or for an input
+        resized since) is then the parent's too.
+        """
+        get = self.it.tensor(index)
+        if view:
+            if self._stale((index,), {}):
+                self._unplanned("view", (index,))
+            # (Dropped at once: a view kept here would count as a live view
+            # and refuse the next allocate_tensors().)
+            get()
         return None
 
     def do_runner(self, key):

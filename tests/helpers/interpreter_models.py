@@ -79,3 +79,39 @@ def pyop_model(signature: str | None = None, op: str = "Twice") -> bytes:
     if signature is not None:
         b.add_signature(signature, {"x": x}, {"y": y})
     return b.build()
+
+
+def _plus(k: float, shape, in_name: str, out_name: str, key: str | None) -> bytes:
+    """out = in + k on float32 ``shape`` (dimension 1 dynamic): in (index 0), k (1), out (2)."""
+    b = ModelBuilder()
+    sig = [shape[0], -1]
+    x = b.add_tensor(in_name, shape, np.float32, shape_signature=sig)
+    c = b.add_constant("c", np.full([1] * len(shape), k, np.float32))
+    y = b.add_tensor(out_name, shape, np.float32, shape_signature=sig)
+    b.add_op("ADD", [x, c], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    if key is not None:
+        b.add_signature(key, {in_name: x}, {out_name: y})
+    return b.build()
+
+
+def two_subgraph_model() -> bytes:
+    """Two signatures on two subgraphs, each tensor at the same index in its subgraph.
+
+    Subgraph 0, signature "first": y = x + 1, x (index 0) [1, 4] (signature
+    [1, -1]), y (2).  Subgraph 1, signature "second": out = inp + 2, inp (0)
+    [1, 6] (signature [1, -1]), out (2).  Running "second" plans subgraph 1
+    only: subgraph 0 stays unallocated.
+    """
+    from tools.fuzz_structured import _join_subgraphs, _schema, pack
+
+    m = _join_subgraphs(_plus(1, [1, 4], "x", "y", "first"), _plus(2, [1, 6], "inp", "out", None))
+    s = _schema()
+    sd = s.SignatureDefT()
+    sd.signatureKey, sd.subgraphIndex = "second", 1
+    sd.inputs, sd.outputs = [s.TensorMapT()], [s.TensorMapT()]
+    sd.inputs[0].name, sd.inputs[0].tensorIndex = "inp", 0
+    sd.outputs[0].name, sd.outputs[0].tensorIndex = "out", 2
+    m.signatureDefs.append(sd)
+    return pack(m)

@@ -544,3 +544,119 @@ def test_string_signature_runner_and_broken_buffers_answer_as_in_process():
         outcomes.append(got)
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][:2] == [[b"q\x00", b"\xc3\xa9"], [b"ab", b"c"]] and "do not run forward" in outcomes[0][2]
+
+
+def _outcome(call):
+    """``("ok", value bytes or None)`` or ``(exception type, message)``: what a call gave."""
+    try:
+        value = call()
+    except Exception as exc:  # noqa: BLE001 - compared by the caller
+        return type(exc).__name__, str(exc)
+    return "ok", None if value is None else np.asarray(value).tobytes()
+
+
+def _unallocated_subgraph_0_cases():
+    """Every way to reach subgraph 0's tensors and run it, on the two-subgraph model (x: 0, y: 2)."""
+    x = np.full((1, 4), 5, np.float32)
+    return {
+        "set_tensor(x)": lambda it: it.set_tensor(0, x),
+        "get_tensor(x)": lambda it: it.get_tensor(0),
+        "get_tensor(y)": lambda it: it.get_tensor(2),
+        "tensor(x)()": lambda it: it.tensor(0)().copy(),
+        "tensor(y)()": lambda it: it.tensor(2)().copy(),
+        "invoke()": lambda it: it.invoke(),
+        "get_tensor(y) after invoke": lambda it: it.get_tensor(2),
+    }
+
+
+@pytest.mark.parametrize("before", ["nothing", "the other subgraph's runner"])
+def test_subgraph_0_never_allocated_is_refused_as_in_process(before):
+    """Before subgraph 0 was ever allocated, isolated refuses what in-process refuses, with its error.
+
+    A signature runner of subgraph 1 used to give subgraph 0's inputs and
+    outputs their shared buffers, so the isolated interpreter took
+    set_tensor and returned zeros nothing computed from get_tensor; and a
+    tensor() view said "not in shared memory" where in-process says
+    "call allocate_tensors() first".  ai-edge-litert refuses each one too.
+    """
+    from ai_edge_litert.interpreter import Interpreter as Litert
+
+    from tests.helpers.interpreter_models import two_subgraph_model
+
+    model = two_subgraph_model()
+    inp = np.linspace(-2, 3, 6, dtype=np.float32).reshape(1, 6)
+    its = {
+        "litert": Litert(model_content=model),
+        "in-process": oo.Interpreter(model_content=model),
+        "isolated": oo.Interpreter(model_content=model, isolate=True),
+    }
+    try:
+        if before != "nothing":
+            for name, it in its.items():
+                out = it.get_signature_runner("second")(inp=inp)["out"]
+                assert out.tobytes() == (inp + np.float32(2)).tobytes(), name  # out = inp + 2
+        for what, case in _unallocated_subgraph_0_cases().items():
+            got = {name: _outcome(lambda: case(it)) for name, it in its.items()}
+            assert got["isolated"] == got["in-process"], what
+            assert got["in-process"][0] == "NotAllocatedError", what
+            assert got["litert"][0] in ("ValueError", "RuntimeError"), what  # it refuses too
+        # Once allocated, subgraph 0 runs: y = x + 1.
+        x = np.array([[-1.5, 0, 2, 7]], np.float32)
+        for it in its.values():
+            it.allocate_tensors()
+            it.set_tensor(0, x)
+            it.invoke()
+            assert it.get_tensor(2).tobytes() == (x + np.float32(1)).tobytes()
+    finally:
+        its["isolated"].close()
+
+
+def test_an_input_resized_stays_unallocated_across_the_other_subgraphs_runner():
+    """allocate, resize, a runner of subgraph 1, no allocate_tensors(): the resized input has no memory
+    (NotAllocatedError as in-process, ValueError in ai-edge-litert); the output keeps its last result.
+
+    The runner's allocation used to make the isolated worker forget the
+    resize, so the resized input took a write of its new shape into the old
+    buffer and read back what it held before.
+    """
+    from ai_edge_litert.interpreter import Interpreter as Litert
+
+    from tests.helpers.interpreter_models import two_subgraph_model
+
+    model = two_subgraph_model()
+    x = np.array([[1, 2, 3, 4]], np.float32)
+    its = {
+        "litert": Litert(model_content=model),
+        "in-process": oo.Interpreter(model_content=model),
+        "isolated": oo.Interpreter(model_content=model, isolate=True),
+    }
+    try:
+        for it in its.values():
+            it.allocate_tensors()
+            it.set_tensor(0, x)
+            it.invoke()
+            it.resize_tensor_input(0, [1, 3])
+            it.get_signature_runner("second")(inp=np.ones((1, 6), np.float32))
+        cases = {
+            "get_tensor(x)": lambda it: it.get_tensor(0),
+            "set_tensor(x)": lambda it: it.set_tensor(0, np.ones((1, 3), np.float32)),
+            "tensor(x)()": lambda it: it.tensor(0)().copy(),
+            "invoke()": lambda it: it.invoke(),
+        }
+        for what, case in cases.items():
+            got = {name: _outcome(lambda: case(it)) for name, it in its.items()}
+            assert got["isolated"] == got["in-process"], what
+            assert got["in-process"][0] == "NotAllocatedError", what
+            assert got["litert"][0] in ("ValueError", "RuntimeError"), what
+        # The output was not resized: it still holds the last invoke's y = x + 1, everywhere.
+        for name, it in its.items():
+            assert it.get_tensor(2).tobytes() == (x + np.float32(1)).tobytes(), name
+        # allocate_tensors() gives the input its new shape's memory.
+        x3 = np.array([[9, -9, 0.5]], np.float32)
+        for it in its.values():
+            it.allocate_tensors()
+            it.set_tensor(0, x3)
+            it.invoke()
+            assert it.get_tensor(2).tobytes() == (x3 + np.float32(1)).tobytes()
+    finally:
+        its["isolated"].close()
