@@ -89,6 +89,12 @@ class Placement:
             t = self.native.tensor(i)
             if t is None or t.nbytes == 0 or t.dtype is None or t.dtype.hasobject or t.is_dynamic():
                 continue
+            # Left without memory by a successful allocation: TFLite defers
+            # it to invoke (a node after a dynamic tensor is prepared there).
+            # A buffer now would give the hosted interpreter data that
+            # in-process does not exist yet (NotAllocatedError).
+            if not t.has_data():
+                continue
             # Only tensors whose byte size is their shape's: a model may declare otherwise.
             if t.nbytes != t.dtype.itemsize * int(np.prod(t.shape, dtype=np.int64)):
                 continue

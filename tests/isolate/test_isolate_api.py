@@ -660,3 +660,37 @@ def test_an_input_resized_stays_unallocated_across_the_other_subgraphs_runner():
             assert it.get_tensor(2).tobytes() == (x3 + np.float32(1)).tobytes()
     finally:
         its["isolated"].close()
+
+
+def test_an_output_tflite_allocates_only_in_invoke_has_no_data_before_as_in_process():
+    """After allocate_tensors(), an output whose node TFLite prepares only in invoke (it follows a
+    dynamic tensor) has no memory: NotAllocatedError as in-process, ValueError in ai-edge-litert.
+
+    The worker used to give it a shared buffer at the allocation, so the
+    isolated get_tensor returned zeros nothing computed.
+    """
+    from ai_edge_litert.interpreter import Interpreter as Litert
+
+    from tests.helpers.interpreter_models import tile_model
+
+    model = tile_model()  # y (3) = 2 * tile(x (0), multiples (1))
+    its = {
+        "litert": Litert(model_content=model),
+        "in-process": oo.Interpreter(model_content=model),
+        "isolated": oo.Interpreter(model_content=model, isolate=True),
+    }
+    try:
+        for it in its.values():
+            it.allocate_tensors()
+        got = {name: _outcome(lambda: it.get_tensor(3)) for name, it in its.items()}
+        assert got["isolated"] == got["in-process"]
+        assert got["in-process"][0] == "NotAllocatedError"
+        assert got["litert"][0] == "ValueError"
+        x = np.array([1.5, -2, 0, 3], np.float32)
+        for it in its.values():
+            it.set_tensor(0, x)
+            it.set_tensor(1, np.array([3], np.int32))
+            it.invoke()
+            assert it.get_tensor(3).tobytes() == (np.tile(x, 3) * np.float32(2)).tobytes()
+    finally:
+        its["isolated"].close()
