@@ -258,6 +258,16 @@ _OPTION_FIELDS: dict[str, list[tuple[str, int, str, Any]]] = {
     "ArgMinOptions": [("output_type", 0, "dtype", 0)],
     "OneHotOptions": [("axis", 0, "i32", 0)],
     "ReverseSequenceOptions": [("seq_dim", 0, "i32", 0), ("batch_dim", 1, "i32", 0)],
+    "Conv3DOptions": [
+        ("padding", 0, "pad", 0),
+        ("stride_d", 1, "i32", 0),
+        ("stride_w", 2, "i32", 0),
+        ("stride_h", 3, "i32", 0),
+        ("fused_activation_function", 4, "act", 0),
+        ("dilation_d_factor", 5, "i32", 1),
+        ("dilation_w_factor", 6, "i32", 1),
+        ("dilation_h_factor", 7, "i32", 1),
+    ],
     "L2NormOptions": [("fused_activation_function", 0, "act", 0)],
     "LocalResponseNormalizationOptions": [
         ("radius", 0, "i32", 0),
@@ -314,6 +324,8 @@ _OP_OPTIONS: dict[str, str] = {
     "ARG_MIN": "ArgMinOptions",
     "ONE_HOT": "OneHotOptions",
     "REVERSE_SEQUENCE": "ReverseSequenceOptions",
+    "CONV_3D": "Conv3DOptions",
+    "CONV_3D_TRANSPOSE": "Conv3DOptions",
     "L2_NORMALIZATION": "L2NormOptions",
     "LOCAL_RESPONSE_NORMALIZATION": "LocalResponseNormalizationOptions",
 }

@@ -14,7 +14,8 @@ leave what it *reports* stale:
 :func:`infer_shapes` walks subgraph 0 in execution order and computes each
 output shape from the input shapes with the op's shape rule (the rules of
 TFLite's reference kernels), using constant inputs where a rule needs their
-values.  Where it has no rule, it takes the runtime's shape, but only for
+values (and SHAPE's outputs, whose values are its input's dimensions).
+Where it has no rule, it takes the runtime's shape, but only for
 operators the runtime prepared (before the first dynamic output); anything
 after that, or depending on it, is *unknown* (None) and no check reasons
 about it.  Inputs that cannot be combined (a concatenation of mismatched
@@ -66,7 +67,8 @@ BROADCAST_TO RANGE TRANSPOSE EXPAND_DIMS SPLIT SPLIT_V MEAN SUM REDUCE_MAX REDUC
 REDUCE_ANY REDUCE_ALL ONE_HOT TOPK_V2 WHERE UNIQUE NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5
 RFFT2D SPARSE_TO_DENSE SCATTER_ND SEGMENT_SUM UNSORTED_SEGMENT_SUM UNSORTED_SEGMENT_PROD
 UNSORTED_SEGMENT_MAX UNSORTED_SEGMENT_MIN TRANSPOSE_CONV DYNAMIC_UPDATE_SLICE BROADCAST_ARGS
-MATRIX_DIAG GATHER_ND SHAPE ARG_MAX ARG_MIN DENSIFY WHILE IF
+MATRIX_DIAG GATHER_ND SHAPE ARG_MAX ARG_MIN DENSIFY WHILE IF SPACE_TO_BATCH_ND BATCH_TO_SPACE_ND
+CONV_3D_TRANSPOSE
 """.split()
 )
 # Not listed: CALL_ONCE has no outputs, so it cannot leave anything unknown
@@ -80,10 +82,28 @@ MATRIX_DIAG GATHER_ND SHAPE ARG_MAX ARG_MIN DENSIFY WHILE IF
 _REDUCE = {"MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY", "REDUCE_ALL"}
 
 
+class _Known:
+    """Subgraph 0 as the rules see it: its tensors, and the int values :func:`infer_shapes` computed.
+
+    SHAPE's output is no constant in the model, but its values are the
+    input's dimensions, known here before invoke: a RESHAPE, FILL or
+    BROADCAST_TO fed by SHAPE (``tf.zeros(tf.shape(x))``) then gets its
+    shape from them as from a constant.  The runtime marks that output
+    dynamic all the same, which infer_shapes notices (the output is not
+    planned), so the runtime's later shapes are still not used.
+    """
+
+    def __init__(self, sg):
+        self.tensors = sg.tensors
+        self.values: dict[int, list[int]] = {}
+
+
 def _const(info_sg, t):
-    """The constant value of tensor t as a flat list of ints, or None."""
+    """The constant value of tensor t as a flat list of ints (or its value computed by infer_shapes), or None."""
     if t < 0:
         return None
+    if isinstance(info_sg, _Known) and t in info_sg.values:
+        return list(info_sg.values[t])
     tensor = info_sg.tensors[t]
     arr = tensor.array()
     if arr is None or arr.dtype.kind not in "iu":
@@ -370,8 +390,8 @@ def _op_shapes(sg, op, ins, where):  # noqa: C901 - one branch per op, on purpos
 # Ops whose output has the first input's shape: the reference kernels' Prepare
 # copies the input's dims to the output (reverse.cc, cumsum.cc,
 # matrix_set_diag.cc, dynamic_update_slice.cc: the operand's; add_n.cc after
-# checking that every input has that shape).
-_SAME_AS_FIRST = {"REVERSE_V2", "CUMSUM", "MATRIX_SET_DIAG", "DYNAMIC_UPDATE_SLICE", "ADD_N"}
+# checking that every input has that shape; reverse_sequence.cc).
+_SAME_AS_FIRST = {"REVERSE_V2", "CUMSUM", "MATRIX_SET_DIAG", "DYNAMIC_UPDATE_SLICE", "ADD_N", "REVERSE_SEQUENCE"}
 
 
 def _known_ints(values):
@@ -512,13 +532,215 @@ def _select_v2(sg, op, ins, x, o, where):
     return [_broadcast(_broadcast(ins[0], ins[1], where), ins[2], where)]
 
 
+def _block_rank(x, block, where, op):
+    """Whether a SPACE_TO_BATCH_ND / BATCH_TO_SPACE_ND input of shape x gets a shape rule for M block sizes.
+
+    The runtimes differ: the older kernels take inputs of rank 3 or 4 with
+    rank - 2 block sizes, newer SPACE_TO_BATCH_ND kernels any rank above
+    M + 1 (the dimensions after the M spatial ones are kept).  Both refuse a
+    rank of M + 1 or less, so that is refused here; a shape is given only
+    where both agree (rank M + 2, at most 4), anything else stays unknown.
+    """
+    if len(x) <= len(block) + 1:
+        raise ShapeError(
+            f"{where} has {len(block)} block sizes, so its input {op.inputs[0]} needs rank {len(block) + 2} "
+            f"([batch, {len(block)} spatial dimensions, channels]), but it has shape {list(x)}; resize the input "
+            "with the model's rank"
+        )
+    return len(x) == len(block) + 2 and len(x) in (3, 4)
+
+
+def _space_to_batch_nd(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/space_to_batch_nd.cc: with constant block_shape
+    # [M] and paddings [M, 2] (>= 0, blocks >= 1), each padded spatial
+    # dimension must divide by its block; it is divided, and the batch
+    # multiplied by every block size.
+    block = _known_ints(_const(sg, op.inputs[1])) if len(op.inputs) > 2 else None
+    pads = _known_ints(_const(sg, op.inputs[2])) if len(op.inputs) > 2 else None
+    if not block or pads is None or len(pads) != 2 * len(block):
+        return None
+    if not _block_rank(x, block, where, op) or min(block) < 1 or min(pads) < 0:
+        return None
+    out = [x[0] * math.prod(block)]
+    for k, b in enumerate(block):
+        padded = x[k + 1] + pads[2 * k] + pads[2 * k + 1]
+        if padded % b:
+            raise ShapeError(
+                f"{where}: dimension {k + 1} of its input {op.inputs[0]} (shape {list(x)}) is {padded} with its "
+                f"paddings, not a multiple of the block size {b}; resize the input so that it is"
+            )
+        out.append(padded // b)
+    return [tuple(out) + tuple(x[len(block) + 1 :])]
+
+
+def _batch_to_space_nd(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/batch_to_space_nd.cc: with constant block_shape
+    # [M] and crops [M, 2], crops must be >= 0 and the batch must divide by
+    # the blocks' product; each spatial dimension is multiplied by its block
+    # and cropped.
+    block = _known_ints(_const(sg, op.inputs[1])) if len(op.inputs) > 2 else None
+    crops = _known_ints(_const(sg, op.inputs[2])) if len(op.inputs) > 2 else None
+    if not block or crops is None or len(crops) != 2 * len(block):
+        return None
+    if not _block_rank(x, block, where, op) or min(block) < 1:
+        return None
+    if min(crops) < 0:
+        raise ShapeError(f"{where}: crops {crops} from tensor {op.inputs[2]} must all be >= 0")
+    if x[0] % math.prod(block):
+        raise ShapeError(
+            f"{where}: the batch of its input {op.inputs[0]} (shape {list(x)}) is {x[0]}, not a multiple of the "
+            f"block sizes' product {math.prod(block)}; resize the input so that it is"
+        )
+    spatial = [x[k + 1] * b - crops[2 * k] - crops[2 * k + 1] for k, b in enumerate(block)]
+    if min(spatial) < 0:
+        return None  # (cropped below zero: no check upstream, not a shape to reason on)
+    return [(x[0] // math.prod(block), *spatial, *x[len(block) + 1 :])]
+
+
+def _select(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/select.cc, kVersionOne: unlike SELECT_V2 there
+    # is no broadcasting.  The output is x's shape; unless the condition, x
+    # and y all have one shape, the condition must be a scalar or 1-D of x's
+    # first dimension, and x and y must have the same shape.
+    if len(ins) < 3 or None in ins[:3]:
+        return None
+    c, a, b = ins[:3]
+    if c == a == b:
+        return [a]
+    if len(c) == 1 and not a:
+        return None  # (the kernel reads x's first dimension, which a scalar has not)
+    if not (len(c) == 0 or (len(c) == 1 and c[0] == a[0])) or a != b:
+        raise ShapeError(
+            f"{where}: condition {list(c)}, x {list(a)} and y {list(b)} do not fit SELECT, which does not "
+            "broadcast: x and y need one shape, and the condition that shape, a scalar, or one value per row "
+            "of x; resize the inputs to fit (or use SELECT_V2)"
+        )
+    return [a]
+
+
+def _embedding_lookup(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/embedding_lookup.cc: 1-D ids, a table of rank
+    # >= 2; one table row per id.
+    value = ins[1] if len(ins) > 1 else None
+    if value is None:
+        return None
+    if len(x) != 1 or len(value) < 2:
+        raise ShapeError(
+            f"{where}: ids {op.inputs[0]} of shape {list(x)} and table {op.inputs[1]} of shape {list(value)} do "
+            "not fit: EMBEDDING_LOOKUP takes 1-D ids and a table of rank 2 or more; resize them to fit"
+        )
+    return [(x[0], *value[1:])]
+
+
+def _shape_from_constant(index):
+    """A rule for ops whose output shape is the constant input ``index``'s values, when all are >= 0."""
+
+    def rule(sg, op, ins, x, o, where):
+        # scatter_nd.cc (shape), sparse_to_dense.cc (output_shape),
+        # conv3d_transpose.cc (output_shape, five values): Prepare resizes
+        # the output to the constant's values and marks it dynamic otherwise.
+        # Other checks of theirs are left to the runtime.
+        shape = _known_ints(_const(sg, op.inputs[index])) if len(op.inputs) > index else None
+        if shape is None or min(shape, default=0) < 0:
+            return None
+        if op.op_name == "CONV_3D_TRANSPOSE" and len(shape) != 5:
+            return None
+        return [tuple(shape)]
+
+    return rule
+
+
+def _unsorted_segment(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/unsorted_segment.cc: with constant segment_ids
+    # and num_segments (one value), the output is [num_segments] followed by
+    # the data's dimensions after those the segment ids cover, which must
+    # equal the data's.  Only 1-D segment ids here: the older kernels take
+    # no other.
+    if len(op.inputs) < 3:
+        return None
+    ids = _known_ints(_const(sg, op.inputs[1]))
+    num = _known_ints(_const(sg, op.inputs[2]))
+    if ids is None or num is None or len(num) != 1 or len(sg.tensors[op.inputs[1]].shape) != 1 or not x:
+        return None
+    if len(ids) != x[0]:
+        raise ShapeError(
+            f"{where}: its {len(ids)} segment ids (tensor {op.inputs[1]}) need data with {len(ids)} rows, but "
+            f"the data {op.inputs[0]} has shape {list(x)}; resize the data to {len(ids)} rows"
+        )
+    if max(ids, default=-1) >= num[0]:
+        return None  # (refused upstream whatever the input shapes: not a shape to reason on)
+    return [(num[0], *x[1:])]
+
+
+def _broadcast_args(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/broadcast_args.cc: two 1-D shapes; the
+    # output holds as many values as the longer (from their sizes alone:
+    # Prepare needs no constant).
+    y = ins[1] if len(ins) > 1 else None
+    if y is None:
+        return None
+    if len(x) != 1 or len(y) != 1:
+        raise ShapeError(
+            f"{where}: its inputs have shapes {list(x)} and {list(y)}, but BROADCAST_ARGS takes two 1-D shapes; "
+            "resize them to 1-D"
+        )
+    return [(max(x[0], y[0]),)]
+
+
+def _conv_3d(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/conv3d.cc: a 5-D NDHWC input and a 5-D
+    # [depth, height, width, in, out] filter whose input channels are the
+    # input's; each spatial size as tensorflow/lite/kernels/padding.h's
+    # ComputeOutSize gives it.
+    w = ins[1] if len(ins) > 1 else None
+    if w is None:
+        return None
+    if len(x) != 5 or len(w) != 5 or x[4] != w[3]:
+        raise ShapeError(
+            f"{where}: input {op.inputs[0]} of shape {list(x)} does not fit the filter of shape {list(w)}: "
+            "CONV_3D takes a 5-D [batch, depth, height, width, channels] input with the filter's "
+            f"{w[3] if len(w) == 5 else '?'} channels; resize the input to fit"
+        )
+    out = []
+    for k, s, d in (
+        (1, "stride_d", "dilation_d_factor"),
+        (2, "stride_h", "dilation_h_factor"),
+        (3, "stride_w", "dilation_w_factor"),
+    ):
+        stride, dil = o.get(s, 1), o.get(d, 1)
+        if stride < 1 or dil < 1:
+            return None
+        eff = (w[k - 1] - 1) * dil + 1
+        if o.get("padding") == "SAME":
+            out.append((x[k] + stride - 1) // stride)
+        elif o.get("padding") == "VALID" and x[k] >= eff:
+            out.append((x[k] + stride - eff) // stride)
+        else:
+            return None  # (a window larger than a VALID input: not refused upstream, no shape to reason on)
+    return [(x[0], *out, w[4])]
+
+
+def _rfft2d(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/rfft2d.cc: an input of rank >= 2 (checked
+    # before anything else); a constant fft_length [h, w] (powers of two)
+    # replaces the last two dimensions by h and w / 2 + 1.
+    if len(x) < 2:
+        raise ShapeError(
+            f"{where}: its input {op.inputs[0]} has shape {list(x)}, but RFFT2D needs rank 2 or more; resize "
+            "the input to that"
+        )
+    n = _known_ints(_const(sg, op.inputs[1])) if len(op.inputs) > 1 else None
+    if n is None or len(n) != 2 or any(v <= 0 or v & (v - 1) for v in n):
+        return None
+    return [(*x[:-2], n[0], n[1] // 2 + 1)]
+
+
 # The rules of the value-dependent ops that only need constants (and of a few
 # cheap ones whose shape follows their inputs'), so that the arena guard
 # counts their outputs before an allocation after a resize.  Left without a
 # rule (their outputs stay unknown): WHERE, UNIQUE, NON_MAX_SUPPRESSION_V4/V5
-# and SEGMENT_SUM (shape decided by the data), WHILE, IF, DENSIFY, and, not
-# done yet though computable, RFFT2D, SPARSE_TO_DENSE, SCATTER_ND,
-# UNSORTED_SEGMENT_*, BROADCAST_ARGS, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND.
+# and SEGMENT_SUM (shape decided by the data), WHILE, IF, DENSIFY, and the
+# LSTM / RNN family (several layouts and optional state tensors per op).
 _VALUE_RULES = {
     "TILE": _tile,
     "FILL": _fill,
@@ -535,7 +757,25 @@ _VALUE_RULES = {
     "MATRIX_DIAG": lambda sg, op, ins, x, o, where: [tuple(x) + (x[-1],)] if x else None,
     # shape.cc: one value per input dimension (whatever the values).
     "SHAPE": lambda sg, op, ins, x, o, where: [(len(x),)],
+    # rank.cc: a scalar.
+    "RANK": lambda sg, op, ins, x, o, where: [()],
+    "SPACE_TO_BATCH_ND": _space_to_batch_nd,
+    "BATCH_TO_SPACE_ND": _batch_to_space_nd,
+    "SELECT": _select,
+    "EMBEDDING_LOOKUP": _embedding_lookup,
+    "SCATTER_ND": _shape_from_constant(2),
+    "SPARSE_TO_DENSE": _shape_from_constant(1),
+    "CONV_3D_TRANSPOSE": _shape_from_constant(0),
+    "BROADCAST_ARGS": _broadcast_args,
+    "CONV_3D": _conv_3d,
+    "RFFT2D": _rfft2d,
 }
+_VALUE_RULES.update(
+    dict.fromkeys(
+        ("UNSORTED_SEGMENT_SUM", "UNSORTED_SEGMENT_PROD", "UNSORTED_SEGMENT_MAX", "UNSORTED_SEGMENT_MIN"),
+        _unsorted_segment,
+    )
+)
 _VALUE_RULES.update(dict.fromkeys(_SAME_AS_FIRST, lambda sg, op, ins, x, o, where: [x]))
 
 
@@ -629,13 +869,16 @@ def infer_shapes(info, shape_of, planned=None) -> dict:
         return None
 
     prepared = True
+    view = _Known(sg)
     for op in sg.operators:
         # (Most inputs are known already: the output of an earlier operator.)
         ins = [known[t] if t in known else get(t) for t in op.inputs]
         where = f"operator {op.index} ({op.op_name})"
         # A custom op's output shape is its kernel's business (its Prepare
         # reports what is wrong better than a rule here could).
-        outs = None if op.is_custom else _op_shapes(sg, op, ins, where)
+        outs = None if op.is_custom else _op_shapes(view, op, ins, where)
+        if op.op_name == "SHAPE" and ins and ins[0] is not None and op.outputs[0] >= 0:
+            view.values[op.outputs[0]] = list(ins[0])
         if outs is not None and len(outs) != len(op.outputs):
             outs = None
         if (
