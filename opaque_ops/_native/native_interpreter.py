@@ -196,6 +196,17 @@ class TensorRef:
             return None
         return ffi.buffer(data, self.nbytes)[:]
 
+    def string_count(self):
+        """The string count at the head of a string tensor's buffer, or None while it has no such head.
+
+        (string_util.h's layout starts with an int32 count; a buffer shorter
+        than that is one nothing wrote strings into.)
+        """
+        data = self._lib.TfLiteTensorData(self._t)
+        if data == ffi.NULL or self.nbytes < 4:
+            return None
+        return int(ffi.cast("int32_t *", data)[0])
+
     def can_resize(self) -> bool:
         """True if the runtime exports ``TfLiteTensorRealloc`` (what :meth:`write_resized` needs)."""
         return self._owner.rt.has("TfLiteTensorRealloc")

@@ -423,6 +423,11 @@ class Interpreter:
         except ModelError as exc:
             raise unusable_model(self._model_name, exc) from None
         self._model_bytes = data
+        # String inputs of subgraph 0: each invoke checks they hold strings
+        # (see _tensors.refuse_unset_strings), so such a model runs its invoke
+        # in Python, never the C fast call.
+        sg0 = self._info.subgraphs[0]
+        self._string_inputs = tuple(t for t in sg0.inputs if t >= 0 and sg0.tensors[t].type_name == "STRING")
         operators = _collect_operators(self._libs, {n for n, _v in self._info.custom_ops()})
         # XNNPACK for the builtins; registered kernels keep their nodes (see _xnnpack).
         try:
@@ -599,7 +604,7 @@ class Interpreter:
         """
         fast = self._fast
         if fast is not None:
-            ready = self._allocated and not self._watch
+            ready = self._allocated and not self._watch and not self._string_inputs
             _fast.bind(
                 fast,
                 self._native if ready else None,
@@ -1187,6 +1192,7 @@ class Interpreter:
     # a model invoke() refuses while tensor() views exist, and drops the
     # set/get fast path's cached views after it runs.
     _moves = False
+    _string_inputs: tuple = ()
 
     def _run_invoke(self, native, invoke, watched: bool, moves: bool) -> tuple[int, float | None]:
         """``(status, seconds)`` of one ``invoke()`` (a C call on ``native``; seconds None unless ``watched``).
@@ -1469,6 +1475,14 @@ class Interpreter:
             moves = self._moves
             if moves:
                 self._before_moving_invoke("invoke()")
+            if self._string_inputs:
+                _tensors.refuse_unset_strings(
+                    (
+                        (f"{t} ({self._info.subgraphs[0].tensors[t].name!r})", native.tensor(t))
+                        for t in self._string_inputs
+                    ),
+                    "invoke()",
+                )
             if self._watch or moves:
                 status, took = self._run_invoke(native, native.invoke, self._watch, moves)
                 if self._watch:

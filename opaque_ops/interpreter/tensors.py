@@ -312,6 +312,28 @@ def _write_strings(t, value, what: str) -> None:
         raise NotAllocatedError(f"{what}: TFLite could not allocate {len(data)} bytes for the strings")
 
 
+def refuse_unset_strings(tensors, what: str) -> None:
+    """Before an invoke: refuse when a string input (``(name, tensor)`` pairs) holds no strings for its shape.
+
+    A builtin kernel reads its string input's buffer without checking it:
+    TFLite 2.17's GATHER on an input nothing wrote dies with SIGSEGV (2.23
+    and ai-edge-litert report an error), and RESHAPE copies the empty
+    buffer to an output that then cannot be read.
+    """
+    for name, t in tensors:
+        shape = t.shape
+        want = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        count = t.string_count()
+        if count == want or (want == 0 and count is None):
+            continue
+        if count is None:
+            raise NotAllocatedError(f"{what}: string input {name} holds no strings yet: set it with set_tensor() first")
+        raise InvalidInputError(
+            f"{what}: string input {name} holds {count} string(s) but its shape {list(shape)} has {want} "
+            "elements (it was resized after it was set): set it again with set_tensor()"
+        )
+
+
 def _read_strings(t, what: str) -> np.ndarray:
     shape = t.shape
     want = int(np.prod(shape, dtype=np.int64)) if shape else 1

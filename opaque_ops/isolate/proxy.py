@@ -80,7 +80,10 @@ class IsolatedInterpreter(Interpreter):
 
     After ``fork()``, the child's copy gets a worker of its own on first use,
     re-created as unpickling would (model bytes, ops, resized inputs,
-    allocation) with the input and output values it had at the fork.  A copy
+    allocation) with the input and output values it had at the fork, those
+    in shared memory: string tensors, and outputs TFLite allocates only
+    while it runs, are not there, so the child sets such inputs again (its
+    ``invoke`` says so) and reads such outputs after its own invoke.  A copy
     that cannot be re-created faithfully -- a model with variables that has
     already run, or one another thread was using at the fork -- raises
     :class:`ClosedError` saying why.  ``tensor()`` views taken before the

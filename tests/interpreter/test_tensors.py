@@ -161,3 +161,49 @@ def test_values_that_are_not_the_tensor_s_strings_are_refused_with_the_fix(value
     it.allocate_tensors()
     with pytest.raises(error, match=says):
         it.set_tensor(0, value)
+
+
+# invoke() while a string input holds no strings: TFLite 2.17's GATHER reads
+# the input's empty buffer and dies (SIGSEGV, the whole process); RESHAPE
+# copies it to an output that cannot be read.  Run in a child, so that a crash
+# fails the test rather than ending the run.
+UNSET = """
+import sys
+import opaque_ops as oo
+from tests.helpers import string_models as sm
+
+model = sm.gather_model() if sys.argv[1] == "gather" else sm.reshape_model((2,))
+it = oo.Interpreter(model_content=model, isolate=sys.argv[2] == "isolated")
+it.allocate_tensors()
+for step in ("unset", "set", "resized"):
+    if step == "set":
+        it.set_tensor(0, [b"a", b"bc", b""][: it.get_input_details()[0]["shape"][0]])
+    elif step == "resized":
+        it.resize_tensor_input(0, [5])
+        it.allocate_tensors()
+    try:
+        it.invoke()
+    except oo.OpaqueOpsError as exc:
+        print(step, type(exc).__name__, exc, flush=True)
+    else:
+        print(step, "ran", it.get_tensor(it.get_output_details()[0]["index"]).tolist(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("isolated", ["in-process", "isolated"])
+@pytest.mark.parametrize("model", ["gather", "reshape"])
+def test_invoke_refuses_a_string_input_that_holds_no_strings(model, isolated):
+    from tests.helpers.child_process import crashed, run_child
+
+    p = run_child(UNSET, model, isolated, timeout=120)
+    assert p.returncode == 0, crashed(p) + p.stderr[-2000:]
+    lines = dict(line.split(" ", 1) for line in p.stdout.splitlines())
+    assert lines["unset"].startswith("NotAllocatedError invoke(): string input 0 ('x') holds no strings yet"), p.stdout
+    x = [b"a", b"bc", b""]
+    want = [x[i] for i in sm.GATHER_INDICES] if model == "gather" else x[:2]
+    assert lines["set"] == f"ran {want}", p.stdout
+    if model == "reshape":
+        # Resized after it was set: its 2 strings no longer fill [5].
+        assert lines["resized"].startswith("InvalidInputError invoke(): string input 0 ('x') holds 2 string(s)"), (
+            p.stdout
+        )
