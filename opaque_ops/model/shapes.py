@@ -209,6 +209,12 @@ def _op_shapes(sg, op, ins, where):  # noqa: C901 - one branch per op, on purpos
     if name == "RESHAPE":
         new = None
         if len(op.inputs) > 1 and op.inputs[1] >= 0 and len(sg.tensors[op.inputs[1]].shape) == 1:
+            # reshape.cc takes the shape tensor only when it is 1-D INT32
+            # (ShapeIsVector); an INT64 one (SHAPE with out_type INT64) is
+            # ignored for the options' new_shape, or a scalar without
+            # options.  Its values are not the shape then: no rule.
+            if sg.tensors[op.inputs[1]].type_name != "INT32":
+                return None
             new = _const(sg, op.inputs[1])
         elif len(op.inputs) == 1:
             new = o.get("new_shape")
@@ -529,7 +535,21 @@ def _select_v2(sg, op, ins, x, o, where):
     # tensorflow/lite/kernels/select.cc: SELECT_V2 broadcasts its three inputs.
     if len(ins) < 3 or None in ins[:3]:
         return None
+    if _one_element_each(ins[:3]):
+        return None
     return [_broadcast(_broadcast(ins[0], ins[1], where), ins[2], where)]
+
+
+def _one_element_each(shapes):
+    """Whether SELECT / SELECT_V2's three inputs have one element each, whatever their shapes.
+
+    Every runtime measured (2.17.1, 2.23.0, ai-edge-litert) then keeps the
+    output's own shape when it has one element too ([1, 1], [1], [1] give
+    [1]; three scalars give the declared [1]), as the reference Select's
+    one-element case reads it.  That shape is the model's, or what an
+    earlier allocation left, which the rules are not given: no shape.
+    """
+    return all(math.prod(s) == 1 for s in shapes)
 
 
 def _block_rank(x, block, where, op):
@@ -605,6 +625,8 @@ def _select(sg, op, ins, x, o, where):
     if len(ins) < 3 or None in ins[:3]:
         return None
     c, a, b = ins[:3]
+    if _one_element_each(ins[:3]):
+        return None
     if c == a == b:
         return [a]
     if len(c) == 1 and not a:

@@ -573,3 +573,80 @@ def test_shapes_computed_by_shape_feed_the_next_rule_as_a_constant_would(data, s
     dtypes = [d["dtype"] for d in litert.Interpreter(model_content=data).get_input_details()]
     for shapes in shape_sets:
         assert _inferred(data, shapes) == _litert(data, shapes, dtypes), shapes
+
+
+@pytest.mark.parametrize(
+    "data, shapes",
+    [
+        # Three one-element inputs of different shapes: SELECT_V2's broadcast gives [1, 1], but the
+        # kernel keeps the output's own one-element shape, [1].
+        (
+            _model("SELECT_V2", {"c": ([1, 1], np.bool_), "x": ([1], f32), "y": ([1], f32)}, {}, [([1], f32)]),
+            [[1, 1], [1], [1]],
+        ),
+        # Three scalars: SELECT's output is x's shape, [], but the kernel keeps the declared [1].
+        (
+            _model("SELECT", {"c": ([], np.bool_), "x": ([], f32), "y": ([], f32)}, {}, [([1], f32)]),
+            [[], [], []],
+        ),
+    ],
+    ids=["SELECT_V2", "SELECT"],
+)
+def test_select_of_one_element_inputs_keeps_the_outputs_own_shape(data, shapes):
+    """Every runtime (2.17.1, 2.23.0, ai-edge-litert) keeps a one-element output's shape when the
+    three inputs have one element each, whatever their shapes: the shape rule gives none then, and
+    the interpreter runs the model as ai-edge-litert does instead of refusing it."""
+    assert _inferred(data, shapes) == [None]
+    want = _litert(data, shapes, [np.bool_, f32, f32])
+    assert want == [(1,)]
+    it = oo.Interpreter(model_content=data)
+    for d, s in zip(it.get_input_details(), shapes):
+        it.resize_tensor_input(d["index"], s)
+    it.allocate_tensors()
+    c, x, y = np.ones(shapes[0], np.bool_), np.full(shapes[1], 2.5, f32), np.full(shapes[2], -1.0, f32)
+    for d, v in zip(it.get_input_details(), (c, x, y)):
+        it.set_tensor(d["index"], v)
+    it.invoke()
+    got = it.get_tensor(it.get_output_details()[0]["index"])
+    # The one element, chosen as np.where chooses it.
+    np.testing.assert_array_equal(got, np.where(c, x, y).reshape(want[0]))
+
+
+def _reshape_by_int64(shape_from_shape_op):
+    """RESHAPE of y ([1]) by an INT64 shape: SHAPE(x, out_type=INT64)'s output, or a constant [1, 1]."""
+    b = ModelBuilder()
+    y = b.add_tensor("y", [1], f32)
+    inputs = [y]
+    if shape_from_shape_op:
+        x = b.add_tensor("x", [2, 3], f32)
+        s = b.add_tensor("s", [2], i64)
+        b.add_op("SHAPE", [x], [s], {"out_type": "INT64"})
+        inputs.append(x)
+    else:
+        s = b.add_constant("s", np.array([1, 1], i64))
+    out = b.add_tensor("out", [], f32)
+    b.add_op("RESHAPE", [y, s], [out])
+    b.set_inputs(inputs)
+    b.set_outputs([out])
+    return b.build()
+
+
+@pytest.mark.parametrize("shape_from_shape_op", [True, False], ids=["SHAPE out_type INT64", "constant INT64"])
+def test_reshape_ignores_a_shape_tensor_that_is_not_int32(shape_from_shape_op):
+    """reshape.cc takes its shape tensor only when it is a 1-D INT32 tensor; any other falls back to
+    the options' new_shape, and without options to a scalar.  The rule must not read the INT64
+    values (it refused [1] -> [2, 3] as a reshape that changes the element count)."""
+    data = _reshape_by_int64(shape_from_shape_op)
+    shapes = [[1], [2, 3]] if shape_from_shape_op else [[1]]
+    assert _inferred(data, shapes) == [None]
+    dtypes = [f32] * len(shapes)
+    assert _litert(data, shapes, dtypes) == [()]
+    it = oo.Interpreter(model_content=data)
+    for d, s in zip(it.get_input_details(), shapes):
+        it.resize_tensor_input(d["index"], s)
+    it.allocate_tensors()
+    for d, s in zip(it.get_input_details(), shapes):
+        it.set_tensor(d["index"], np.full(s, 4.25, f32))
+    it.invoke()
+    got = it.get_tensor(it.get_output_details()[0]["index"])
+    assert got.shape == () and got == np.float32(4.25)
