@@ -423,11 +423,6 @@ class Interpreter:
         except ModelError as exc:
             raise unusable_model(self._model_name, exc) from None
         self._model_bytes = data
-        # String inputs of subgraph 0: each invoke checks they hold strings
-        # (see _tensors.refuse_unset_strings), so such a model runs its invoke
-        # in Python, never the C fast call.
-        sg0 = self._info.subgraphs[0]
-        self._string_inputs = tuple(t for t in sg0.inputs if t >= 0 and sg0.tensors[t].type_name == "STRING")
         operators = _collect_operators(self._libs, {n for n, _v in self._info.custom_ops()})
         # XNNPACK for the builtins; registered kernels keep their nodes (see _xnnpack).
         try:
@@ -478,6 +473,13 @@ class Interpreter:
         self._lock = self._calls.lock  # the same lock, one attribute hop less on the hot paths
         self._views: weakref.WeakSet = weakref.WeakSet()
         self._input_positions = {idx: pos for pos, idx in enumerate(native.input_indices())}
+        # String inputs of subgraph 0: each invoke checks they hold strings
+        # (see _tensors.refuse_unset_strings), so such a model runs its invoke
+        # in Python, never the C fast call.  Asked of the runtime: a start
+        # whose verdict is on disk does not read the model's tensors.
+        self._string_inputs = tuple(
+            t for t in self._input_positions if (ref := native.tensor(t)) is not None and ref.type == _tensors.STRING
+        )
         self._main = _Graph(0, dict(self._input_positions), native.resize_input, native.allocate, native.input_tensor)
         # Whether subgraph 0 is planned (allocated since the last change, and
         # the model checks passed on what was planned); other subgraphs that
@@ -923,6 +925,22 @@ class Interpreter:
         # (_check raises for every status but 0, which is not a failure.)
         raise KernelError(f"{what} failed: status {status}", status=status)  # pragma: no cover
 
+    def _stopped_early(self, native, graph: _Graph) -> bool:
+        """Whether ``graph``'s allocation stops before its last node: an operator output is dynamic.
+
+        TFLite then prepares and allocates the rest during ``invoke``, so an
+        arena bound counts the inputs only.  Subgraph 0's outputs are asked of
+        the runtime; another subgraph's, through its signature (graph.arena).
+        """
+        if graph.subgraph != 0:
+            return graph.arena.stops()
+        return any(
+            (ref := native.tensor(t)) is not None and ref.is_dynamic()
+            for op in self._info.subgraphs[0].operators
+            for t in op.outputs
+            if t >= 0
+        )
+
     def _refuse_unaffordable(self, native, graph: _Graph, resized: dict, what: str) -> None:
         """Before an allocation after a resize: TensorMemoryError if the arena's new size cannot be had.
 
@@ -972,15 +990,8 @@ class Interpreter:
             # invoke, so only the inputs count.  (Dynamic temporaries, as the
             # reference MEAN's, do not stop it.)  A delegate other than
             # XNNPACK may share its nodes' buffers: no per-node moments.
-            if k == 0:
-                stops = self._moves and any(
-                    (ref := native.tensor(t)) is not None and ref.is_dynamic()
-                    for op in sg.operators
-                    for t in op.outputs
-                    if t >= 0
-                )
-            else:
-                stops = graph.arena.stops()
+            # (Without dynamic tensors at the last allocation, nothing stopped it.)
+            stops = (k != 0 or self._moves) and self._stopped_early(native, graph)
             nbytes = arena_lower_bound(
                 self._info if k == 0 else self._rooted(k),
                 shapes,
@@ -1119,15 +1130,7 @@ class Interpreter:
                 s = shape_of(t)
                 if s is not None:
                     planned[t] = s
-        if k == 0:
-            stops = any(
-                (ref := native.tensor(t)) is not None and ref.is_dynamic()
-                for op in sg.operators
-                for t in op.outputs
-                if t >= 0
-            )
-        else:
-            stops = graph.arena.stops()
+        stops = self._stopped_early(native, graph)
         nbytes = arena_lower_bound(
             info,
             shapes,
@@ -1477,10 +1480,7 @@ class Interpreter:
                 self._before_moving_invoke("invoke()")
             if self._string_inputs:
                 _tensors.refuse_unset_strings(
-                    (
-                        (f"{t} ({self._info.subgraphs[0].tensors[t].name!r})", native.tensor(t))
-                        for t in self._string_inputs
-                    ),
+                    ((f"{t} ({native.tensor(t).name!r})", native.tensor(t)) for t in self._string_inputs),
                     "invoke()",
                 )
             if self._watch or moves:
