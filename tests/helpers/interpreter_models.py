@@ -96,6 +96,30 @@ def _plus(k: float, shape, in_name: str, out_name: str, key: str | None) -> byte
     return b.build()
 
 
+def join_with_signature(main: bytes, other: bytes, key: str, inputs: dict, outputs: dict) -> bytes:
+    """``main``'s subgraph 0 followed by ``other``'s as subgraph 1, which gets the signature ``key``.
+
+    ``inputs`` and ``outputs`` map signature names to tensor indices in
+    ``other``.  ModelBuilder writes one subgraph, and a signature of
+    subgraph 1 is the only way the C API reaches another subgraph's tensors,
+    so the runner tests build their models here.
+    """
+    from tools.fuzz_structured import _join_subgraphs, _schema, pack
+
+    m = _join_subgraphs(main, other)
+    s = _schema()
+    sd = s.SignatureDefT()
+    sd.signatureKey, sd.subgraphIndex = key, 1
+    sd.inputs, sd.outputs = [], []
+    for names, maps in ((inputs, sd.inputs), (outputs, sd.outputs)):
+        for name, index in names.items():
+            tm = s.TensorMapT()
+            tm.name, tm.tensorIndex = name, index
+            maps.append(tm)
+    m.signatureDefs.append(sd)
+    return pack(m)
+
+
 def two_subgraph_model() -> bytes:
     """Two signatures on two subgraphs, each tensor at the same index in its subgraph.
 
@@ -104,14 +128,5 @@ def two_subgraph_model() -> bytes:
     [1, 6] (signature [1, -1]), out (2).  Running "second" plans subgraph 1
     only: subgraph 0 stays unallocated.
     """
-    from tools.fuzz_structured import _join_subgraphs, _schema, pack
-
-    m = _join_subgraphs(_plus(1, [1, 4], "x", "y", "first"), _plus(2, [1, 6], "inp", "out", None))
-    s = _schema()
-    sd = s.SignatureDefT()
-    sd.signatureKey, sd.subgraphIndex = "second", 1
-    sd.inputs, sd.outputs = [s.TensorMapT()], [s.TensorMapT()]
-    sd.inputs[0].name, sd.inputs[0].tensorIndex = "inp", 0
-    sd.outputs[0].name, sd.outputs[0].tensorIndex = "out", 2
-    m.signatureDefs.append(sd)
-    return pack(m)
+    first = _plus(1, [1, 4], "x", "y", "first")
+    return join_with_signature(first, _plus(2, [1, 6], "inp", "out", None), "second", {"inp": 0}, {"out": 2})

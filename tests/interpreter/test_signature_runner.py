@@ -14,6 +14,7 @@ import pytest
 import opaque_ops as oo
 from tests.helpers.atan import ATAN_INPUT
 from tests.helpers.child_process import crashed, run_child
+from tests.helpers.interpreter_models import join_with_signature
 from tests.helpers.locations import package_file
 
 OFFSET = np.float32(0.99999905)
@@ -185,7 +186,6 @@ def _int8_model() -> bytes:
 def _two_subgraph_model() -> bytes:
     """Signature "first": y = x + 1 on [1, 4] (subgraph 0); "second": out = inp + 2 on [1, 6], [1, -1] (subgraph 1)."""
     from opaque_ops.model import ModelBuilder
-    from tools.fuzz_structured import _join_subgraphs, _schema, pack
 
     def add(k, n, sig, names):
         b = ModelBuilder()
@@ -198,15 +198,8 @@ def _two_subgraph_model() -> bytes:
         b.add_signature("first", {names[0]: x}, {names[1]: y})
         return b.build()
 
-    m = _join_subgraphs(add(1, 4, None, ("x", "y")), add(2, 6, [1, -1], ("inp", "out")))
-    s = _schema()
-    sd = s.SignatureDefT()
-    sd.signatureKey, sd.subgraphIndex = "second", 1
-    sd.inputs, sd.outputs = [s.TensorMapT()], [s.TensorMapT()]
-    sd.inputs[0].name, sd.inputs[0].tensorIndex = "inp", 0
-    sd.outputs[0].name, sd.outputs[0].tensorIndex = "out", 2
-    m.signatureDefs.append(sd)
-    return pack(m)
+    first, second = add(1, 4, None, ("x", "y")), add(2, 6, [1, -1], ("inp", "out"))
+    return join_with_signature(first, second, "second", {"inp": 0}, {"out": 2})
 
 
 def _flavour(name):

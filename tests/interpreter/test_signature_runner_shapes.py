@@ -24,6 +24,7 @@ import pytest
 import opaque_ops as oo
 from opaque_ops.errors import ShapeError
 from opaque_ops.model import ModelBuilder
+from tests.helpers.interpreter_models import join_with_signature
 
 
 def _model(signature_shape) -> bytes:
@@ -41,17 +42,7 @@ def _model(signature_shape) -> bytes:
 
 def _in_subgraph_1(signature_shape) -> bytes:
     """``_model`` twice: subgraph 0 with signature "s", subgraph 1 with signature "other" (same tensors)."""
-    from tools.fuzz_structured import _join_subgraphs, _schema, pack
-
-    m = _join_subgraphs(_model(signature_shape), _model(signature_shape))
-    s = _schema()
-    sd = s.SignatureDefT()
-    sd.signatureKey, sd.subgraphIndex = "other", 1
-    sd.inputs, sd.outputs = [s.TensorMapT()], [s.TensorMapT()]
-    sd.inputs[0].name, sd.inputs[0].tensorIndex = "x", 0
-    sd.outputs[0].name, sd.outputs[0].tensorIndex = "y", 1
-    m.signatureDefs.append(sd)
-    return pack(m)
+    return join_with_signature(_model(signature_shape), _model(signature_shape), "other", {"x": 0}, {"y": 1})
 
 
 @pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolated"])

@@ -22,6 +22,7 @@ import pytest
 
 from opaque_ops.model import ModelBuilder
 from tests.helpers.child_process import crashed, run_child
+from tests.helpers.interpreter_models import join_with_signature
 
 ELEMENTS = 1 << 28  # float32: 1 GiB per tensor
 
@@ -426,8 +427,6 @@ def _two_subgraph_model() -> bytes:
     The outputs of "second" are small (head: y[:, :4], peak: max(y)), so its
     calls copy no large array: they run under a limit tighter than the arena.
     """
-    from tools.fuzz_structured import _join_subgraphs, _schema, pack
-
     b = ModelBuilder()
     x = b.add_tensor("x", [1, 4], np.float32)
     one = b.add_constant("one", np.ones((1, 4), np.float32))
@@ -455,16 +454,7 @@ def _two_subgraph_model() -> bytes:
     b.set_outputs([head, peak])
     other = b.build()
 
-    m = _join_subgraphs(main, other)
-    s = _schema()
-    sd = s.SignatureDefT()
-    sd.signatureKey, sd.subgraphIndex = "second", 1
-    sd.inputs, sd.outputs = [s.TensorMapT()], [s.TensorMapT(), s.TensorMapT()]
-    sd.inputs[0].name, sd.inputs[0].tensorIndex = "x_in", x
-    sd.outputs[0].name, sd.outputs[0].tensorIndex = "head", head
-    sd.outputs[1].name, sd.outputs[1].tensorIndex = "peak", peak
-    m.signatureDefs.append(sd)
-    return pack(m)
+    return join_with_signature(main, other, "second", {"x_in": x}, {"head": head, "peak": peak})
 
 
 def _second(v) -> dict:
@@ -830,8 +820,6 @@ def test_a_failed_xnnpack_reshape_names_memory_closes_the_interpreter_and_keeps_
 
 def _large_subgraph_1_model() -> bytes:
     """Subgraph 0: y = x + 1; subgraph 1 ("second"): peak = max((x + x) * (x + x)), x declared [1, 2**28] (1 GiB)."""
-    from tools.fuzz_structured import _join_subgraphs, _schema, pack
-
     b = ModelBuilder()
     x = b.add_tensor("x", [1, 4], np.float32)
     one = b.add_constant("one", np.ones((1, 4), np.float32))
@@ -855,15 +843,7 @@ def _large_subgraph_1_model() -> bytes:
     b.set_outputs([peak])
     other = b.build()
 
-    m = _join_subgraphs(main, other)
-    s = _schema()
-    sd = s.SignatureDefT()
-    sd.signatureKey, sd.subgraphIndex = "second", 1
-    sd.inputs, sd.outputs = [s.TensorMapT()], [s.TensorMapT()]
-    sd.inputs[0].name, sd.inputs[0].tensorIndex = "x_in", x
-    sd.outputs[0].name, sd.outputs[0].tensorIndex = "peak", peak
-    m.signatureDefs.append(sd)
-    return pack(m)
+    return join_with_signature(main, other, "second", {"x_in": x}, {"peak": peak})
 
 
 FIRST_SUBGRAPH_1 = """

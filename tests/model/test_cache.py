@@ -22,6 +22,7 @@ import pytest
 import opaque_ops as oo
 from opaque_ops.model import cache, checks, read_model
 from tests.helpers.child_process import run_child
+from tests.helpers.interpreter_models import join_with_signature
 from tests.helpers.locations import CORPUS, package_file
 
 FACE = package_file("mediapipe", "modules", "face_detection", "face_detection_short_range.tflite")
@@ -373,7 +374,6 @@ def test_signature_runner_subgraphs_keep_their_own_verdicts(verdicts):
 def _two_signature_model() -> bytes:
     """y = x + 1 on [1, 4] in subgraph 0 ("first"), y = x + 2 on [1, 6] in subgraph 1 ("second")."""
     from opaque_ops.model import ModelBuilder
-    from tools.fuzz_structured import _join_subgraphs, _schema, pack
 
     def add(k, n):
         b = ModelBuilder()
@@ -386,20 +386,7 @@ def _two_signature_model() -> bytes:
         b.add_signature("first", {"x": x}, {"y": y})
         return b.build()
 
-    m = _join_subgraphs(add(1, 4), add(2, 6))
-    s = _schema()
-    sd = s.SignatureDefT()
-    sd.signatureKey, sd.subgraphIndex = "second", 1
-    sd.inputs, sd.outputs = (
-        [
-            s.TensorMapT(),
-        ],
-        [s.TensorMapT()],
-    )
-    sd.inputs[0].name, sd.inputs[0].tensorIndex = "x", 0
-    sd.outputs[0].name, sd.outputs[0].tensorIndex = "y", 2
-    m.signatureDefs.append(sd)
-    return pack(m)
+    return join_with_signature(add(1, 4), add(2, 6), "second", {"x": 0}, {"y": 2})
 
 
 def test_clear_disk_forgets_the_records(verdicts, monkeypatch):
