@@ -314,8 +314,10 @@ class NativeHooks:
 
     Passed to :class:`NativeInterpreter` at construction, it sees that
     interpreter and its signature runners only: it may replace their
-    ``allocate`` / ``resize_input`` / ``invoke`` attributes with wrappers
-    (every caller reads them from the instance).  The default does nothing.
+    ``allocate`` / ``resize_input`` / ``invoke`` attributes with wrappers,
+    and the interpreter's ``in_arena`` / ``arena_room`` (what the growing-arena
+    guard counts; every caller reads them from the instance).  The default
+    does nothing.
     """
 
     def creating(self) -> None:

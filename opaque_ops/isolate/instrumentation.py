@@ -75,9 +75,11 @@ class StageHooks(NativeHooks):
         def allocate() -> int:
             before = words[P.STAGE // 4]
             stage("allocate")
-            status = alloc()
-            words[P.STAGE // 4] = before
-            return status
+            try:
+                return alloc()
+            finally:
+                # (Also when it raises: the placement's TensorMemoryError.)
+                words[P.STAGE // 4] = before
 
         return allocate
 
@@ -112,6 +114,9 @@ class HostedHooks(StageHooks):
         self.placement = Placement(self.server, native)
         self._install(native, "allocate", self.staged_allocate(self.placement.wrap(native.allocate)))
         self._install(native, "resize_input", self.placement.wrap_resize(native.resize_input))
+        # What the growing-arena guard sees: the shared tensors count (see Placement.wrap_in_arena).
+        self._install(native, "in_arena", self.placement.wrap_in_arena(native.in_arena))
+        self._install(native, "arena_room", self.placement.wrap_arena_room(native.arena_room))
 
     def runner_created(self, runner) -> None:
         allocate = runner.allocate

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import TensorMemoryError
 from . import protocol as P
 
 
@@ -70,6 +71,44 @@ class Placement:
 
         return resize_input
 
+    def wrap_in_arena(self, orig):
+        """``orig`` (the native in_arena) with the shared inputs and outputs counted as in the arena.
+
+        The growing-arena guard (``Interpreter._refuse_unaffordable``) bounds
+        what an allocation after a resize needs from the tensors it is told
+        are in TFLite's arena.  The shared ones are not, so they counted
+        nothing, yet a resized one gets a new segment here (:meth:`_grow`),
+        charged to the same ``memory_limit``.  With XNNPACK, whose partitions
+        keep the other tensors out of the arena too, the bound was 0: an
+        input resized to 8 GiB reached XNNPACK's reshape, whose failure
+        closes the interpreter, where in process (the same tensors in the
+        arena) the guard refused it first and the interpreter stayed usable.
+        (``_arena_shortfall``, which explains a failed allocation, counts
+        them so too.)
+        """
+        slots = self.slots
+
+        def in_arena(index: int, placed: bool = True) -> bool:
+            return index in slots or orig(index, placed)
+
+        return in_arena
+
+    def wrap_arena_room(self, orig):
+        """``orig`` (the native arena_room) plus the shared buffers already held.
+
+        The guard lets an allocation go ahead when its bound fits the memory
+        already held (a smaller shape after a larger one needs nothing new):
+        a shared tensor that still fits its buffer keeps it (:meth:`_grow`
+        gives new ones only to those that outgrew theirs), so that buffer is
+        room as much as the arena is.
+        """
+        slots = self.slots
+
+        def arena_room(indices) -> int:
+            return orig(indices) + sum(capacity for _seg, _off, capacity in slots.values())
+
+        return arena_room
+
     def _io(self) -> list[int]:
         seen = []
         for i in self.native.input_indices() + self.native.output_indices():
@@ -79,7 +118,7 @@ class Placement:
 
     def _grow(self) -> bool:
         small = [i for i, (_s, _o, cap) in self.slots.items() if self.native.tensor(i).nbytes > cap]
-        return bool(small) and self._assign(small)
+        return bool(small) and self._assign(small, grown=True)
 
     def _place(self) -> bool:
         fresh = []
@@ -101,12 +140,14 @@ class Placement:
             fresh.append(i)
         return bool(fresh) and self._assign(fresh)
 
-    def _assign(self, indices) -> bool:
+    def _assign(self, indices, grown: bool = False) -> bool:
         sizes = {i: P.align(self.native.tensor(i).nbytes) for i in indices}
         total = sum(sizes.values())
         try:
             self.w.budget.charge(total)
-        except MemoryError:
+        except MemoryError as exc:
+            if grown:
+                raise self._refusal(indices, total, exc) from None
             return False  # they stay in TFLite's arena, under RLIMIT_DATA
         seg = P.Segment(next(self.w.ids), max(total, 1))
         self.new_segments.append(seg)
@@ -122,6 +163,26 @@ class Placement:
                 self.slots.pop(i, None)
             off += sizes[i]
         return done
+
+    def _refusal(self, indices, total: int, why: MemoryError) -> TensorMemoryError:
+        """What to raise when tensors that outgrew their shared buffers cannot have larger ones.
+
+        Such a tensor cannot go back to TFLite's arena (its custom allocation
+        stays), so the runtime said only "Custom allocation is too small" (a
+        KernelError) for shapes the memory_limit cannot hold.  The guard
+        before the allocation counts these tensors (:meth:`wrap_in_arena`),
+        but knows an output's new size only from the shape rules (a custom
+        op has none); the runtime's Prepare has set it now.  Nothing new is
+        allocated: resized back, the tensors fit their buffers again.
+        """
+        self.native.sink.take()  # (the runtime's "too small", explained here)
+        tensors = ", ".join(f"{t.name!r} {list(t.shape)}" for t in map(self.native.tensor, indices))
+        return TensorMemoryError(
+            f"the inputs and outputs as resized ({tensors}) need new shared buffers of "
+            f"{total} bytes ({total / 2**30:.2f} GiB), and {why}. Nothing was allocated and the interpreter "
+            "is still usable: resize the input to a smaller shape and call allocate_tensors() again, or "
+            "raise the Interpreter's memory_limit=..."
+        )
 
     def layout(self) -> dict:
         """``{tensor index: (segment id, offset, dtype, shape)}`` of the tensors that live in a shared buffer now."""

@@ -251,8 +251,8 @@ def test_without_the_guard_the_2_17_runtime_dies_there():
 
 def test_isolated_and_through_a_signature_runner_it_is_the_same_refusal():
     # The isolated worker allocates through the same Interpreter code, under
-    # its memory limit (RLIMIT_AS); its inputs and outputs live in shared
-    # memory, so the bound there is the intermediate alone (8 GiB).  A
+    # its memory limit; its inputs and outputs live in shared memory, counted
+    # in the bound as in process (tests/isolate/test_isolate_placement.py).  A
     # signature runner of subgraph 0 resizes and allocates through it too.
     import pytest
 
