@@ -185,6 +185,9 @@ def check_allocated(info: ModelInfo, shape_of, config=(), planned=None, record: 
         What else the planned shapes depend on (the runtime library, whether
         XNNPACK is applied): part of the key under which the verdict is kept
         for a model the Interpreter holds (one from :func:`checked_model`).
+        Its first item, when it is a :func:`runtime_identity`, also gives the
+        runtime's version to the rules of one runtime's kernels
+        (:mod:`~opaque_ops.model.checks.version_rules`).
     planned : callable, optional
         ``planned(tensor_index) -> bool``: whether ``shape_of(tensor_index)``
         is a shape rather than None, asked instead where only that matters
@@ -222,13 +225,17 @@ def check_allocated(info: ModelInfo, shape_of, config=(), planned=None, record: 
       dimensions or :data:`~opaque_ops.model.checks.MAX_ELEMENTS` elements;
     - runtime-provided ops whose inputs do not have the shapes their kernels
       assume (see :mod:`~opaque_ops.model.runtime_ops`).
+    - on a runtime older than 2.23, the shapes and constants 2.17.1's
+      BROADCAST_TO, TOPK_V2 and CONV_3D crash on in Eval
+      (:mod:`~opaque_ops.model.checks.version_rules`).
 
     A model read by :func:`read_model` is checked every time; for one from
     :func:`checked_model` the verdict (passed, or the exact error) is kept.
     """
+    version = _runtime_version(config)
     if not record or not info.verdicts.get("cacheable"):
         with gc_paused():
-            _rules().check_allocated_shapes(info, shape_of, planned)
+            _rules().check_allocated_shapes(info, shape_of, planned, version)
         return
     key, known, err, remember = _allocated_slot(info, shape_of, config)
     if known:
@@ -237,7 +244,7 @@ def check_allocated(info: ModelInfo, shape_of, config=(), planned=None, record: 
         return
     try:
         with gc_paused():
-            _rules().check_allocated_shapes(info, shape_of, planned)
+            _rules().check_allocated_shapes(info, shape_of, planned, version)
     except ModelError as exc:
         remember(key, exc)
         raise
@@ -733,6 +740,12 @@ def _prune(d: _files.Cache, names: list) -> None:
     for _, name in sorted(aged)[: len(aged) - _MAX_RECORDS // 2]:
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(d.dir, name))
+
+
+def _runtime_version(config) -> str | None:
+    """The runtime's version in check_allocated's ``config`` (its :func:`runtime_identity` first), or None."""
+    ident = config[0] if config else None
+    return ident[0] if isinstance(ident, tuple) and ident and isinstance(ident[0], str) else None
 
 
 def runtime_identity(runtime) -> tuple:

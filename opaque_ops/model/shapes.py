@@ -21,7 +21,10 @@ after that, or depending on it, is *unknown* (None) and no check reasons
 about it.  Inputs that cannot be combined (a concatenation of mismatched
 shapes, a reshape that changes the element count) raise :class:`ShapeError`:
 the reference kernels refuse them in Prepare, and the XNNPACK delegate, which
-reshapes its own graph without those checks, must never see them.
+reshapes its own graph without those checks, must never see them.  So do the
+few that Prepare accepts but Eval reads or writes outside the tensors with,
+on every runtime (REVERSE_V2, MATRIX_SET_DIAG, REVERSE_SEQUENCE, SELECT: see
+their rules).
 """
 
 from __future__ import annotations
@@ -394,10 +397,11 @@ def _op_shapes(sg, op, ins, where):  # noqa: C901 - one branch per op, on purpos
 
 
 # Ops whose output has the first input's shape: the reference kernels' Prepare
-# copies the input's dims to the output (reverse.cc, cumsum.cc,
-# matrix_set_diag.cc, dynamic_update_slice.cc: the operand's; add_n.cc after
-# checking that every input has that shape; reverse_sequence.cc).
-_SAME_AS_FIRST = {"REVERSE_V2", "CUMSUM", "MATRIX_SET_DIAG", "DYNAMIC_UPDATE_SLICE", "ADD_N", "REVERSE_SEQUENCE"}
+# copies the input's dims to the output (cumsum.cc, dynamic_update_slice.cc:
+# the operand's; add_n.cc after checking that every input has that shape).
+# REVERSE_V2, MATRIX_SET_DIAG and REVERSE_SEQUENCE do too, and have rules of
+# their own below for the inputs their Eval trusts.
+_SAME_AS_FIRST = {"CUMSUM", "DYNAMIC_UPDATE_SLICE", "ADD_N"}
 
 
 def _known_ints(values):
@@ -628,9 +632,19 @@ def _select(sg, op, ins, x, o, where):
     if _one_element_each(ins[:3]):
         return None
     if c == a == b:
+        _stale_row_mode(sg, op, a, where)
         return [a]
     if len(c) == 1 and not a:
-        return None  # (the kernel reads x's first dimension, which a scalar has not)
+        # Prepare compares the condition's length with x's first dimension,
+        # reading past a scalar's empty dims (whatever the heap holds there);
+        # when that matches, Eval's RankOneSelect writes one value per
+        # condition element into x's one-element output (heap corruption,
+        # SIGSEGV or SIGABRT, on every runtime).
+        raise ShapeError(
+            f"{where}: its condition {op.inputs[0]} of shape {list(c)} is 1-D but x {op.inputs[1]} is a scalar; "
+            "SELECT's 1-D condition picks rows of x and y, so x and y need a first dimension of the "
+            f"condition's length {c[0]} (or give a scalar condition, or use SELECT_V2, which broadcasts)"
+        )
     if not (len(c) == 0 or (len(c) == 1 and c[0] == a[0])) or a != b:
         raise ShapeError(
             f"{where}: condition {list(c)}, x {list(a)} and y {list(b)} do not fit SELECT, which does not "
@@ -638,6 +652,89 @@ def _select(sg, op, ins, x, o, where):
             "of x; resize the inputs to fit (or use SELECT_V2)"
         )
     return [a]
+
+
+def _stale_row_mode(sg, op, shape, where):
+    """Refuse one shape for SELECT's three inputs after its first Prepare took the row-wise mode.
+
+    select.cc's Prepare sets OpData's has_low_rank_input_condition for a
+    scalar or 1-D condition and never clears it when a later Prepare finds
+    the three shapes equal: Eval then still runs RankOneSelect, copying
+    x[1:]'s size for each of the condition's elements, past the output
+    (SIGSEGV on 2.17.1, 2.23.0 and ai-edge-litert alike) unless x[1:] holds
+    one value.  The first Prepare runs on the model's own shapes when the
+    interpreter is created; a later allocation's shapes are not known here.
+    """
+    dc, dx, dy = (tuple(sg.tensors[t].shape) for t in op.inputs[:3])
+    rows = dc != dx and dx == dy and (not dc or (len(dc) == 1 and len(dx) >= 1 and dc[0] == dx[0]))
+    if rows and shape and shape[0] > 0 and math.prod(shape[1:]) > 1:
+        raise ShapeError(
+            f"{where}: its condition, x and y would all have shape {list(shape)}, but the model gives the "
+            f"condition shape {list(dc)} for x of shape {list(dx)}, so TFLite's SELECT picks whole rows of x and "
+            "y and keeps doing so after a resize (its kernel never leaves that mode) and would write past its "
+            f"output. Keep the condition a scalar or one value per row ([{shape[0]}]), or use SELECT_V2"
+        )
+
+
+def _reverse_v2(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/reverse.cc copies the input's shape; its Eval
+    # calls reference_ops::Reverse (kernels/internal/reference/reverse.h),
+    # which reverses "upper" (the dimensions up to the last axis) times
+    # "middle" runs of "lower" (the product of the dimensions after it)
+    # elements, and takes lower <= 1 for one element per run: with lower = 0
+    # (an empty dimension after the axes) and upper * middle > 0 it copies
+    # that many elements out of an empty input into an empty output
+    # (SIGSEGV on 2.17.1, 2.23.0 and ai-edge-litert alike).
+    axes = _known_ints(_const(sg, op.inputs[1])) if len(op.inputs) > 1 else None
+    if axes and all(-len(x) <= a < len(x) for a in axes):
+        last = max(_axis(a, len(x)) for a in axes)
+        if math.prod(x[last + 1 :]) == 0 and math.prod(x[: last + 1]) > 0:
+            raise ShapeError(
+                f"{where}: its input {op.inputs[0]} of shape {list(x)} is empty after the reversed axis "
+                f"{last}, which TFLite's REVERSE_V2 kernel cannot reverse (it reads past the empty tensor); "
+                "resize the input without empty dimensions, or reverse the last axis"
+            )
+    return [x]
+
+
+def _matrix_set_diag(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/matrix_set_diag.cc: Prepare copies the input's
+    # shape and never looks at the diagonal; Eval (FillDiagImpl) reads one
+    # diagonal value per matrix row it sets, batch * min(rows, columns) in
+    # all, from the diagonal's data whatever its size: a shorter diagonal is
+    # read past its end (garbage, or SIGSEGV when it is empty).
+    d = ins[1] if len(ins) > 1 else None
+    if d is None or len(x) < 2:
+        return [x]
+    want = (*x[:-2], min(x[-2], x[-1]))
+    if math.prod(d) < math.prod(want):
+        raise ShapeError(
+            f"{where}: its diagonal {op.inputs[1]} of shape {list(d)} has {math.prod(d)} values, but its input "
+            f"{op.inputs[0]} of shape {list(x)} needs {math.prod(want)} (shape {list(want)}: the input's batch "
+            "dimensions and min(rows, columns)); give the diagonal that shape, or resize the input to match it"
+        )
+    return [x]
+
+
+def _reverse_sequence(sg, op, ins, x, o, where):
+    # tensorflow/lite/kernels/reverse_sequence.cc: Eval checks that there is
+    # one length per batch, then loops over NumDimensions(seq_lengths) (1)
+    # instead of its size, so only the first length is checked against the
+    # sequence dimension: a later one past it makes reference_ops'
+    # ReverseSequence read (and write) that far outside the tensors
+    # (garbage, or SIGSEGV on every runtime).  Known only for constant
+    # lengths; lengths fed at run time are not checked here.
+    seq = _known_ints(_const(sg, op.inputs[1])) if len(op.inputs) > 1 else None
+    s, b = o.get("seq_dim", 0), o.get("batch_dim", 0)
+    if seq is None or not (0 <= s < len(x) and 0 <= b < len(x) and s != b) or len(seq) != x[b]:
+        return [x]  # (the runtime refuses the rest in Eval, before reading the data)
+    if max(seq, default=0) > x[s]:
+        raise ShapeError(
+            f"{where}: its sequence lengths {seq} (tensor {op.inputs[1]}) go past the sequence dimension "
+            f"{s} of its input {op.inputs[0]} (shape {list(x)}, {x[s]} steps); each length must be at most "
+            f"{x[s]}: lower them, or resize the input to longer sequences"
+        )
+    return [x]
 
 
 def _embedding_lookup(sg, op, ins, x, o, where):
@@ -784,6 +881,9 @@ _VALUE_RULES = {
     "SPACE_TO_BATCH_ND": _space_to_batch_nd,
     "BATCH_TO_SPACE_ND": _batch_to_space_nd,
     "SELECT": _select,
+    "REVERSE_V2": _reverse_v2,
+    "MATRIX_SET_DIAG": _matrix_set_diag,
+    "REVERSE_SEQUENCE": _reverse_sequence,
     "EMBEDDING_LOOKUP": _embedding_lookup,
     "SCATTER_ND": _shape_from_constant(2),
     "SPARSE_TO_DENSE": _shape_from_constant(1),

@@ -20,23 +20,11 @@ import pytest
 import opaque_ops as oo
 from opaque_ops.model import ModelBuilder, read_model
 from opaque_ops.model.shapes import ShapeError, infer_shapes
+from tests.helpers.single_op import single_op_model as _model
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
 
 f32, i32, i64 = np.float32, np.int32, np.int64
-
-
-def _model(op, inputs, consts, outputs, options=None, order=None, version=1):
-    """One ``op``: ``inputs`` {name: (shape, dtype)} are graph inputs, ``consts`` {name: array},
-    ``outputs`` [(shape, dtype)]; ``order`` names the op's inputs (default: inputs then consts)."""
-    b = ModelBuilder()
-    ids = {n: b.add_tensor(n, list(s), d) for n, (s, d) in inputs.items()}
-    ids.update({n: b.add_constant(n, np.asarray(v)) for n, v in consts.items()})
-    outs = [b.add_tensor(f"out{k}", list(s), d) for k, (s, d) in enumerate(outputs)]
-    b.add_op(op, [ids[n] for n in (order or [*inputs, *consts])], outs, options, version=version)
-    b.set_inputs([ids[n] for n in inputs])
-    b.set_outputs(outs)
-    return b.build()
 
 
 def _value(shape, dtype):
@@ -161,7 +149,12 @@ CASES = {
     ),
     "REVERSE_V2": (
         _model("REVERSE_V2", _x([2, 3]), {"a": np.array([0], i32)}, [([2, 3], f32)]),
-        [[[2, 3]], [[5, 1, 4]]],
+        # (Empty before the axis, or only in it: nothing to reverse, and every runtime runs it.)
+        [[[2, 3]], [[5, 1, 4]], [[0, 3]], [[0, 0]]],
+    ),
+    "REVERSE_V2 last axis": (
+        _model("REVERSE_V2", _x([2, 3]), {"a": np.array([-1], i32)}, [([2, 3], f32)]),
+        [[[2, 3]], [[2, 0]], [[3, 0, 4]]],
     ),
     "CUMSUM": (
         _model("CUMSUM", _x([2, 3]), {"a": np.array(0, i32)}, [([2, 3], f32)]),
@@ -222,7 +215,9 @@ CASES = {
     ),
     "SELECT": (
         _model("SELECT", {"c": ([2], np.bool_), "x": ([2, 3], f32), "y": ([2, 3], f32)}, {}, [([2, 3], f32)]),
-        [[[2], [2, 3], [2, 3]], [[4], [4, 1, 2], [4, 1, 2]], [[], [3, 5], [3, 5]], [[2, 3], [2, 3], [2, 3]]],
+        # (One shape for all three after this 1-D condition only where rows of x hold one value: see
+        # EVAL_CRASHERS.)
+        [[[2], [2, 3], [2, 3]], [[4], [4, 1, 2], [4, 1, 2]], [[], [3, 5], [3, 5]], [[3, 1], [3, 1], [3, 1]]],
     ),
     "RANK": (
         _model("RANK", _x([2, 3]), {}, [([], i32)]),
@@ -505,6 +500,133 @@ def test_shapes_the_reference_kernels_refuse_raise_shape_error(case):
         ours.resize_tensor_input(d["index"], s)
     with pytest.raises(ShapeError, match=re.escape(message)):
         ours.allocate_tensors()
+
+
+# Shapes (and constants) that Prepare accepts but that make Eval read or write
+# outside the tensors, on 2.17.1, 2.23.0 and ai-edge-litert alike (SIGSEGV,
+# or heap corruption that glibc aborts on): (model, input shapes, message).
+# The shape rules refuse them like the shapes Prepare refuses.
+EVAL_CRASHERS = {
+    "REVERSE_V2 of an input empty after the axis": (
+        CASES["REVERSE_V2"][0],
+        [[2, 0]],
+        "its input 0 of shape [2, 0] is empty after the reversed axis 0",
+    ),
+    "REVERSE_V2 of an input empty two dimensions after the axis": (
+        CASES["REVERSE_V2"][0],
+        [[5, 1, 0]],
+        "its input 0 of shape [5, 1, 0] is empty after the reversed axis 0",
+    ),
+    "MATRIX_SET_DIAG diagonal of one matrix for two": (
+        CASES["MATRIX_SET_DIAG"][0],
+        [[2, 4, 4], [4]],
+        "its diagonal 1 of shape [4] has 4 values, but its input 0 of shape [2, 4, 4] needs 8 (shape [2, 4]",
+    ),
+    "MATRIX_SET_DIAG empty diagonal": (
+        CASES["MATRIX_SET_DIAG"][0],
+        [[3, 3], [0]],
+        "its diagonal 1 of shape [0] has 0 values, but its input 0 of shape [3, 3] needs 3 (shape [3]",
+    ),
+    "REVERSE_SEQUENCE second length past the sequence": (
+        CASES["REVERSE_SEQUENCE"][0],
+        [[2, 1]],
+        "its sequence lengths [1, 2] (tensor 1) go past the sequence dimension 1 of its input 0 (shape [2, 1], "
+        "1 steps); each length must be at most 1",
+    ),
+    "SELECT condition resized to x's shape after a 1-D one": (
+        CASES["SELECT"][0],
+        [[2, 3], [2, 3], [2, 3]],
+        "its condition, x and y would all have shape [2, 3], but the model gives the condition shape [2] for x of "
+        "shape [2, 3], so TFLite's SELECT picks whole rows of x and y and keeps doing so after a resize",
+    ),
+    "SELECT 1-D condition and scalar x and y": (
+        CASES["SELECT"][0],
+        [[5], [], []],
+        "its condition 0 of shape [5] is 1-D but x 1 is a scalar",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(EVAL_CRASHERS))
+def test_shapes_whose_eval_crashes_every_runtime_raise_shape_error(case):
+    """Never given to a runtime here (each can take this process down); measured in child processes:
+    SIGSEGV for REVERSE_V2, MATRIX_SET_DIAG's empty diagonal, REVERSE_SEQUENCE's long lengths and
+    SELECT's resized condition ([20, 30] and up; [2, 3] returns wrong values), out-of-bounds reads
+    (garbage values) for a short diagonal, and for SELECT's scalar x whatever the heap holds past
+    x's dims (Prepare refuses, or RankOneSelect writes past the output)."""
+    data, shapes, message = EVAL_CRASHERS[case]
+    with pytest.raises(ShapeError, match=re.escape(message)):
+        _inferred(data, shapes)
+    ours = oo.Interpreter(model_content=data)
+    for d, s in zip(ours.get_input_details(), shapes):
+        ours.resize_tensor_input(d["index"], s)
+    with pytest.raises(ShapeError, match=re.escape(message)):
+        ours.allocate_tensors()
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            _model(
+                "REVERSE_SEQUENCE",
+                _x([2, 3]),
+                {"n": np.array([1, 100000000], i32)},
+                [([2, 3], f32)],
+                {"seq_dim": 1, "batch_dim": 0},
+            ),
+            "its sequence lengths [1, 100000000] (tensor 1) go past the sequence dimension 1",
+        ),
+        (
+            _model("REVERSE_V2", _x([2, 0]), {"a": np.array([-2], i32)}, [([2, 0], f32)]),
+            "its input 0 of shape [2, 0] is empty after the reversed axis 0",
+        ),
+    ],
+    ids=["REVERSE_SEQUENCE", "REVERSE_V2"],
+)
+def test_eval_crashers_in_the_models_own_shapes_are_refused_at_the_first_allocation(data, message):
+    """The declared shapes go through the same rules (invoke() needs allocate_tensors() first)."""
+    it = oo.Interpreter(model_content=data)
+    with pytest.raises(ShapeError, match=re.escape(message)):
+        it.allocate_tensors()
+
+
+def _run(data, *arrays):
+    it = oo.Interpreter(model_content=data)
+    for d, a in zip(it.get_input_details(), arrays):
+        it.resize_tensor_input(d["index"], list(a.shape))
+    it.allocate_tensors()
+    for d, a in zip(it.get_input_details(), arrays):
+        it.set_tensor(d["index"], a)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+def test_the_eval_crashers_neighbours_run_and_give_numpys_values():
+    """What those rules leave alone runs, with the values of the ops' definitions."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 3)).astype(f32)
+    np.testing.assert_array_equal(_run(CASES["REVERSE_V2"][0], x), np.flip(x, 0))
+    assert _run(CASES["REVERSE_V2"][0], np.zeros((0, 3), f32)).shape == (0, 3)
+    assert _run(CASES["REVERSE_V2 last axis"][0], np.zeros((2, 0), f32)).shape == (2, 0)
+    # MATRIX_SET_DIAG: a diagonal of batch * min(rows, columns) values, one row per matrix.
+    m, d = rng.standard_normal((2, 3, 4)).astype(f32), rng.standard_normal((2, 3)).astype(f32)
+    want = m.copy()
+    for k in range(3):
+        want[:, k, k] = d[:, k]
+    np.testing.assert_array_equal(_run(CASES["MATRIX_SET_DIAG"][0], m, d), want)
+    # REVERSE_SEQUENCE: lengths up to the whole sequence (1 and 3 of 3).
+    rs = _model(
+        "REVERSE_SEQUENCE", _x([2, 3]), {"n": np.array([1, 3], i32)}, [([2, 3], f32)], {"seq_dim": 1, "batch_dim": 0}
+    )
+    x = rng.standard_normal((2, 3)).astype(f32)
+    np.testing.assert_array_equal(_run(rs, x), np.stack([x[0], x[1, ::-1]]))
+    # SELECT: a scalar condition picks x or y whole; a 1-D one picks rows.
+    sel = CASES["SELECT"][0]
+    a, b = rng.standard_normal((3, 2)).astype(f32), rng.standard_normal((3, 2)).astype(f32)
+    c = np.array([True, False, True])
+    np.testing.assert_array_equal(_run(sel, c, a, b), np.where(c[:, None], a, b))
+    np.testing.assert_array_equal(_run(sel, np.array(False), a, b), b)
 
 
 def test_shape_gives_one_value_per_input_dimension():

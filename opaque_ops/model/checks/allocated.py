@@ -9,6 +9,7 @@ from ..shapes import infer_shapes
 from . import messages
 from .builtin_rules import SPLIT_AXIS
 from .limits import MAX_ELEMENTS, MAX_RANK, elements
+from .version_rules import check_version_rules
 
 
 def check_resize(info, tensor_index: int, shape) -> None:
@@ -46,7 +47,7 @@ def check_resize(info, tensor_index: int, shape) -> None:
         )
 
 
-def check_allocated_shapes(info, shape_of, planned=None) -> None:
+def check_allocated_shapes(info, shape_of, planned=None, version=None) -> None:
     """The rules of :func:`~opaque_ops.model.check_allocated`, run every time (nothing is kept).
 
     Parameters
@@ -58,6 +59,9 @@ def check_allocated_shapes(info, shape_of, planned=None) -> None:
         :func:`~opaque_ops.model.check_allocated`.
     planned : callable, optional
         As for :func:`~opaque_ops.model.check_allocated`.
+    version : str, optional
+        The runtime's ``TfLiteVersion()``, for the rules of one runtime's
+        kernels (:mod:`.version_rules`); None runs none of them.
 
     Raises
     ------
@@ -89,6 +93,7 @@ def check_allocated_shapes(info, shape_of, planned=None) -> None:
             _check_split_axis(sg, op, known)
         elif op.is_custom and op.op_name in RUNTIME_CUSTOM_OPS and op.custom_options:
             check_runtime_op_shapes(op, _runtime_options(op), known)
+    check_version_rules(sg, known, version)
 
 
 def _runtime_options(op) -> dict:

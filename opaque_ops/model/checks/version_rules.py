@@ -1,0 +1,133 @@
+"""Shapes and constants that an older runtime's builtin kernels mishandle in Eval, refused on those runtimes only.
+
+Each rule is a defect of TFLite 2.17.1's kernels (the default runtime) that
+2.23.0 and ai-edge-litert do not have: they run the same model and give the
+right answer, so the model is refused only where it would crash.  2.23.0 is
+the first runtime measured without them; a runtime older than that (one
+opaque_ops does not know, such as 2.18 to 2.22) is treated as 2.17.1 is.
+The rules read the shapes an allocation planned (after Prepare, before any
+Eval), so a kept verdict is keyed by the runtime like every other verdict of
+:func:`~opaque_ops.model.check_allocated`.
+
+Values given only at run time (a TOPK_V2 ``k`` or a BROADCAST_TO shape fed
+as an input) are not known here: those models are not checked.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...errors import ModelError
+from . import messages
+from .options import effective_options
+
+# The first runtime version measured without the defects below.
+FIXED_IN = (2, 23)
+
+
+def affected(version: str | None) -> bool:
+    """Whether a runtime of this ``TfLiteVersion()`` has the defects (False when it is not known)."""
+    if not version:
+        return False
+    try:
+        major, minor = (int(p) for p in version.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) < FIXED_IN
+
+
+def check_version_rules(sg, known, version: str | None) -> None:
+    """Refuse, on an affected runtime, the operators of subgraph 0 whose Eval would crash it.
+
+    Parameters
+    ----------
+    sg : SubgraphInfo
+        Subgraph 0.
+    known : callable
+        ``known(tensor index) -> tuple or None``: the shape the rules infer.
+    version : str or None
+        The runtime's ``TfLiteVersion()``; None: not known, nothing refused.
+    """
+    if not affected(version):
+        return
+    for op in sg.operators:
+        rule = None if op.is_custom else _RULES.get(op.op_name)
+        if rule is not None and len(op.inputs) >= 2 and min(op.inputs[:2]) >= 0:
+            rule(sg, op, known, version)
+
+
+def _broadcast_to(sg, op, known, version) -> None:
+    # tensorflow/lite/kernels/internal/reference/broadcast_to.h (BroadcastImpl)
+    # recurses over the input's dimensions up to the last one that broadcasts
+    # and copies output rows there; the output's dimensions are not looked
+    # at on the way down.  An input dimension of 1 broadcast to 0 before that
+    # last one still leads it to copy rows into the empty output (2.17.1:
+    # SIGSEGV, [1, 3] to [0, 2, 3]; 2.23.0 writes nothing there).
+    x, out = known(op.inputs[0]), known(op.outputs[0]) if op.outputs and op.outputs[0] >= 0 else None
+    if x is None or out is None or len(x) > len(out) or math.prod(out):
+        return
+    x = (1,) * (len(out) - len(x)) + tuple(x)
+    last = max((k for k, (a, b) in enumerate(zip(x, out)) if a != b), default=-1)
+    if last >= 0 and math.prod(x[:last]) > 0 and math.prod(out[last:]) > 0:
+        raise ModelError(
+            f"{messages.planned_operator(op)} broadcasts its input {op.inputs[0]} to {list(out)}, which is empty "
+            f"in a dimension before the last one it broadcasts; TFLite {version}'s BROADCAST_TO still copies "
+            "rows into that empty output and crashes the process (TFLite 2.23 runs it). Resize the input or "
+            "the target shape so that the output is not empty, or use TFLite 2.23"
+        )
+
+
+def _top_k(sg, op, known, version) -> None:
+    # tensorflow/lite/kernels/topk_v2.cc, TopContainer::push in 2.17.1: with
+    # k = 0 the first value of a row fills and empties the heap, and the
+    # second is compared with front() of the empty container and written
+    # before its start (heap corruption: "double free or corruption",
+    # SIGABRT).  A row of one value, or no rows, never gets there.
+    x, k = known(op.inputs[0]), sg.tensors[op.inputs[1]].array()
+    if x is None or not x or k is None or k.size != 1 or int(k.reshape(-1)[0]) != 0:
+        return
+    if x[-1] >= 2 and math.prod(x[:-1]) > 0:
+        raise ModelError(
+            f"{messages.planned_operator(op)} takes the top k = 0 (constant tensor {op.inputs[1]}) of rows of "
+            f"{x[-1]} values (input {op.inputs[0]} of shape {list(x)}); TFLite {version}'s TOPK_V2 corrupts "
+            "memory for k = 0 (TFLite 2.23 runs it). Use k of at least 1, or drop the operator: its outputs "
+            "are empty"
+        )
+
+
+def _conv_3d(sg, op, known, version) -> None:
+    # tensorflow/lite/kernels/conv3d.cc takes any dilation factor other than
+    # 1 to optimized_ops' DilatedIm2col3D
+    # (tensorflow/lite/kernels/internal/optimized/im2col_utils.h), which in
+    # 2.17.1 sizes the zeros it writes for each padded position by the
+    # input's depth (dimension 1) instead of its channels (dimension 4),
+    # fixed upstream since (im2col_utils_test.cc,
+    # DepthGreaterThanChannelsDoesNotOverflow).  Measured on 2.17.1: with
+    # SAME padding that pads, a depth above the channels writes past the
+    # buffer (valgrind: invalid writes; "double free or corruption",
+    # SIGABRT), a depth below leaves channels unset (wrong output); VALID
+    # padding, or depth equal to channels, runs right.
+    x, w = known(op.inputs[0]), known(op.inputs[1])
+    opts = effective_options(op)
+    if x is None or w is None or len(x) != 5 or len(w) != 5 or opts.get("padding") != "SAME" or x[1] == x[4]:
+        return
+    keys = (("stride_d", "dilation_d_factor"), ("stride_h", "dilation_h_factor"), ("stride_w", "dilation_w_factor"))
+    steps = [(opts.get(s, 1), opts.get(d, 1)) for s, d in keys]
+    if all(d == 1 for _, d in steps) or min(min(p) for p in steps) < 1:
+        return
+    pads = False
+    for k, (stride, dil) in enumerate(steps):
+        size = x[k + 1]
+        out = (size + stride - 1) // stride
+        pads |= (out - 1) * stride + (w[k] - 1) * dil + 1 > size
+    if pads:
+        raise ModelError(
+            f"{messages.planned_operator(op)} has SAME padding and dilations "
+            f"{[d for _, d in steps]} on an input {op.inputs[0]} of shape {list(x)} whose depth ({x[1]}) is not "
+            f"its channel count ({x[4]}); TFLite {version}'s dilated CONV_3D then writes past its buffer or "
+            "returns wrong values (TFLite 2.23 runs it). Use VALID padding (pad the input first), resize the "
+            "input, or use TFLite 2.23"
+        )
+
+
+_RULES = {"BROADCAST_TO": _broadcast_to, "TOPK_V2": _top_k, "CONV_3D": _conv_3d}

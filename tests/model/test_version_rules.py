@@ -1,0 +1,208 @@
+"""opaque_ops.model.checks.version_rules: what TFLite 2.17.1's kernels crash on, refused there and nowhere else.
+
+Each model is one builtin operator that 2.17.1 takes down in Eval (measured in
+child processes: BROADCAST_TO SIGSEGV, TOPK_V2 and CONV_3D SIGABRT on heap
+corruption) while 2.23.0 and ai-edge-litert run it with the values of the
+op's definition.  The rules are checked on given runtime versions (no runtime
+runs), then on the loaded runtime: refused where it has the defect, run and
+compared with numpy and ai-edge-litert where it has not.  Nothing here gives
+a crasher to an affected runtime.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import opaque_ops as oo
+from opaque_ops.errors import ModelError
+from opaque_ops.model import check_allocated, read_model
+from opaque_ops.model.checks.version_rules import affected
+from opaque_ops.runtime import runtime_info
+from tests.helpers.single_op import single_op_model
+
+litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
+
+f32, i32 = np.float32, np.int32
+
+
+def _conv3d_options(padding, strides, dilations) -> dict:
+    keys = ("stride_d", "stride_h", "stride_w", "dilation_d_factor", "dilation_h_factor", "dilation_w_factor")
+    return {"padding": padding, **dict(zip(keys, (*strides, *dilations)))}
+
+
+def _conv3d_model(x_shape, w, padding, strides, dilations) -> bytes:
+    return single_op_model(
+        "CONV_3D",
+        {"x": (x_shape, f32)},
+        {"w": w},
+        [([1, 1, 1, 1, w.shape[4]], f32)],
+        _conv3d_options(padding, strides, dilations),
+    )
+
+
+def _conv3d(x, w, padding, strides, dilations):
+    """CONV_3D by its definition: NDHWC input, [d, h, w, in, out] filter; SAME pads as TFLite's
+    padding.h (the odd one after)."""
+    pads, outs = [], []
+    for n, k, s, d in zip(x.shape[1:4], w.shape[:3], strides, dilations):
+        eff = (k - 1) * d + 1
+        out = -(-n // s) if padding == "SAME" else (n - eff) // s + 1
+        total = max((out - 1) * s + eff - n, 0)
+        pads.append((total // 2, total - total // 2))
+        outs.append(out)
+    xp = np.pad(x.astype(np.float64), [(0, 0), *pads, (0, 0)])
+    y = np.zeros((x.shape[0], *outs, w.shape[4]))
+    for a in range(w.shape[0]):
+        for b in range(w.shape[1]):
+            for c in range(w.shape[2]):
+                starts = (a * dilations[0], b * dilations[1], c * dilations[2])
+                win = xp[
+                    :,
+                    starts[0] : starts[0] + (outs[0] - 1) * strides[0] + 1 : strides[0],
+                    starts[1] : starts[1] + (outs[1] - 1) * strides[1] + 1 : strides[1],
+                    starts[2] : starts[2] + (outs[2] - 1) * strides[2] + 1 : strides[2],
+                ]
+                y += win @ w[a, b, c]
+    return y.astype(f32)
+
+
+_W = np.random.default_rng(3).standard_normal((3, 3, 3, 2, 4)).astype(f32)
+
+# name: (model, input shape, message on 2.17.1, the values of the op's definition for input x).
+CRASHERS = {
+    "BROADCAST_TO [1, 3] to [0, 2, 3]": (
+        single_op_model(
+            "BROADCAST_TO", {"x": ([1, 3], f32)}, {"s": np.array([0, 2, 3], i32)}, [([0, 2, 3], f32)], version=2
+        ),
+        [1, 3],
+        "operator 0 (BROADCAST_TO) broadcasts its input 0 to [0, 2, 3], which is empty in a dimension before the "
+        "last one it broadcasts; TFLite 2.17.1's BROADCAST_TO still copies rows",
+        lambda x: np.broadcast_to(x, (0, 2, 3)),
+    ),
+    "TOPK_V2 k = 0": (
+        single_op_model("TOPK_V2", {"x": ([2, 6], f32)}, {"k": np.array(0, i32)}, [([2, 0], f32), ([2, 0], i32)]),
+        [2, 6],
+        "operator 0 (TOPK_V2) takes the top k = 0 (constant tensor 1) of rows of 6 values (input 0 of shape [2, 6]); "
+        "TFLite 2.17.1's TOPK_V2 corrupts memory for k = 0",
+        lambda x: np.zeros((2, 0), f32),
+    ),
+    "CONV_3D SAME, dilation 2, stride 2": (
+        _conv3d_model([1, 6, 6, 6, 2], _W, "SAME", (2, 2, 2), (2, 2, 2)),
+        [1, 6, 6, 6, 2],
+        "operator 0 (CONV_3D) has SAME padding and dilations [2, 2, 2] on an input 0 of shape [1, 6, 6, 6, 2] whose "
+        "depth (6) is not its channel count (2); TFLite 2.17.1's dilated CONV_3D then writes past its buffer",
+        lambda x: _conv3d(x, _W, "SAME", (2, 2, 2), (2, 2, 2)),
+    ),
+}
+
+
+def _checked_on(data, version):
+    """check_allocated on the model's own input shapes, as on a runtime of that version."""
+    info = read_model(data)
+    sg = info.subgraphs[0]
+    given = {t: tuple(sg.tensors[t].shape) for t in sg.inputs}
+    config = () if version is None else ((version, "/some/libtensorflowlite_c.so"), False, 0)
+    check_allocated(info, given.get, config)
+
+
+@pytest.mark.parametrize("case", list(CRASHERS))
+def test_refused_on_runtimes_older_than_2_23_only(case):
+    data, _, message, _ = CRASHERS[case]
+    for version in ("2.17.1", "2.22.0"):
+        with pytest.raises(ModelError, match=re.escape(message.replace("2.17.1", version))):
+            _checked_on(data, version)
+    for version in ("2.23.0", "2.24.1", "3.0.0", None):
+        _checked_on(data, version)  # the runtime's own kernels, or an unknown runtime: nothing refused
+
+
+def _outputs(it, x):
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+@pytest.mark.parametrize("case", list(CRASHERS))
+def test_on_the_loaded_runtime_refused_or_run_like_ai_edge_litert(case):
+    data, shape, message, want = CRASHERS[case]
+    version = runtime_info().version
+    it = oo.Interpreter(model_content=data)
+    if affected(version):
+        with pytest.raises(ModelError, match=re.escape(message.replace("2.17.1", version))):
+            it.allocate_tensors()
+        return
+    x = np.random.default_rng(5).standard_normal(shape).astype(f32)
+    ours = _outputs(it, x)
+    theirs = _outputs(litert.Interpreter(model_content=data), x)
+    assert [o.shape for o in ours] == [o.shape for o in theirs]
+    np.testing.assert_allclose(ours[0], want(x), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(theirs[0], want(x), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "data, shape, want",
+    [
+        # An empty output whose empty dimension comes after the broadcast one: nothing is copied.
+        (
+            single_op_model(
+                "BROADCAST_TO", {"x": ([2, 1, 3], f32)}, {"s": np.array([2, 0, 3], i32)}, [([2, 0, 3], f32)], version=2
+            ),
+            [2, 1, 3],
+            lambda x: [np.broadcast_to(x, (2, 0, 3))],
+        ),
+        (
+            single_op_model(
+                "BROADCAST_TO", {"x": ([1, 3], f32)}, {"s": np.array([2, 3], i32)}, [([2, 3], f32)], version=2
+            ),
+            [1, 3],
+            lambda x: [np.broadcast_to(x, (2, 3))],
+        ),
+        # k = 0 on rows of one value never reaches the empty heap; k = 1 is the largest of each row.
+        (
+            single_op_model("TOPK_V2", {"x": ([3, 1], f32)}, {"k": np.array(0, i32)}, [([3, 0], f32), ([3, 0], i32)]),
+            [3, 1],
+            lambda x: [np.zeros((3, 0), f32), np.zeros((3, 0), i32)],
+        ),
+        (
+            single_op_model("TOPK_V2", {"x": ([2, 6], f32)}, {"k": np.array(1, i32)}, [([2, 1], f32), ([2, 1], i32)]),
+            [2, 6],
+            lambda x: [x.max(axis=1, keepdims=True), x.argmax(axis=1)[:, None].astype(i32)],
+        ),
+        # Dilated CONV_3D with VALID padding, or with depth equal to channels, and SAME undilated.
+        (
+            _conv3d_model([1, 6, 6, 6, 2], _W, "VALID", (1, 2, 1), (2, 1, 2)),
+            [1, 6, 6, 6, 2],
+            lambda x: [_conv3d(x, _W, "VALID", (1, 2, 1), (2, 1, 2))],
+        ),
+        (
+            _conv3d_model([1, 2, 5, 4, 2], _W, "SAME", (1, 2, 1), (2, 2, 1)),
+            [1, 2, 5, 4, 2],
+            lambda x: [_conv3d(x, _W, "SAME", (1, 2, 1), (2, 2, 1))],
+        ),
+        (
+            _conv3d_model([1, 6, 6, 6, 2], _W, "SAME", (2, 2, 2), (1, 1, 1)),
+            [1, 6, 6, 6, 2],
+            lambda x: [_conv3d(x, _W, "SAME", (2, 2, 2), (1, 1, 1))],
+        ),
+    ],
+    ids=[
+        "BROADCAST_TO empty after",
+        "BROADCAST_TO",
+        "TOPK_V2 k=0 rows of one",
+        "TOPK_V2 k=1",
+        "CONV_3D VALID dilated",
+        "CONV_3D SAME depth=channels",
+        "CONV_3D SAME undilated",
+    ],
+)
+def test_neighbours_run_on_every_runtime_with_the_ops_values(data, shape, want):
+    """What the rules leave alone runs on the loaded runtime, with the values of the op's definition."""
+    _checked_on(data, "2.17.1")
+    x = np.random.default_rng(9).standard_normal(shape).astype(f32)
+    got = _outputs(oo.Interpreter(model_content=data), x)
+    for g, w in zip(got, want(x)):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
