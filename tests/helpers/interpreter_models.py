@@ -130,3 +130,33 @@ def two_subgraph_model() -> bytes:
     """
     first = _plus(1, [1, 4], "x", "y", "first")
     return join_with_signature(first, _plus(2, [1, 6], "inp", "out", None), "second", {"inp": 0}, {"out": 2})
+
+
+def add_mul_model(signature: bool = False, state: bool = False) -> bytes:
+    """y = (x + x) * (x + x) on float32 [1, 4] (signature [1, -1]); without ``state``, x is index 0, a 1, y 2.
+
+    At MUL, x (a graph input, alive all the run), the intermediate and the
+    output are live together: the memory tests' arena is three times x.
+    ``signature`` adds "serving_default" (x_in -> y_out); ``state`` puts a
+    variable first (v, then w = v + v, a second output).
+    """
+    b = ModelBuilder()
+    if state:
+        # A variable, first of the tensors, used apart (v + v): TFLite keeps it
+        # in its persistent arena, not beside x, the intermediate and y.
+        v = b.add_tensor("v", [1, 1], np.float32, is_variable=True)
+        w = b.add_tensor("w", [1, 1], np.float32)
+    # (The -1 lets a signature runner resize it; the Interpreter resizes any input.)
+    x = b.add_tensor("x", [1, 4], np.float32, shape_signature=[1, -1])
+    a = b.add_tensor("a", [1, 4], np.float32, shape_signature=[1, -1])
+    y = b.add_tensor("y", [1, 4], np.float32, shape_signature=[1, -1])
+    b.add_op("ADD", [x, x], [a])
+    b.add_op("MUL", [a, a], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    if state:
+        b.add_op("ADD", [v, v], [w])
+        b.set_outputs([y, w])
+    if signature:
+        b.add_signature("serving_default", inputs={"x_in": x}, outputs={"y_out": y})
+    return b.build()

@@ -22,7 +22,7 @@ import pytest
 
 from opaque_ops.model import ModelBuilder
 from tests.helpers.child_process import crashed, run_child
-from tests.helpers.interpreter_models import join_with_signature
+from tests.helpers.interpreter_models import add_mul_model, join_with_signature
 
 ELEMENTS = 1 << 28  # float32: 1 GiB per tensor
 
@@ -137,31 +137,6 @@ def test_in_an_isolated_worker_it_is_the_same_exception_not_a_crash():
 # for a lower bound of the new arena first (model/arena.py).
 
 
-def _add_mul_model(signature: bool = False, state: bool = False) -> bytes:
-    # y = (x + x) * (x + x): at MUL, x (a graph input, alive all the run),
-    # the intermediate and the output are live together.
-    b = ModelBuilder()
-    if state:
-        # A variable, first of the tensors, used apart (v + v): TFLite keeps it
-        # in its persistent arena, not beside x, the intermediate and y.
-        v = b.add_tensor("v", [1, 1], np.float32, is_variable=True)
-        w = b.add_tensor("w", [1, 1], np.float32)
-    # (The -1 lets a signature runner resize it; the Interpreter resizes any input.)
-    x = b.add_tensor("x", [1, 4], np.float32, shape_signature=[1, -1])
-    a = b.add_tensor("a", [1, 4], np.float32, shape_signature=[1, -1])
-    y = b.add_tensor("y", [1, 4], np.float32, shape_signature=[1, -1])
-    b.add_op("ADD", [x, x], [a])
-    b.add_op("MUL", [a, a], [y])
-    b.set_inputs([x])
-    b.set_outputs([y])
-    if state:
-        b.add_op("ADD", [v, v], [w])
-        b.set_outputs([y, w])
-    if signature:
-        b.add_signature("serving_default", inputs={"x_in": x}, outputs={"y_out": y})
-    return b.build()
-
-
 GROW = """
 import resource, sys
 import numpy as np
@@ -209,7 +184,7 @@ print("large ok:", np.array_equal(it.get_tensor(y), (v + v) * (v + v)), flush=Tr
 
 
 def test_a_growing_arena_that_cannot_be_had_is_refused_and_the_interpreter_lives():
-    data = _add_mul_model().hex()
+    data = add_mul_model().hex()
     for mode in ("reference", "xnnpack"):
         p = run_child(GROW, data, mode, "guarded", timeout=120)
         assert p.returncode == 0, crashed(p)
@@ -234,7 +209,7 @@ def test_without_the_guard_the_2_17_runtime_dies_there():
     # What the guard is for (and that the test above would see it gone).
     import opaque_ops as oo
 
-    p = run_child(GROW, _add_mul_model().hex(), "reference", "unguarded", timeout=120)
+    p = run_child(GROW, add_mul_model().hex(), "reference", "unguarded", timeout=120)
     if oo.runtime_info().version.startswith("2.17."):
         assert p.signal == 11 and "allocated" not in p.stdout, crashed(p)
     else:
@@ -260,7 +235,7 @@ def test_isolated_and_through_a_signature_runner_it_is_the_same_refusal():
 
     refused = r"need at least \d+ bytes .*Nothing was allocated"
     v = np.array([[-2.0, 0.5, 1.0, 3.0]], np.float32)
-    it = oo.Interpreter(model_content=_add_mul_model(True), isolate=True, memory_limit="2G", use_xnnpack=False)
+    it = oo.Interpreter(model_content=add_mul_model(True), isolate=True, memory_limit="2G", use_xnnpack=False)
     it.allocate_tensors()
     x, y = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
     it.resize_tensor_input(x, [1, 2**31 - 1])
@@ -334,7 +309,7 @@ def test_a_shape_that_fits_the_arena_already_there_is_not_refused(state):
     # (With a variable first among the tensors, the arena was looked for
     # around it, in the persistent arena: the same shapes were refused.)
     for mode in ("reference", "xnnpack"):
-        p = run_child(SHRINK, _add_mul_model(state=state).hex(), mode, timeout=120)
+        p = run_child(SHRINK, add_mul_model(state=state).hex(), mode, timeout=120)
         assert p.returncode == 0, crashed(p)
         for shape in ("[1, 8388608]", "[16777216, 1]", "[1, 16777216]"):
             assert f"{shape} ok: True" in p.stdout, p.stdout
@@ -784,7 +759,7 @@ print("kept:", sorted(repr(key[1]) for key in it._info.verdicts["store"]._alloca
 
 @pytest.mark.parametrize("target", ["main", "second"])
 def test_a_failed_xnnpack_reshape_names_memory_closes_the_interpreter_and_keeps_no_verdict(target, tmp_path):
-    data = (_add_mul_model() if target == "main" else _two_subgraph_model()).hex()
+    data = (add_mul_model() if target == "main" else _two_subgraph_model()).hex()
     env = {"OPAQUE_OPS_VERDICT_CACHE": str(tmp_path)}
     p = run_child(XNNPACK_FAILED, data, target, timeout=120, env=env)
     assert p.returncode == 0, crashed(p)

@@ -17,8 +17,8 @@ import pytest
 
 import opaque_ops as oo
 from tests.helpers.atan import MACRO_ATAN
+from tests.helpers.interpreter_models import add_mul_model
 from tests.helpers.simd_cases import _model
-from tests.interpreter.test_tensor_memory import _add_mul_model
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 HUGE = [1, 2**31 - 1]  # 8 GiB per float32 tensor
@@ -36,7 +36,7 @@ def _run(it, v=V) -> bytes:
 
 @pytest.mark.parametrize("mode", ["xnnpack", "reference"])
 def test_an_isolated_resize_past_the_limit_is_refused_and_the_interpreter_stays_usable(mode):
-    data = _add_mul_model(signature=True)
+    data = add_mul_model(signature=True)
     xnnpack = mode == "xnnpack"
     local = oo.Interpreter(model_content=data, use_xnnpack=xnnpack)
     expected = _run(local)
