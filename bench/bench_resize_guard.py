@@ -4,7 +4,7 @@
 
 A chain of 50 or 250 ADD / MUL / TANH operators, its input resized between
 [1, 8] and [1, 16] before every call (resize, allocate, set, invoke), with
-the guard (``Interpreter._refuse_unaffordable``, README: TensorMemoryError)
+the guard (``arena_guard.refuse_unaffordable``, README: TensorMemoryError)
 and with it replaced by a no-op in the same process, XNNPACK off and on.
 Rounds alternate the two, and each figure is the best round's mean per
 call, in µs.  Numbers only, no assertions.
@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 import opaque_ops as oo
+from opaque_ops.interpreter import arena_guard
 from opaque_ops.model import ModelBuilder
 
 
@@ -55,9 +56,9 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    guard = oo.Interpreter._refuse_unaffordable
+    guard = arena_guard.refuse_unaffordable
 
-    def no_guard(self, *args):
+    def no_guard(*args):
         return None
 
     print("operators  xnnpack  guarded  no guard  (µs per call)")
@@ -70,10 +71,10 @@ def main() -> None:
             try:
                 for _ in range(args.rounds):
                     for label, fn in (("guarded", guard), ("no guard", no_guard)):
-                        oo.Interpreter._refuse_unaffordable = fn
+                        arena_guard.refuse_unaffordable = fn
                         best[label] = min(best[label], per_call(it, args.calls))
             finally:
-                oo.Interpreter._refuse_unaffordable = guard
+                arena_guard.refuse_unaffordable = guard
                 it.close()
             print(f"{n_ops:9d}  {'on' if xnnpack else 'off':7s}  {best['guarded']:7.0f}  {best['no guard']:8.0f}")
 

@@ -758,7 +758,7 @@ class NativeSignatureRunner:
 
         A signature runner's inputs and outputs are the only tensors of a
         subgraph other than 0 that the C API reaches: the growing-arena guard
-        (``Interpreter._refuse_unaffordable``) sees that subgraph through them.
+        (``interpreter.arena_guard.refuse_unaffordable``) sees that subgraph through them.
         """
         lib = self.rt.lib
         get = lib.TfLiteSignatureRunnerGetOutputTensor if output else lib.TfLiteSignatureRunnerGetInputTensor

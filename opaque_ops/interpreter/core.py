@@ -13,7 +13,7 @@ runners and its ``tensor()`` accessors guarantees):
   and ``model.check_allocated`` after every allocation (also a failed one,
   so that its ``ModelError`` does not depend on the runtime version: then on
   the shapes no Prepare left stale, with no verdict kept, see
-  :meth:`Interpreter._failed_allocation`), and drops the cached views of the
+  :func:`.arena_guard.failed_allocation`), and drops the cached views of the
   set/get fast path.
 - **Constants are read-only.**  They live in the caller's model bytes.
 """
@@ -24,9 +24,8 @@ import enum
 import functools
 import os
 import pickle
-import re
 import weakref
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -43,16 +42,12 @@ from ..errors import (
     ResizeError,
     TensorMemoryError,
     TFLiteError,
-    UnresolvedOpsError,
     UnsupportedError,
 )
 from ..model import cache as model_cache
 from ..model import check_allocated
 from ..model.cache import checked_model
 from ..model.reader import unusable_model
-
-# Custom ops that TFLite's own builtin resolver provides (and their option rules).
-from ..model.runtime_ops import RUNTIME_CUSTOM_OPS as _RUNTIME_CUSTOM_OPS  # noqa: E402
 from ..ops.provider import OpProvider, not_an_op_provider
 from . import fast_calls as _fast
 from . import fork_guard as _fork
@@ -103,12 +98,6 @@ def check_num_threads(num_threads) -> None:
             "only wait for each other and so many can stall invoke() for minutes. Pass at most "
             f"{MAX_NUM_THREADS}, e.g. num_threads=os.cpu_count() ({os.cpu_count()} here)"
         )
-
-
-# The op TFLite names when it cannot resolve one.  A pattern, compiled on
-# first use by re's own cache: only an error needs it, and compiling it at
-# every import cost 0.1 ms.
-_UNRESOLVED = r"unresolved custom op: ([^\s.]+(?:\.[^\s.]+)*?)\.?(?:\s|$)"
 
 
 _ndarray = np.ndarray  # one global load on the set_tensor fast path
@@ -213,14 +202,9 @@ def _as_delegates(experimental_delegates) -> list:
 # Tensors for which preserved buffers are made (kTfLiteArenaRw): what the
 # arena planner would otherwise let later tensors overwrite.
 _ARENA_RW = 2
-# What the runtime's error reporter says when XNNPACK's reshape of a
-# partition failed (tensorflow/lite/delegates/xnnpack/xnnpack_delegate.cc;
-# the same in 2.17 and 2.23), and what TFLite says of a custom allocation too
-# small for a new shape (experimental_preserve_all_tensors replaces it).
-_XNNPACK_RESHAPE = "XNNPack delegate failed to reshape runtime"
+# What TFLite says of a custom allocation too small for a new shape
+# (experimental_preserve_all_tensors replaces it).
 _TOO_SMALL = "custom allocation is too small"
-# TFLite's message for any node whose Prepare failed (subgraph.cc).
-_FAILED_NODE = r"Node number (\d+) \([^)]*\) failed to prepare"
 
 
 class Interpreter:
@@ -474,7 +458,7 @@ class Interpreter:
         self._views: weakref.WeakSet = weakref.WeakSet()
         self._input_positions = {idx: pos for pos, idx in enumerate(native.input_indices())}
         # String inputs of subgraph 0: each invoke checks they hold strings
-        # (see _tensors.refuse_unset_strings), so such a model runs its invoke
+        # (see strings.refuse_unset_strings), so such a model runs its invoke
         # in Python, never the C fast call.  Asked of the runtime: a start
         # whose verdict is on disk does not read the model's tensors.
         self._string_inputs = tuple(
@@ -487,15 +471,15 @@ class Interpreter:
         self._allocated = False
         # Inputs resized since their subgraph's last allocation ({subgraph:
         # {tensor index: shape}}, a subgraph only while it has some): its next
-        # allocation may grow its arena (_refuse_unaffordable).  Each subgraph
+        # allocation may grow its arena (arena_guard.refuse_unaffordable).  Each subgraph
         # has an arena of its own.
         self._resized: dict[int, dict[int, tuple]] = {}
-        # (subgraph, input shapes) -> that arena's lower bound (_refuse_unaffordable)
+        # (subgraph, input shapes) -> that arena's lower bound (arena_guard.refuse_unaffordable)
         self._bounds: dict[tuple, int] = {}
         self._planned: set[int] = set()
         # {subgraph: {input tensor index: shape}} at its last successful
         # allocation: after XNNPACK's reshape fails, whether any input grew
-        # since (see _failed_allocation).
+        # since (see arena_guard.failed_allocation).
         self._allocated_inputs: dict[int, dict[int, tuple | None]] = {}
         self._layout_version = -1
         # tensor index -> (numpy view, dtype, shape) of writable arena
@@ -635,72 +619,13 @@ class Interpreter:
         if status == 0:
             return
         if status == 7 or any("unresolved custom op" in m.lower() for m in msgs):
-            raise self._unresolved(msgs)
+            from .unresolved_ops import unresolved_error  # only a model with a missing op needs it
+
+            raise unresolved_error(self, msgs)
         detail = "\n  ".join(msgs) if msgs else _native.STATUS_NAMES.get(status, f"status {status}")
         if status == 8:
             raise KeyboardInterrupt(f"{what} was cancelled")
         raise KernelError(f"{what} failed: {detail}", status=status, messages=msgs)
-
-    def _unresolved(self, msgs):
-        names = set()
-        for m in msgs:
-            names.update(re.findall(_UNRESOLVED, m, re.IGNORECASE))
-        registered = sorted({op for lib in self._libs for op in lib.ops})
-        # TFLite names only the first op it could not resolve; the others are
-        # the model's custom ops that neither we nor the runtime provide.
-        provided = set(registered)
-        missing = [
-            (n, v)
-            for n, v in self._info.custom_ops()
-            if n in names or ((n, v) not in provided and n not in _RUNTIME_CUSTOM_OPS)
-        ]
-        missing += [(n, 0) for n in sorted(names - {n for n, _ in missing})]
-        miss = ", ".join(f"{n} v{v}" for n, v in missing)
-        reg = ", ".join(f"{n} v{v}" for n, v in registered) or "none"
-        hint = ""
-        reg_names = {n for n, _ in registered}
-        if any(n in reg_names for n, _ in missing):
-            hint = " An op with that name is registered under another version: the op version must match the model's."
-        lower = {n.lower(): n for n in reg_names}
-        for n, _ in missing:
-            if n not in reg_names and n.lower() in lower:
-                hint += (
-                    f" {lower[n.lower()]!r} differs from {n!r} only in case: {self._rename_hint(lower[n.lower()], n)}"
-                )
-        hint += _xnnpack.unresolved_hint(n for n, _ in missing)
-        return UnresolvedOpsError(
-            f"the model needs custom ops that no library provides: {miss}. Registered: {reg}.{hint} "
-            "Pass a library that provides them in custom_ops=[...].",
-            missing=missing,
-            registered=registered,
-            messages=msgs,
-        )
-
-    def _rename_hint(self, registered: str, wanted: str) -> str:
-        """How to register ``registered`` under the model's name ``wanted``.
-
-        The fix depends on where the name came from: a guide-style factory
-        named in ``compile_ops(ops=...)`` is renamed there, but an
-        ``OPAQUE_OP("NAME", ...)`` line (or a prebuilt library) fixes the name in
-        C, and ``ops=`` cannot rename it (it only exports factories).
-        """
-        for lib in self._libs:
-            origin = getattr(lib, "_origin", None) or ("load",)
-            if registered not in {n for n, _ in lib.ops}:
-                continue
-            if origin[0] == "compile" and registered in (origin[2].get("ops") or {}):
-                factory = origin[2]["ops"][registered]
-                return (
-                    f"name it as the model does in compile_ops(ops={{{wanted!r}: {factory!r}}}) "
-                    f"instead of {registered!r}."
-                )
-            if origin[0] == "kernel":
-                break
-            return (
-                f'the kernel declares {registered!r} itself: change its OPAQUE_OP("{registered}", ...) '
-                f'line to OPAQUE_OP("{wanted}", ...) in the C source and build it again.'
-            )
-        return f"register the op under the model's name {wanted!r}."
 
     # ------------------------------------------------ the one path that moves memory
     def _reshape(
@@ -785,21 +710,29 @@ class Interpreter:
         if self._resized:
             resized = self._resized.get(graph.subgraph)
             if resized:
-                self._refuse_unaffordable(native, graph, resized, what)
+                # The guard and the failed-allocation explanation are imported
+                # when first needed (a resize, a failure), not at every start.
+                from . import arena_guard
+
+                arena_guard.refuse_unaffordable(self, native, graph, resized, what)
         status = graph.allocate()
         if status == 0:
             self._refuse_unbacked(native, graph)
         preserve = self._preserve and graph.subgraph == 0
         # A failed allocation is explained before anything reads its shapes
-        # (see _failed_allocation).  The one failure preserve_all_tensors
-        # repairs itself, a custom allocation too small for a new shape, is
-        # left to it, and explained only if it stays.
+        # (see arena_guard.failed_allocation).  The one failure
+        # preserve_all_tensors repairs itself, a custom allocation too small
+        # for a new shape, is left to it, and explained only if it stays.
         if status != 0 and not (preserve and any(_TOO_SMALL in m.lower() for m in native.sink)):
-            self._failed_allocation(native, graph, status, what)
+            from . import arena_guard  # (a failure: imported only now, as above)
+
+            arena_guard.failed_allocation(self, native, graph, status, what)
         if preserve:
             status = self._preserve_tensors(native, status)
             if status != 0:
-                self._failed_allocation(native, graph, status, what)
+                from . import arena_guard  # (as above)
+
+                arena_guard.failed_allocation(self, native, graph, status, what)
         # Which tensors of subgraph 0 are planned, in one C call, for the
         # checks and the dynamic-tensor flag below (a plain Interpreter with
         # the fast calls module; None: both ask the runtime tensor by tensor).
@@ -827,217 +760,22 @@ class Interpreter:
             self._moves = planned[1] if planned is not None else native.has_dynamic_tensor()
         self._fast_sync()
 
-    def _failed_allocation(self, native, graph: _Graph, status: int, what: str) -> NoReturn:
-        """Raise what an allocation the runtime refused means, for every subgraph and every path.
+    def _seen(self, native, graph: _Graph) -> tuple:
+        """``(model, shape_of, in_arena, room)``: ``graph``'s subgraph as the checks and the arena guard see it.
 
-        The one explanation of a failed ``AllocateTensors``: the
-        interpreter's ``allocate_tensors()``, a signature runner's, and a
-        call that resizes (either's), in process and in an isolated worker
-        (all go through :meth:`_allocate_locked`).  In order:
-
-        - XNNPACK's reshape failed ("XNNPack delegate failed to reshape
-          runtime") where it may keep sizes it planned no memory for
-          (:meth:`_xnnpack_left_unplanned`): a later reshape to a shape no
-          larger than those does not plan again, and the next invoke writes
-          past its workspace (a SIGSEGV after a smaller, "successful"
-          allocation).  The C API cannot make it plan again, so the
-          interpreter is closed, and the exception below says so.  (A
-          too-short input XNNPACK refuses grows nothing: the interpreter
-          stays usable);
-        - memory: the runtime said nothing (TFLite 2.23 reports a failed
-          arena only as ``kTfLiteError``), or XNNPACK's reshape failed, and
-          even a lower bound of the arena cannot be had
-          (:meth:`_arena_shortfall`): TensorMemoryError;
-        - the shape rules refuse the shapes (ModelError, as on a runtime
-          that would have allocated them): they are asked, where memory is
-          not why, with only the shapes no Prepare left stale (the inputs,
-          the variables, the outputs of the nodes before the one that
-          failed; see :meth:`_check_allocated`), and the verdict is not
-          kept;
-        - otherwise the runtime's own error (KernelError, with its messages).
-
-        Called with the call lock held.
+        Subgraph 0 is seen whole through the native interpreter.  The C API
+        reaches another subgraph's tensors only through its signature
+        (``graph.shape_of`` and ``graph.arena``): those shapes are known, the
+        rest are "unknown" (None) and count as outside the arena.  ``model``
+        is the model with that subgraph as subgraph 0 (:meth:`_rooted`);
+        ``shape_of(t)`` the planned shape of tensor ``t`` or None;
+        ``in_arena(t, placed)`` and ``room(indices)`` as
+        ``NativeInterpreter.in_arena`` and ``NativeInterpreter.arena_room``.
         """
-        msgs = [m for m in native.sink if m.strip()]
-        reshape_failed = any(_XNNPACK_RESHAPE in m for m in msgs)
-        # Only where the runtime said nothing, or where XNNPACK failed for a
-        # reason it logs elsewhere (its allocation of a workspace): a
-        # kernel's own failure reports a message and keeps it.
-        shortfall = None
-        if status == 1 and (reshape_failed or not msgs):
-            shortfall = self._arena_shortfall(native, graph, half_planned=reshape_failed)
-        # The shape rules, asked where memory is not why.
-        refusal = None
-        if shortfall is None:
-            try:
-                self._check_allocated(native, graph, failed=True, msgs=msgs)
-            except ModelError as err:
-                refusal = err
-        closed = ""
-        if reshape_failed and self._xnnpack_left_unplanned(
-            native,
-            graph,
-            shortfall is not None
-            or (
-                refusal is None and self._arena_shortfall(native, graph, half_planned=True, every_node=True) is not None
-            ),
-        ):
-            why = (
-                "XNNPACK kept the sizes of the reshape that failed and would not plan its memory again for "
-                "a shape up to them"
-            )
-            fix = "create a new one (with use_xnnpack=False a failed allocation leaves the interpreter usable)"
-            closed = f" {why}: this Interpreter was closed, {fix}"
-            self._let_go(f"this Interpreter was closed after {what} failed inside XNNPACK's reshape ({why}); {fix}")
-        if shortfall is not None:
-            nbytes, inputs = shortfall
-            native.sink.take()
-            said = f"XNNPACK said only {msgs[0]!r}" if reshape_failed else "it reports that only as 'error'"
-            then = (
-                closed
-                if closed
-                else " Nothing was allocated and the interpreter is still usable: resize the input to a "
-                "smaller shape and call allocate_tensors() again, or raise the process's memory limit "
-                "(with isolate=True, the memory_limit=... of the Interpreter)"
-            )
-            raise TensorMemoryError(
-                f"{what}: the runtime could not allocate its tensor arena ({said}): "
-                f"with its inputs as they are ({inputs}) this model needs at least {nbytes} bytes "
-                f"({nbytes / 2**30:.2f} GiB) of tensor memory in one block, and this process cannot get that "
-                f"much now.{then}"
-            )
-        if refusal is not None:
-            native.sink.take()
-            pending = _native.pop_pending_exception()
-            if pending is not None and refusal.__context__ is None:
-                refusal.__context__ = pending
-            if closed:
-                raise type(refusal)(str(refusal).rstrip(".") + "." + closed) from None
-            raise refusal
-        try:
-            self._check(status, what, native)
-        except KernelError as err:
-            if closed:
-                raise KernelError(
-                    str(err).rstrip(".") + "." + closed, status=err.status, messages=err.messages
-                ) from None
-            raise
-        # (_check raises for every status but 0, which is not a failure.)
-        raise KernelError(f"{what} failed: status {status}", status=status)  # pragma: no cover
-
-    def _stopped_early(self, native, graph: _Graph) -> bool:
-        """Whether ``graph``'s allocation stops before its last node: an operator output is dynamic.
-
-        TFLite then prepares and allocates the rest during ``invoke``, so an
-        arena bound counts the inputs only.  Subgraph 0's outputs are asked of
-        the runtime; another subgraph's, through its signature (graph.arena).
-        """
-        if graph.subgraph != 0:
-            return graph.arena.stops()
-        return any(
-            (ref := native.tensor(t)) is not None and ref.is_dynamic()
-            for op in self._info.subgraphs[0].operators
-            for t in op.outputs
-            if t >= 0
-        )
-
-    def _refuse_unaffordable(self, native, graph: _Graph, resized: dict, what: str) -> None:
-        """Before an allocation after a resize: TensorMemoryError if the arena's new size cannot be had.
-
-        TFLite 2.17 does not check its arena's allocation, and a growing
-        arena copies its old contents into the new block: a failure there is
-        a SIGSEGV inside ``AllocateTensors``, before :meth:`_refuse_unbacked`
-        can look.  So a lower bound of what it will ask for
-        (:func:`..model.arena.arena_lower_bound`) is asked of ``malloc``
-        first (an impossible size fails at once, a possible one is freed
-        untouched).  Nothing has been allocated when this raises: the
-        interpreter stays usable (resize back, allocate again).  Called with
-        the call lock held, for every subgraph (each has its own arena):
-        ``graph`` is the one about to be allocated, ``resized`` its inputs
-        resized since its last allocation (``{tensor index: shape}``).
-
-        The bound's shape rules also raise their ShapeError here when they
-        refuse the inputs as resized (see ``refuse`` below), before the
-        runtime is asked.
-        """
-        from ..model.arena import arena_lower_bound  # not at start-up
-
         k = graph.subgraph
-        sg = self._info.subgraphs[k]
-        # Subgraph 0 is seen whole through the interpreter; another one only
-        # through its signature's inputs and outputs (graph.arena), so only
-        # those count in its bound (the C API reaches no other tensor of it).
         if k == 0:
-            shape_of, in_arena, room = native.allocated_shape, native.in_arena, native.arena_room
-        else:
-            shape_of, in_arena, room = graph.shape_of, graph.arena.in_arena, graph.arena.room
-        shapes = {}
-        for t in sg.inputs:
-            s = shape_of(t) if t >= 0 else None
-            if s is not None:
-                shapes[t] = s
-        # The bound depends on the input shapes and on what the last
-        # allocation placed: kept per subgraph and set of input shapes, so
-        # that a loop that resizes between a few shapes computes it once per
-        # shape (it walks every operator: about 5 us each).  (Two runners
-        # of one subgraph may see different tensors of it: either's bound is
-        # a lower bound of the same arena.)
-        key = (k, tuple(sorted(shapes.items())))
-        nbytes = self._bounds.get(key)
-        if nbytes is None:
-            # Dynamic outputs at the last allocation: TFLite stops preparing
-            # at the first such operator and allocates the rest during
-            # invoke, so only the inputs count.  (Dynamic temporaries, as the
-            # reference MEAN's, do not stop it.)  A delegate other than
-            # XNNPACK may share its nodes' buffers: no per-node moments.
-            # (Without dynamic tensors at the last allocation, nothing stopped it.)
-            stops = (k != 0 or self._moves) and self._stopped_early(native, graph)
-            nbytes = arena_lower_bound(
-                self._info if k == 0 else self._rooted(k),
-                shapes,
-                in_arena,
-                end=not stops,
-                per_node=not self._delegates,
-                # Shapes the rules refuse are refused here, before the
-                # runtime sees them: XNNPACK's reshape, stopped by an
-                # operator that refuses its shape, keeps the new sizes of the
-                # operators before it unplanned, and the interpreter would
-                # have to be closed (_failed_allocation).  (Not kept in
-                # _bounds: a refusal is computed again, off the fast path.)
-                refuse=True,
-            )
-            if len(self._bounds) >= 64:
-                self._bounds.clear()
-            self._bounds[key] = nbytes
-        if nbytes == 0 or native.can_allocate(nbytes):
-            return
-        # TFLite asks for memory only when the new arena is larger than the
-        # one it holds (it never shrinks it), and the bound may fit in that:
-        # a smaller shape after a larger one, under a memory limit, ran.  The
-        # memory mapping around the arena's tensors is at least its size, so
-        # a bound within it is no proof of a failure, and nothing is refused.
-        # (Variables are left out: TFLite keeps them in its other, persistent arena.)
-        witnesses = (t for t, info in enumerate(sg.tensors) if t not in shapes and not info.is_variable)
-        if nbytes <= room(witnesses):
-            return
-        if k == 0:
-            asked = ", ".join(
-                f"input {self._input_positions.get(t, t)} {sg.tensors[t].name!r} to {list(shape)}"
-                for t, shape in resized.items()
-            )
-        else:
-            asked = f"subgraph {k}: " + ", ".join(
-                f"input {graph.names.get(t, t)!r} to {list(shape)}" for t, shape in resized.items()
-            )
-        raise TensorMemoryError(
-            f"{what}: the inputs as resized ({asked}) need at least {nbytes} bytes "
-            f"({nbytes / 2**30:.2f} GiB) of tensor memory in one block, and this process cannot get "
-            "that much now (checked before the runtime is asked: some TFLite versions, 2.17 among them, "
-            "crash on such a failure instead of reporting it). Nothing was allocated and the interpreter is still usable: resize "
-            "the input to a smaller shape and call allocate_tensors() again, or run the model isolated "
-            "with a memory limit (Interpreter(..., isolate=True, memory_limit=...)) so that a failure "
-            "there cannot take this process down"
-        )
+            return self._info, native.allocated_shape, native.in_arena, native.arena_room
+        return self._rooted(k), graph.shape_of, graph.arena.in_arena, graph.arena.room
 
     def _input_shapes_now(self, native, graph: _Graph) -> dict[int, tuple | None]:
         """``{input tensor index: shape}`` of ``graph``'s subgraph as the runtime holds them now.
@@ -1046,117 +784,8 @@ class Interpreter:
         subgraphs are not read on this path, which every successful
         allocation takes.)
         """
-        shape_of = native.allocated_shape if graph.subgraph == 0 else graph.shape_of
+        shape_of = self._seen(native, graph)[1]
         return {t: shape_of(t) for t in graph.names}
-
-    def _xnnpack_left_unplanned(self, native, graph: _Graph, maybe_memory: bool) -> bool:
-        """After XNNPACK's reshape failed: whether it may keep sizes it planned no memory for.
-
-        ``xnn_reshape_runtime`` reshapes the operators in order, each
-        recording its new size, and plans memory only after the last, when
-        one of them grew or nothing was planned yet.  An operator that
-        refuses its shape stops it before the plan: the operators before it
-        kept their new sizes unplanned, which matters only if an input
-        grew (larger in a dimension, or of another rank) since the last
-        successful allocation, or at the first one (nothing planned yet:
-        the next reshape plans).  A failed plan (its workspace could not be
-        had) has marked the runtime planned before it tried: that matters
-        at the first allocation too.  ``maybe_memory``: memory may be what
-        failed (the shape rules found nothing wrong with the inputs, and a
-        lower bound of what XNNPACK's workspace holds cannot be had).
-        """
-        before = self._allocated_inputs.get(graph.subgraph)
-        if before is None:
-            return maybe_memory
-        for t, now in self._input_shapes_now(native, graph).items():
-            old = before.get(t)
-            if now is None or old is None or len(now) != len(old) or any(n > o for n, o in zip(now, old)):
-                return True
-        return False
-
-    def _arena_shortfall(
-        self, native, graph: _Graph, half_planned: bool, every_node: bool = False
-    ) -> tuple[int, str] | None:
-        """After a failed allocation: ``(bytes, the inputs described)`` if memory is why, else None.
-
-        TFLite 2.23 checks its arena's allocation (2.17 does not: see
-        :meth:`_refuse_unaffordable`), but reports a failed one only as
-        ``kTfLiteError``, with nothing in the error reporter; XNNPACK's
-        failed workspace says only that its reshape failed.  The guard
-        before the call does not always speak first: it is not asked at the
-        first allocation, and its bound may be affordable where the real
-        arena (temporaries, alignment, tensors of ops without a shape rule)
-        is not.  So a lower bound of the arena for the inputs as they are
-        now is asked of ``malloc``: if even that cannot be had (and it is
-        more than the arena already held), memory is the cause.  Nothing
-        is allocated here.  Subgraph 0 is seen whole; another subgraph only
-        through its signature's inputs and outputs (``graph.arena``), as
-        in the guard.
-
-        ``half_planned``: a Prepare stopped part-way (XNNPACK's), so the
-        shapes after it are those of the allocation before, and the shape
-        rules infer them from the inputs instead.  ``every_node``: count the
-        moments at each operator's node even with a delegate (what XNNPACK's
-        workspace must hold of its partitions' tensors, a lower bound).
-        """
-        from ..model.arena import arena_lower_bound  # not at start-up
-
-        k = graph.subgraph
-        sg = self._info.subgraphs[k]
-        if k == 0:
-            shape_of, in_arena, room, info = native.allocated_shape, native.in_arena, native.arena_room, self._info
-        else:
-            shape_of, in_arena, room = graph.shape_of, graph.arena.in_arena, graph.arena.room
-            info = self._rooted(k)
-        shapes = {}
-        for t in sg.inputs:
-            s = shape_of(t) if t >= 0 else None
-            if s is not None:
-                shapes[t] = s
-        # Where every Prepare ran and the runtime stopped at its arena, the
-        # shapes it set are the ones it planned, also for operators that
-        # have no shape rule (the bound from the rules alone is 4 bytes for
-        # a FILL of constant dims).  The last allocation's placement cannot
-        # tell which tensors are in the arena (at the first allocation there
-        # was none, and this one failed): every tensor with the arena
-        # strategy counts, so the moments at each operator's node count only
-        # without a delegate (XNNPACK's partitions keep their inner tensors
-        # out of the arena).  A dynamic output stops the planning there:
-        # then only the inputs.
-        planned = None
-        if not half_planned:
-            planned = {}
-            for t in range(len(sg.tensors)):
-                s = shape_of(t)
-                if s is not None:
-                    planned[t] = s
-        stops = self._stopped_early(native, graph)
-        nbytes = arena_lower_bound(
-            info,
-            shapes,
-            lambda t, placed: in_arena(t, False),
-            end=not stops,
-            per_node=every_node or (not self.xnnpack and not self._delegates),
-            shapes=planned,
-        )
-        if nbytes == 0 or native.can_allocate(nbytes):
-            return None
-        # As in the guard: within the arena already held is no proof.
-        witnesses = (t for t, tinfo in enumerate(sg.tensors) if t not in shapes and not tinfo.is_variable)
-        if nbytes <= room(witnesses):
-            return None
-        # (The subgraph's inputs resized since its last allocation: {tensor index: shape}.)
-        resized = self._resized.get(k) or {}
-        inputs = ", ".join(
-            (
-                f"input {self._input_positions.get(t, t)} {sg.tensors[t].name!r} "
-                if k == 0
-                else f"input {graph.names.get(t, t)!r} "
-            )
-            + (f"resized to {list(shape)}" if t in resized else f"of shape {list(shape)}")
-            for t, shape in shapes.items()
-        )
-        return nbytes, inputs if k == 0 else f"subgraph {k}: {inputs}"
 
     def _refuse_unbacked(self, native, graph: _Graph) -> None:
         """After an allocation TFLite called a success: TensorMemoryError if its arena got no memory.
@@ -1178,6 +807,8 @@ class Interpreter:
                 return
             name, nbytes = found
             which = f"subgraph {graph.subgraph}'s input {name!r}"
+        # (Here, not in arena_guard: this process is out of memory, and
+        # importing a module may then fail with a bare MemoryError.)
         reason = (
             "the runtime could not allocate the memory for this model's tensors (its arena allocation "
             f"failed, which TFLite does not report: {which}, {nbytes} bytes, was left at "
@@ -1306,6 +937,8 @@ class Interpreter:
 
     def _rooted(self, subgraph: int):
         """The model with ``subgraph`` as subgraph 0, for the checks (which look at subgraph 0)."""
+        if subgraph == 0:
+            return self._info
         info = self._rerooted.get(subgraph)
         if info is None:
             sgs = list(self._info.subgraphs)
@@ -1319,7 +952,7 @@ class Interpreter:
         from ..model.checks import check_resize  # the rules, imported on first use (model.cache._rules)
 
         try:
-            check_resize(self._info if subgraph == 0 else self._rooted(subgraph), index, shape)
+            check_resize(self._rooted(subgraph), index, shape)
         except ResizeError:
             raise
         except InvalidInputError as exc:
@@ -1361,38 +994,16 @@ class Interpreter:
                     f"(the signature is {[int(x) for x in sig]})."
                 )
 
-    def _check_allocated(self, native, graph: _Graph, planned=None, failed: bool = False, msgs=()) -> None:
+    def _check_allocated(self, native, graph: _Graph, planned=None) -> None:
         """The allocated-shape checks (``model.check_allocated``) on what the runtime planned for ``graph``.
 
-        ``failed``: the allocation failed, and the verdict is not kept (a
-        later allocation that succeeds with the same shapes would trust it).
-        Where a node's Prepare failed (``msgs``, the runtime's messages,
-        name it), the shapes after it are those of the allocation before:
-        only the shapes no Prepare of this allocation left stale are given
-        (the inputs as resized, the variables, and without a delegate the
-        outputs of the operators before that node), and the rules infer the
-        rest.  Where no Prepare failed (the arena did), every shape is the
-        runtime's plan.
+        After a successful allocation; a failed one is checked by
+        ``arena_guard.failed_allocation``.  ``planned``: subgraph 0's planned
+        tensors from ``fast_calls.planned_tensors`` (None: the runtime is
+        asked tensor by tensor).
         """
+        info, shape_of, _in_arena, _room = self._seen(native, graph)
         if graph.subgraph == 0:
-            info, shape_of = self._info, native.allocated_shape
-        else:
-            # The C API reaches another subgraph's tensors only through its
-            # signature: those shapes are known, the rest are "unknown".
-            info, shape_of = self._rooted(graph.subgraph), graph.shape_of
-        if failed:
-            stopped = [int(n) for m in msgs for n in re.findall(_FAILED_NODE, m)]
-            given = shape_of
-            if stopped or any(m.strip() for m in msgs):
-                sg = self._info.subgraphs[graph.subgraph]
-                trusted = {t for t in sg.inputs if t >= 0} | {t for t, ti in enumerate(sg.tensors) if ti.is_variable}
-                if stopped and not self.xnnpack and not self._delegates:
-                    # Without a delegate the node numbers are the operators'.
-                    trusted.update(t for op in sg.operators[: min(stopped)] for t in op.outputs if t >= 0)
-                check_allocated(info, lambda t: given(t) if t in trusted else None, self._check_config, record=False)
-            else:
-                check_allocated(info, shape_of, self._check_config, record=False)
-        elif graph.subgraph == 0:
             # (The shapes themselves are asked for a few tensors only.)
             is_planned = planned[0].__contains__ if planned is not None else native.is_planned
             check_allocated(info, shape_of, self._check_config, is_planned)
@@ -1479,7 +1090,9 @@ class Interpreter:
             if moves:
                 self._before_moving_invoke("invoke()")
             if self._string_inputs:
-                _tensors.refuse_unset_strings(
+                from .strings import refuse_unset_strings  # (only a model with string inputs: see strings)
+
+                refuse_unset_strings(
                     ((f"{t} ({native.tensor(t).name!r})", native.tensor(t)) for t in self._string_inputs),
                     "invoke()",
                 )

@@ -43,7 +43,7 @@ class Graph:
         # handles that resize so (a runner of subgraph 0 resizes the others
         # through the interpreter, which is not strict).
         self.strict = strict
-        # What the growing-arena guard (Interpreter._refuse_unaffordable) sees
+        # What the growing-arena guard (arena_guard.refuse_unaffordable) sees
         # of a subgraph other than 0, whose tensors the C API reaches only
         # through a signature: an object with ``in_arena(index, placed)``,
         # ``room(indices)`` and ``stops()`` (signature_runner.SignatureArena).

@@ -305,7 +305,7 @@ class SignatureArena:
     The C API reaches no other tensor of such a subgraph, so every other
     tensor counts as not in the arena: the guard's lower bound
     (:func:`..model.arena.arena_lower_bound`) leaves it out, which keeps it a
-    lower bound.  Asked only by ``Interpreter._refuse_unaffordable``, after a
+    lower bound.  Asked only by ``arena_guard.refuse_unaffordable``, after a
     resize of this subgraph.
 
     Parameters

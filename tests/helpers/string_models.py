@@ -1,6 +1,6 @@
 """Models with string tensors (builtin ops only) and a kernel that writes broken string buffers.
 
-The string tests of tests/interpreter/test_tensors.py and tests/isolate/ share them.
+The string tests of tests/interpreter/test_strings.py and tests/isolate/ share them.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ def test_in_an_isolated_worker_it_is_the_same_exception_not_a_crash():
 # interpreter that was allocated.  TFLite 2.17's arena copies its old tensors
 # into the new block (simple_memory_arena.cc, ResizableAlignedBuffer::Resize)
 # without checking the allocation: a SIGSEGV inside AllocateTensors, before
-# any check after it can run.  Interpreter._refuse_unaffordable asks malloc
+# any check after it can run.  arena_guard.refuse_unaffordable asks malloc
 # for a lower bound of the new arena first (model/arena.py).
 
 
@@ -141,9 +141,10 @@ GROW = """
 import resource, sys
 import numpy as np
 import opaque_ops as oo
+from opaque_ops.interpreter import arena_guard
 
 if sys.argv[3] == "unguarded":
-    oo.Interpreter._refuse_unaffordable = lambda self, *args: None
+    arena_guard.refuse_unaffordable = lambda *args: None
 it = oo.Interpreter(model_content=bytes.fromhex(sys.argv[1]), use_xnnpack=sys.argv[2] == "xnnpack")
 it.allocate_tensors()
 x, y = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
@@ -447,9 +448,10 @@ GROW_SUBGRAPH_1 = """
 import resource, sys
 import numpy as np
 import opaque_ops as oo
+from opaque_ops.interpreter import arena_guard
 
 if sys.argv[3] == "unguarded":
-    oo.Interpreter._refuse_unaffordable = lambda self, *args: None
+    arena_guard.refuse_unaffordable = lambda *args: None
 it = oo.Interpreter(model_content=bytes.fromhex(sys.argv[1]), use_xnnpack=sys.argv[2] == "xnnpack")
 runner = it.get_signature_runner("second")
 runner.allocate_tensors()
@@ -700,8 +702,9 @@ XNNPACK_FAILED = """
 import resource, sys
 import numpy as np
 import opaque_ops as oo
+from opaque_ops.interpreter import arena_guard
 
-oo.Interpreter._refuse_unaffordable = lambda self, *args: None
+arena_guard.refuse_unaffordable = lambda *args: None
 data = bytes.fromhex(sys.argv[1])
 it = oo.Interpreter(model_content=data, use_xnnpack=True)
 if sys.argv[2] == "main":

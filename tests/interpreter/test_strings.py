@@ -1,4 +1,4 @@
-"""String tensors (opaque_ops.interpreter.tensors): set and read through TFLite's string buffer, as ai-edge-litert.
+"""String tensors (opaque_ops.interpreter.strings): set and read through TFLite's string buffer, as ai-edge-litert.
 
 ai-edge-litert is the reference for what set_tensor takes and what
 get_tensor and the details give; the buffer's layout is checked against a
@@ -15,7 +15,7 @@ import pytest
 from ai_edge_litert import interpreter as litert
 
 import opaque_ops as oo
-from opaque_ops.interpreter import tensors
+from opaque_ops.interpreter import strings
 from tests.helpers import string_models as sm
 
 
@@ -99,9 +99,9 @@ def test_signature_runner_takes_and_returns_strings_as_litert():
 def test_buffer_layout_is_string_util_s():
     """Worked example: count 3, offsets from the buffer's start (header 4 * (3 + 2) = 20), then the bytes."""
     buf = struct.pack("=5i", 3, 20, 22, 22, 25) + b"abxyz"
-    assert tensors.encode_strings([b"ab", b"", b"xyz"]) == buf
-    assert tensors.decode_strings(buf) == [b"ab", b"", b"xyz"]
-    assert tensors.encode_strings([]) == struct.pack("=2i", 0, 8)
+    assert strings.encode_strings([b"ab", b"", b"xyz"]) == buf
+    assert strings.decode_strings(buf) == [b"ab", b"", b"xyz"]
+    assert strings.encode_strings([]) == struct.pack("=2i", 0, 8)
 
 
 @pytest.fixture(scope="module")
