@@ -74,7 +74,7 @@ class Placement:
     def wrap_in_arena(self, orig):
         """``orig`` (the native in_arena) with the shared inputs and outputs counted as in the arena.
 
-        The growing-arena guard (``Interpreter._refuse_unaffordable``) bounds
+        The growing-arena guard (``interpreter.arena_guard.refuse_unaffordable``) bounds
         what an allocation after a resize needs from the tensors it is told
         are in TFLite's arena.  The shared ones are not, so they counted
         nothing, yet a resized one gets a new segment here (:meth:`_grow`),
@@ -83,7 +83,7 @@ class Placement:
         input resized to 8 GiB reached XNNPACK's reshape, whose failure
         closes the interpreter, where in process (the same tensors in the
         arena) the guard refused it first and the interpreter stayed usable.
-        (``_arena_shortfall``, which explains a failed allocation, counts
+        (``arena_guard._arena_shortfall``, which explains a failed allocation, counts
         them so too.)
         """
         slots = self.slots
