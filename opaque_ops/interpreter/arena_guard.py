@@ -113,14 +113,24 @@ def refuse_unaffordable(it, native, graph: Graph, resized: dict, what: str) -> N
     if nbytes <= room(_witnesses(sg, shapes)):
         return
     asked = _describe_inputs(it, graph, ((t, f"to {list(shape)}") for t, shape in resized.items()))
+    if it._hooks is not None:
+        # An isolated worker's interpreter (the only one with hooks): the
+        # limit is the Interpreter's memory_limit, and the inputs and outputs
+        # are shared segments of their own, not part of one arena block.
+        short = "the isolated worker cannot get that much within its memory_limit"
+        instead = "or raise the Interpreter's memory_limit=..."
+    else:
+        short = "this process cannot get that much now"
+        instead = (
+            "or run the model isolated with a memory limit (Interpreter(..., isolate=True, "
+            "memory_limit=...)) so that a failure there cannot take this process down"
+        )
     raise TensorMemoryError(
         f"{what}: the inputs as resized ({asked}) need at least {nbytes} bytes "
-        f"({nbytes / 2**30:.2f} GiB) of tensor memory in one block, and this process cannot get "
-        "that much now (checked before the runtime is asked: some TFLite versions, 2.17 among them, "
-        "crash on such a failure instead of reporting it). Nothing was allocated and the interpreter is still usable: resize "
-        "the input to a smaller shape and call allocate_tensors() again, or run the model isolated "
-        "with a memory limit (Interpreter(..., isolate=True, memory_limit=...)) so that a failure "
-        "there cannot take this process down"
+        f"({nbytes / 2**30:.2f} GiB) of tensor memory, and {short} (checked before the runtime is "
+        "asked: some TFLite versions, 2.17 among them, crash on such a failure instead of reporting it). "
+        "Nothing was allocated and the interpreter is still usable: resize the input to a smaller shape "
+        f"and call allocate_tensors() again, {instead}"
     )
 
 

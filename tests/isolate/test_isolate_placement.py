@@ -57,6 +57,9 @@ def _refused_and_usable(it, expected: bytes, xnnpack: bool) -> None:
         it.allocate_tensors()
     assert f"(input 0 'x' to {HUGE}) need at least {need} bytes" in str(caught.value), caught.value
     assert "Nothing was allocated and the interpreter is still usable" in str(caught.value), caught.value
+    # Advice for an isolated interpreter: its own limit, not "run the model isolated".
+    assert "within its memory_limit" in str(caught.value), caught.value
+    assert "isolate=True" not in str(caught.value), caught.value
     # Not planned, as in process: invoke() says so.
     with pytest.raises(oo.NotAllocatedError):
         it.invoke()
