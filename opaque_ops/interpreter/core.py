@@ -488,6 +488,9 @@ class Interpreter:
         self._preserve = bool(experimental_preserve_all_tensors)
         self._preserved: dict[int, np.ndarray] = {}  # keep-alive: TFLite holds only the pointers
         self._rerooted: dict[int, object] = {}
+        # {subgraph: (its SELECT nodes, the ones an allocation so far gave
+        # the row-wise mode)}: model.select_rows, per interpreter.
+        self._select_rows: dict[int, tuple] = {}
         # Current shape of each input of subgraph 0, as last resized here, and
         # the (input, shape) pairs a strict resize accepted: the per-frame
         # same-shape resize is then a dictionary lookup.
@@ -716,6 +719,7 @@ class Interpreter:
 
                 arena_guard.refuse_unaffordable(self, native, graph, resized, what)
         status = graph.allocate()
+        stale = self._select_row_mode(native, graph, status)
         if status == 0:
             self._refuse_unbacked(native, graph)
         preserve = self._preserve and graph.subgraph == 0
@@ -739,6 +743,8 @@ class Interpreter:
         planned = _fast.planned_tensors(native) if graph.subgraph == 0 and self._fast is not None else None
         try:
             self._check_allocated(native, graph, planned)
+            if stale is not None:
+                raise stale
         except ModelError as err:
             native.sink.take()
             pending = _native.pop_pending_exception()
@@ -1009,6 +1015,28 @@ class Interpreter:
             check_allocated(info, shape_of, self._check_config, is_planned)
         else:
             check_allocated(info, shape_of, self._check_config)
+
+    def _select_row_mode(self, native, graph: _Graph, status: int):
+        """After ``graph.allocate()``: SELECT's row-wise mode remembered, and the ShapeError of a stale one.
+
+        TFLite's SELECT keeps the row-wise mode of an earlier allocation
+        (:mod:`opaque_ops.model.select_rows`): this interpreter remembers,
+        per subgraph, which of its SELECT nodes took it, from the shapes of
+        every allocation (a failed one too: its SELECT may have been
+        prepared before another node failed).  Never in a kept verdict: it
+        is this interpreter's past, not the model's.  A model without SELECT
+        pays one lookup here per allocation (the nodes come from its record).
+        """
+        k = graph.subgraph
+        known = self._select_rows.get(k)
+        if known is None:
+            known = self._select_rows[k] = (model_cache.select_nodes(self._rooted(k)), set())
+        nodes, rows = known
+        if not nodes:
+            return None
+        from ..model.select_rows import note_and_check  # only a model with SELECT needs it
+
+        return note_and_check(nodes, self._seen(native, graph)[1], rows, k, check=status == 0)
 
     # Views of this interpreter's memory held in another process: an isolated
     # interpreter's worker sets it, for the length of one call, to the count of

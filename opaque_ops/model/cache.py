@@ -97,7 +97,7 @@ _MAX_RECORDS = 512
 _lock = _thread.allocate_lock()
 _memory: OrderedDict[bytes, ModelInfo | ModelError] = OrderedDict()
 
-# A Verdicts.feed not known yet (a record written before it was kept).
+# A Verdicts.feed or .select not known yet (a record written before it was kept).
 _UNKNOWN = object()
 
 # The verdicts that can be kept, by exception class name.
@@ -335,7 +335,9 @@ class Verdicts:
     exception raised.
     """
 
-    def __init__(self, key: bytes, owner: ModelInfo, io, custom_ops, has_identifier: bool, feed=_UNKNOWN):
+    def __init__(
+        self, key: bytes, owner: ModelInfo, io, custom_ops, has_identifier: bool, feed=_UNKNOWN, select=_UNKNOWN
+    ):
         self.key = key
         self.owner = weakref.ref(owner)
         # Subgraph 0's inputs, outputs and custom-op outputs: the tensors
@@ -346,6 +348,9 @@ class Verdicts:
         # value_dependent_feed's answer, as xnnpack_hazard returns it (kept
         # here so that a later start needs no read of the operators for it).
         self.feed = feed
+        # select_rows.nodes_of subgraph 0, as select_nodes returns it (kept
+        # for the same reason: the interpreter asks at every start).
+        self.select = select
         self.model: dict = {}
         self._allocated: dict = {}
         # A verdict kept in memory that the record on disk does not have yet
@@ -364,7 +369,10 @@ class Verdicts:
                 tuple(t for op in sg.operators if op.is_custom for t in op.outputs if t >= 0),
             )
         )
-        return cls(key, info, io, info.custom_ops(), info.has_identifier, _feed_of(info))
+        from .select_rows import nodes_of  # (a first read; later starts take it from the record)
+
+        select = nodes_of(sg) if sg is not None else ()
+        return cls(key, info, io, info.custom_ops(), info.has_identifier, _feed_of(info), select)
 
     def allocated(self, key):
         """check_allocated's verdict for ``key``: (True, None or exception) or (False, None)."""
@@ -399,6 +407,8 @@ class Verdicts:
         }
         if self.feed is not _UNKNOWN:
             doc["feed"] = self.feed
+        if self.select is not _UNKNOWN:
+            doc["select"] = [list(n) for n in self.select]
         return doc
 
     @classmethod
@@ -407,7 +417,9 @@ class Verdicts:
         io = tuple(tuple(part) for part in doc["io"])
         feed = doc.get("feed", _UNKNOWN)  # (absent from records of opaque_ops before it)
         feed = tuple(feed) if type(feed) is list else feed
-        self = cls(key, owner, io, [(n, v) for n, v in doc["custom_ops"]], doc["has_identifier"], feed)
+        select = doc.get("select", _UNKNOWN)  # (as feed)
+        select = tuple(tuple(n) for n in select) if type(select) is list else select
+        self = cls(key, owner, io, [(n, v) for n, v in doc["custom_ops"]], doc["has_identifier"], feed, select)
         for reg, v in doc["model"]:
             self.model[frozenset(reg)] = _load_verdict(v)
         for k, v in doc["allocated"]:
@@ -446,6 +458,31 @@ def xnnpack_hazard(info: ModelInfo):
             store.save()
         return store.feed
     return _feed_of(info)
+
+
+def select_nodes(info: ModelInfo) -> tuple:
+    """:func:`~opaque_ops.model.select_rows.nodes_of` subgraph 0 of ``info``, kept with its verdicts.
+
+    For a model the Interpreter holds the answer is in its record (as
+    :func:`xnnpack_hazard`'s), so a later start of a model without SELECT
+    reads no operators for it; for a re-rooted copy (another subgraph first)
+    it is kept in the verdicts dict the copy shares, per subgraph.
+    """
+    store = info.verdicts.get("store")
+    if store is not None and store.owner() is info:
+        if store.select is _UNKNOWN:  # a record written before the answer was kept
+            from .select_rows import nodes_of
+
+            store.select = nodes_of(info.subgraphs[0])
+            store.save()
+        return store.select
+    key = ("select", id(info.subgraphs[0]))
+    nodes = info.verdicts.get(key)
+    if nodes is None:
+        from .select_rows import nodes_of
+
+        nodes = info.verdicts[key] = nodes_of(info.subgraphs[0])
+    return nodes
 
 
 def _feed_of(info: ModelInfo):
@@ -521,9 +558,14 @@ def _valid_record(doc) -> bool:
     if type(doc) is not dict or doc.get("format") != 1 or type(doc.get("format")) is not int:
         return False
     io, ops, model, allocated = (doc.get(k) for k in ("io", "custom_ops", "model", "allocated"))
-    feed = doc.get("feed")
+    feed, select = doc.get("feed"), doc.get("select")
     return (
         (
+            select is None
+            or type(select) is list
+            and all(type(n) is list and len(n) == 4 and all(map(_is_int, n)) for n in select)
+        )
+        and (
             feed is None
             or type(feed) is list
             and len(feed) == 5

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 
 from ..errors import ShapeError as ShapeError  # its home was here; raised by the rules below
+from .select_rows import overruns, picks_rows
 
 _UNARY = set(
     """
@@ -663,11 +664,11 @@ def _stale_row_mode(sg, op, shape, where):
     x[1:]'s size for each of the condition's elements, past the output
     (SIGSEGV on 2.17.1, 2.23.0 and ai-edge-litert alike) unless x[1:] holds
     one value.  The first Prepare runs on the model's own shapes when the
-    interpreter is created; a later allocation's shapes are not known here.
+    interpreter is created; a later allocation's shapes are not known here
+    (the interpreter remembers those: :mod:`.select_rows`).
     """
     dc, dx, dy = (tuple(sg.tensors[t].shape) for t in op.inputs[:3])
-    rows = dc != dx and dx == dy and (not dc or (len(dc) == 1 and len(dx) >= 1 and dc[0] == dx[0]))
-    if rows and shape and shape[0] > 0 and math.prod(shape[1:]) > 1:
+    if dc != dx and dx == dy and picks_rows(dc, dx) and overruns(shape):
         raise ShapeError(
             f"{where}: its condition, x and y would all have shape {list(shape)}, but the model gives the "
             f"condition shape {list(dc)} for x of shape {list(dx)}, so TFLite's SELECT picks whole rows of x and "

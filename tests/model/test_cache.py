@@ -30,16 +30,6 @@ SELFIE = package_file("mediapipe", "modules", "selfie_segmentation", "selfie_seg
 MELSPEC = package_file("pyopen_wakeword", "models", "melspectrogram.tflite")
 
 
-@pytest.fixture
-def verdicts(tmp_path, monkeypatch):
-    """A private verdict directory for this test, and no model kept in memory before or after."""
-    d = tmp_path / "verdicts"
-    monkeypatch.setenv(cache.ENV_VERDICTS, str(d))
-    cache.clear()
-    yield d
-    cache.clear()
-
-
 def _records(d: Path) -> list[Path]:
     return sorted(d.glob("*.rec")) if d.is_dir() else []
 

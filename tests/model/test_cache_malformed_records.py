@@ -95,6 +95,11 @@ MALFORMED = {
     "feed of four parts": lambda doc: _with(doc, "feed", [0, 0, "WHERE", 1]),
     "feed huge index": lambda doc: _with(doc, "feed", [0, 10**30, "WHERE", 1, "CAST"]),
     "feed names not strings": lambda doc: _with(doc, "feed", [0, 0, 1, 1, 2]),
+    "select a string": lambda doc: _with(doc, "select", "SELECT"),
+    "select of three parts": lambda doc: _with(doc, "select", [[0, 0, 1]]),
+    "select nested": lambda doc: _with(doc, "select", _nested(DEEP)),
+    "select huge index": lambda doc: _with(doc, "select", [[0, 10**30, 1, 2]]),
+    "select a tuple": lambda doc: _with(doc, "select", ((0, 0, 1, 2),)),
     "not marshal data": lambda doc: b"\xff\xfe not a record",
     "cut short": lambda doc: marshal.dumps(doc)[: len(marshal.dumps(doc)) // 2],
     "empty": lambda doc: b"",
@@ -104,15 +109,6 @@ MALFORMED = {
 # Well-formed records with values that are merely wrong: used (a record is
 # trusted for its origin: owner, mode, digest), and the outcome is still right.
 WELL_FORMED = {"io index past the tensors"}
-
-
-@pytest.fixture
-def verdicts(tmp_path, monkeypatch):
-    d = tmp_path / "verdicts"
-    monkeypatch.setenv(cache.ENV_VERDICTS, str(d))
-    cache.clear()
-    yield d
-    cache.clear()
 
 
 def _run(data: bytes) -> np.ndarray:
@@ -168,16 +164,18 @@ def test_a_valid_record_is_still_used(verdicts, monkeypatch):
     np.testing.assert_array_equal(_run(data), want)
 
 
-def test_a_record_from_before_the_xnnpack_answer_was_kept_gets_it_added(verdicts, monkeypatch):
-    """Records written before the value-dependent feed was kept lack the "feed" key: still used (the
-    model is not checked again), the answer is worked out once and the record rewritten with it."""
+@pytest.mark.parametrize("key, kept", [("feed", None), ("select", [])], ids=["xnnpack feed", "select nodes"])
+def test_a_record_from_before_an_answer_was_kept_gets_it_added(verdicts, monkeypatch, key, kept):
+    """Records written before the value-dependent feed (or model.select_rows' SELECT nodes) was kept
+    lack that key: still used (the model is not checked again), the answer is worked out once and
+    the record rewritten with it."""
     data, _offset, _scale = add_mul_model()
     want = _run(data)
     [record] = sorted(verdicts.glob("*.rec"))
     doc = marshal.loads(record.read_bytes())
-    assert doc["feed"] is None
+    assert doc[key] == kept
     old = dict(doc)
-    del old["feed"]
+    del old[key]
     _plant(record, marshal.dumps(old))
 
     cache.clear()
@@ -188,7 +186,7 @@ def test_a_record_from_before_the_xnnpack_answer_was_kept_gets_it_added(verdicts
     monkeypatch.setattr(checks, "check_model", boom)
     np.testing.assert_array_equal(_run(data), want)
     [again] = sorted(verdicts.glob("*.rec"))
-    assert marshal.loads(again.read_bytes())["feed"] is None
+    assert marshal.loads(again.read_bytes())[key] == kept
 
 
 def test_mutated_records_never_crash_a_creation_or_change_its_outputs():
