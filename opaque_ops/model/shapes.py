@@ -727,6 +727,18 @@ def _reverse_sequence(sg, op, ins, x, o, where):
     # lengths; lengths fed at run time are not checked here.
     seq = _known_ints(_const(sg, op.inputs[1])) if len(op.inputs) > 1 else None
     s, b = o.get("seq_dim", 0), o.get("batch_dim", 0)
+    lengths = ins[1] if len(ins) > 1 else None
+    if 0 <= s < len(x) and 0 <= b < len(x) and s != b and x[b] == 0 and lengths is not None and tuple(lengths) == (0,):
+        # An empty batch has no lengths, and Eval's one-length-per-batch
+        # check passes, yet its loop still reads the first length, out of
+        # the empty lengths tensor (SIGSEGV on 2.17.1, 2.23.0 and
+        # ai-edge-litert alike), whether the lengths are constant or fed.
+        raise ShapeError(
+            f"{where}: its input {op.inputs[0]} of shape {list(x)} has an empty batch dimension {b}, so its "
+            f"sequence lengths {op.inputs[1]} are empty, and TFLite's REVERSE_SEQUENCE kernel reads a first "
+            "length anyway (past the empty tensor); resize the input to at least one batch (its output would "
+            "be empty: the operator can be skipped)"
+        )
     if seq is None or not (0 <= s < len(x) and 0 <= b < len(x) and s != b) or len(seq) != x[b]:
         return [x]  # (the runtime refuses the rest in Eval, before reading the data)
     if max(seq, default=0) > x[s]:

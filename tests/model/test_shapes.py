@@ -533,6 +533,18 @@ EVAL_CRASHERS = {
         "its sequence lengths [1, 2] (tensor 1) go past the sequence dimension 1 of its input 0 (shape [2, 1], "
         "1 steps); each length must be at most 1",
     ),
+    "REVERSE_SEQUENCE empty batch, lengths fed": (
+        _model(
+            "REVERSE_SEQUENCE",
+            {"x": ([2, 3], f32), "n": ([2], i32)},
+            {},
+            [([2, 3], f32)],
+            {"seq_dim": 1, "batch_dim": 0},
+        ),
+        [[0, 3], [0]],
+        "its input 0 of shape [0, 3] has an empty batch dimension 0, so its sequence lengths 1 are empty, and "
+        "TFLite's REVERSE_SEQUENCE kernel reads a first length anyway",
+    ),
     "SELECT condition resized to x's shape after a 1-D one": (
         CASES["SELECT"][0],
         [[2, 3], [2, 3], [2, 3]],
@@ -581,8 +593,18 @@ def test_shapes_whose_eval_crashes_every_runtime_raise_shape_error(case):
             _model("REVERSE_V2", _x([2, 0]), {"a": np.array([-2], i32)}, [([2, 0], f32)]),
             "its input 0 of shape [2, 0] is empty after the reversed axis 0",
         ),
+        (
+            _model(
+                "REVERSE_SEQUENCE",
+                _x([1, 0, 2]),
+                {"n": np.zeros([0], i64)},
+                [([1, 0, 2], f32)],
+                {"seq_dim": 2, "batch_dim": 1},
+            ),
+            "its input 0 of shape [1, 0, 2] has an empty batch dimension 1, so its sequence lengths 1 are empty",
+        ),
     ],
-    ids=["REVERSE_SEQUENCE", "REVERSE_V2"],
+    ids=["REVERSE_SEQUENCE", "REVERSE_V2", "REVERSE_SEQUENCE empty batch"],
 )
 def test_eval_crashers_in_the_models_own_shapes_are_refused_at_the_first_allocation(data, message):
     """The declared shapes go through the same rules (invoke() needs allocate_tensors() first)."""
