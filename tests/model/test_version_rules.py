@@ -70,6 +70,23 @@ def _conv3d(x, w, padding, strides, dilations):
 
 
 _W = np.random.default_rng(3).standard_normal((3, 3, 3, 2, 4)).astype(f32)
+_W_IN1 = np.random.default_rng(4).standard_normal((1, 3, 3, 1, 2)).astype(f32)
+_W_IN8 = np.random.default_rng(5).standard_normal((1, 3, 3, 8, 2)).astype(f32)
+
+
+def _conv3d_case(shape, w, padding, strides, dilations, then: str = "") -> tuple:
+    """A CRASHERS entry for a dilated CONV_3D whose input depth is not its channel count."""
+    message = (
+        f"operator 0 (CONV_3D) has dilations {list(dilations)} on an input 0 of shape {shape} whose depth "
+        f"({shape[1]}) is not its channel count ({shape[4]}); {then}"
+    )
+    return (
+        _conv3d_model(shape, w, padding, strides, dilations),
+        shape,
+        message,
+        lambda x: _conv3d(x, w, padding, strides, dilations),
+    )
+
 
 # name: (model, input shape, message on 2.17.1, the values of the op's definition for input x).
 CRASHERS = {
@@ -89,12 +106,17 @@ CRASHERS = {
         "TFLite 2.17.1's TOPK_V2 corrupts memory for k = 0",
         lambda x: np.zeros((2, 0), f32),
     ),
-    "CONV_3D SAME, dilation 2, stride 2": (
-        _conv3d_model([1, 6, 6, 6, 2], _W, "SAME", (2, 2, 2), (2, 2, 2)),
-        [1, 6, 6, 6, 2],
-        "operator 0 (CONV_3D) has SAME padding and dilations [2, 2, 2] on an input 0 of shape [1, 6, 6, 6, 2] whose "
-        "depth (6) is not its channel count (2); TFLite 2.17.1's dilated CONV_3D then writes past its buffer",
-        lambda x: _conv3d(x, _W, "SAME", (2, 2, 2), (2, 2, 2)),
+    "CONV_3D SAME, dilation 2, stride 2": _conv3d_case(
+        [1, 6, 6, 6, 2], _W, "SAME", (2, 2, 2), (2, 2, 2), "TFLite 2.17.1's dilated CONV_3D then writes past its buffer"
+    ),
+    # VALID pads nothing, yet 2.17.1 copies each position's depth of values
+    # instead of its channels: "free(): invalid next size" (SIGABRT) here ...
+    "CONV_3D VALID, dilation 3, depth above channels": _conv3d_case(
+        [1, 32, 7, 7, 1], _W_IN1, "VALID", (1, 1, 1), (1, 3, 3)
+    ),
+    # ... and channels left unset (values of 1e26) here.
+    "CONV_3D VALID, dilation 2, depth below channels": _conv3d_case(
+        [1, 2, 5, 5, 8], _W_IN8, "VALID", (1, 1, 1), (1, 2, 2)
     ),
 }
 
@@ -171,11 +193,11 @@ def test_on_the_loaded_runtime_refused_or_run_like_ai_edge_litert(case):
             [2, 6],
             lambda x: [x.max(axis=1, keepdims=True), x.argmax(axis=1)[:, None].astype(i32)],
         ),
-        # Dilated CONV_3D with VALID padding, or with depth equal to channels, and SAME undilated.
+        # Dilated CONV_3D with depth equal to channels (VALID and SAME), and SAME undilated.
         (
-            _conv3d_model([1, 6, 6, 6, 2], _W, "VALID", (1, 2, 1), (2, 1, 2)),
-            [1, 6, 6, 6, 2],
-            lambda x: [_conv3d(x, _W, "VALID", (1, 2, 1), (2, 1, 2))],
+            _conv3d_model([1, 8, 5, 5, 8], _W_IN8, "VALID", (1, 2, 1), (1, 2, 2)),
+            [1, 8, 5, 5, 8],
+            lambda x: [_conv3d(x, _W_IN8, "VALID", (1, 2, 1), (1, 2, 2))],
         ),
         (
             _conv3d_model([1, 2, 5, 4, 2], _W, "SAME", (1, 2, 1), (2, 2, 1)),
@@ -193,7 +215,7 @@ def test_on_the_loaded_runtime_refused_or_run_like_ai_edge_litert(case):
         "BROADCAST_TO",
         "TOPK_V2 k=0 rows of one",
         "TOPK_V2 k=1",
-        "CONV_3D VALID dilated",
+        "CONV_3D VALID depth=channels",
         "CONV_3D SAME depth=channels",
         "CONV_3D SAME undilated",
     ],

@@ -99,35 +99,29 @@ def _conv_3d(sg, op, known, version) -> None:
     # tensorflow/lite/kernels/conv3d.cc takes any dilation factor other than
     # 1 to optimized_ops' DilatedIm2col3D
     # (tensorflow/lite/kernels/internal/optimized/im2col_utils.h), which in
-    # 2.17.1 sizes the zeros it writes for each padded position by the
-    # input's depth (dimension 1) instead of its channels (dimension 4),
-    # fixed upstream since (im2col_utils_test.cc,
-    # DepthGreaterThanChannelsDoesNotOverflow).  Measured on 2.17.1: with
-    # SAME padding that pads, a depth above the channels writes past the
-    # buffer (valgrind: invalid writes; "double free or corruption",
-    # SIGABRT), a depth below leaves channels unset (wrong output); VALID
-    # padding, or depth equal to channels, runs right.
+    # 2.17.1 sizes what it copies or zeroes for each position by the input's
+    # depth (dimension 1) instead of its channels (dimension 4), fixed
+    # upstream since (im2col_utils_test.cc,
+    # DepthGreaterThanChannelsDoesNotOverflow).  Measured on 2.17.1, with
+    # SAME or VALID padding alike: a depth above the channels writes past the
+    # buffer (valgrind: invalid writes; "double free or corruption" or
+    # "free(): invalid next size", SIGABRT, e.g. VALID [1, 32, 7, 7, 1] with
+    # dilation 3; smaller overruns go unnoticed), a depth below leaves
+    # channels unset (wrong output, VALID [1, 2, 5, 5, 8] too).  Depth equal
+    # to channels, or no dilation, runs right.
     x, w = known(op.inputs[0]), known(op.inputs[1])
     opts = effective_options(op)
-    if x is None or w is None or len(x) != 5 or len(w) != 5 or opts.get("padding") != "SAME" or x[1] == x[4]:
+    if x is None or w is None or len(x) != 5 or len(w) != 5 or x[1] == x[4]:
         return
-    keys = (("stride_d", "dilation_d_factor"), ("stride_h", "dilation_h_factor"), ("stride_w", "dilation_w_factor"))
-    steps = [(opts.get(s, 1), opts.get(d, 1)) for s, d in keys]
-    if all(d == 1 for _, d in steps) or min(min(p) for p in steps) < 1:
+    dilations = [opts.get(d, 1) for d in ("dilation_d_factor", "dilation_h_factor", "dilation_w_factor")]
+    if all(d == 1 for d in dilations):
         return
-    pads = False
-    for k, (stride, dil) in enumerate(steps):
-        size = x[k + 1]
-        out = (size + stride - 1) // stride
-        pads |= (out - 1) * stride + (w[k] - 1) * dil + 1 > size
-    if pads:
-        raise ModelError(
-            f"{messages.planned_operator(op)} has SAME padding and dilations "
-            f"{[d for _, d in steps]} on an input {op.inputs[0]} of shape {list(x)} whose depth ({x[1]}) is not "
-            f"its channel count ({x[4]}); TFLite {version}'s dilated CONV_3D then writes past its buffer or "
-            "returns wrong values (TFLite 2.23 runs it). Use VALID padding (pad the input first), resize the "
-            "input, or use TFLite 2.23"
-        )
+    raise ModelError(
+        f"{messages.planned_operator(op)} has dilations {dilations} on an input {op.inputs[0]} of shape "
+        f"{list(x)} whose depth ({x[1]}) is not its channel count ({x[4]}); TFLite {version}'s dilated CONV_3D "
+        "then writes past its buffer or returns wrong values (TFLite 2.23 runs it). Resize the input so that "
+        "its depth is its channel count, use dilations of 1 (a filter dilated with zeros), or use TFLite 2.23"
+    )
 
 
 _RULES = {"BROADCAST_TO": _broadcast_to, "TOPK_V2": _top_k, "CONV_3D": _conv_3d}
