@@ -35,8 +35,16 @@ class Budget:
         self._apply(resource)
 
     def _apply(self, resource) -> None:
-        value = max(self.base + self.limit - self.shared, 0)
-        resource.setrlimit(resource.RLIMIT_DATA, (value, value))
+        # Only the soft limit follows the shared segments: the hard one stays
+        # at the whole memory_limit, so that the soft one can go back up when
+        # a segment is released (an unprivileged process never raises its
+        # hard limit).  Lowered with it, every grown tensor's old buffer
+        # stayed charged for good: a series of growing resizes was refused,
+        # or on 2.17 crashed in the arena's unchecked growth, well within
+        # the limit.
+        hard = self.base + self.limit
+        value = max(hard - self.shared, 0)
+        resource.setrlimit(resource.RLIMIT_DATA, (value, hard))
 
     def charge(self, nbytes: int) -> None:
         if self.limit is None:
@@ -49,4 +57,13 @@ class Budget:
         import resource
 
         self.shared += nbytes
+        self._apply(resource)
+
+    def release(self, nbytes: int) -> None:
+        """Give back the charge of a segment the worker no longer uses (see Placement._release)."""
+        if self.limit is None or nbytes <= 0:
+            return
+        import resource
+
+        self.shared = max(self.shared - nbytes, 0)
         self._apply(resource)

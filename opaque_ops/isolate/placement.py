@@ -41,6 +41,9 @@ class Placement:
         self.moved = _never  # did a shared output leave its buffer during invoke? (see layout)
         self.resized: set = set()  # inputs resized since the last allocation (see Server._stale)
         self.new_segments: list = []
+        # Bytes charged to the worker's budget for each segment, by segment
+        # id, while a slot still uses it (see _release).
+        self.charged: dict[int, int] = {}
         self.changed = True
 
     def wrap(self, orig):
@@ -150,6 +153,7 @@ class Placement:
                 raise self._refusal(indices, total, exc) from None
             return False  # they stay in TFLite's arena, under RLIMIT_DATA
         seg = P.Segment(next(self.w.ids), max(total, 1))
+        self.charged[seg.id] = total
         self.new_segments.append(seg)
         off = 0
         done = False
@@ -162,7 +166,22 @@ class Placement:
                 self.native.sink.take()
                 self.slots.pop(i, None)
             off += sizes[i]
+        self._release()
         return done
+
+    def _release(self) -> None:
+        """Give back to the budget the charge of the segments no slot uses any more.
+
+        A tensor that outgrew its buffer (:meth:`_grow`) gets one in a new
+        segment; the old one, once no other tensor lives in it, is dropped
+        here (and unmapped by the parent when the next layout leaves it out),
+        so it no longer counts against memory_limit.  Kept charged, the old
+        buffers of a series of growing resizes added up past the limit.
+        """
+        used = {seg.id for seg, _off, _cap in self.slots.values()}
+        used.update(seg.id for seg in self.new_segments)
+        for seg_id in [k for k in self.charged if k not in used]:
+            self.w.budget.release(self.charged.pop(seg_id))
 
     def _refusal(self, indices, total: int, why: MemoryError) -> TensorMemoryError:
         """What to raise when tensors that outgrew their shared buffers cannot have larger ones.

@@ -101,3 +101,35 @@ def _outgrown_and_usable(it, expected: bytes) -> None:
     assert "memory_limit of 1073741824 bytes" in msg and "Custom allocation is too small" not in msg, msg
     assert "the interpreter is still usable" in msg, msg
     assert _run(it) == expected
+
+
+def _grown(it, n: int) -> np.ndarray:
+    v = (np.arange(n, dtype=np.float32) % 7 - 3).reshape(1, n) / 4
+    it.resize_tensor_input(it.get_input_details()[0]["index"], [1, n])
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], v)
+    it.invoke()
+    assert np.array_equal(it.get_tensor(it.get_output_details()[0]["index"]), (v + v) * (v + v))
+
+
+def test_the_old_buffers_of_growing_resizes_do_not_count_against_the_limit():
+    # x and y get new shared buffers at each step, 4 to 32 MiB together;
+    # the last shape needs 48 MiB of 128.  The old buffers stayed charged
+    # (144 MiB by the last step), and it was refused.
+    with oo.Interpreter(model_content=add_mul_model(), isolate=True, memory_limit="128M", use_xnnpack=False) as it:
+        for k in range(1, 9):
+            _grown(it, k << 19)
+
+
+def test_growing_resizes_near_the_limit_are_refused_not_a_crash():
+    # 8 to 48 MiB of shared buffers, a 4 to 24 MiB arena: the old buffers
+    # kept charged lowered RLIMIT_DATA under the arena itself, and on 2.17
+    # its unchecked growth at the sixth step was a SIGSEGV (RuntimeCrashError).
+    with oo.Interpreter(model_content=add_mul_model(), isolate=True, memory_limit="128M", use_xnnpack=False) as it:
+        it.allocate_tensors()
+        for k in range(1, 7):
+            try:
+                _grown(it, k << 20)
+            except oo.TensorMemoryError as exc:
+                assert "the interpreter is still usable" in str(exc), exc
+        _grown(it, 1 << 20)  # (usable)
