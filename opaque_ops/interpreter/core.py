@@ -48,10 +48,10 @@ from ..model import cache as model_cache
 from ..model import check_allocated
 from ..model.cache import checked_model
 from ..model.reader import unusable_model
+from ..model.schema import BUILTIN_OPERATORS
 from ..ops.provider import OpProvider, not_an_op_provider
 from . import fast_calls as _fast
 from . import fork_guard as _fork
-from . import matmul as _matmul
 from . import tensors as _tensors
 from . import xnnpack as _xnnpack
 from .call_lock import CallLock
@@ -417,13 +417,19 @@ class Interpreter:
             raise ModelError(f"{self._model_name} cannot run with XNNPACK: {exc}") from None
         private = _xnnpack.alias_model(data, aliases)
         # A BATCH_MATMUL by a constant matrix runs as FULLY_CONNECTED where
-        # that was measured faster (see _matmul); only the private copy changes.
-        if _matmul.worth_it(_native.load_runtime().version, self.xnnpack, len(delegates)):
-            rewritten = _matmul.rewrite_model(private)
-            if rewritten is not private:
-                # The copy's extra tensors follow the model's own: indices from here are not the caller's.
-                self._hidden_from = _matmul.main_tensor_count(data)
-                private = rewritten
+        # that was measured faster (see interpreter/matmul.py); only the
+        # private copy changes.  The rewrite is imported only for a model
+        # with a BATCH_MATMUL (whose codes its record keeps): its module is
+        # the largest a start would otherwise import and never run.
+        if BUILTIN_OPERATORS["BATCH_MATMUL"] in model_cache.builtin_codes(self._info):
+            from . import matmul as _matmul
+
+            if _matmul.worth_it(_native.load_runtime().version, self.xnnpack, len(delegates)):
+                rewritten = _matmul.rewrite_model(private)
+                if rewritten is not private:
+                    # The copy's extra tensors follow the model's own: indices from here are not the caller's.
+                    self._hidden_from = _matmul.main_tensor_count(data)
+                    private = rewritten
         model = _native.NativeModel(private)
         if not model.ok:
             msgs = model.sink.take()

@@ -97,7 +97,7 @@ _MAX_RECORDS = 512
 _lock = _thread.allocate_lock()
 _memory: OrderedDict[bytes, ModelInfo | ModelError] = OrderedDict()
 
-# A Verdicts.feed or .select not known yet (a record written before it was kept).
+# A Verdicts.feed, .select or .codes not known yet (a record written before it was kept).
 _UNKNOWN = object()
 
 # The verdicts that can be kept, by exception class name.
@@ -336,7 +336,15 @@ class Verdicts:
     """
 
     def __init__(
-        self, key: bytes, owner: ModelInfo, io, custom_ops, has_identifier: bool, feed=_UNKNOWN, select=_UNKNOWN
+        self,
+        key: bytes,
+        owner: ModelInfo,
+        io,
+        custom_ops,
+        has_identifier: bool,
+        feed=_UNKNOWN,
+        select=_UNKNOWN,
+        codes=_UNKNOWN,
     ):
         self.key = key
         self.owner = weakref.ref(owner)
@@ -351,6 +359,10 @@ class Verdicts:
         # select_rows.nodes_of subgraph 0, as select_nodes returns it (kept
         # for the same reason: the interpreter asks at every start).
         self.select = select
+        # The model's builtin operator codes, as builtin_codes returns them
+        # (the same reason: the interpreter asks whether to import and run
+        # its BATCH_MATMUL rewrite at every start).
+        self.codes = codes
         self.model: dict = {}
         self._allocated: dict = {}
         # A verdict kept in memory that the record on disk does not have yet
@@ -372,7 +384,7 @@ class Verdicts:
         from .select_rows import nodes_of  # (a first read; later starts take it from the record)
 
         select = nodes_of(sg) if sg is not None else ()
-        return cls(key, info, io, info.custom_ops(), info.has_identifier, _feed_of(info), select)
+        return cls(key, info, io, info.custom_ops(), info.has_identifier, _feed_of(info), select, _codes_of(info))
 
     def allocated(self, key):
         """check_allocated's verdict for ``key``: (True, None or exception) or (False, None)."""
@@ -409,6 +421,8 @@ class Verdicts:
             doc["feed"] = self.feed
         if self.select is not _UNKNOWN:
             doc["select"] = [list(n) for n in self.select]
+        if self.codes is not _UNKNOWN:
+            doc["codes"] = sorted(self.codes)
         return doc
 
     @classmethod
@@ -419,7 +433,10 @@ class Verdicts:
         feed = tuple(feed) if type(feed) is list else feed
         select = doc.get("select", _UNKNOWN)  # (as feed)
         select = tuple(tuple(n) for n in select) if type(select) is list else select
-        self = cls(key, owner, io, [(n, v) for n, v in doc["custom_ops"]], doc["has_identifier"], feed, select)
+        codes = doc.get("codes", _UNKNOWN)  # (as feed)
+        codes = frozenset(codes) if type(codes) is list else codes
+        ops = [(n, v) for n, v in doc["custom_ops"]]
+        self = cls(key, owner, io, ops, doc["has_identifier"], feed, select, codes)
         for reg, v in doc["model"]:
             self.model[frozenset(reg)] = _load_verdict(v)
         for k, v in doc["allocated"]:
@@ -483,6 +500,27 @@ def select_nodes(info: ModelInfo) -> tuple:
 
         nodes = info.verdicts[key] = nodes_of(info.subgraphs[0])
     return nodes
+
+
+def builtin_codes(info: ModelInfo) -> frozenset:
+    """The builtin operator codes of ``info`` (every subgraph's), kept with its verdicts.
+
+    The Interpreter asks at every start whether the model has a
+    BATCH_MATMUL (only then is its rewrite, ``interpreter/matmul.py``,
+    imported and run): for a model it holds the answer is in its record,
+    as :func:`xnnpack_hazard`'s, so a later start reads no operator codes.
+    """
+    store = info.verdicts.get("store")
+    if store is not None and store.owner() is info:
+        if store.codes is _UNKNOWN:  # a record written before the answer was kept
+            store.codes = _codes_of(info)
+            store.save()
+        return store.codes
+    return _codes_of(info)
+
+
+def _codes_of(info: ModelInfo) -> frozenset:
+    return frozenset(code for code, _custom, _version in info.operator_codes)
 
 
 def _feed_of(info: ModelInfo):
@@ -558,9 +596,10 @@ def _valid_record(doc) -> bool:
     if type(doc) is not dict or doc.get("format") != 1 or type(doc.get("format")) is not int:
         return False
     io, ops, model, allocated = (doc.get(k) for k in ("io", "custom_ops", "model", "allocated"))
-    feed, select = doc.get("feed"), doc.get("select")
+    feed, select, codes = doc.get("feed"), doc.get("select"), doc.get("codes")
     return (
-        (
+        (codes is None or type(codes) is list and all(map(_is_int, codes)))
+        and (
             select is None
             or type(select) is list
             and all(type(n) is list and len(n) == 4 and all(map(_is_int, n)) for n in select)

@@ -320,3 +320,32 @@ def test_the_copy_passes_tflites_verifier_and_keeps_alignment():
     assert fc.op_name == "FULLY_CONNECTED" and fc.builtin_options.get("keep_num_dims") is True
     w = read_model(new).subgraphs[0].tensors[fc.inputs[1]]
     np.testing.assert_array_equal(np.frombuffer(w.data, np.float32).reshape(N, K), WEIGHTS.T)
+
+
+def test_a_start_from_the_models_record_rewrites_as_a_first_start_does(tmp_path, monkeypatch, forced):
+    """The rewrite is imported only for a model with a BATCH_MATMUL, which a later start learns from the
+    model's record (its builtin operator codes, model.cache.builtin_codes), not from the model: a start
+    whose record is on disk must hand TFLite the same private copy, and give the same bytes."""
+    from opaque_ops.model import cache
+
+    monkeypatch.setenv(cache.ENV_VERDICTS, str(tmp_path / "verdicts"))
+    data = _model([3, K])
+    x = np.linspace(-1, 1, 3 * K, dtype=np.float32).reshape(3, K)
+    runs = []
+    cache.clear()
+    try:
+        for _start in ("first", "later"):
+            cache.clear()  # (the second creation reads the record, as a new process does)
+            it = oo.Interpreter(model_content=data)
+            it.allocate_tensors()
+            read = "subgraphs" in it._info.__dict__  # (before details, which read the model)
+            it.set_tensor(0, x)
+            it.invoke()
+            runs.append((read, _private_ops(it), it.get_tensor(it.get_output_details()[0]["index"]).tobytes()))
+    finally:
+        cache.clear()
+    (read_first, ops_first, first), (read_later, ops_later, later) = runs
+    assert read_first and not read_later, "the later start did not come from the record"
+    assert ("FULLY_CONNECTED" in ops_first) == (forced or _expect_rewrite(it))
+    assert ops_later == ops_first
+    assert later == first

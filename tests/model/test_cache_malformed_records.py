@@ -100,6 +100,10 @@ MALFORMED = {
     "select nested": lambda doc: _with(doc, "select", _nested(DEEP)),
     "select huge index": lambda doc: _with(doc, "select", [[0, 10**30, 1, 2]]),
     "select a tuple": lambda doc: _with(doc, "select", ((0, 0, 1, 2),)),
+    "codes a string": lambda doc: _with(doc, "codes", "BATCH_MATMUL"),
+    "codes nested": lambda doc: _with(doc, "codes", _nested(DEEP)),
+    "codes huge": lambda doc: _with(doc, "codes", [0, 10**30]),
+    "codes a frozenset": lambda doc: _with(doc, "codes", frozenset([0, 18])),
     "not marshal data": lambda doc: b"\xff\xfe not a record",
     "cut short": lambda doc: marshal.dumps(doc)[: len(marshal.dumps(doc)) // 2],
     "empty": lambda doc: b"",
@@ -164,11 +168,16 @@ def test_a_valid_record_is_still_used(verdicts, monkeypatch):
     np.testing.assert_array_equal(_run(data), want)
 
 
-@pytest.mark.parametrize("key, kept", [("feed", None), ("select", [])], ids=["xnnpack feed", "select nodes"])
+# (ADD and MUL are builtin operator codes 0 and 18: tensorflow/lite/schema/schema.fbs, BuiltinOperator.)
+@pytest.mark.parametrize(
+    "key, kept",
+    [("feed", None), ("select", []), ("codes", [0, 18])],
+    ids=["xnnpack feed", "select nodes", "builtin codes"],
+)
 def test_a_record_from_before_an_answer_was_kept_gets_it_added(verdicts, monkeypatch, key, kept):
-    """Records written before the value-dependent feed (or model.select_rows' SELECT nodes) was kept
-    lack that key: still used (the model is not checked again), the answer is worked out once and
-    the record rewritten with it."""
+    """Records written before the value-dependent feed (or model.select_rows' SELECT nodes, or the
+    builtin operator codes) was kept lack that key: still used (the model is not checked again), the
+    answer is worked out once and the record rewritten with it."""
     data, _offset, _scale = add_mul_model()
     want = _run(data)
     [record] = sorted(verdicts.glob("*.rec"))
