@@ -132,7 +132,7 @@ def two_subgraph_model() -> bytes:
     return join_with_signature(first, _plus(2, [1, 6], "inp", "out", None), "second", {"inp": 0}, {"out": 2})
 
 
-def add_mul_model(signature: bool = False, state: bool = False) -> bytes:
+def squared_sum_model(signature: bool = False, state: bool = False) -> bytes:
     """y = (x + x) * (x + x) on float32 [1, 4] (signature [1, -1]); without ``state``, x is index 0, a 1, y 2.
 
     At MUL, x (a graph input, alive all the run), the intermediate and the

@@ -22,7 +22,7 @@ import pytest
 
 from opaque_ops.model import ModelBuilder
 from tests.helpers.child_process import crashed, run_child
-from tests.helpers.interpreter_models import add_mul_model, join_with_signature
+from tests.helpers.interpreter_models import join_with_signature, squared_sum_model
 
 ELEMENTS = 1 << 28  # float32: 1 GiB per tensor
 
@@ -185,7 +185,7 @@ print("large ok:", np.array_equal(it.get_tensor(y), (v + v) * (v + v)), flush=Tr
 
 
 def test_a_growing_arena_that_cannot_be_had_is_refused_and_the_interpreter_lives():
-    data = add_mul_model().hex()
+    data = squared_sum_model().hex()
     for mode in ("reference", "xnnpack"):
         p = run_child(GROW, data, mode, "guarded", timeout=120)
         assert p.returncode == 0, crashed(p)
@@ -210,7 +210,7 @@ def test_without_the_guard_the_2_17_runtime_dies_there():
     # What the guard is for (and that the test above would see it gone).
     import opaque_ops as oo
 
-    p = run_child(GROW, add_mul_model().hex(), "reference", "unguarded", timeout=120)
+    p = run_child(GROW, squared_sum_model().hex(), "reference", "unguarded", timeout=120)
     if oo.runtime_info().version.startswith("2.17."):
         assert p.signal == 11 and "allocated" not in p.stdout, crashed(p)
     else:
@@ -236,7 +236,7 @@ def test_isolated_and_through_a_signature_runner_it_is_the_same_refusal():
 
     refused = r"need at least \d+ bytes .*Nothing was allocated"
     v = np.array([[-2.0, 0.5, 1.0, 3.0]], np.float32)
-    it = oo.Interpreter(model_content=add_mul_model(True), isolate=True, memory_limit="2G", use_xnnpack=False)
+    it = oo.Interpreter(model_content=squared_sum_model(True), isolate=True, memory_limit="2G", use_xnnpack=False)
     it.allocate_tensors()
     x, y = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
     it.resize_tensor_input(x, [1, 2**31 - 1])
@@ -310,7 +310,7 @@ def test_a_shape_that_fits_the_arena_already_there_is_not_refused(state):
     # (With a variable first among the tensors, the arena was looked for
     # around it, in the persistent arena: the same shapes were refused.)
     for mode in ("reference", "xnnpack"):
-        p = run_child(SHRINK, add_mul_model(state=state).hex(), mode, timeout=120)
+        p = run_child(SHRINK, squared_sum_model(state=state).hex(), mode, timeout=120)
         assert p.returncode == 0, crashed(p)
         for shape in ("[1, 8388608]", "[16777216, 1]", "[1, 16777216]"):
             assert f"{shape} ok: True" in p.stdout, p.stdout
@@ -762,7 +762,7 @@ print("kept:", sorted(repr(key[1]) for key in it._info.verdicts["store"]._alloca
 
 @pytest.mark.parametrize("target", ["main", "second"])
 def test_a_failed_xnnpack_reshape_names_memory_closes_the_interpreter_and_keeps_no_verdict(target, tmp_path):
-    data = (add_mul_model() if target == "main" else _two_subgraph_model()).hex()
+    data = (squared_sum_model() if target == "main" else _two_subgraph_model()).hex()
     env = {"OPAQUE_OPS_VERDICT_CACHE": str(tmp_path)}
     p = run_child(XNNPACK_FAILED, data, target, timeout=120, env=env)
     assert p.returncode == 0, crashed(p)

@@ -17,7 +17,7 @@ import pytest
 
 import opaque_ops as oo
 from tests.helpers.atan import MACRO_ATAN
-from tests.helpers.interpreter_models import add_mul_model
+from tests.helpers.interpreter_models import squared_sum_model
 from tests.helpers.simd_cases import _model
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -36,7 +36,7 @@ def _run(it, v=V) -> bytes:
 
 @pytest.mark.parametrize("mode", ["xnnpack", "reference"])
 def test_an_isolated_resize_past_the_limit_is_refused_and_the_interpreter_stays_usable(mode):
-    data = add_mul_model(signature=True)
+    data = squared_sum_model(signature=True)
     xnnpack = mode == "xnnpack"
     local = oo.Interpreter(model_content=data, use_xnnpack=xnnpack)
     expected = _run(local)
@@ -116,7 +116,7 @@ def test_the_old_buffers_of_growing_resizes_do_not_count_against_the_limit():
     # x and y get new shared buffers at each step, 4 to 32 MiB together;
     # the last shape needs 48 MiB of 128.  The old buffers stayed charged
     # (144 MiB by the last step), and it was refused.
-    with oo.Interpreter(model_content=add_mul_model(), isolate=True, memory_limit="128M", use_xnnpack=False) as it:
+    with oo.Interpreter(model_content=squared_sum_model(), isolate=True, memory_limit="128M", use_xnnpack=False) as it:
         for k in range(1, 9):
             _grown(it, k << 19)
 
@@ -125,7 +125,7 @@ def test_growing_resizes_near_the_limit_are_refused_not_a_crash():
     # 8 to 48 MiB of shared buffers, a 4 to 24 MiB arena: the old buffers
     # kept charged lowered RLIMIT_DATA under the arena itself, and on 2.17
     # its unchecked growth at the sixth step was a SIGSEGV (RuntimeCrashError).
-    with oo.Interpreter(model_content=add_mul_model(), isolate=True, memory_limit="128M", use_xnnpack=False) as it:
+    with oo.Interpreter(model_content=squared_sum_model(), isolate=True, memory_limit="128M", use_xnnpack=False) as it:
         it.allocate_tensors()
         for k in range(1, 7):
             try:
