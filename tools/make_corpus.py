@@ -32,7 +32,7 @@ CORPUS = ROOT / "tests" / "corpus"
 
 def field_offset(data: bytes, subgraph: int, operator: int, slot: int) -> int:
     """File offset of field ``slot`` of one operator's builtin options table."""
-    from opaque_ops.model import reader as R
+    from opaque_ops.model import parser as R
 
     f = R._Flat(data)
     root = R._U32(data, 0)[0]
@@ -289,7 +289,7 @@ def write_metadata_entries() -> None:
 
 def tensor_type_offset(data: bytes, subgraph: int, tensor: int) -> int:
     """File offset of one tensor's stored ``type`` byte (absent when it is FLOAT32, the default)."""
-    from opaque_ops.model import reader as R
+    from opaque_ops.model import parser as R
 
     f = R._Flat(data)
     root = R._U32(data, 0)[0]

@@ -1,7 +1,9 @@
 """Read, write and check TFLite models without TensorFlow.
 
 - :mod:`~opaque_ops.model.reader`: :func:`read_model`, a bounds-checked reader
-  for untrusted bytes, into plain Python objects (:class:`ModelInfo`).
+  for untrusted bytes, into plain Python objects (:class:`ModelInfo`); its
+  walker (:mod:`~opaque_ops.model.parser`) and tables
+  (:mod:`~opaque_ops.model.decoding`) are imported when a model is read.
 - :mod:`~opaque_ops.model.writer`: :class:`ModelBuilder`, for small models.
 - :mod:`~opaque_ops.model.flex`: flexbuffer custom options
   (:func:`flex_options`, :func:`decode_flex_options`).

@@ -226,13 +226,13 @@ def _custom_options_corpus() -> list[bytes]:
 
 def test_the_readers_custom_options_are_what_flex_map_or_none_gives():
     # The reader answers options that are no flexbuffer map without
-    # importing model.flex (reader._flex_or_none); it must answer every
-    # input as flex_map_or_none does, and the corpus holds both kinds.
-    from opaque_ops.model import reader
+    # importing model.flex (decoding._flex_or_none, both readers'); it must
+    # answer every input as flex_map_or_none does, and the corpus holds both kinds.
+    from opaque_ops.model import decoding
     from opaque_ops.model.flex import flex_map_or_none
 
     corpus = _custom_options_corpus()
-    got = [reader._flex_or_none(b) for b in corpus]
+    got = [decoding._flex_or_none(b) for b in corpus]
     assert got == [flex_map_or_none(b) for b in corpus]
     assert sum(g is not None for g in got) >= 3 and sum(g is None for g in got) >= 200
 
