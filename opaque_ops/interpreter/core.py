@@ -470,6 +470,15 @@ class Interpreter:
         self._string_inputs = tuple(
             t for t in self._input_positions if (ref := native.tensor(t)) is not None and ref.type == _tensors.STRING
         )
+        # Operators of subgraph 0 whose kernel reads an input's value in Eval
+        # and crashes on some (model.fed_values): each invoke checks the value
+        # first, so such a model too runs its invoke in Python.  The nodes
+        # are kept in the model's record; a model without them pays nothing.
+        fed = model_cache.fed_value_nodes(self._info)
+        if fed:
+            from ..model.fed_values import for_runtime
+
+            self._fed_values = for_runtime(fed, native.rt.version)
         self._main = _Graph(0, dict(self._input_positions), native.resize_input, native.allocate, native.input_tensor)
         # Whether subgraph 0 is planned (allocated since the last change, and
         # the model checks passed on what was planned); other subgraphs that
@@ -599,7 +608,7 @@ class Interpreter:
         """
         fast = self._fast
         if fast is not None:
-            ready = self._allocated and not self._watch and not self._string_inputs
+            ready = self._allocated and not self._watch and not self._string_inputs and not self._fed_values
             _fast.bind(
                 fast,
                 self._native if ready else None,
@@ -839,6 +848,13 @@ class Interpreter:
     # set/get fast path's cached views after it runs.
     _moves = False
     _string_inputs: tuple = ()
+    _fed_values: tuple = ()
+
+    def _refuse_fed_values(self, native, what: str) -> None:
+        """Before an invoke of subgraph 0: refuse an input value its kernel would crash on (see fed_values)."""
+        from .fed_values import refuse_crashing_values  # (only a model with such an operator)
+
+        refuse_crashing_values(native, self._fed_values, native.rt.version, what)
 
     def _run_invoke(self, native, invoke, watched: bool, moves: bool) -> tuple[int, float | None]:
         """``(status, seconds)`` of one ``invoke()`` (a C call on ``native``; seconds None unless ``watched``).
@@ -1130,6 +1146,8 @@ class Interpreter:
                     ((f"{t} ({native.tensor(t).name!r})", native.tensor(t)) for t in self._string_inputs),
                     "invoke()",
                 )
+            if self._fed_values:
+                self._refuse_fed_values(native, "invoke()")
             if self._watch or moves:
                 status, took = self._run_invoke(native, native.invoke, self._watch, moves)
                 if self._watch:

@@ -206,6 +206,8 @@ class SignatureRunner:
                 _tensors.write(t, a, f"{what} input {n!r}")
                 if remember and self._index_of[n] not in it._slots:
                     it._remember(self._index_of[n], t)
+            if remember and it._fed_values:
+                it._refuse_fed_values(native, f"{what}: invoke")  # (as Interpreter.invoke does)
             status, took = it._run_invoke(native, r.invoke, self._watch, moves)
             if self._watch:
                 self._watch = took > WATCH_AFTER_S
@@ -244,6 +246,8 @@ class SignatureRunner:
         the runner, as the full path reads them.
         """
         it = self._interpreter
+        if it._fed_values and self._graph.subgraph == 0:
+            return None  # the full path checks the fed values before its invoke
         calls, lock = it._calls, it._lock
         if not calls.try_acquire():
             return None  # the full path waits for it, or refuses a re-entered call

@@ -97,7 +97,7 @@ _MAX_RECORDS = 512
 _lock = _thread.allocate_lock()
 _memory: OrderedDict[bytes, ModelInfo | ModelError] = OrderedDict()
 
-# A Verdicts.feed, .select or .codes not known yet (a record written before it was kept).
+# A Verdicts.feed, .select, .codes or .fed not known yet (a record written before it was kept).
 _UNKNOWN = object()
 
 # The verdicts that can be kept, by exception class name.
@@ -345,6 +345,7 @@ class Verdicts:
         feed=_UNKNOWN,
         select=_UNKNOWN,
         codes=_UNKNOWN,
+        fed=_UNKNOWN,
     ):
         self.key = key
         self.owner = weakref.ref(owner)
@@ -363,6 +364,9 @@ class Verdicts:
         # (the same reason: the interpreter asks whether to import and run
         # its BATCH_MATMUL rewrite at every start).
         self.codes = codes
+        # fed_values.nodes_of subgraph 0, as fed_value_nodes returns it (kept
+        # for the same reason).
+        self.fed = fed
         self.model: dict = {}
         self._allocated: dict = {}
         # A verdict kept in memory that the record on disk does not have yet
@@ -381,10 +385,22 @@ class Verdicts:
                 tuple(t for op in sg.operators if op.is_custom for t in op.outputs if t >= 0),
             )
         )
-        from .select_rows import nodes_of  # (a first read; later starts take it from the record)
+        # (A first read; later starts take both from the record.)
+        from .fed_values import nodes_of as fed_nodes
+        from .select_rows import nodes_of
 
         select = nodes_of(sg) if sg is not None else ()
-        return cls(key, info, io, info.custom_ops(), info.has_identifier, _feed_of(info), select, _codes_of(info))
+        return cls(
+            key,
+            info,
+            io,
+            info.custom_ops(),
+            info.has_identifier,
+            _feed_of(info),
+            select,
+            _codes_of(info),
+            fed_nodes(sg),
+        )
 
     def allocated(self, key):
         """check_allocated's verdict for ``key``: (True, None or exception) or (False, None)."""
@@ -423,6 +439,8 @@ class Verdicts:
             doc["select"] = [list(n) for n in self.select]
         if self.codes is not _UNKNOWN:
             doc["codes"] = sorted(self.codes)
+        if self.fed is not _UNKNOWN:
+            doc["fed"] = [list(n) for n in self.fed]
         return doc
 
     @classmethod
@@ -435,8 +453,10 @@ class Verdicts:
         select = tuple(tuple(n) for n in select) if type(select) is list else select
         codes = doc.get("codes", _UNKNOWN)  # (as feed)
         codes = frozenset(codes) if type(codes) is list else codes
-        ops = [(n, v) for n, v in doc["custom_ops"]]
-        self = cls(key, owner, io, ops, doc["has_identifier"], feed, select, codes)
+        fed = doc.get("fed", _UNKNOWN)  # (as feed)
+        fed = tuple(tuple(n) for n in fed) if type(fed) is list else fed
+        custom_ops = [(n, v) for n, v in doc["custom_ops"]]
+        self = cls(key, owner, io, custom_ops, doc["has_identifier"], feed, select, codes, fed)
         for reg, v in doc["model"]:
             self.model[frozenset(reg)] = _load_verdict(v)
         for k, v in doc["allocated"]:
@@ -523,6 +543,25 @@ def _codes_of(info: ModelInfo) -> frozenset:
     return frozenset(code for code, _custom, _version in info.operator_codes)
 
 
+def fed_value_nodes(info: ModelInfo) -> tuple:
+    """:func:`~opaque_ops.model.fed_values.nodes_of` subgraph 0 of ``info``, kept with its verdicts.
+
+    As :func:`select_nodes`: for a model the Interpreter holds the answer is
+    in its record, so a later start reads no operators for it.
+    """
+    store = info.verdicts.get("store")
+    if store is not None and store.owner() is info:
+        if store.fed is _UNKNOWN:  # a record written before the answer was kept
+            from .fed_values import nodes_of
+
+            store.fed = nodes_of(info.subgraphs[0] if info.subgraphs else None)
+            store.save()
+        return store.fed
+    from .fed_values import nodes_of
+
+    return nodes_of(info.subgraphs[0] if info.subgraphs else None)
+
+
 def _feed_of(info: ModelInfo):
     found = _rules().type_rules.value_dependent_feed(info)
     if found is None:
@@ -596,9 +635,21 @@ def _valid_record(doc) -> bool:
     if type(doc) is not dict or doc.get("format") != 1 or type(doc.get("format")) is not int:
         return False
     io, ops, model, allocated = (doc.get(k) for k in ("io", "custom_ops", "model", "allocated"))
-    feed, select, codes = doc.get("feed"), doc.get("select"), doc.get("codes")
+    feed, select, codes, fed = doc.get("feed"), doc.get("select"), doc.get("codes"), doc.get("fed")
     return (
         (codes is None or type(codes) is list and all(map(_is_int, codes)))
+        and (
+            fed is None
+            or type(fed) is list
+            and all(
+                type(n) is list
+                and len(n) == 6
+                and type(n[1]) is str
+                and all(_is_int(n[k]) for k in (0, 2, 3))
+                and all(_is_int(n[k], -_MAX_INDEX) for k in (4, 5))
+                for n in fed
+            )
+        )
         and (
             select is None
             or type(select) is list

@@ -686,16 +686,25 @@ def _reverse_v2(sg, op, ins, x, o, where):
     # (an empty dimension after the axes) and upper * middle > 0 it copies
     # that many elements out of an empty input into an empty output
     # (SIGSEGV on 2.17.1, 2.23.0 and ai-edge-litert alike).
+    # (An axis fed as an input is checked before each invoke instead:
+    # opaque_ops.interpreter.fed_values.)
     axes = _known_ints(_const(sg, op.inputs[1])) if len(op.inputs) > 1 else None
-    if axes and all(-len(x) <= a < len(x) for a in axes):
-        last = max(_axis(a, len(x)) for a in axes)
-        if math.prod(x[last + 1 :]) == 0 and math.prod(x[: last + 1]) > 0:
-            raise ShapeError(
-                f"{where}: its input {op.inputs[0]} of shape {list(x)} is empty after the reversed axis "
-                f"{last}, which TFLite's REVERSE_V2 kernel cannot reverse (it reads past the empty tensor); "
-                "resize the input without empty dimensions, or reverse the last axis"
-            )
+    last = reverse_reads_past(x, axes)
+    if last is not None:
+        raise ShapeError(
+            f"{where}: its input {op.inputs[0]} of shape {list(x)} is empty after the reversed axis "
+            f"{last}, which TFLite's REVERSE_V2 kernel cannot reverse (it reads past the empty tensor); "
+            "resize the input without empty dimensions, or reverse the last axis"
+        )
     return [x]
+
+
+def reverse_reads_past(x, axes) -> int | None:
+    """The last of ``axes`` when REVERSE_V2 of an ``x`` of this shape reads past it (see _reverse_v2), else None."""
+    if not axes or not all(-len(x) <= a < len(x) for a in axes):
+        return None
+    last = max(_axis(a, len(x)) for a in axes)
+    return last if math.prod(x[last + 1 :]) == 0 and math.prod(x[: last + 1]) > 0 else None
 
 
 def _matrix_set_diag(sg, op, ins, x, o, where):

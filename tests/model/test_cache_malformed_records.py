@@ -104,6 +104,11 @@ MALFORMED = {
     "codes nested": lambda doc: _with(doc, "codes", _nested(DEEP)),
     "codes huge": lambda doc: _with(doc, "codes", [0, 10**30]),
     "codes a frozenset": lambda doc: _with(doc, "codes", frozenset([0, 18])),
+    "fed a string": lambda doc: _with(doc, "fed", "REVERSE_SEQUENCE"),
+    "fed of five parts": lambda doc: _with(doc, "fed", [[0, "REVERSE_SEQUENCE", 1, 0, 1]]),
+    "fed name not a string": lambda doc: _with(doc, "fed", [[0, 7, 1, 0, 1, 0]]),
+    "fed huge index": lambda doc: _with(doc, "fed", [[0, "TOPK_V2", 10**30, 0, 0, 0]]),
+    "fed nested": lambda doc: _with(doc, "fed", _nested(DEEP)),
     "not marshal data": lambda doc: b"\xff\xfe not a record",
     "cut short": lambda doc: marshal.dumps(doc)[: len(marshal.dumps(doc)) // 2],
     "empty": lambda doc: b"",
@@ -171,13 +176,13 @@ def test_a_valid_record_is_still_used(verdicts, monkeypatch):
 # (ADD and MUL are builtin operator codes 0 and 18: tensorflow/lite/schema/schema.fbs, BuiltinOperator.)
 @pytest.mark.parametrize(
     "key, kept",
-    [("feed", None), ("select", []), ("codes", [0, 18])],
-    ids=["xnnpack feed", "select nodes", "builtin codes"],
+    [("feed", None), ("select", []), ("codes", [0, 18]), ("fed", [])],
+    ids=["xnnpack feed", "select nodes", "builtin codes", "fed values"],
 )
 def test_a_record_from_before_an_answer_was_kept_gets_it_added(verdicts, monkeypatch, key, kept):
-    """Records written before the value-dependent feed (or model.select_rows' SELECT nodes, or the
-    builtin operator codes) was kept lack that key: still used (the model is not checked again), the
-    answer is worked out once and the record rewritten with it."""
+    """Records written before the value-dependent feed (or model.select_rows' SELECT nodes, the builtin
+    operator codes, or model.fed_values' nodes) was kept lack that key: still used (the model is not
+    checked again), the answer is worked out once and the record rewritten with it."""
     data, _offset, _scale = add_mul_model()
     want = _run(data)
     [record] = sorted(verdicts.glob("*.rec"))

@@ -10,7 +10,8 @@ Eval), so a kept verdict is keyed by the runtime like every other verdict of
 :func:`~opaque_ops.model.check_allocated`.
 
 Values given only at run time (a TOPK_V2 ``k`` or a BROADCAST_TO shape fed
-as an input) are not known here: those models are not checked.
+as an input) are not known here: the interpreter checks them before each
+invoke (:mod:`opaque_ops.interpreter.fed_values`).
 """
 
 from __future__ import annotations
@@ -63,18 +64,25 @@ def _broadcast_to(sg, op, known, version) -> None:
     # at on the way down.  An input dimension of 1 broadcast to 0 before that
     # last one still leads it to copy rows into the empty output (2.17.1:
     # SIGSEGV, [1, 3] to [0, 2, 3]; 2.23.0 writes nothing there).
+    # (A shape fed as an input is checked before each invoke instead:
+    # opaque_ops.interpreter.fed_values.)
     x, out = known(op.inputs[0]), known(op.outputs[0]) if op.outputs and op.outputs[0] >= 0 else None
-    if x is None or out is None or len(x) > len(out) or math.prod(out):
-        return
-    x = (1,) * (len(out) - len(x)) + tuple(x)
-    last = max((k for k, (a, b) in enumerate(zip(x, out)) if a != b), default=-1)
-    if last >= 0 and math.prod(x[:last]) > 0 and math.prod(out[last:]) > 0:
+    if x is not None and out is not None and broadcast_writes_into_empty(x, out):
         raise ModelError(
             f"{messages.planned_operator(op)} broadcasts its input {op.inputs[0]} to {list(out)}, which is empty "
             f"in a dimension before the last one it broadcasts; TFLite {version}'s BROADCAST_TO still copies "
             "rows into that empty output and crashes the process (TFLite 2.23 runs it). Resize the input or "
             "the target shape so that the output is not empty, or use TFLite 2.23"
         )
+
+
+def broadcast_writes_into_empty(x, out) -> bool:
+    """Whether an affected runtime's BROADCAST_TO of ``x`` to ``out`` (shapes) crashes (see _broadcast_to)."""
+    if len(x) > len(out) or math.prod(out):
+        return False
+    x = (1,) * (len(out) - len(x)) + tuple(x)
+    last = max((k for k, (a, b) in enumerate(zip(x, out)) if a != b), default=-1)
+    return last >= 0 and math.prod(x[:last]) > 0 and math.prod(out[last:]) > 0
 
 
 def _top_k(sg, op, known, version) -> None:

@@ -1,0 +1,130 @@
+"""Before an invoke: refuse a fed value that TFLite's kernel would crash on in Eval.
+
+The operators come from :func:`opaque_ops.model.fed_values.nodes_of` (the
+value is an input of subgraph 0, set with ``set_tensor``); the rules are
+those the model checks apply to the same value given as a constant
+(:mod:`opaque_ops.model.shapes`' REVERSE_SEQUENCE and REVERSE_V2 rules,
+:mod:`opaque_ops.model.checks.version_rules`' TOPK_V2 rule), applied to the
+value the input holds now.  Imported only by an interpreter whose model has
+such an operator: every other model's invoke never runs this.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import InvalidInputError
+
+
+def refuse_crashing_values(native, nodes: tuple, version: str, what: str) -> None:
+    """Raise InvalidInputError if an input of ``nodes`` holds a value their kernel would crash on.
+
+    Parameters
+    ----------
+    native : NativeInterpreter
+        The allocated interpreter.
+    nodes : tuple
+        :func:`~opaque_ops.model.fed_values.for_runtime` of the model's nodes.
+    version : str
+        The runtime's ``TfLiteVersion()``, for the message.
+    what : str
+        The call, for the message.
+    """
+    for index, name, value_t, data_t, seq_dim, batch_dim in nodes:
+        value, data = native.tensor(value_t), native.tensor(data_t)
+        if value is None or data is None or data.is_dynamic():
+            # (A dynamic data tensor gets its shape in this invoke, before
+            # the node's Eval: not known yet.)
+            continue
+        v = value.view()
+        if v is None:
+            continue
+        x = data.shape
+        where = f"{what}: input {value_t} ({value.name!r}) of operator {index} ({name})"
+        if name == "REVERSE_SEQUENCE":
+            _reverse_sequence(where, v, x, data_t, seq_dim, batch_dim)
+        elif name == "TOPK_V2":
+            _top_k(where, v, x, data_t, version)
+        elif name == "REVERSE_V2":
+            _reverse_v2(where, v, x, data_t)
+        elif name == "BROADCAST_TO":
+            _broadcast_to(where, v, x, data_t, version)
+
+
+def _reverse_sequence(where, v, x, data_t, s, b) -> None:
+    # tensorflow/lite/kernels/reverse_sequence.cc, ReverseSequenceImpl: Eval
+    # checks the lengths against the sequence dimension in a loop over
+    # NumDimensions(seq_lengths) (1), not its size, so only the first length
+    # is checked; reference_ops::ReverseSequence then reverses each batch's
+    # first seq_lengths[i] steps, reading and writing past the tensors for a
+    # longer one (garbage for one step too many, SIGSEGV for 10**8, on
+    # 2.17.1, 2.23.0 and ai-edge-litert alike).  A negative length reverses
+    # nothing (measured), as 0 does.
+    if not (0 <= s < len(x) and 0 <= b < len(x) and s != b):
+        return  # (Eval refuses these options before it reads the lengths)
+    lengths = v.reshape(-1)
+    if lengths.size and int(lengths.max()) > x[s]:
+        shown = lengths.tolist() if lengths.size <= 8 else f"{lengths[:8].tolist()[:-1]}..."
+        raise InvalidInputError(
+            f"{where} holds sequence lengths {shown}, but input {data_t} (shape {list(x)}) has {x[s]} steps "
+            f"along its sequence dimension {s}; TFLite's REVERSE_SEQUENCE reads and writes past its tensors for "
+            f"a length above that (garbage, or a crash). Set lengths of at most {x[s]} with set_tensor(), or "
+            "resize the input to longer sequences"
+        )
+
+
+def _top_k(where, v, x, data_t, version) -> None:
+    # tensorflow/lite/kernels/topk_v2.cc: with a k that is not a constant,
+    # Prepare makes the outputs dynamic and Eval reads k (top_k->data.i32[0])
+    # before TopK runs; 2.17.1's TopContainer::push then corrupts the heap for
+    # k = 0 on rows of two or more values (SIGABRT), as
+    # opaque_ops.model.checks.version_rules._top_k says for a constant k.
+    if v.size != 1 or not x or int(v.reshape(-1)[0]) != 0:
+        return  # (Eval refuses another element count, and k past the row, itself)
+    if x[-1] >= 2 and math.prod(x[:-1]) > 0:
+        raise InvalidInputError(
+            f"{where} holds k = 0 for rows of {x[-1]} values (input {data_t} of shape {list(x)}); TFLite "
+            f"{version}'s TOPK_V2 corrupts memory for k = 0 (TFLite 2.23 runs it). Set k between 1 and "
+            f"{x[-1]} with set_tensor(), or use TFLite 2.23"
+        )
+
+
+def _reverse_v2(where, v, x, data_t) -> None:
+    # tensorflow/lite/kernels/reverse.cc reads the axes only in Eval; its
+    # reference Reverse (kernels/internal/reference/reverse.h) copies out of
+    # an input that is empty after the last reversed axis but not up to it
+    # (SIGSEGV on 2.17.1, 2.23.0 and ai-edge-litert alike): the rule the
+    # model checks apply to a constant axis (model.shapes._reverse_v2).
+    from ..model.shapes import reverse_reads_past
+
+    last = reverse_reads_past(x, [int(a) for a in v.reshape(-1)])
+    if last is not None:
+        raise InvalidInputError(
+            f"{where} holds the axes {v.reshape(-1).tolist()}, but input {data_t} of shape {list(x)} is empty "
+            f"after the reversed axis {last}, which TFLite's REVERSE_V2 cannot reverse (it reads past the empty "
+            "tensor). Reverse a later axis (set it with set_tensor()), or resize the input without empty dimensions"
+        )
+
+
+def _broadcast_to(where, v, x, data_t, version) -> None:
+    # tensorflow/lite/kernels/broadcast_to.cc makes the output dynamic for a
+    # shape that is not a constant and reads it in Eval's ResizeOutputTensor,
+    # which refuses a shape the input does not broadcast to; 2.17.1's
+    # BroadcastImpl then copies rows into an output that is empty before the
+    # last broadcast dimension (heap corruption: SIGABRT for [1, 3] to
+    # [0, 5, 3]), the version rule for a constant shape (version_rules._broadcast_to).
+    from ..model.checks.version_rules import broadcast_writes_into_empty
+
+    out = tuple(int(d) for d in v.reshape(-1))
+    pad = (1,) * (len(out) - len(x))
+    if v.ndim != 1 or min(out, default=0) < 0 or len(x) > len(out):
+        return  # (Eval refuses these before it copies anything)
+    if any(a not in (1, b) for a, b in zip(pad + tuple(x), out)):
+        return
+    if broadcast_writes_into_empty(x, out):
+        raise InvalidInputError(
+            f"{where} holds the shape {list(out)}, which is empty in a dimension before the last one input "
+            f"{data_t} of shape {list(x)} is broadcast along; TFLite {version}'s BROADCAST_TO still copies rows "
+            "into that empty output and corrupts memory (TFLite 2.23 runs it). Set a shape that is not empty "
+            "with set_tensor(), or use TFLite 2.23"
+        )

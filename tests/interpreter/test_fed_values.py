@@ -1,0 +1,234 @@
+"""invoke() refuses a value fed to an input that TFLite's kernel would crash on in Eval (interpreter.fed_values).
+
+REVERSE_SEQUENCE with a sequence length past the sequence dimension, fed with
+set_tensor (SIGSEGV for 10**8 on 2.17.1, 2.23.0 and ai-edge-litert alike),
+REVERSE_V2 with an axis after which the input is empty (SIGSEGV, the same
+three), and, on the runtimes ``version_rules.affected`` names, TOPK_V2 with
+k = 0 and BROADCAST_TO to a shape empty before its last broadcast dimension
+fed the same way (2.17.1: heap corruption, SIGABRT; 2.23.0 runs them).
+Every run that would crash without the check is in a child process; the
+interpreter keeps working with a valid value afterwards, and its outputs are
+compared with numpy and ai-edge-litert.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import opaque_ops as oo
+from opaque_ops.model.checks.version_rules import affected
+from opaque_ops.runtime import runtime_info
+from tests.helpers.child_process import crashed, run_child
+from tests.helpers.single_op import single_op_model
+
+litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
+
+f32, i32 = np.float32, np.int32
+X_RS = np.arange(6, dtype=f32).reshape(2, 3)
+X_BROADCAST = np.array([[1, 2, 3]], f32)
+X_TOPK = np.array([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]], f32)
+
+
+def reverse_sequence_model(signature=None) -> bytes:
+    return single_op_model(
+        "REVERSE_SEQUENCE",
+        {"x": ([2, 3], f32), "n": ([2], i32)},
+        {},
+        [([2, 3], f32)],
+        {"seq_dim": 1, "batch_dim": 0},
+        signature=signature,
+    )
+
+
+def reverse_v2_model(signature=None) -> bytes:
+    return single_op_model(
+        "REVERSE_V2", {"x": ([2, 3, 4], f32), "n": ([1], i32)}, {}, [([2, 3, 4], f32)], signature=signature
+    )
+
+
+def broadcast_to_model(signature=None) -> bytes:
+    return single_op_model(
+        "BROADCAST_TO", {"x": ([1, 3], f32), "n": ([3], i32)}, {}, [([2, 2, 3], f32)], version=2, signature=signature
+    )
+
+
+def top_k_model(signature=None) -> bytes:
+    return single_op_model(
+        "TOPK_V2", {"x": ([2, 6], f32), "n": ([], i32)}, {}, [([2, 1], f32), ([2, 1], i32)], signature=signature
+    )
+
+
+# Valid values first (the second invoke is the one the C fast call would
+# run), then the crashing value, then a valid one again.  argv: the op, the
+# way it is run, then the values as JSON: each a value, or [x's shape, value]
+# for x = arange of that shape (resized first).
+CHILD = """
+import json, sys
+import numpy as np
+import opaque_ops as oo
+from tests.interpreter import test_fed_values as t
+
+op, mode, values = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+model, x = {
+    "reverse_sequence": (t.reverse_sequence_model, t.X_RS),
+    "top_k": (t.top_k_model, t.X_TOPK),
+    "reverse_v2": (t.reverse_v2_model, None),
+    "broadcast_to": (t.broadcast_to_model, t.X_BROADCAST),
+}[op]
+it = oo.Interpreter(model_content=model("run"), isolate=mode.startswith("isolated"))
+runner = it.get_signature_runner("run") if mode.endswith("signature") else None
+if runner is None:
+    it.allocate_tensors()
+for n in values:
+    if op == "reverse_v2":
+        shape, n = n
+        x = t.arange(shape)
+        if runner is None and list(it.get_input_details()[0]["shape"]) != shape:
+            it.resize_tensor_input(0, shape)
+            it.allocate_tensors()
+    n = np.array(n, np.int32)
+    try:
+        if runner is not None:
+            out = runner(x=x, n=n)
+            out = [out["out0"], out["out1"]] if "out1" in out else [out["out0"]]
+        else:
+            it.set_tensor(0, x)
+            it.set_tensor(1, n)
+            it.invoke()
+            out = [it.get_tensor(d["index"]) for d in it.get_output_details()]
+    except oo.OpaqueOpsError as exc:
+        print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
+    else:
+        print(json.dumps({"out": [o.tolist() for o in out], "shapes": [o.shape for o in out]}), flush=True)
+"""
+
+MODES = ["in-process", "isolated", "signature", "isolated-signature"]
+
+
+def _run(op, mode, values) -> list[dict]:
+    p = run_child(CHILD, op, mode, json.dumps(values), timeout=180)
+    assert p.returncode == 0, crashed(p)
+    return [json.loads(line) for line in p.stdout.splitlines()]
+
+
+def _litert(data: bytes, x, n) -> list[np.ndarray]:
+    it = litert.Interpreter(model_content=data)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.set_tensor(it.get_input_details()[1]["index"], np.array(n, i32))
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def arange(shape):
+    return np.arange(np.prod(shape), dtype=f32).reshape(shape)
+
+
+def _reversed(x, n):
+    return np.stack([np.concatenate([row[:k][::-1], row[k:]]) for row, k in zip(x, n)])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_fed_sequence_length_past_the_sequence_is_refused(mode):
+    good, bad = [2, 3], [1, 10**8]
+    lines = _run("reverse_sequence", mode, [good, good, bad, [1, 4], good])
+    want = _reversed(X_RS, good)
+    np.testing.assert_array_equal(want, _litert(reverse_sequence_model(), X_RS, good)[0])
+    for k in (0, 1, 4):
+        np.testing.assert_array_equal(np.array(lines[k]["out"][0], f32), want)
+    where = "invoke()" if "signature" not in mode else "signature 'run': invoke"
+    for line, shown in ((lines[2], bad), (lines[3], [1, 4])):
+        assert line.get("error") == "InvalidInputError", lines
+        assert line["message"].startswith(
+            f"{where}: input 1 ('n') of operator 0 (REVERSE_SEQUENCE) holds sequence lengths {shown}, but "
+            "input 0 (shape [2, 3]) has 3 steps along its sequence dimension 1"
+        ), line
+        assert "Set lengths of at most 3 with set_tensor()" in line["message"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_fed_top_k_of_zero_is_refused_where_it_corrupts_memory(mode):
+    version = runtime_info().version
+    lines = _run("top_k", mode, [2, 2, 0, 2])
+    want = _litert(top_k_model(), X_TOPK, 2)
+    np.testing.assert_array_equal(want[0], -np.sort(-X_TOPK, axis=1)[:, :2])
+    for k in (0, 1, 3):
+        assert lines[k]["out"] == [want[0].tolist(), want[1].tolist()], lines
+    if affected(version):
+        assert lines[2].get("error") == "InvalidInputError", lines
+        assert lines[2]["message"].endswith(
+            "input 1 ('n') of operator 0 (TOPK_V2) holds k = 0 for rows of 6 values (input 0 of shape [2, 6]); "
+            f"TFLite {version}'s TOPK_V2 corrupts memory for k = 0 (TFLite 2.23 runs it). Set k between 1 and 6 "
+            "with set_tensor(), or use TFLite 2.23"
+        ), lines[2]
+    else:
+        # Two empty rows, as numpy's top 0 (ai-edge-litert runs it too, but its
+        # get_tensor refuses the empty output: "Invalid tensor size").
+        assert lines[2]["shapes"] == [[2, 0], [2, 0]], lines
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_fed_axis_after_which_the_input_is_empty_is_refused(mode):
+    full, empty = [2, 3, 4], [2, 0, 4]
+    lines = _run("reverse_v2", mode, [[full, [1]], [full, [1]], [empty, [0]], [empty, [-3]], [empty, [2]], [full, [0]]])
+    for k, (axis, shape) in {0: (1, full), 1: (1, full), 4: (2, empty), 5: (0, full)}.items():
+        want = np.flip(arange(shape), axis)
+        if shape == full:
+            np.testing.assert_array_equal(want, _litert(reverse_v2_model(), arange(shape), [axis])[0])
+        assert lines[k]["shapes"] == [list(want.shape)], lines
+        np.testing.assert_array_equal(np.array(lines[k]["out"][0], f32).reshape(want.shape), want)
+    where = "invoke()" if "signature" not in mode else "signature 'run': invoke"
+    for line, axes in ((lines[2], [0]), (lines[3], [-3])):
+        assert line.get("error") == "InvalidInputError", lines
+        assert line["message"] == (
+            f"{where}: input 1 ('n') of operator 0 (REVERSE_V2) holds the axes {axes}, but input 0 of shape "
+            "[2, 0, 4] is empty after the reversed axis 0, which TFLite's REVERSE_V2 cannot reverse (it reads "
+            "past the empty tensor). Reverse a later axis (set it with set_tensor()), or resize the input without "
+            "empty dimensions"
+        ), line
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_fed_broadcast_shape_is_refused_where_it_corrupts_memory(mode):
+    version = runtime_info().version
+    lines = _run("broadcast_to", mode, [[2, 2, 3], [2, 2, 3], [0, 5, 3], [2, 0, 3], [2, 2, 3]])
+    want = np.broadcast_to(X_BROADCAST, (2, 2, 3))
+    np.testing.assert_array_equal(want, _litert(broadcast_to_model(), X_BROADCAST, [2, 2, 3])[0])
+    for k in (0, 1, 4):
+        np.testing.assert_array_equal(np.array(lines[k]["out"][0], f32), want)
+    # Empty after the broadcast dimension: nothing to copy, every runtime runs it.
+    assert lines[3]["shapes"] == [[2, 0, 3]], lines
+    if affected(version):
+        assert lines[2].get("error") == "InvalidInputError", lines
+        assert lines[2]["message"].endswith(
+            "input 1 ('n') of operator 0 (BROADCAST_TO) holds the shape [0, 5, 3], which is empty in a dimension "
+            "before the last one input 0 of shape [1, 3] is broadcast along; "
+            f"TFLite {version}'s BROADCAST_TO still copies rows into that empty output and corrupts memory "
+            "(TFLite 2.23 runs it). Set a shape that is not empty with set_tensor(), or use TFLite 2.23"
+        ), lines[2]
+    else:
+        assert lines[2]["shapes"] == [[0, 5, 3]], lines
+
+
+def test_only_a_model_with_a_checked_fed_value_leaves_the_c_invoke():
+    # The check runs in Python's invoke, so such a model must not run the C
+    # fast call; a model whose lengths are a constant keeps it.
+    fed = oo.Interpreter(model_content=reverse_sequence_model())
+    const = oo.Interpreter(
+        model_content=single_op_model(
+            "REVERSE_SEQUENCE", {"x": ([2, 3], f32)}, {"n": np.array([2, 3], i32)}, [([2, 3], f32)], {"seq_dim": 1}
+        )
+    )
+    for it in (fed, const):
+        it.allocate_tensors()
+        it.set_tensor(0, X_RS)
+        if it is fed:
+            it.set_tensor(1, np.array([2, 3], i32))
+        it.invoke()
+        it.invoke()
+        np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), _reversed(X_RS, [2, 3]))
+    assert const._fast is not None and const._fast.bound
+    assert not fed._fast.bound
