@@ -698,12 +698,10 @@ def _read(key: bytes, data: bytes) -> ModelInfo | ModelError:
 
 def _load(key: bytes, data: bytes) -> ModelInfo | None:
     """The model as its record on disk describes it, or None (no usable record)."""
-    doc = _lookup(key)
+    doc = _lookup(key)  # (None also for a record of another shape: rewritten after the checks run)
     if doc is None:
         return None
     try:
-        if not _valid_record(doc):
-            return None  # a record of another shape: rewritten after the checks run
         info = ModelInfo._read_later(data, doc["has_identifier"], [tuple(o) for o in doc["custom_ops"]])
         info.verdicts["cacheable"] = True
         info.verdicts["store"] = Verdicts.from_doc(key, info, doc)
@@ -816,7 +814,7 @@ def _lookup(key: bytes) -> dict | None:
         doc = marshal.loads(raw)
     except (ValueError, EOFError, TypeError, RecursionError):  # not marshal data, cut short, nested too deep
         return None
-    return doc if _valid_record(doc) else None
+    return doc if _valid_record(doc) else None  # (the one check of a record's shape, before _load uses it)
 
 
 def _save(key: bytes, doc: dict) -> None:
