@@ -385,11 +385,8 @@ class Verdicts:
                 tuple(t for op in sg.operators if op.is_custom for t in op.outputs if t >= 0),
             )
         )
-        # (A first read; later starts take both from the record.)
-        from .fed_values import nodes_of as fed_nodes
-        from .select_rows import nodes_of
-
-        select = nodes_of(sg) if sg is not None else ()
+        # (A first read: every kept answer is worked out here; later starts take them from the record.)
+        select = _select_of(info) if sg is not None else ()
         return cls(
             key,
             info,
@@ -399,7 +396,7 @@ class Verdicts:
             _feed_of(info),
             select,
             _codes_of(info),
-            fed_nodes(sg),
+            _fed_of(info),
         )
 
     def allocated(self, key):
@@ -480,46 +477,49 @@ def write_pending(info: ModelInfo) -> None:
         store.save()
 
 
+def _kept(info: ModelInfo, name: str, work_out):
+    """The answer ``name`` about ``info`` (a Verdicts attribute), kept in its record: ``work_out(info)`` once.
+
+    For a model the Interpreter holds (its verdicts' owner), the answer is in
+    its record, so a later start does not read the operators again to give
+    it; a record written before that answer was kept gets it added.  For any
+    other ModelInfo (a re-rooted copy, a model not from checked_model) it is
+    worked out here each time: the caller memoizes where that matters.
+    """
+    store = info.verdicts.get("store")
+    if store is None or store.owner() is not info:
+        return work_out(info)
+    value = getattr(store, name)
+    if value is _UNKNOWN:  # a record written before the answer was kept
+        value = work_out(info)
+        setattr(store, name, value)
+        store.save()
+    return value
+
+
 def xnnpack_hazard(info: ModelInfo):
     """:func:`~opaque_ops.model.checks.type_rules.value_dependent_feed` of ``info``, kept with its verdicts.
 
     Returns None, or ``(subgraph, operator, op name, consumer, consumer's op
-    name)`` (indices and names, for the message).  For a model the
-    Interpreter holds, the answer is kept in its record, so a later start
-    does not read the operators again to give it.
+    name)`` (indices and names, for the message).
     """
-    store = info.verdicts.get("store")
-    if store is not None and store.owner() is info:
-        if store.feed is _UNKNOWN:  # a record written before the answer was kept
-            store.feed = _feed_of(info)
-            store.save()
-        return store.feed
-    return _feed_of(info)
+    return _kept(info, "feed", _feed_of)
 
 
 def select_nodes(info: ModelInfo) -> tuple:
     """:func:`~opaque_ops.model.select_rows.nodes_of` subgraph 0 of ``info``, kept with its verdicts.
 
-    For a model the Interpreter holds the answer is in its record (as
-    :func:`xnnpack_hazard`'s), so a later start of a model without SELECT
-    reads no operators for it; for a re-rooted copy (another subgraph first)
-    it is kept in the verdicts dict the copy shares, per subgraph.
+    A later start of a model without SELECT reads no operators for it; for a
+    re-rooted copy (another subgraph first) it is kept in the verdicts dict
+    the copy shares, per subgraph.
     """
-    store = info.verdicts.get("store")
-    if store is not None and store.owner() is info:
-        if store.select is _UNKNOWN:  # a record written before the answer was kept
-            from .select_rows import nodes_of
-
-            store.select = nodes_of(info.subgraphs[0])
-            store.save()
-        return store.select
-    key = ("select", id(info.subgraphs[0]))
-    nodes = info.verdicts.get(key)
-    if nodes is None:
-        from .select_rows import nodes_of
-
-        nodes = info.verdicts[key] = nodes_of(info.subgraphs[0])
-    return nodes
+    if not _holds(info):
+        key = ("select", id(info.subgraphs[0]))
+        nodes = info.verdicts.get(key)
+        if nodes is None:
+            nodes = info.verdicts[key] = _select_of(info)
+        return nodes
+    return _kept(info, "select", _select_of)
 
 
 def builtin_codes(info: ModelInfo) -> frozenset:
@@ -527,37 +527,33 @@ def builtin_codes(info: ModelInfo) -> frozenset:
 
     The Interpreter asks at every start whether the model has a
     BATCH_MATMUL (only then is its rewrite, ``interpreter/matmul.py``,
-    imported and run): for a model it holds the answer is in its record,
-    as :func:`xnnpack_hazard`'s, so a later start reads no operator codes.
+    imported and run): a later start reads no operator codes for it.
     """
+    return _kept(info, "codes", _codes_of)
+
+
+def fed_value_nodes(info: ModelInfo) -> tuple:
+    """:func:`~opaque_ops.model.fed_values.nodes_of` subgraph 0 of ``info``, kept with its verdicts."""
+    return _kept(info, "fed", _fed_of)
+
+
+def _holds(info: ModelInfo) -> bool:
     store = info.verdicts.get("store")
-    if store is not None and store.owner() is info:
-        if store.codes is _UNKNOWN:  # a record written before the answer was kept
-            store.codes = _codes_of(info)
-            store.save()
-        return store.codes
-    return _codes_of(info)
+    return store is not None and store.owner() is info
+
+
+def _select_of(info: ModelInfo) -> tuple:
+    from .select_rows import nodes_of  # (a first read; later starts take it from the record)
+
+    return nodes_of(info.subgraphs[0])
 
 
 def _codes_of(info: ModelInfo) -> frozenset:
     return frozenset(code for code, _custom, _version in info.operator_codes)
 
 
-def fed_value_nodes(info: ModelInfo) -> tuple:
-    """:func:`~opaque_ops.model.fed_values.nodes_of` subgraph 0 of ``info``, kept with its verdicts.
-
-    As :func:`select_nodes`: for a model the Interpreter holds the answer is
-    in its record, so a later start reads no operators for it.
-    """
-    store = info.verdicts.get("store")
-    if store is not None and store.owner() is info:
-        if store.fed is _UNKNOWN:  # a record written before the answer was kept
-            from .fed_values import nodes_of
-
-            store.fed = nodes_of(info.subgraphs[0] if info.subgraphs else None)
-            store.save()
-        return store.fed
-    from .fed_values import nodes_of
+def _fed_of(info: ModelInfo) -> tuple:
+    from .fed_values import nodes_of  # (as _select_of)
 
     return nodes_of(info.subgraphs[0] if info.subgraphs else None)
 
