@@ -281,3 +281,34 @@ def test_a_null_address_is_refused_before_any_c_call(module_path):
             with pytest.raises(ValueError, match=rf"^{name}\(\): a null interpreter or function$"):
                 call(i, f)
     assert mod.planned_tensors(native, interp_p, planned)[1] is False  # the real addresses still work
+
+
+def test_only_a_model_with_a_checked_fed_value_leaves_the_c_invoke(module_path):
+    # invoke() checks a REVERSE_SEQUENCE length fed as an input in Python
+    # (interpreter/fed_values.py: TFLite's kernel crashes on some), so such a
+    # model must not run the C fast call; the same operator whose lengths are
+    # a constant keeps it.  Both reverse each row's first n values.
+    from tests.helpers.single_op import single_op_model
+
+    x, n = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([2, 3], np.int32)
+    want = np.array([[1, 0, 2], [5, 4, 3]], np.float32)
+    f32 = np.float32
+    options = {"seq_dim": 1, "batch_dim": 0}
+    fed = oo.Interpreter(
+        model_content=single_op_model(
+            "REVERSE_SEQUENCE", {"x": ([2, 3], f32), "n": ([2], np.int32)}, {}, [([2, 3], f32)], options
+        )
+    )
+    const = oo.Interpreter(
+        model_content=single_op_model("REVERSE_SEQUENCE", {"x": ([2, 3], f32)}, {"n": n}, [([2, 3], f32)], options)
+    )
+    for it in (fed, const):
+        it.allocate_tensors()
+        it.set_tensor(0, x)
+        if it is fed:
+            it.set_tensor(1, n)
+        it.invoke()
+        it.invoke()
+        np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), want)
+    assert const._fast is not None and const._fast.bound
+    assert fed._fast is not None and not fed._fast.bound

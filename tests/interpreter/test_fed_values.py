@@ -18,7 +18,6 @@ import json
 import numpy as np
 import pytest
 
-import opaque_ops as oo
 from opaque_ops.model.checks.version_rules import affected
 from opaque_ops.runtime import runtime_info
 from tests.helpers.child_process import crashed, run_child
@@ -211,24 +210,3 @@ def test_a_fed_broadcast_shape_is_refused_where_it_corrupts_memory(mode):
         ), lines[2]
     else:
         assert lines[2]["shapes"] == [[0, 5, 3]], lines
-
-
-def test_only_a_model_with_a_checked_fed_value_leaves_the_c_invoke():
-    # The check runs in Python's invoke, so such a model must not run the C
-    # fast call; a model whose lengths are a constant keeps it.
-    fed = oo.Interpreter(model_content=reverse_sequence_model())
-    const = oo.Interpreter(
-        model_content=single_op_model(
-            "REVERSE_SEQUENCE", {"x": ([2, 3], f32)}, {"n": np.array([2, 3], i32)}, [([2, 3], f32)], {"seq_dim": 1}
-        )
-    )
-    for it in (fed, const):
-        it.allocate_tensors()
-        it.set_tensor(0, X_RS)
-        if it is fed:
-            it.set_tensor(1, np.array([2, 3], i32))
-        it.invoke()
-        it.invoke()
-        np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), _reversed(X_RS, [2, 3]))
-    assert const._fast is not None and const._fast.bound
-    assert not fed._fast.bound
