@@ -52,25 +52,32 @@ def refuse_crashing_values(native, nodes: tuple, version: str, what: str) -> Non
 
 
 def _reverse_sequence(where, v, x, data_t, s, b) -> None:
-    # tensorflow/lite/kernels/reverse_sequence.cc, ReverseSequenceImpl: Eval
-    # checks the lengths against the sequence dimension in a loop over
-    # NumDimensions(seq_lengths) (1), not its size, so only the first length
-    # is checked; reference_ops::ReverseSequence then reverses each batch's
-    # first seq_lengths[i] steps, reading and writing past the tensors for a
-    # longer one (garbage for one step too many, SIGSEGV for 10**8, on
-    # 2.17.1, 2.23.0 and ai-edge-litert alike).  A negative length reverses
-    # nothing (measured), as 0 does.
-    if not (0 <= s < len(x) and 0 <= b < len(x) and s != b):
-        return  # (Eval refuses these options before it reads the lengths)
+    # tensorflow/lite/kernels/reverse_sequence.cc reads the lengths only in
+    # Eval, which checks the first one alone and reads it even out of empty
+    # lengths: the rule the model checks apply to constant lengths
+    # (model.shapes.reverse_sequence_fault says which values crash).  The
+    # allocation's shape rules already refuse an empty batch with lengths
+    # of shape [0] when they know the input's shape; this covers the rest.
+    from ..model.shapes import reverse_sequence_fault
+
     lengths = v.reshape(-1)
-    if lengths.size and int(lengths.max()) > x[s]:
-        shown = lengths.tolist() if lengths.size <= 8 else f"{lengths[:8].tolist()[:-1]}..."
+    fault = reverse_sequence_fault(x, s, b, lengths.tolist())
+    if fault is None:
+        return
+    if fault.empty_batch:
         raise InvalidInputError(
-            f"{where} holds sequence lengths {shown}, but input {data_t} (shape {list(x)}) has {x[s]} steps "
-            f"along its sequence dimension {s}; TFLite's REVERSE_SEQUENCE reads and writes past its tensors for "
-            f"a length above that (garbage, or a crash). Set lengths of at most {x[s]} with set_tensor(), or "
-            "resize the input to longer sequences"
+            f"{where} holds no sequence lengths for input {data_t} of shape {list(x)}, whose batch dimension {b} "
+            "is empty; TFLite's REVERSE_SEQUENCE reads a first length anyway, past the empty tensor (a crash). "
+            "Resize the input to at least one batch, with one length each (the output would be empty: the "
+            "operator can be skipped)"
         )
+    shown = lengths.tolist() if lengths.size <= 8 else f"{lengths[:8].tolist()[:-1]}..."
+    raise InvalidInputError(
+        f"{where} holds sequence lengths {shown}, but input {data_t} (shape {list(x)}) has {x[s]} steps "
+        f"along its sequence dimension {s} (length {fault.index} is {int(lengths[fault.index])}); TFLite's "
+        f"REVERSE_SEQUENCE reads and writes past its tensors for a length above that (garbage, or a crash). "
+        f"Set lengths of at most {x[s]} with set_tensor(), or resize the input to longer sequences"
+    )
 
 
 def _top_k(where, v, x, data_t, version) -> None:

@@ -30,6 +30,7 @@ their rules).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from ..errors import ShapeError as ShapeError  # its home was here; raised by the rules below
 from .select_rows import overruns, picks_rows
@@ -707,6 +708,68 @@ def reverse_reads_past(x, axes) -> int | None:
     return last if math.prod(x[last + 1 :]) == 0 and math.prod(x[: last + 1]) > 0 else None
 
 
+class SequenceFault(NamedTuple):
+    """Why REVERSE_SEQUENCE's kernel would read past its tensors (:func:`reverse_sequence_fault`'s answer)."""
+
+    #: The batch dimension is empty (and so are the lengths).
+    empty_batch: bool
+    #: The position of the first length past the sequence dimension (None for an empty batch).
+    index: int | None
+
+
+def reverse_sequence_fault(x, seq_dim: int, batch_dim: int, lengths) -> SequenceFault | None:
+    """What makes REVERSE_SEQUENCE read or write past its tensors for this input and these lengths, if anything.
+
+    tensorflow/lite/kernels/reverse_sequence.cc: Eval refuses bad options
+    (dimensions out of the input's rank, or equal) and a count of lengths
+    other than the batch dimension's size, then checks the lengths against
+    the sequence dimension in a loop over NumDimensions(seq_lengths) (1),
+    not its size: it reads the first length, and only that one.  So
+
+    - an empty batch (with the empty lengths Eval's count check wants)
+      still has a first length read, out of the empty tensor: SIGSEGV on
+      2.17.1, 2.23.0 and ai-edge-litert alike, whatever the other dimensions
+      (an empty tensor's data pointer is null);
+    - a later length past the sequence makes reference_ops'
+      ReverseSequence copy that far outside the tensors (garbage for one
+      step too many, SIGSEGV for 10**8, the same three runtimes), unless the
+      input is empty: each copy then moves nothing or none is made, and
+      every runtime returns the (empty) output (measured for an empty
+      sequence, inner, outer and middle dimension).
+
+    A first length past the sequence is reported too where the input is
+    not empty (Eval refuses it itself; the message says more); a negative
+    length reverses nothing, as 0 does (measured).
+
+    Parameters
+    ----------
+    x : sequence of int or None
+        The input's shape (None: not known; no answer).
+    seq_dim, batch_dim : int
+        ReverseSequenceOptions' dimensions, as the runtime reads them.
+    lengths : sequence of int or None
+        The sequence lengths' values (None: not known; an empty sequence for
+        lengths of shape [0], known without their values).
+
+    Returns
+    -------
+    SequenceFault or None
+        None when the kernel stays inside the tensors, or when Eval refuses
+        the options or the count of lengths before it reads one.
+    """
+    if x is None or lengths is None or not (0 <= seq_dim < len(x) and 0 <= batch_dim < len(x) and seq_dim != batch_dim):
+        return None
+    if len(lengths) != x[batch_dim]:
+        return None  # (Eval refuses the count before it reads a length)
+    if x[batch_dim] == 0:
+        return SequenceFault(True, None)
+    if math.prod(x) == 0:
+        return None
+    if max(lengths) <= x[seq_dim]:
+        return None
+    return SequenceFault(False, next(i for i, n in enumerate(lengths) if n > x[seq_dim]))
+
+
 def _matrix_set_diag(sg, op, ins, x, o, where):
     # tensorflow/lite/kernels/matrix_set_diag.cc: Prepare copies the input's
     # shape and never looks at the diagonal; Eval (FillDiagImpl) reads one
@@ -727,36 +790,33 @@ def _matrix_set_diag(sg, op, ins, x, o, where):
 
 
 def _reverse_sequence(sg, op, ins, x, o, where):
-    # tensorflow/lite/kernels/reverse_sequence.cc: Eval checks that there is
-    # one length per batch, then loops over NumDimensions(seq_lengths) (1)
-    # instead of its size, so only the first length is checked against the
-    # sequence dimension: a later one past it makes reference_ops'
-    # ReverseSequence read (and write) that far outside the tensors
-    # (garbage, or SIGSEGV on every runtime).  Known only for constant
-    # lengths; lengths fed at run time are not checked here.
-    seq = _known_ints(_const(sg, op.inputs[1])) if len(op.inputs) > 1 else None
-    s, b = o.get("seq_dim", 0), o.get("batch_dim", 0)
+    # tensorflow/lite/kernels/reverse_sequence.cc: see reverse_sequence_fault
+    # for what its Eval trusts.  Known here for constant lengths, and for
+    # lengths of shape [0] whatever they are (an empty tensor has no values
+    # to wait for); lengths fed at run time are checked before each invoke
+    # (opaque_ops.interpreter.fed_values).
     lengths = ins[1] if len(ins) > 1 else None
-    if 0 <= s < len(x) and 0 <= b < len(x) and s != b and x[b] == 0 and lengths is not None and tuple(lengths) == (0,):
-        # An empty batch has no lengths, and Eval's one-length-per-batch
-        # check passes, yet its loop still reads the first length, out of
-        # the empty lengths tensor (SIGSEGV on 2.17.1, 2.23.0 and
-        # ai-edge-litert alike), whether the lengths are constant or fed.
+    if lengths is None or len(lengths) != 1:
+        return [x]  # (Prepare refuses lengths of another rank)
+    # (All of a constant's values: int64 lengths beyond int32 reach the kernel
+    # too, which keeps their low 32 bits.)
+    seq = _const(sg, op.inputs[1]) if tuple(lengths) != (0,) else []
+    s, b = o.get("seq_dim", 0), o.get("batch_dim", 0)
+    fault = reverse_sequence_fault(x, s, b, seq)
+    if fault is None:
+        return [x]
+    if fault.empty_batch:
         raise ShapeError(
             f"{where}: its input {op.inputs[0]} of shape {list(x)} has an empty batch dimension {b}, so its "
             f"sequence lengths {op.inputs[1]} are empty, and TFLite's REVERSE_SEQUENCE kernel reads a first "
             "length anyway (past the empty tensor); resize the input to at least one batch (its output would "
             "be empty: the operator can be skipped)"
         )
-    if seq is None or not (0 <= s < len(x) and 0 <= b < len(x) and s != b) or len(seq) != x[b]:
-        return [x]  # (the runtime refuses the rest in Eval, before reading the data)
-    if max(seq, default=0) > x[s]:
-        raise ShapeError(
-            f"{where}: its sequence lengths {seq} (tensor {op.inputs[1]}) go past the sequence dimension "
-            f"{s} of its input {op.inputs[0]} (shape {list(x)}, {x[s]} steps); each length must be at most "
-            f"{x[s]}: lower them, or resize the input to longer sequences"
-        )
-    return [x]
+    raise ShapeError(
+        f"{where}: its sequence lengths {seq} (tensor {op.inputs[1]}) go past the sequence dimension "
+        f"{s} of its input {op.inputs[0]} (shape {list(x)}, {x[s]} steps); each length must be at most "
+        f"{x[s]}: lower them, or resize the input to longer sequences"
+    )
 
 
 def _embedding_lookup(sg, op, ins, x, o, where):

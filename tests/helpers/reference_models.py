@@ -128,3 +128,16 @@ def wheel_models() -> list[str]:
     # Both wheels are test dependencies (pyproject.toml's "test" extra).
     assert found, "pyopen-wakeword / pymicro-wakeword models not found: pip install -e '.[test]'"
     return found
+
+
+def reverse_sequence_reference(x, lengths, seq_dim, batch_dim):
+    """tf.reverse_sequence by its definition: along batch i, the first lengths[i] steps of the sequence
+    dimension in reverse order, the rest as they are (a length of 0 or less reverses nothing)."""
+    out = x.copy()
+    for i, n in enumerate(lengths):
+        n = max(int(n), 0)
+        head, back = [slice(None)] * x.ndim, [slice(None)] * x.ndim
+        head[batch_dim] = back[batch_dim] = i
+        head[seq_dim], back[seq_dim] = slice(0, n), slice(n - 1, None, -1) if n else slice(0, 0)
+        out[tuple(head)] = x[tuple(back)]
+    return out

@@ -18,9 +18,15 @@ import json
 import numpy as np
 import pytest
 
+import opaque_ops._native as _native
+from opaque_ops.errors import InvalidInputError
+from opaque_ops.interpreter.fed_values import refuse_crashing_values
+from opaque_ops.model import read_model
 from opaque_ops.model.checks.version_rules import affected
+from opaque_ops.model.fed_values import nodes_of
 from opaque_ops.runtime import runtime_info
 from tests.helpers.child_process import crashed, run_child
+from tests.helpers.reference_models import reverse_sequence_reference
 from tests.helpers.single_op import single_op_model
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
@@ -143,7 +149,7 @@ def test_a_fed_sequence_length_past_the_sequence_is_refused(mode):
         assert line.get("error") == "InvalidInputError", lines
         assert line["message"].startswith(
             f"{where}: input 1 ('n') of operator 0 (REVERSE_SEQUENCE) holds sequence lengths {shown}, but "
-            "input 0 (shape [2, 3]) has 3 steps along its sequence dimension 1"
+            f"input 0 (shape [2, 3]) has 3 steps along its sequence dimension 1 (length 1 is {shown[1]})"
         ), line
         assert "Set lengths of at most 3 with set_tensor()" in line["message"]
 
@@ -210,3 +216,93 @@ def test_a_fed_broadcast_shape_is_refused_where_it_corrupts_memory(mode):
         ), lines[2]
     else:
         assert lines[2]["shapes"] == [[0, 5, 3]], lines
+
+
+# REVERSE_SEQUENCE with x resized between invokes: argv the way it is run,
+# then [x's shape, lengths] pairs as JSON (x = arange of that shape).
+CHILD_SHAPES = """
+import json, sys
+import numpy as np
+import opaque_ops as oo
+from tests.interpreter import test_fed_values as t
+
+mode, steps = sys.argv[1], json.loads(sys.argv[2])
+it = oo.Interpreter(model_content=t.reverse_sequence_model("run"), isolate=mode.startswith("isolated"))
+runner = it.get_signature_runner("run") if mode.endswith("signature") else None
+shape = None
+for shape_now, n in steps:
+    x, n = t.arange(shape_now), np.array(n, np.int32)
+    try:
+        if runner is not None:
+            out = runner(x=x, n=n)["out0"]
+        else:
+            if shape_now != shape:
+                shape = None
+                it.resize_tensor_input(0, shape_now)
+                it.resize_tensor_input(1, [len(n)])
+                it.allocate_tensors()
+                shape = shape_now
+            it.set_tensor(0, x)
+            it.set_tensor(1, n)
+            it.invoke()
+            out = it.get_tensor(it.get_output_details()[0]["index"])
+    except oo.OpaqueOpsError as exc:
+        print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
+    else:
+        print(json.dumps({"out": out.tolist(), "shape": out.shape}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fed_lengths_past_an_empty_sequence_run_and_an_empty_batch_is_refused(mode):
+    """An input empty in a dimension other than its batch copies nothing: lengths past its sequence run
+    on every runtime (the check used to refuse them).  An empty batch makes the kernel read a first
+    length out of the empty lengths (SIGSEGV on 2.17.1, 2.23.0 and ai-edge-litert): refused, by the
+    allocation's shape rules already (lengths of shape [0] need no value to be judged), in every mode."""
+    steps = [
+        ([2, 3], [2, 3]),
+        ([2, 0], [0, 10**8]),
+        ([2, 3], [1, 10**8]),
+        ([0, 3], []),
+        ([2, 0], [0, 5]),
+        ([2, 3], [2, 3]),
+    ]
+    p = run_child(CHILD_SHAPES, mode, json.dumps(steps), timeout=180)
+    assert p.returncode == 0, crashed(p)
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    for k in (0, 1, 4, 5):
+        shape, n = steps[k]
+        want = reverse_sequence_reference(arange(shape), n, 1, 0)
+        assert lines[k].get("shape") == list(want.shape), lines
+        np.testing.assert_array_equal(np.array(lines[k]["out"], f32).reshape(want.shape), want)
+    assert lines[2].get("error") == "InvalidInputError", lines
+    assert "(length 1 is 100000000)" in lines[2]["message"], lines[2]
+    assert lines[3].get("error") == "ShapeError", lines
+    assert (
+        "its input 0 of shape [0, 3] has an empty batch dimension 0, so its sequence lengths 1 are empty"
+        in (lines[3]["message"])
+    ), lines[3]
+
+
+def test_the_fed_check_refuses_an_empty_batch_on_an_allocated_interpreter():
+    """The check itself, on the runtime's tensors: an interpreter allocated without opaque_ops' shape
+    rules (which refuse this first) holds x of shape [0, 3] and lengths of shape [0]; invoking it would
+    crash, and refuse_crashing_values says why instead.  Lengths past an empty sequence pass."""
+    data = reverse_sequence_model()
+    nodes = nodes_of(read_model(data).subgraphs[0])
+    for shape, n, refused in (([0, 3], [], True), ([2, 0], [0, 10**8], False), ([2, 3], [1, 3], False)):
+        native = _native.NativeInterpreter(_native.NativeModel(data), [])
+        assert native.resize_input(0, shape) == 0 and native.resize_input(1, [len(n)]) == 0
+        assert native.allocate() == 0, native.sink.take()
+        native.input_tensor(1).write(np.array(n, i32))
+        if not refused:
+            refuse_crashing_values(native, nodes, runtime_info().version, "invoke()")
+            continue
+        with pytest.raises(InvalidInputError) as info:
+            refuse_crashing_values(native, nodes, runtime_info().version, "invoke()")
+        assert str(info.value) == (
+            "invoke(): input 1 ('n') of operator 0 (REVERSE_SEQUENCE) holds no sequence lengths for input 0 of "
+            "shape [0, 3], whose batch dimension 0 is empty; TFLite's REVERSE_SEQUENCE reads a first length "
+            "anyway, past the empty tensor (a crash). Resize the input to at least one batch, with one length "
+            "each (the output would be empty: the operator can be skipped)"
+        )

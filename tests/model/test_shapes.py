@@ -12,6 +12,7 @@ interpreter refuses them with that ShapeError.
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -19,7 +20,9 @@ import pytest
 
 import opaque_ops as oo
 from opaque_ops.model import ModelBuilder, read_model
-from opaque_ops.model.shapes import ShapeError, infer_shapes
+from opaque_ops.model.shapes import SequenceFault, ShapeError, infer_shapes, reverse_sequence_fault
+from tests.helpers.child_process import crashed, run_child
+from tests.helpers.reference_models import reverse_sequence_reference
 from tests.helpers.single_op import single_op_model as _model
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
@@ -603,8 +606,19 @@ def test_shapes_whose_eval_crashes_every_runtime_raise_shape_error(case):
             ),
             "its input 0 of shape [1, 0, 2] has an empty batch dimension 1, so its sequence lengths 1 are empty",
         ),
+        (
+            # (Beyond int32: the rule once left it to the runtime, which copies 10**8 steps.)
+            _model(
+                "REVERSE_SEQUENCE",
+                _x([2, 3]),
+                {"n": np.array([1, 2**33 + 10**8], i64)},
+                [([2, 3], f32)],
+                {"seq_dim": 1, "batch_dim": 0},
+            ),
+            "its sequence lengths [1, 8689934592] (tensor 1) go past the sequence dimension 1",
+        ),
     ],
-    ids=["REVERSE_SEQUENCE", "REVERSE_V2", "REVERSE_SEQUENCE empty batch"],
+    ids=["REVERSE_SEQUENCE", "REVERSE_V2", "REVERSE_SEQUENCE empty batch", "REVERSE_SEQUENCE int64 length"],
 )
 def test_eval_crashers_in_the_models_own_shapes_are_refused_at_the_first_allocation(data, message):
     """The declared shapes go through the same rules (invoke() needs allocate_tensors() first)."""
@@ -649,6 +663,170 @@ def test_the_eval_crashers_neighbours_run_and_give_numpys_values():
     c = np.array([True, False, True])
     np.testing.assert_array_equal(_run(sel, c, a, b), np.where(c[:, None], a, b))
     np.testing.assert_array_equal(_run(sel, np.array(False), a, b), b)
+
+
+@pytest.mark.parametrize(
+    "x, seq_dim, batch_dim, lengths, fault",
+    [
+        ((2, 3), 1, 0, [1, 3], None),
+        ((2, 3), 1, 0, [-5, 0], None),  # (nothing reversed, measured)
+        ((2, 3), 1, 0, [1, 4], SequenceFault(False, 1)),
+        ((2, 3), 1, 0, [4, 1], SequenceFault(False, 0)),  # (Eval refuses the first itself; ours says more)
+        ((4, 2, 3), 0, 2, [4, 5, 1], SequenceFault(False, 1)),
+        # An empty batch: the kernel reads a first length out of the empty lengths, whatever else is empty.
+        ((0, 3), 1, 0, [], SequenceFault(True, None)),
+        ((0, 0), 1, 0, [], SequenceFault(True, None)),
+        ((3, 0), 0, 1, [], SequenceFault(True, None)),
+        ((1, 0, 2), 2, 1, [], SequenceFault(True, None)),
+        # An empty input with a batch: nothing is copied, so lengths past the sequence do no harm.
+        ((2, 0), 1, 0, [0, 10**8], None),
+        ((2, 3, 0), 1, 0, [1, 10**8], None),
+        ((0, 2, 3), 2, 1, [1, 10**8], None),
+        ((2, 0, 3), 2, 0, [1, 10**8], None),
+        ((3, 2, 0), 0, 1, [1, 10**8], None),
+        # What Eval refuses before it reads a length: a count other than the batch's, bad options.
+        ((0, 3), 1, 0, [1], None),
+        ((2, 3), 1, 0, [1, 2, 10**8], None),
+        ((2, 3), 1, 1, [1, 10**8], None),
+        ((2, 3), 2, 0, [1, 10**8], None),
+        ((2, 3), 1, -1, [1, 10**8], None),
+        # Unknown.
+        ((2, 3), 1, 0, None, None),
+        (None, 1, 0, [1, 10**8], None),
+    ],
+)
+def test_reverse_sequence_fault_names_what_crashes_the_kernel_and_only_that(x, seq_dim, batch_dim, lengths, fault):
+    assert reverse_sequence_fault(x, seq_dim, batch_dim, lengths) == fault
+
+
+# REVERSE_SEQUENCE of an input empty in a dimension other than its batch:
+# each copy moves nothing (or none is made), so lengths past the sequence do
+# no harm and 2.17.1, 2.23.0 and ai-edge-litert all return the empty output
+# (test_the_reverse_sequence_rule_refuses_what_the_bare_runtimes_crash_on).
+# (shape, seq_dim, batch_dim, lengths)
+EMPTY_REVERSE_SEQUENCES = {
+    "empty sequence": ((2, 0), 1, 0, [0, 10**8]),
+    "empty inner dimension": ((2, 3, 0), 1, 0, [1, 10**8]),
+    "empty outer dimension": ((0, 2, 3), 2, 1, [1, 10**8]),
+    "empty middle dimension": ((2, 0, 3), 2, 0, [1, 10**8]),
+    "empty inner dimension, batch after the sequence": ((3, 2, 0), 0, 1, [1, 10**8]),
+}
+
+
+def _reverse_sequence(shape, seq_dim, batch_dim, lengths):
+    n = np.array(lengths, i32)
+    return _model(
+        "REVERSE_SEQUENCE", _x(list(shape)), {"n": n}, [(shape, f32)], {"seq_dim": seq_dim, "batch_dim": batch_dim}
+    )
+
+
+def _litert_run(data, x):
+    it = litert.Interpreter(model_content=data)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+@pytest.mark.parametrize("case", list(EMPTY_REVERSE_SEQUENCES))
+def test_lengths_past_the_sequence_of_an_empty_input_are_not_refused(case):
+    """The rule used to refuse these constant lengths (max above the sequence) although nothing is copied."""
+    shape, s, b, lengths = EMPTY_REVERSE_SEQUENCES[case]
+    data = _reverse_sequence(shape, s, b, lengths)
+    assert _inferred(data, [shape]) == [shape]
+    x = np.zeros(shape, f32)
+    out = _run(data, x)
+    want = reverse_sequence_reference(x, lengths, s, b)
+    assert out.shape == want.shape == shape
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(_litert_run(data, x), want)
+
+
+@pytest.mark.parametrize(
+    "shape, seq_dim, batch_dim, lengths",
+    [
+        ((2, 3), 1, 0, [1, 3]),
+        ((4, 2, 3), 0, 2, [4, 0, 2]),
+        ((3, 4, 2, 5), 2, 1, [2, 1, -1, 0]),
+        ((2, 3), 0, 1, [2, 1, 2]),
+    ],
+)
+def test_reverse_sequence_within_its_sequences_gives_the_definitions_values(shape, seq_dim, batch_dim, lengths):
+    """The neighbours of the refused lengths, on inputs with values: ours, ai-edge-litert and the reference agree."""
+    data = _reverse_sequence(shape, seq_dim, batch_dim, lengths)
+    x = np.random.default_rng(3).standard_normal(shape).astype(f32)
+    want = reverse_sequence_reference(x, lengths, seq_dim, batch_dim)
+    np.testing.assert_array_equal(_run(data, x), want)
+    np.testing.assert_array_equal(_litert_run(data, x), want)
+
+
+# The bare runtime (no opaque_ops checks: _native's interpreter) or ai-edge-litert on one
+# REVERSE_SEQUENCE: argv engine, shape, seq_dim, batch_dim, lengths (JSON), "fed" or "const".
+BARE = """
+import json, sys
+import numpy as np
+from tests.helpers.single_op import single_op_model
+engine, shape, s, b, lengths, how = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5]), sys.argv[6]
+f32, n = np.float32, np.array(lengths, np.int64 if how == "const64" else np.int32)
+options = {"seq_dim": s, "batch_dim": b}
+if how == "fed":  # declared without empty dimensions, resized to them
+    full = [max(d, 1) for d in shape]
+    data = single_op_model("REVERSE_SEQUENCE", {"x": (full, f32), "n": ([max(len(n), 1)], np.int32)}, {}, [(full, f32)], options)
+else:
+    data = single_op_model("REVERSE_SEQUENCE", {"x": (shape, f32)}, {"n": n}, [(shape, f32)], options)
+x = np.zeros(shape, f32)
+if engine == "litert":
+    from ai_edge_litert.interpreter import Interpreter
+    it = Interpreter(model_content=data)
+    ids = [d["index"] for d in it.get_input_details()]
+    if how == "fed":
+        it.resize_tensor_input(ids[0], shape)
+        it.resize_tensor_input(ids[1], [len(n)])
+    it.allocate_tensors()
+    it.set_tensor(ids[0], x)
+    if how == "fed":
+        it.set_tensor(ids[1], n)
+    it.invoke()
+    out = it.get_tensor(it.get_output_details()[0]["index"])
+else:
+    from opaque_ops import _native
+    it = _native.NativeInterpreter(_native.NativeModel(data), [])
+    if how == "fed":
+        assert it.resize_input(0, shape) == 0 and it.resize_input(1, [len(n)]) == 0
+    assert it.allocate() == 0, it.sink.take()
+    it.input_tensor(0).write(x)
+    if how == "fed":
+        it.input_tensor(1).write(n)
+    assert it.invoke() == 0, it.sink.take()
+    out = it.output_tensor(0).read()
+print(json.dumps(list(out.shape)))
+"""
+
+
+@pytest.mark.parametrize("engine", ["bare", "litert"])
+@pytest.mark.parametrize(
+    "shape, seq_dim, batch_dim, lengths, how",
+    [
+        ((0, 3), 1, 0, [], "fed"),
+        ((0, 0), 1, 0, [], "const"),
+        ((1, 0, 2), 2, 1, [], "fed"),
+        ((2, 3), 1, 0, [1, 10**8], "fed"),
+        *((*case, "fed") for case in EMPTY_REVERSE_SEQUENCES.values()),
+        ((2, 3, 0), 1, 0, [1, 10**8], "const"),
+        # int64 lengths: the kernel keeps the low 32 bits (10**8 here).
+        ((2, 3), 1, 0, [1, 2**33 + 10**8], "const64"),
+    ],
+)
+def test_the_reverse_sequence_rule_refuses_what_the_bare_runtimes_crash_on(
+    engine, shape, seq_dim, batch_dim, lengths, how
+):
+    """In a child: the runtime this suite runs on (or ai-edge-litert) without opaque_ops' checks crashes
+    (SIGSEGV) exactly where reverse_sequence_fault finds a fault, and returns the input's shape elsewhere."""
+    p = run_child(BARE, engine, list(shape), seq_dim, batch_dim, lengths, how)
+    if reverse_sequence_fault(shape, seq_dim, batch_dim, lengths) is not None:
+        assert p.returncode == -11, crashed(p)
+    else:
+        assert p.returncode == 0 and json.loads(p.stdout) == list(shape), crashed(p)
 
 
 def test_shape_gives_one_value_per_input_dimension():
