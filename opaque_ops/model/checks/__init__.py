@@ -42,7 +42,7 @@ from . import builtin_rules, graph, type_rules
 from .allocated import check_allocated_shapes, check_resize
 from .limits import MAX_ELEMENTS, MAX_RANK, MAX_WINDOW_PARAM
 from .options import effective_options
-from .tensor_rules import HANDLE_TYPES, check_subgraph_inputs, check_tensor
+from .tensor_rules import HANDLE_TYPES, check_subgraph_inputs, check_tensor, deeper_allowed
 
 __all__ = [
     "MAX_ELEMENTS",
@@ -67,7 +67,8 @@ def check_model(info: ModelInfo, registered=()) -> None:
     found in the 2.17.1 runtime or its XNNPACK delegate:
 
     - at least one subgraph; constant data no longer than its shape says;
-      at most :data:`MAX_RANK` dimensions and :data:`MAX_ELEMENTS` elements;
+      at most :data:`MAX_RANK` dimensions (more only where GATHER_ND alone
+      reads and writes the tensor) and :data:`MAX_ELEMENTS` elements;
     - quantization scales finite, positive and normal; zero points inside
       the tensor type's range; sparsity parameters that describe the data;
     - every tensor written by at most one operator, never by the operator
@@ -123,8 +124,9 @@ def check_model(info: ModelInfo, registered=()) -> None:
     check_metadata(info)
     for sg in info.subgraphs:
         check_subgraph_inputs(sg)
+        any_rank = deeper_allowed(info, sg)
         for t in sg.tensors:
-            check_tensor(sg, t)
+            check_tensor(sg, t, any_rank)
         handles = {t.index for t in sg.tensors if t.type_name in HANDLE_TYPES}
         producer = graph.check_writes(sg, handles)
         for op in sg.operators:

@@ -8,7 +8,8 @@ from ..runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op_shapes
 from ..shapes import infer_shapes
 from . import messages
 from .builtin_rules import SPLIT_AXIS
-from .limits import MAX_ELEMENTS, MAX_RANK, elements
+from .limits import MAX_ELEMENTS, MAX_RANK, any_rank_tensors, elements
+from .tensor_rules import deeper_allowed
 from .version_rules import check_version_rules
 
 
@@ -32,11 +33,13 @@ def check_resize(info, tensor_index: int, shape) -> None:
     Notes
     -----
     Only what is wrong whatever the model does is refused here: more than
-    :data:`MAX_RANK` dimensions, more than :data:`MAX_ELEMENTS` elements.
+    :data:`MAX_RANK` dimensions (unless only operators of any rank, such as
+    GATHER_ND, read the input: :func:`~.limits.any_rank_tensors`), more
+    than :data:`MAX_ELEMENTS` elements.
     Whether the model's operators accept the shape is decided after the
     allocation, on the shapes TFLite plans (:func:`check_allocated_shapes`).
     """
-    if len(shape) > MAX_RANK:
+    if len(shape) > MAX_RANK and tensor_index not in any_rank_tensors(info, info.subgraphs[0]):
         raise InvalidInputError(
             f"cannot resize input {tensor_index} to rank {len(shape)} (shape {list(shape)[:8]}...): "
             f"the runtime supports at most {MAX_RANK} dimensions"
@@ -70,7 +73,7 @@ def check_allocated_shapes(info, shape_of, planned=None, version=None) -> None:
     """
     sg = info.subgraphs[0]
     shapes = infer_shapes(info, shape_of, planned)
-    _check_sizes(sg, shapes)
+    _check_sizes(info, sg, shapes)
     # What the caller will read: the runtime's output shapes must be the ones
     # the operators give (with an empty batch, XNNPACK 2.17.1 leaves garbage
     # dimensions in its outputs, e.g. [0, 549846668, 1491629428, 4]).
@@ -108,12 +111,13 @@ def _runtime_options(op) -> dict:
         return {}
 
 
-def _check_sizes(sg, shapes) -> None:
+def _check_sizes(info, sg, shapes) -> None:
     """No planned tensor beyond the rank and element count the runtime can handle."""
+    any_rank = deeper_allowed(info, sg)
     for t, shape in shapes.items():
         if shape is None:
             continue
-        if len(shape) > MAX_RANK:
+        if len(shape) > MAX_RANK and not any_rank(t):
             raise ModelError(
                 f"{messages.planned_tensor(sg, t)} would have rank {len(shape)}; the "
                 f"runtime supports at most {MAX_RANK} dimensions"

@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import math
 
+from .options import SUBGRAPH_FIELDS, effective_options
+
 # XNNPACK's tensors have at most XNN_MAX_TENSOR_DIMS (6) dimensions; a deeper
 # shape overruns its fixed-size shape arrays (rank 64 crashes the process, a
 # rank-7 FULLY_CONNECTED silently gets a wrong output shape), and TFLite's
-# own kernels handle at most 6 (most at most 4 or 5).
+# own kernels handle at most 6 (most at most 4 or 5; a rank-8 constant added
+# to a vector in a WHILE body crashed 2.17.1, tests/corpus).  The exceptions
+# are the tensors of :func:`any_rank_tensors`.
 MAX_RANK = 6
+
+# Builtins whose kernels take tensors of any rank, so a tensor only they read
+# and write may have more than MAX_RANK dimensions.  GATHER_ND
+# (tensorflow/lite/kernels/gather_nd.cc) asks of its inputs only rank >= 1
+# and an index depth inside the params' rank; its output has
+# rank(indices) - 1 + rank(params) - depth dimensions, and it walks them with
+# a RuntimeShape (heap-held beyond 6 dimensions) and a std::vector.  Measured
+# on 2.17.1, 2.23.0 and ai-edge-litert: outputs of rank 7 to 10, params of
+# rank 7 and 8, indices of rank 8 and an index depth of 7 all give the
+# values of a numpy reference (tests/model/test_any_rank.py).  XNNPACK
+# delegates no GATHER_ND, so its 6-dimension arrays never see these tensors.
+ANY_RANK_OPS = frozenset({"GATHER_ND"})
 
 # TFLite's kernels count elements in an ``int`` (RuntimeShape::FlatSize,
 # NumElements used as int): beyond this the count wraps and they index
@@ -25,3 +41,43 @@ MAX_WINDOW_PARAM = 4096
 def elements(shape) -> int:
     """The element count of ``shape`` (Python ints: no overflow)."""
     return math.prod(map(int, shape))
+
+
+def any_rank_tensors(info, sg) -> frozenset[int]:
+    """The tensors of ``sg`` that may have more than :data:`MAX_RANK` dimensions.
+
+    Parameters
+    ----------
+    info : ModelInfo
+        The model (for the control flow that may call ``sg``).
+    sg : SubgraphInfo
+        One of its subgraphs (``info.subgraphs[0]`` may be another subgraph
+        moved there: ``sg.index`` is its index in the model as stored).
+
+    Returns
+    -------
+    frozenset of int
+        The tensors some operator of ``sg`` reads or writes and that only
+        builtins of :data:`ANY_RANK_OPS` read and write; none in a subgraph
+        that WHILE, IF or CALL_ONCE call.
+
+    Notes
+    -----
+    A called subgraph is left out because its shapes are never checked as
+    planned (only subgraph 0's and a signature runner's are), and those
+    kernels copy its outputs' shapes to the caller's tensors, which other
+    operators read: a deep output there would reach them unseen.  Run only
+    when a tensor is deeper than :data:`MAX_RANK` (one pass over the
+    operators).
+    """
+    for other in info.subgraphs:
+        for op in other.operators:
+            if op.op_name in SUBGRAPH_FIELDS:
+                if sg.index in {effective_options(op).get(f, 0) for f in SUBGRAPH_FIELDS[op.op_name]}:
+                    return frozenset()
+    used: set[int] = set()
+    refused: set[int] = set()
+    for op in sg.operators:
+        into = used if op.op_name in ANY_RANK_OPS and not op.is_custom else refused
+        into.update(t for t in (*op.inputs, *op.outputs) if t >= 0)
+    return frozenset(used - refused)

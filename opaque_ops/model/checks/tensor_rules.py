@@ -6,7 +6,7 @@ import numpy as np
 
 from ...errors import ModelError
 from . import messages
-from .limits import MAX_ELEMENTS, MAX_RANK, elements
+from .limits import MAX_ELEMENTS, MAX_RANK, any_rank_tensors, elements
 
 # Element sizes of the fixed-size types numpy has no dtype for (sub-byte
 # types are packed and left out).
@@ -33,9 +33,13 @@ def check_subgraph_inputs(sg) -> None:
             )
 
 
-def check_tensor(sg, t) -> None:
-    """One tensor's shape, stored bytes, sparsity and quantization, in that order."""
-    count = _check_shape(sg, t)
+def check_tensor(sg, t, any_rank=None) -> None:
+    """One tensor's shape, stored bytes, sparsity and quantization, in that order.
+
+    ``any_rank(tensor index) -> bool``: whether the tensor may have more than
+    :data:`MAX_RANK` dimensions (:func:`deeper_allowed`); default: none may.
+    """
+    count = _check_shape(sg, t, any_rank)
     if t.is_sparse:
         if t.data is None:
             # Only constants can be stored sparse (DENSIFY expands them
@@ -51,10 +55,29 @@ def check_tensor(sg, t) -> None:
         _check_quantization(sg, t)
 
 
-def _check_shape(sg, t) -> int:
+def deeper_allowed(info, sg):
+    """``any_rank(tensor index) -> bool`` for :func:`check_tensor` on ``sg``'s tensors.
+
+    :func:`~.limits.any_rank_tensors` runs on the first question only: most
+    models have no tensor deeper than :data:`MAX_RANK`.
+    """
+    found = None
+
+    def any_rank(t: int) -> bool:
+        nonlocal found
+        if found is None:
+            found = any_rank_tensors(info, sg)
+        return t in found
+
+    return any_rank
+
+
+def _check_shape(sg, t, any_rank) -> int:
     """Rank, signs and element count of the stored shape; returns the count."""
     shape, sig = t.shape, t.shape_signature
-    if len(shape) > MAX_RANK or (sig is not None and len(sig) > MAX_RANK):
+    if (len(shape) > MAX_RANK or (sig is not None and len(sig) > MAX_RANK)) and not (
+        any_rank is not None and any_rank(t.index)
+    ):
         raise ModelError(
             f"{messages.tensor(sg, t)} has rank {len(shape)}; the runtime supports at most {MAX_RANK} dimensions"
         )
