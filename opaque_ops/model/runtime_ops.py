@@ -193,7 +193,7 @@ def _check_spectrogram_size(where: str, samples: int, opts: dict) -> None:
         )
 
 
-def check_runtime_op_shapes(op, opts: dict, shape_of) -> None:
+def check_runtime_op_shapes(op, opts: dict, shape_of, subgraph: int = 0) -> None:
     """Shape rules the runtime kernels assume but do not check (see :func:`check_runtime_op`).
 
     ``TFLite_Detection_PostProcess`` reads one anchor (4 values) per box
@@ -201,7 +201,10 @@ def check_runtime_op_shapes(op, opts: dict, shape_of) -> None:
     and ``Mfcc`` index ``dims->data[k]`` of inputs of any rank before (or
     without) checking it.
     """
-    where = f"operator {op.index} ({op.op_name}, provided by the TFLite runtime)"
+    # ``subgraph``: the planned subgraph's index in the model; another than 0
+    # is named, in the form of checks.messages.planned_operator.
+    at = f"subgraph {subgraph}, " if subgraph else ""
+    where = f"{at}operator {op.index} ({op.op_name}, provided by the TFLite runtime)"
     if op.op_name == "TFLite_Detection_PostProcess":
         boxes, scores, anchors = (shape_of(t) for t in op.inputs)
         if boxes is None or anchors is None:

@@ -1050,6 +1050,10 @@ def infer_shapes(info, shape_of, planned=None) -> dict:
         An operator's input shapes do not fit together.
     """
     sg = info.subgraphs[0]
+    # Another subgraph's plan (a signature runner's, moved to index 0) keeps
+    # its index: its messages say which subgraph, in the form of
+    # checks.messages.planned_operator (which this module sits below).
+    at = f"subgraph {sg.index}, " if sg.index else ""
     known: dict[int, tuple | None] = {}
     produced = {t for op in sg.operators for t in op.outputs}
 
@@ -1077,7 +1081,7 @@ def infer_shapes(info, shape_of, planned=None) -> dict:
     for op in sg.operators:
         # (Most inputs are known already: the output of an earlier operator.)
         ins = [known[t] if t in known else get(t) for t in op.inputs]
-        where = f"operator {op.index} ({op.op_name})"
+        where = f"{at}operator {op.index} ({op.op_name})"
         # A custom op's output shape is its kernel's business (its Prepare
         # reports what is wrong better than a rule here could).
         outs = None if op.is_custom else _op_shapes(view, op, ins, where)

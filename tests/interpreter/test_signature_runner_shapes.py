@@ -134,3 +134,61 @@ def test_another_subgraphs_resize_tensor_input_is_held_to_the_same_rule(isolate)
         run.resize_tensor_input("x", [5, 3])
         run.allocate_tensors()
         assert run(x=np.zeros((5, 3), np.float32))["y"].shape == (5, 3)
+
+
+def _fixed_rows_model() -> bytes:
+    """y = x + c: x [2, 3] (shape signature [-1, 3]) and a constant c of shape [2, 3], signature "s".
+
+    Any other row count than 2 (or 1) does not broadcast against c.
+    """
+    b = ModelBuilder()
+    x = b.add_tensor("x", [2, 3], np.float32, shape_signature=[-1, 3])
+    y = b.add_tensor("y", [2, 3], np.float32, shape_signature=[-1, 3])
+    c = b.add_constant("c", np.ones((2, 3), np.float32))
+    b.add_op("ADD", [x, c], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    b.add_signature("s", {"x": x}, {"y": y})
+    return b.build()
+
+
+def _tile_model() -> bytes:
+    """y = tile(x, [2**20, 1]): x [2, 3] (shape signature [-1, 3]), signature "s".
+
+    From 2**11 rows of x on, y has more elements than TFLite's kernels count.
+    """
+    b = ModelBuilder()
+    x = b.add_tensor("x", [2, 3], np.float32, shape_signature=[-1, 3])
+    m = b.add_constant("m", np.array([2**20, 1], np.int32))
+    y = b.add_tensor("y", [2**21, 3], np.float32, shape_signature=[-1, 3])
+    b.add_op("TILE", [x, m], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    b.add_signature("s", {"x": x}, {"y": y})
+    return b.build()
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolated"])
+def test_a_refusal_in_another_subgraph_names_that_subgraph(isolate):
+    # The rules on planned shapes said "operator 0 (ADD)" for either
+    # subgraph's operator 0; a signature runner of subgraph 1 is planned as
+    # if it were subgraph 0, so its messages now say "subgraph 1, ".
+    # Subgraph 0's keep their text.
+    data = join_with_signature(_fixed_rows_model(), _fixed_rows_model(), "other", {"x": 0}, {"y": 1})
+    with oo.Interpreter(model_content=data, isolate=isolate) as it:
+        for key, prefix in (("s", ""), ("other", "subgraph 1, ")):
+            with pytest.raises(ShapeError) as info:
+                it.get_signature_runner(key)(x=np.zeros((4, 3), np.float32))
+            assert str(info.value).startswith(f"{prefix}operator 0 (ADD): input shapes [4, 3] and [2, 3]"), info.value
+    # The rules on the planned sizes and on a requested resize, likewise.
+    data = join_with_signature(_tile_model(), _tile_model(), "other", {"x": 0}, {"y": 2})
+    with oo.Interpreter(model_content=data, isolate=isolate) as it:
+        for key, prefix in (("s", ""), ("other", "subgraph 1, ")):
+            run = it.get_signature_runner(key)
+            run.resize_tensor_input("x", [2**11, 3])
+            with pytest.raises(oo.ModelError) as info:
+                run.allocate_tensors()
+            assert str(info.value).startswith(f"{prefix}tensor 2 ('y') would have shape [2147483648, 3]"), info.value
+            with pytest.raises(oo.ResizeError) as info:
+                run.resize_tensor_input("x", [2**30, 3])
+            assert str(info.value).startswith(f"cannot resize {prefix}input 0 to [1073741824, 3]"), info.value

@@ -726,6 +726,25 @@ def test_split_axis_decided_while_the_model_runs_is_refused(xnnpack):
     assert out.status == "rejected" and "reads its axis from tensor 10" in str(out.error), (out.status, out.reason)
 
 
+def test_a_planned_shape_rule_names_a_subgraph_other_than_0():
+    """A signature runner of subgraph k is checked with that subgraph moved to index 0 (as
+    ``Interpreter._rooted`` does); the rules' "operator 2 (SPLIT)" then named no subgraph,
+    and read as subgraph 0's operator.  Another subgraph's messages start "subgraph k, "."""
+    import dataclasses
+
+    from tools.fuzz_structured import _join_subgraphs, pack
+
+    one = _split_model(axis_from_where=True)
+    info = read_model(pack(_join_subgraphs(one, one)))
+    sgs = list(info.subgraphs)
+    sgs[0], sgs[1] = sgs[1], sgs[0]
+    for rooted, prefix in ((info, ""), (dataclasses.replace(info, subgraphs=sgs), "subgraph 1, ")):
+        declared = {t.index: t.shape for t in rooted.subgraphs[0].tensors}
+        with pytest.raises(oo.ModelError) as exc:
+            check_allocated(rooted, lambda i: None if i == 3 else declared[i], record=False)
+        assert str(exc.value).startswith(f"{prefix}operator 2 (SPLIT) reads its axis from tensor 3"), exc.value
+
+
 def test_split_axis_input_must_stay_one_value():
     from opaque_ops.isolate.run import run_model
 

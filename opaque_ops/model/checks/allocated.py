@@ -41,13 +41,18 @@ def check_resize(info, tensor_index: int, shape) -> None:
     """
     if len(shape) > MAX_RANK and tensor_index not in any_rank_tensors(info, info.subgraphs[0]):
         raise InvalidInputError(
-            f"cannot resize input {tensor_index} to rank {len(shape)} (shape {list(shape)[:8]}...): "
+            f"cannot resize {_input(info, tensor_index)} to rank {len(shape)} (shape {list(shape)[:8]}...): "
             f"the runtime supports at most {MAX_RANK} dimensions"
         )
     if elements(shape) > MAX_ELEMENTS:
         raise InvalidInputError(
-            f"cannot resize input {tensor_index} to {list(shape)}: more than {MAX_ELEMENTS} elements"
+            f"cannot resize {_input(info, tensor_index)} to {list(shape)}: more than {MAX_ELEMENTS} elements"
         )
+
+
+def _input(info, tensor_index: int) -> str:
+    """``input N``, of the planned subgraph (named when it is not subgraph 0)."""
+    return f"{messages.planned_subgraph(info.subgraphs[0].index)}input {tensor_index}"
 
 
 def check_allocated_shapes(info, shape_of, planned=None, version=None) -> None:
@@ -95,7 +100,7 @@ def check_allocated_shapes(info, shape_of, planned=None, version=None) -> None:
         elif op.op_name in SPLIT_AXIS:
             _check_split_axis(sg, op, known)
         elif op.is_custom and op.op_name in RUNTIME_CUSTOM_OPS and op.custom_options:
-            check_runtime_op_shapes(op, _runtime_options(op), known)
+            check_runtime_op_shapes(op, _runtime_options(op), known, sg.index)
     check_version_rules(sg, known, version)
 
 
@@ -135,7 +140,7 @@ def _check_convolution(sg, op, known) -> None:
     declared = sg.tensors[op.inputs[0]].shape
     if x is None or w is None or len(x) != 4 or len(w) != 4 or len(declared) != 4:
         return
-    where = messages.planned_operator(op)
+    where = messages.planned_operator(sg, op)
     want = w[3] if op.op_name == "CONV_2D" else declared[3]
     if x[3] != want and declared[3] == want:
         # XNNPACK keeps the filter's channel count and reads past the input.
@@ -168,7 +173,7 @@ def _check_split_axis(sg, op, known) -> None:
     if ax < 0 or sg.tensors[ax].data is not None:
         return  # no axis, or a constant one: check_model's rule
     shape = known(ax)
-    where = messages.planned_operator(op)
+    where = messages.planned_operator(sg, op)
     if shape is None:
         raise ModelError(
             f"{where} reads its axis from tensor {ax}, whose shape is only decided while the model runs "

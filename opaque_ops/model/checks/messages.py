@@ -29,11 +29,24 @@ def subgraph_io(sg, what: str, t: int) -> str:
     return f"subgraph {sg.index} {what} {t} ({sg.tensors[t].name!r})"
 
 
-def planned_operator(op) -> str:
-    """``operator N (NAME)``: an operator of subgraph 0, on the shapes the runtime planned."""
-    return f"operator {op.index} ({op.op_name})"
+def planned_operator(sg, op) -> str:
+    """``operator N (NAME)``: an operator of the planned subgraph, on the shapes the runtime planned.
+
+    The planned subgraph is ``info.subgraphs[0]``; for another subgraph's
+    plan (a signature runner's, moved there), ``sg.index`` is its index in
+    the model and the text starts ``subgraph S, `` (an "operator 3" alone
+    would be read as subgraph 0's).  :mod:`~opaque_ops.model.shapes` and
+    :mod:`~opaque_ops.model.runtime_ops`, below this package, spell the same
+    form.
+    """
+    return f"{planned_subgraph(sg.index)}operator {op.index} ({op.op_name})"
 
 
 def planned_tensor(sg, t: int, what: str = "tensor") -> str:
-    """``tensor N ('name')`` (or ``output tensor``): a tensor of subgraph 0, on the planned shapes."""
-    return f"{what} {t} ({sg.tensors[t].name!r})"
+    """``tensor N ('name')`` (or ``output tensor``): a tensor of the planned subgraph, as :func:`planned_operator`."""
+    return f"{planned_subgraph(sg.index)}{what} {t} ({sg.tensors[t].name!r})"
+
+
+def planned_subgraph(index: int) -> str:
+    """What a planned-shape message starts with: nothing for subgraph 0, ``subgraph S, `` for another."""
+    return f"subgraph {index}, " if index else ""

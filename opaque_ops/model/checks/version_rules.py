@@ -69,7 +69,7 @@ def _broadcast_to(sg, op, known, version) -> None:
     x, out = known(op.inputs[0]), known(op.outputs[0]) if op.outputs and op.outputs[0] >= 0 else None
     if x is not None and out is not None and broadcast_writes_into_empty(x, out):
         raise ModelError(
-            f"{messages.planned_operator(op)} broadcasts its input {op.inputs[0]} to {list(out)}, which is empty "
+            f"{messages.planned_operator(sg, op)} broadcasts its input {op.inputs[0]} to {list(out)}, which is empty "
             f"in a dimension before the last one it broadcasts; TFLite {version}'s BROADCAST_TO still copies "
             "rows into that empty output and crashes the process (TFLite 2.23 runs it). Resize the input or "
             "the target shape so that the output is not empty, or use TFLite 2.23"
@@ -96,7 +96,7 @@ def _top_k(sg, op, known, version) -> None:
         return
     if x[-1] >= 2 and math.prod(x[:-1]) > 0:
         raise ModelError(
-            f"{messages.planned_operator(op)} takes the top k = 0 (constant tensor {op.inputs[1]}) of rows of "
+            f"{messages.planned_operator(sg, op)} takes the top k = 0 (constant tensor {op.inputs[1]}) of rows of "
             f"{x[-1]} values (input {op.inputs[0]} of shape {list(x)}); TFLite {version}'s TOPK_V2 corrupts "
             "memory for k = 0 (TFLite 2.23 runs it). Use k of at least 1, or drop the operator: its outputs "
             "are empty"
@@ -125,7 +125,7 @@ def _conv_3d(sg, op, known, version) -> None:
     if all(d == 1 for d in dilations):
         return
     raise ModelError(
-        f"{messages.planned_operator(op)} has dilations {dilations} on an input {op.inputs[0]} of shape "
+        f"{messages.planned_operator(sg, op)} has dilations {dilations} on an input {op.inputs[0]} of shape "
         f"{list(x)} whose depth ({x[1]}) is not its channel count ({x[4]}); TFLite {version}'s dilated CONV_3D "
         "then writes past its buffer or returns wrong values (TFLite 2.23 runs it). Resize the input so that "
         "its depth is its channel count, use dilations of 1 (a filter dilated with zeros), or use TFLite 2.23"
