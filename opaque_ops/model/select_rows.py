@@ -17,6 +17,15 @@ a verdict of the model alone) and every later one in *this* interpreter,
 which only the interpreter can remember (:func:`note_and_check`, called by
 ``Interpreter._allocate_locked``; never a kept verdict: the same model and
 shapes are safe in an interpreter that never took the row-wise mode).
+
+A SELECT in a subgraph that a WHILE or IF runs is prepared by that kernel,
+out of the interpreter's sight: again at each allocation of the caller
+(after a resize), and during ``invoke()`` at each turn of a WHILE whose loop
+variables change shape (tensorflow/lite/kernels/while.cc re-allocates its
+body and condition then; if.cc re-allocates a branch whose inputs changed
+shape).  Its node, and so the flag, lives as long as the interpreter.
+:func:`~opaque_ops.model.checks.graph.check_select_in_control_flow` refuses
+such a SELECT from the model alone.
 """
 
 from __future__ import annotations

@@ -171,3 +171,217 @@ def test_note_and_check_remembers_only_the_modes_prepare_takes():
     assert note_and_check(nodes, {0: (2,), 1: (2, 3), 2: (2, 3)}.get, failed, 0, check=False) is None
     assert failed == {0}
     assert note_and_check(nodes, {0: (2, 3), 1: (2, 3), 2: (2, 3)}.get, failed, 0, check=False) is None
+
+
+# -- SELECT in a subgraph that WHILE or IF runs --------------------------------------------------
+#
+# There the runtime's control-flow kernel prepares the SELECT, out of the interpreter's sight: at
+# each allocation of the caller, and during invoke() at each WHILE turn whose loop variables
+# change shape.  Measured in child processes on 2.17.1, 2.23.0 and ai-edge-litert, before the
+# rule: an IF branch or WHILE body prepared with a 1-D condition, then (after a resize) with the
+# condition of x's shape, gives wrong values at [2, 3] and SIGSEGV or SIGABRT (heap corruption) at
+# [20, 30]; a WHILE body whose loop turns the condition from [n] into x's [n, m] does the same
+# within one invoke, on the model's own shapes.  The model checks refuse those SELECTs.
+
+CONTROL_FLOW = "is in a subgraph that subgraph 0 operator 0 ({}) runs"
+
+
+def _joined(main: ModelBuilder, others, options: str, indices) -> bytes:
+    """``main`` (its operator 0 a WHILE or IF) followed by ``others``' subgraphs, the options naming them."""
+    from tools.fuzz_structured import _join_subgraphs, _schema, pack
+
+    s = _schema()
+    m = _join_subgraphs(main.build(), *(o.build() for o in others))
+    op = m.subgraphs[0].operators[0]
+    op.builtinOptionsType = getattr(s.BuiltinOptions, options)
+    op.builtinOptions = getattr(s, options + "T")()
+    for field, k in indices.items():
+        setattr(op.builtinOptions, field, k)
+    return pack(m)
+
+
+def if_select_model(cond_shape, n: int, m: int, op: str = "SELECT", constant=None) -> bytes:
+    """out = IF(flag, c, x, y): its then branch op(c, x, y), its else branch op(c, y, x).
+
+    Inputs flag (index 0), c (1), x (2), y (3), all but flag declared with
+    ``cond_shape`` and [n, m].  With ``constant`` (bools), the branches take
+    it as their condition and the IF has no c: inputs flag, x (1), y (2).
+    """
+    main = ModelBuilder()
+    ins = [main.add_tensor("flag", [], np.bool_)]
+    if constant is None:
+        ins.append(main.add_tensor("c", cond_shape, np.bool_))
+    ins += [main.add_tensor("x", [n, m], f32), main.add_tensor("y", [n, m], f32)]
+    out = main.add_tensor("out", [n, m], f32)
+    main.add_op("IF", ins, [out])
+    main.set_inputs(ins)
+    main.set_outputs([out])
+    branches = []
+    for name, swap in (("then", False), ("else", True)):
+        b = ModelBuilder(subgraph_name=name)
+        c = b.add_tensor("c", cond_shape, np.bool_) if constant is None else b.add_constant("c", constant)
+        x, y = b.add_tensor("x", [n, m], f32), b.add_tensor("y", [n, m], f32)
+        o = b.add_tensor("out", [n, m], f32)
+        b.add_op(op, [c, y, x] if swap else [c, x, y], [o])
+        b.set_inputs([x, y] if constant is not None else [c, x, y])
+        b.set_outputs([o])
+        branches.append(b)
+    return _joined(main, branches, "IfOptions", {"thenSubgraphIndex": 1, "elseSubgraphIndex": 2})
+
+
+def while_select_model(cond_shape, n: int, m: int, op: str = "SELECT", turns: int = 3, regrow: bool = False) -> bytes:
+    """WHILE i < turns over (i, c, x, y): its body x <- op(c, x, y), and with ``regrow`` c <- x > 0.
+
+    Inputs i (index 0), c (1), x (2), y (3); outputs i and x.  With
+    ``regrow`` the condition is [n, m] from the second turn on, whatever its
+    first shape: the body is prepared again in that turn.
+    """
+    i32 = np.int32
+    main = ModelBuilder()
+    ins = [main.add_tensor("i", [], i32), main.add_tensor("c", cond_shape, np.bool_)]
+    ins += [main.add_tensor("x", [n, m], f32), main.add_tensor("y", [n, m], f32)]
+    outs = [main.add_tensor("i_out", [], i32), main.add_tensor("c_out", [n, m] if regrow else cond_shape, np.bool_)]
+    outs += [main.add_tensor("x_out", [n, m], f32), main.add_tensor("y_out", [n, m], f32)]
+    main.add_op("WHILE", ins, outs)
+    main.set_inputs(ins)
+    main.set_outputs([outs[0], outs[2]])
+    cond = ModelBuilder(subgraph_name="cond")
+    ci = cond.add_tensor("i", [], i32)
+    rest = [cond.add_tensor("c", cond_shape, np.bool_), cond.add_tensor("x", [n, m], f32)]
+    rest.append(cond.add_tensor("y", [n, m], f32))
+    going = cond.add_tensor("going", [], np.bool_)
+    cond.add_op("LESS", [ci, cond.add_constant("turns", np.array(turns, i32))], [going])
+    cond.set_inputs([ci, *rest])
+    cond.set_outputs([going])
+    body = ModelBuilder(subgraph_name="body")
+    bi, bc = body.add_tensor("i", [], i32), body.add_tensor("c", cond_shape, np.bool_)
+    bx, by = body.add_tensor("x", [n, m], f32), body.add_tensor("y", [n, m], f32)
+    bi2, bx2 = body.add_tensor("i2", [], i32), body.add_tensor("x2", [n, m], f32)
+    body.add_op("ADD", [bi, body.add_constant("one", np.array(1, i32))], [bi2])
+    body.add_op(op, [bc, bx, by], [bx2])
+    bc2 = bc
+    if regrow:
+        bc2 = body.add_tensor("c2", [n, m], np.bool_)
+        body.add_op("GREATER", [bx2, body.add_constant("zero", np.array(0, f32))], [bc2])
+    body.set_inputs([bi, bc, bx, by])
+    body.set_outputs([bi2, bc2, bx2, by])
+    return _joined(main, [cond, body], "WhileOptions", {"condSubgraphIndex": 1, "bodySubgraphIndex": 2})
+
+
+def _where_rows(c, a, b):
+    """SELECT's values: a 1-D condition picks whole rows; otherwise np.where (which broadcasts like SELECT_V2)."""
+    c = np.asarray(c)
+    return np.where(c.reshape(len(c), *[1] * (a.ndim - 1)) if c.ndim == 1 else c, a, b)
+
+
+def _loop(c, a, b, turns, regrow):
+    """The WHILE's x after ``turns`` turns of the body, from the op's definition."""
+    for _ in range(turns):
+        a = _where_rows(c, a, b)
+        if regrow:
+            c = a > 0
+    return a
+
+
+def _feed(it, values):
+    """Resize every input to its value's shape, allocate, set, invoke: the outputs."""
+    details = it.get_input_details()
+    for d, v in zip(details, values):
+        it.resize_tensor_input(d["index"], list(np.shape(v)))
+    it.allocate_tensors()
+    for d, v in zip(details, values):
+        it.set_tensor(d["index"], np.asarray(v, d["dtype"]))
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+# (model, the caller named in the message, the SELECT named): each crashes or gives wrong values
+# without the rule (see above); the last one only after a resize to a 1-D condition and back.
+_REFUSED = {
+    "if_branch_1d_then_resized": (lambda n, m: if_select_model([n], n, m), "IF", "subgraph 1 operator 0 (SELECT)"),
+    "while_body_1d_then_resized": (lambda n, m: while_select_model([n], n, m), "WHILE", "subgraph 2 operator 1"),
+    "while_body_regrows_its_condition": (
+        lambda n, m: while_select_model([n], n, m, regrow=True),
+        "WHILE",
+        "subgraph 2 operator 1 (SELECT)",
+    ),
+    "if_branch_one_shape_declared": (lambda n, m: if_select_model([n, m], n, m), "IF", "subgraph 1 operator 0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_REFUSED))
+@pytest.mark.parametrize("isolate, n, m", [(False, 2, 3), (True, 20, 30)], ids=["in_process", "isolated"])
+def test_a_select_in_a_while_body_or_if_branch_is_refused_with_the_fix(case, isolate, n, m):
+    build, caller, names = _REFUSED[case]
+    with pytest.raises(oo.ModelError, match=re.escape(CONTROL_FLOW.format(caller))) as err:
+        oo.Interpreter(model_content=build(n, m), isolate=isolate)
+    assert names in str(err.value) and "Use SELECT_V2 there" in str(err.value)
+
+
+def test_the_control_flow_crashes_end_with_the_error_in_a_child_on_this_runtime():
+    """The crashes themselves only in a child: without the rule, SIGSEGV or SIGABRT in each run."""
+    p = run_child(
+        """
+        import numpy as np
+        import opaque_ops as oo
+        from tests.model.test_select_rows import (
+            _feed, _loop, _values, _where_rows, if_select_model, while_select_model)
+        n, m = 20, 30
+        c, a, b = _values(n, m)
+        runs = [
+            # Within one invoke, on the model's own shapes: the second turn's condition is [n, m].
+            ("regrow", lambda: while_select_model([n], n, m, regrow=True),
+             [(0, c[:, 0], a, b)], lambda v: _loop(v[1], a, b, 3, True)),
+            # A 1-D condition, then (resized) the condition of x's shape.
+            ("while", lambda: while_select_model([n], n, m),
+             [(0, c[:, 0], a, b), (0, c, a, b)], lambda v: _loop(v[1], a, b, 3, False)),
+            ("if", lambda: if_select_model([n], n, m),
+             [(True, c[:, 0], a, b), (True, c, a, b)], lambda v: _where_rows(v[1], a, b)),
+        ]
+        for name, build, feeds, want in runs:
+            try:
+                it = oo.Interpreter(model_content=build())
+                for v in feeds:
+                    out = _feed(it, v)[-1]
+                    assert np.array_equal(out, want(v)), name
+            except oo.ModelError:
+                print("refused", name)
+            else:
+                print("ran", name)
+        """
+    )
+    assert p.returncode == 0, crashed(p)
+    assert p.stdout.split("\n")[:3] == ["refused regrow", "refused while", "refused if"], crashed(p)
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in_process", "isolated"])
+def test_select_v2_there_runs_the_same_shape_changes_with_numpy_values(isolate):
+    """The message's fix: SELECT_V2 (its condition one value per row as [n, 1]) through the shape
+    changes that break SELECT, in an IF branch and a WHILE body, with the op's values."""
+    n, m = 20, 30
+    c, a, b = _values(n, m)
+    rows = c[:, :1]
+    with oo.Interpreter(model_content=if_select_model([n, 1], n, m, op="SELECT_V2"), isolate=isolate) as it:
+        for flag, cond in ((True, rows), (True, c), (False, rows), (False, c), (True, np.array(True))):
+            want = np.where(cond, a, b) if flag else np.where(cond, b, a)
+            np.testing.assert_array_equal(_feed(it, (flag, cond, a, b))[0], want)
+    with oo.Interpreter(model_content=while_select_model([n, 1], n, m, op="SELECT_V2"), isolate=isolate) as it:
+        for cond in (rows, c, rows):
+            np.testing.assert_array_equal(_feed(it, (0, cond, a, b))[1], _loop(cond, a, b, 3, False))
+    regrow = while_select_model([n, 1], n, m, op="SELECT_V2", regrow=True)
+    with oo.Interpreter(model_content=regrow, isolate=isolate) as it:
+        for turns in (0, 2, 1):  # three turns, one, two (the body's condition [n, 1], then [n, m])
+            np.testing.assert_array_equal(_feed(it, (turns, rows, a, b))[1], _loop(rows, a, b, 3 - turns, True))
+
+
+def test_a_constant_condition_there_still_runs_with_numpy_values():
+    """A constant condition keeps its shape: a 1-D one meets x's shape only at rank 1, where picking
+    rows of one value is picking elements.  Not refused; the values are SELECT's across resizes."""
+    n = 4
+    keep = np.array([True, False, False, True])
+    with oo.Interpreter(model_content=if_select_model([n], n, 3, constant=keep)) as it:
+        for shape in ((n, 3), (n, 5), (n,), (n, 2, 2)):
+            _, a, b = _values(int(np.prod(shape)), 1, seed=len(shape))
+            a, b = a.reshape(shape), b.reshape(shape)
+            np.testing.assert_array_equal(_feed(it, (True, a, b))[0], _where_rows(keep, a, b))
+            np.testing.assert_array_equal(_feed(it, (False, a, b))[0], _where_rows(keep, b, a))

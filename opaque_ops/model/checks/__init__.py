@@ -84,7 +84,8 @@ def check_model(info: ModelInfo, registered=()) -> None:
     - per-builtin options the kernels trust (split counts and axes,
       permutations, concatenation axes and static shapes, block sizes,
       variables read through VAR_HANDLE, control flow naming other
-      subgraphs of matching types, no cycle of subgraph calls);
+      subgraphs of matching types, no cycle of subgraph calls; no SELECT
+      (v1) with a non-constant condition in a subgraph a WHILE or IF runs);
     - every operator's input and output dtypes are the ones its kernel
       reads and writes (:data:`~.types.TYPE_RULES`: RESHAPE and the other
       copies move the input's bytes into a buffer sized from the output's
@@ -135,6 +136,7 @@ def check_model(info: ModelInfo, registered=()) -> None:
         graph.check_variable_reads(sg)
         builtin_rules.check_static_concatenations(sg)
     graph.check_call_graph(info)
+    graph.check_select_in_control_flow(info)
     graph.check_signatures(info)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...errors import ModelError
+from ..select_rows import nodes_of
 from . import messages
 from .options import SUBGRAPH_FIELDS, effective_options
 
@@ -66,6 +67,10 @@ _OPTIONAL_INPUT_OPS = {
     "LSH_PROJECTION",
     "STABLEHLO_COMPOSITE",
 }
+# The builtins that prepare the subgraphs they run again whenever the shapes
+# reaching them change (CALL_ONCE runs its subgraph once).
+_RERUNNING_CALLERS = ("WHILE", "IF")
+
 # (WHILE, IF and CALL_ONCE copy every input into the subgraph they call:
 # an omitted one is dereferenced as tensor -1.)
 
@@ -241,6 +246,49 @@ def check_call_graph(info) -> None:
 
     for n in calls:
         visit(n, [])
+
+
+def check_select_in_control_flow(info) -> None:
+    """Refuse a SELECT (v1) with a non-constant condition in a subgraph that a WHILE or IF runs.
+
+    tensorflow/lite/kernels/select.cc (kVersionOne) sets its row-wise flag
+    when a Prepare sees a scalar or 1-D condition for x of higher rank and
+    never clears it, so a later Prepare with the condition, x and y of one
+    shape [n, m, ...] still runs the row-wise Eval, which writes past the
+    output (:mod:`~opaque_ops.model.select_rows`).  In subgraph 0 the
+    interpreter sees every Prepare's shapes; a subgraph that WHILE or IF
+    runs is prepared by that kernel (tensorflow/lite/kernels/while.cc,
+    if.cc): at each allocation of the caller, and during ``invoke()`` at
+    each WHILE turn whose loop variables change shape.  Its shapes come
+    from the caller at run time, so they are unknown here: only a constant
+    condition keeps its shape, and a constant scalar or 1-D condition can
+    equal x's shape only at rank 0 or 1, where the row-wise copy is the
+    elementwise one.  Every other SELECT there is refused.  (No model in the
+    installed packages has a SELECT v1 in such a subgraph: converters write
+    SELECT_V2 for ``tf.where``.)
+    """
+    callers: dict[int, str] = {}  # called subgraph -> the first WHILE / IF met that runs it
+    for sg in info.subgraphs:
+        for op in sg.operators:
+            if op.op_name in _RERUNNING_CALLERS:
+                options = effective_options(op)
+                for field in SUBGRAPH_FIELDS[op.op_name]:
+                    callers.setdefault(options.get(field, 0), messages.operator(sg, op))
+    for k, caller in sorted(callers.items()):
+        if not 0 < k < len(info.subgraphs):
+            continue  # (refused before, by the control-flow rule)
+        sg = info.subgraphs[k]
+        for index, c, _x, _y in nodes_of(sg):
+            if sg.tensors[c].data is not None:
+                continue
+            raise ModelError(
+                f"{messages.operator_at(k, index, 'SELECT')} is in a subgraph that {caller} runs, which "
+                "prepares it again whenever the shapes reaching it change (after a resize, or at a WHILE turn "
+                "whose loop variables change shape); once prepared with a scalar or 1-D condition, TFLite's "
+                "SELECT keeps picking whole rows after its condition takes x's shape, and writes past its "
+                "output. Use SELECT_V2 there, which has no row-wise mode (reshape a condition of one value per "
+                "row to [n, 1, ...]: SELECT_V2 broadcasts from the last dimension), or a constant condition"
+            )
 
 
 def check_signatures(info) -> None:
