@@ -229,12 +229,17 @@ def if_select_model(cond_shape, n: int, m: int, op: str = "SELECT", constant=Non
     return _joined(main, branches, "IfOptions", {"thenSubgraphIndex": 1, "elseSubgraphIndex": 2})
 
 
-def while_select_model(cond_shape, n: int, m: int, op: str = "SELECT", turns: int = 3, regrow: bool = False) -> bytes:
+def while_select_model(
+    cond_shape, n: int, m: int, op: str = "SELECT", turns: int = 3, regrow: bool = False, in_cond: bool = False
+) -> bytes:
     """WHILE i < turns over (i, c, x, y): its body x <- op(c, x, y), and with ``regrow`` c <- x > 0.
 
     Inputs i (index 0), c (1), x (2), y (3); outputs i and x.  With
     ``regrow`` the condition is [n, m] from the second turn on, whatever its
-    first shape: the body is prepared again in that turn.
+    first shape: the body is prepared again in that turn.  With ``in_cond``
+    the WHILE's condition subgraph runs op(c, x, y) instead, its value
+    unused (the runtime still prepares and runs it at each turn), and the
+    body keeps x.
     """
     i32 = np.int32
     main = ModelBuilder()
@@ -251,6 +256,8 @@ def while_select_model(cond_shape, n: int, m: int, op: str = "SELECT", turns: in
     rest.append(cond.add_tensor("y", [n, m], f32))
     going = cond.add_tensor("going", [], np.bool_)
     cond.add_op("LESS", [ci, cond.add_constant("turns", np.array(turns, i32))], [going])
+    if in_cond:
+        cond.add_op(op, rest, [cond.add_tensor("unused", [n, m], f32)])
     cond.set_inputs([ci, *rest])
     cond.set_outputs([going])
     body = ModelBuilder(subgraph_name="body")
@@ -258,7 +265,10 @@ def while_select_model(cond_shape, n: int, m: int, op: str = "SELECT", turns: in
     bx, by = body.add_tensor("x", [n, m], f32), body.add_tensor("y", [n, m], f32)
     bi2, bx2 = body.add_tensor("i2", [], i32), body.add_tensor("x2", [n, m], f32)
     body.add_op("ADD", [bi, body.add_constant("one", np.array(1, i32))], [bi2])
-    body.add_op(op, [bc, bx, by], [bx2])
+    if in_cond:
+        body.add_op("ADD", [bx, body.add_constant("nought", np.array(0, f32))], [bx2])
+    else:
+        body.add_op(op, [bc, bx, by], [bx2])
     bc2 = bc
     if regrow:
         bc2 = body.add_tensor("c2", [n, m], np.bool_)
@@ -306,6 +316,11 @@ _REFUSED = {
         "subgraph 2 operator 1 (SELECT)",
     ),
     "if_branch_one_shape_declared": (lambda n, m: if_select_model([n, m], n, m), "IF", "subgraph 1 operator 0"),
+    "while_cond_sees_the_condition_regrow": (
+        lambda n, m: while_select_model([n], n, m, regrow=True, in_cond=True),
+        "WHILE",
+        "subgraph 1 operator 1 (SELECT)",
+    ),
 }
 
 
@@ -337,6 +352,9 @@ def test_the_control_flow_crashes_end_with_the_error_in_a_child_on_this_runtime(
              [(0, c[:, 0], a, b), (0, c, a, b)], lambda v: _loop(v[1], a, b, 3, False)),
             ("if", lambda: if_select_model([n], n, m),
              [(True, c[:, 0], a, b), (True, c, a, b)], lambda v: _where_rows(v[1], a, b)),
+            # The WHILE's condition subgraph, its condition regrown by the body.
+            ("cond", lambda: while_select_model([n], n, m, regrow=True, in_cond=True),
+             [(0, c[:, 0], a, b)], lambda v: a),
         ]
         for name, build, feeds, want in runs:
             try:
@@ -351,7 +369,7 @@ def test_the_control_flow_crashes_end_with_the_error_in_a_child_on_this_runtime(
         """
     )
     assert p.returncode == 0, crashed(p)
-    assert p.stdout.split("\n")[:3] == ["refused regrow", "refused while", "refused if"], crashed(p)
+    assert p.stdout.split("\n")[:4] == ["refused regrow", "refused while", "refused if", "refused cond"], crashed(p)
 
 
 @pytest.mark.parametrize("isolate", [False, True], ids=["in_process", "isolated"])
