@@ -186,14 +186,20 @@ _trampolines = None
 def _static_trampolines():
     """The four C entry points every Python op shares, created once per process."""
     global _trampolines
-    if _trampolines is None:
-        _trampolines = (
-            ffi.callback("oo_py_init_wd", _on_init, onerror=_init_failed),
-            ffi.callback("oo_py_free_wd", _on_free, onerror=_init_failed),
-            ffi.callback("oo_py_step_wd", _on_prepare, error=_K_ERROR, onerror=_init_failed),
-            ffi.callback("oo_py_step_wd", _on_invoke, error=_K_ERROR, onerror=_init_failed),
-        )
-    return _trampolines
+    # Made and read under the lock: two threads making their first Python ops
+    # at once each made a set, and the set that the other's assignment
+    # replaced was freed when its maker returned, while the operator it was
+    # given to still pointed at it (TFLite then called freed closures:
+    # SIGSEGV; tests/native/test_python_operator.py).
+    with _records_lock:
+        if _trampolines is None:
+            _trampolines = (
+                ffi.callback("oo_py_init_wd", _on_init, onerror=_init_failed),
+                ffi.callback("oo_py_free_wd", _on_free, onerror=_init_failed),
+                ffi.callback("oo_py_step_wd", _on_prepare, error=_K_ERROR, onerror=_init_failed),
+                ffi.callback("oo_py_step_wd", _on_invoke, error=_K_ERROR, onerror=_init_failed),
+            )
+        return _trampolines
 
 
 def _key_closures(key: int):
