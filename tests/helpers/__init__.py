@@ -10,6 +10,7 @@ import them the same way (the repository root leads their ``sys.path``).
 ``armhf_python``       an emulated armhf CPython (qemu-arm)
 ``atan``               the Atan seed model (examples/atan), its reference and C source
 ``child_process``      the one runner of Python child processes, and ``crashed()``
+``concurrent_start``   a new process's first interpreters created on threads at once (its child program)
 ``corpus``             tests/corpus: former crashers and the messages they must get
 ``hostile_options``    random option bytes for kernels, checked in a child process
 ``isolate_lifecycle_ops`` a python_op that spins, sleeps or exits on command (isolation lifecycle tests)
