@@ -45,7 +45,7 @@ import threading
 import types
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 from . import errors
 
@@ -79,6 +79,26 @@ _settings: dict = {}
 # takes custom_op_registerers first, as InterpreterWithCustomOps does.
 _served: dict = {}
 
+# Held while a class is built: the modules of the two served names are two
+# imports, which Python's import lock does not order, and functools.cache
+# alone let two threads importing them at once each build (and keep) an
+# Interpreter class of their own.  Reentrant: a build may need another.
+_classes_lock = threading.RLock()
+
+_T = TypeVar("_T", bound=Callable[..., type])
+
+
+def _built_once(build: _T) -> _T:
+    """``functools.cache(build)``, with every call under :data:`_classes_lock`: one class per argument."""
+    cached = functools.cache(build)
+
+    @functools.wraps(build)
+    def once(*args: Any) -> type:
+        with _classes_lock:
+            return cached(*args)
+
+    return once  # type: ignore[return-value]
+
 
 def _warn(message: str) -> None:
     """Warn at the client's line: the first frame outside this file."""
@@ -98,7 +118,7 @@ def _with_defaults(kwargs: dict) -> dict:
     return kwargs
 
 
-@functools.cache
+@_built_once
 def _isolated_twin(cls: type) -> type:
     """``cls`` run isolated: opaque_ops' isolated interpreter that is also an instance of ``cls``.
 
@@ -119,7 +139,7 @@ def _isolated_twin(cls: type) -> type:
     return type(cls.__name__, (isolated, cls), {"__init__": __init__, "__module__": __name__, "__doc__": cls.__doc__})
 
 
-@functools.cache
+@_built_once
 def _interpreter_class() -> type:
     """The ``Interpreter`` served as ``tflite_runtime.interpreter.Interpreter``.
 
@@ -143,7 +163,7 @@ def _interpreter_class() -> type:
                 # Its isolated twin; Python then runs the twin's __init__ with
                 # these arguments.  A client's subclass goes on to
                 # opaque_ops.Interpreter's rule (refused, or warned).
-                return object.__new__(_isolated_twin(cls))  # type: ignore[arg-type]
+                return object.__new__(_isolated_twin(cls))
             return super().__new__(cls, *args, isolate=isolate, **kwargs)
 
         def __init__(
@@ -166,7 +186,7 @@ def _interpreter_class() -> type:
     return allow_fast_calls(Interpreter)
 
 
-@functools.cache
+@_built_once
 def _with_custom_ops_class(base: Any) -> type:
     class InterpreterWithCustomOps(base):
         """tflite_runtime's ``InterpreterWithCustomOps``: C++ registerers cannot be loaded here.

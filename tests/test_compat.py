@@ -150,6 +150,58 @@ def test_install_serves_both_names_and_find_spec():
     assert json.loads(second) == {"after_uninstall": "ImportError", "installed": False}
 
 
+def test_both_names_imported_first_on_two_threads_at_once_serve_one_class():
+    # Each served module builds its classes when first imported; the two
+    # names' modules are two imports, which Python's lock does not order, and
+    # functools.cache let both threads build (and keep) a class of their own:
+    # then isinstance(it, ai_edge_litert.interpreter.Interpreter) was False for
+    # an interpreter of tflite_runtime's.  A trace function sleeps at each
+    # line of the builders so the threads are inside them together; the code
+    # runs unchanged.
+    p = _code("""
+        import importlib, json, threading, time
+        import opaque_ops.compat as compat
+        from opaque_ops.interpreter import core, signature_runner  # (only the builders are left to race)
+        compat.install()
+
+        def body(f):
+            while hasattr(f, "__wrapped__"):  # (behind functools.cache, or a wrapper)
+                f = f.__wrapped__
+            return f.__code__
+
+        builders = {body(compat._interpreter_class), body(compat._with_custom_ops_class)}
+
+        def slow_lines(frame, event, arg):
+            time.sleep(0.002)
+            return slow_lines
+
+        def tracer(frame, event, arg):
+            return slow_lines if event == "call" and frame.f_code in builders else None
+
+        names = ["tflite_runtime.interpreter", "ai_edge_litert.interpreter"]
+        barrier, got = threading.Barrier(2), {}
+
+        def work(name):
+            barrier.wait()
+            got[name] = importlib.import_module(name)
+
+        threading.settrace(tracer)
+        threads = [threading.Thread(target=work, args=(n,)) for n in names]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        threading.settrace(None)
+        a, b = (got[n] for n in names)
+        print(json.dumps({
+            "Interpreter": a.Interpreter is b.Interpreter,
+            "InterpreterWithCustomOps": a.InterpreterWithCustomOps is b.InterpreterWithCustomOps,
+        }))
+    """)
+    assert p.returncode == 0, crashed(p)
+    assert json.loads(p.stdout.splitlines()[-1]) == {"Interpreter": True, "InterpreterWithCustomOps": True}
+
+
 def test_install_after_the_real_runtime_was_imported_is_refused():
     p = _code("""
         import ai_edge_litert.interpreter
