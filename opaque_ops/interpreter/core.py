@@ -503,8 +503,9 @@ class Interpreter:
         self._preserve = bool(experimental_preserve_all_tensors)
         self._preserved: dict[int, np.ndarray] = {}  # keep-alive: TFLite holds only the pointers
         self._rerooted: dict[int, object] = {}
-        # {subgraph: (its SELECT nodes, the ones an allocation so far gave
-        # the row-wise mode)}: model.select_rows, per interpreter.
+        # {subgraph: (its SELECT and SELECT_V2 nodes, the ones an allocation
+        # so far left in a mode they never leave, whether each SELECT_V2's
+        # output last held one value)}: model.select_rows, per interpreter.
         self._select_rows: dict[int, tuple] = {}
         # Current shape of each input of subgraph 0, as last resized here, and
         # the (input, shape) pairs a strict resize accepted: the per-frame
@@ -1041,9 +1042,10 @@ class Interpreter:
     def _select_row_mode(self, native, graph: _Graph, status: int):
         """After ``graph.allocate()``: SELECT's row-wise mode remembered, and the ShapeError of a stale one.
 
-        TFLite's SELECT keeps the row-wise mode of an earlier allocation
+        TFLite's SELECT keeps the row-wise mode of an earlier allocation,
+        and SELECT_V2 before 2.23 its broadcast mode
         (:mod:`opaque_ops.model.select_rows`): this interpreter remembers,
-        per subgraph, which of its SELECT nodes took it, from the shapes of
+        per subgraph, which of its nodes took one, from the shapes of
         every allocation (a failed one too: its SELECT may have been
         prepared before another node failed).  Never in a kept verdict: it
         is this interpreter's past, not the model's.  A model without SELECT
@@ -1052,13 +1054,17 @@ class Interpreter:
         k = graph.subgraph
         known = self._select_rows.get(k)
         if known is None:
-            known = self._select_rows[k] = (model_cache.select_nodes(self._rooted(k)), set())
-        nodes, rows = known
+            known = self._select_rows[k] = (model_cache.select_nodes(self._rooted(k)), set(), {})
+        nodes, rows, outputs = known
         if not nodes:
             return None
-        from ..model.select_rows import note_and_check  # only a model with SELECT needs it
+        # Only a model with SELECT or SELECT_V2 needs these.
+        from ..model.checks.version_rules import SELECT_V2_BROADCAST_RANK, affected
+        from ..model.select_rows import note_and_check
 
-        return note_and_check(nodes, self._seen(native, graph)[1], rows, k, check=status == 0)
+        rank = SELECT_V2_BROADCAST_RANK if affected(self._check_config[0][0]) else None
+        shape_of = self._seen(native, graph)[1]
+        return note_and_check(nodes, shape_of, rows, k, status == 0, outputs, rank)
 
     # Views of this interpreter's memory held in another process: an isolated
     # interpreter's worker sets it, for the length of one call, to the count of

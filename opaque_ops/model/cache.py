@@ -226,7 +226,7 @@ def check_allocated(info: ModelInfo, shape_of, config=(), planned=None, record: 
     - runtime-provided ops whose inputs do not have the shapes their kernels
       assume (see :mod:`~opaque_ops.model.runtime_ops`).
     - on a runtime older than 2.23, the shapes and constants 2.17.1's
-      BROADCAST_TO, TOPK_V2 and CONV_3D crash on in Eval
+      BROADCAST_TO, TOPK_V2, CONV_3D and SELECT_V2 crash on in Eval
       (:mod:`~opaque_ops.model.checks.version_rules`).
 
     A model read by :func:`read_model` is checked every time; for one from
@@ -357,7 +357,7 @@ class Verdicts:
         # value_dependent_feed's answer, as xnnpack_hazard returns it (kept
         # here so that a later start needs no read of the operators for it).
         self.feed = feed
-        # select_rows.nodes_of subgraph 0, as select_nodes returns it (kept
+        # select_rows.kept_nodes_of subgraph 0, as select_nodes returns it (kept
         # for the same reason: the interpreter asks at every start).
         self.select = select
         # The model's builtin operator codes, as builtin_codes returns them
@@ -507,7 +507,7 @@ def xnnpack_hazard(info: ModelInfo):
 
 
 def select_nodes(info: ModelInfo) -> tuple:
-    """:func:`~opaque_ops.model.select_rows.nodes_of` subgraph 0 of ``info``, kept with its verdicts.
+    """:func:`~opaque_ops.model.select_rows.kept_nodes_of` subgraph 0 of ``info``, kept with its verdicts.
 
     A later start of a model without SELECT reads no operators for it; for a
     re-rooted copy (another subgraph first) it is kept in the verdicts dict
@@ -543,9 +543,9 @@ def _holds(info: ModelInfo) -> bool:
 
 
 def _select_of(info: ModelInfo) -> tuple:
-    from .select_rows import nodes_of  # (a first read; later starts take it from the record)
+    from .select_rows import kept_nodes_of  # (a first read; later starts take it from the record)
 
-    return nodes_of(info.subgraphs[0])
+    return kept_nodes_of(info.subgraphs[0])
 
 
 def _codes_of(info: ModelInfo) -> frozenset:
@@ -649,7 +649,10 @@ def _valid_record(doc) -> bool:
         and (
             select is None
             or type(select) is list
-            and all(type(n) is list and len(n) == 4 and all(map(_is_int, n)) for n in select)
+            and all(
+                type(n) is list and (len(n) == 4 or len(n) == 6 and n[5] in (0, 1)) and all(map(_is_int, n))
+                for n in select
+            )
         )
         and (
             feed is None

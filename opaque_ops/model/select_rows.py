@@ -26,6 +26,19 @@ body and condition then; if.cc re-allocates a branch whose inputs changed
 shape).  Its node, and so the flag, lives as long as the interpreter.
 :func:`~opaque_ops.model.checks.graph.check_select_in_control_flow` refuses
 such a SELECT from the model alone.
+
+SELECT_V2 has a mode of the same kind on runtimes older than 2.23: the same
+Prepare (kVersionTwo) sets ``requires_broadcast`` when the condition, x and
+y do not all have one shape and never clears it, so every later Eval of
+that node broadcasts, even for three inputs of one shape.  2.17.1's
+broadcasting Eval handles at most 5 dimensions and aborts the process on 6
+(:mod:`~opaque_ops.model.checks.version_rules` refuses a broadcast of 6
+dimensions itself, a verdict of the shapes alone): after any broadcast, at
+any rank, a later allocation of one shape of 6 dimensions aborts in Eval
+(measured: condition [2, 1] and x [2, 3], then all three
+[2, 2, 2, 2, 2, 3]; 2.23.0 and ai-edge-litert run it).  The same memory
+keeps those nodes (:func:`broadcast_nodes_of`; the interpreter passes
+``broadcast_rank`` only on such a runtime).
 """
 
 from __future__ import annotations
@@ -54,13 +67,43 @@ def nodes_of(sg) -> tuple:
     )
 
 
-def note_and_check(nodes, shape_of, rows: set, subgraph: int, check: bool = True) -> ShapeError | None:
-    """After an allocation: remember which nodes took the row-wise mode; the error for a stale one.
+def broadcast_nodes_of(sg) -> tuple:
+    """``(operator index, condition, x, y, output, one)`` of each SELECT_V2 operator of ``sg``.
+
+    ``one`` is 1 when the output is declared with one value, else 0: what
+    the first Prepare finds in it (see :func:`note_and_check`).
+    """
+    return tuple(
+        (op.index, *op.inputs[:3], op.outputs[0], int(math.prod(sg.tensors[op.outputs[0]].shape) == 1))
+        for op in sg.operators
+        if op.op_name == "SELECT_V2"
+        and len(op.inputs) >= 3
+        and min(op.inputs[:3]) >= 0
+        and op.outputs
+        and op.outputs[0] >= 0
+    )
+
+
+def kept_nodes_of(sg) -> tuple:
+    """:func:`nodes_of` then :func:`broadcast_nodes_of` ``sg``: what the interpreter remembers modes of."""
+    return nodes_of(sg) + broadcast_nodes_of(sg)
+
+
+def note_and_check(
+    nodes,
+    shape_of,
+    rows: set,
+    subgraph: int,
+    check: bool = True,
+    outputs: dict | None = None,
+    broadcast_rank: int | None = None,
+) -> ShapeError | None:
+    """After an allocation: remember which nodes took a mode they never leave; the error for a stale one.
 
     Parameters
     ----------
     nodes : tuple
-        :func:`nodes_of` the allocated subgraph.
+        :func:`kept_nodes_of` the allocated subgraph (or :func:`nodes_of`).
     shape_of : callable
         ``shape_of(tensor_index) -> shape or None``: the shapes the runtime
         planned (None: unknown; that node is skipped).
@@ -73,15 +116,33 @@ def note_and_check(nodes, shape_of, rows: set, subgraph: int, check: bool = True
         False after a failed allocation: only remember.  Its shapes may be
         the ones a Prepare that did not run would have seen; remembering them
         can only refuse more.
+    outputs : dict, optional
+        For SELECT_V2: operator index -> whether its output held one value
+        after the last allocation (updated here).
+    broadcast_rank : int, optional
+        The most dimensions the runtime's SELECT_V2 broadcasting Eval
+        handles (:data:`~opaque_ops.model.checks.version_rules.SELECT_V2_BROADCAST_RANK`
+        on a runtime older than 2.23); None: it handles any, and SELECT_V2
+        nodes are not looked at.
 
     Returns
     -------
     ShapeError or None
-        For the first node whose three inputs have one shape whose rows hold
-        more than one value, after an earlier allocation took the row-wise
-        mode (Eval would write past the output).
+        For the first node left in a mode its Eval cannot run these shapes
+        in: a SELECT whose three inputs have one shape whose rows hold more
+        than one value, after an earlier allocation took the row-wise mode
+        (Eval would write past the output); a SELECT_V2 of more than
+        ``broadcast_rank`` dimensions in the broadcasting mode (Eval would
+        abort the process).  Every node is noted first.
     """
-    for index, c, x, y in nodes:
+    error = None
+    for node in nodes:
+        if len(node) != 4:
+            if broadcast_rank is not None:
+                stale = _note_broadcast(node, shape_of, rows, outputs, broadcast_rank, subgraph, check)
+                error = error or stale
+            continue
+        index, c, x, y = node
         sc, sx, sy = shape_of(c), shape_of(x), shape_of(y)
         if sc is None or sx is None or sy is None:
             continue
@@ -89,12 +150,46 @@ def note_and_check(nodes, shape_of, rows: set, subgraph: int, check: bool = True
         if sc != sx or sx != sy:
             if picks_rows(sc, sx):
                 rows.add(index)
-        elif check and index in rows and overruns(sx):
-            return ShapeError(
+        elif check and index in rows and overruns(sx) and error is None:
+            error = ShapeError(
                 f"subgraph {subgraph} operator {index} (SELECT): its condition, x and y would all have shape "
                 f"{list(sx)}, but an earlier allocation of this Interpreter gave it a scalar or 1-D condition, "
                 "so TFLite's SELECT still picks whole rows of x and y (its kernel never leaves that mode) and "
                 "would write past its output. Create a new Interpreter for these shapes, or keep the condition "
                 f"a scalar or one value per row ([{sx[0]}]) here (it still runs those), or use SELECT_V2"
             )
-    return None
+    return error
+
+
+def _note_broadcast(node, shape_of, rows: set, outputs, rank: int, subgraph: int, check: bool) -> ShapeError | None:
+    """One SELECT_V2 node after an allocation: its broadcast mode noted; the error if Eval would abort.
+
+    tensorflow/lite/kernels/select.cc (kVersionTwo), SelectPrepare: when the
+    condition, x and y all hold one value and so does the output as the
+    previous Prepare left it (the model's declared shape before the first),
+    it returns early and changes nothing; otherwise inputs of different
+    shapes set ``requires_broadcast``, and nothing clears it.  The
+    broadcasting Eval of a runtime older than 2.23 aborts on any of the four
+    shapes beyond ``rank`` dimensions.
+    """
+    index, c, x, y, out, declared_one = node
+    memory = outputs if outputs is not None else {}
+    shapes = [shape_of(t) for t in (c, x, y, out)]
+    if any(s is None for s in shapes):
+        memory[index] = False  # (not known: as if it held more, which can only refuse more)
+        return None
+    sc, sx, sy, so = (tuple(s) for s in shapes)
+    held_one = memory.get(index, bool(declared_one))
+    if not sc == sx == sy and not (held_one and all(math.prod(s) == 1 for s in (sc, sx, sy))):
+        rows.add(index)
+    # (After a failed allocation the output may not be what a Prepare left: as above.)
+    memory[index] = check and math.prod(so) == 1
+    if not check or index not in rows or max(len(sc), len(sx), len(sy), len(so)) <= rank:
+        return None
+    return ShapeError(
+        f"subgraph {subgraph} operator {index} (SELECT_V2): an allocation of this Interpreter gave its "
+        f"condition, x and y shapes that differ, so its kernel broadcasts in every later run (it never leaves "
+        f"that mode), and this runtime's broadcast handles at most {rank} dimensions: condition {list(sc)}, "
+        f"x {list(sx)} and y {list(sy)} to {list(so)} would abort the process (TFLite 2.23 runs it). Create a "
+        f"new Interpreter for these shapes, or keep at most {rank} dimensions here, or use TFLite 2.23"
+    )

@@ -19,7 +19,7 @@ import pytest
 
 import opaque_ops as oo
 from opaque_ops.errors import ShapeError
-from opaque_ops.model import ModelBuilder, cache, read_model
+from opaque_ops.model import ModelBuilder, cache, read_model, select_rows
 from opaque_ops.model.select_rows import nodes_of, note_and_check
 from tests.helpers.child_process import crashed, run_child
 
@@ -403,3 +403,213 @@ def test_a_constant_condition_there_still_runs_with_numpy_values():
             a, b = a.reshape(shape), b.reshape(shape)
             np.testing.assert_array_equal(_feed(it, (True, a, b))[0], _where_rows(keep, a, b))
             np.testing.assert_array_equal(_feed(it, (False, a, b))[0], _where_rows(keep, b, a))
+
+
+# -- SELECT_V2's broadcast mode, on runtimes older than 2.23 ----------------------------------
+#
+# TFLite's SELECT_V2 (select.cc, kVersionTwo) takes its broadcasting Eval at an allocation whose
+# condition, x and y differ in shape and never leaves it; 2.17.1's broadcasting Eval handles at
+# most 5 dimensions and aborts the process (SIGABRT) on 6.  Measured in child processes: after a
+# broadcast at any rank, a later allocation of one shape of 6 dimensions aborts in Eval on 2.17.1
+# (any type; XNNPACK does not take SELECT_V2); 2.23.0 and ai-edge-litert run it.  The broadcast of
+# 6 dimensions itself is version_rules' (tests/model/test_version_rules.py).
+
+R6 = [2, 2, 2, 2, 2, 3]
+BROADCAST_MODE = "so its kernel broadcasts in every later run (it never leaves that mode)"
+
+
+def select_v2_model(c, x, y, dtype=f32) -> bytes:
+    """out = SELECT_V2(c, x, y) of these declared shapes, the output their broadcast."""
+    b = ModelBuilder()
+    ids = [b.add_tensor("c", c, np.bool_), b.add_tensor("x", x, dtype), b.add_tensor("y", y, dtype)]
+    out = b.add_tensor("out", list(np.broadcast_shapes(tuple(c), tuple(x), tuple(y))), dtype)
+    b.add_op("SELECT_V2", ids, [out])
+    b.set_inputs(ids)
+    b.set_outputs([out])
+    return b.build()
+
+
+def _v2_values(shapes, seed=0, dtype=f32):
+    rng = np.random.default_rng(seed)
+    c, x, y = shapes
+    return rng.random(c) > 0.5, rng.standard_normal(x).astype(dtype), rng.standard_normal(y).astype(dtype)
+
+
+def _v2_run(it, values):
+    """Resize to these values' shapes, allocate, invoke: SELECT_V2's output, checked against np.where."""
+    out = _run(it, *values)
+    want = np.where(*values)
+    assert out.shape == want.shape
+    np.testing.assert_array_equal(out, want)
+
+
+def _affected() -> bool:
+    from opaque_ops.model.checks.version_rules import affected
+    from opaque_ops.runtime import runtime_info
+
+    return affected(runtime_info().version)
+
+
+# name: (declared shapes, then the shapes of each later allocation): each sequence's last
+# allocation aborts in Eval on 2.17.1 without the rule, and runs on 2.23.0 and ai-edge-litert.
+V2_CRASHES = {
+    # A broadcast of 2 dimensions, then one shape of 6.
+    "broadcast then one shape": (([2, 1], [2, 3], [2, 3]), [(R6, R6, R6)]),
+    # A broadcast of 5 dimensions (which runs), then one shape of 6.
+    "5-D broadcast then one shape": (([2, 2, 2, 2, 1], [2, 2, 2, 2, 3], [2, 2, 2, 2, 3]), [(R6, R6, R6)]),
+    # One value in each input, but the output held 6 before: Prepare does not return early.
+    "one value each after an output of six": (
+        ([2, 3], [2, 3], [2, 3]),
+        [([1] * 6, [1] * 6, [1] * 5)],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(V2_CRASHES))
+@pytest.mark.parametrize("isolate", [False, True], ids=["in_process", "isolated"])
+def test_select_v2_left_broadcasting_is_refused_at_6_dimensions_before_2_23_only(case, isolate):
+    """In this process only the allocations: a regressed rule lets allocate_tensors() pass (the test
+    fails) and nothing is invoked; the runs themselves where a crash is survived (isolated)."""
+    declared, later = V2_CRASHES[case]
+    with oo.Interpreter(model_content=select_v2_model(*declared), isolate=isolate) as it:
+        _v2_run(it, _v2_values(declared))
+        values = _v2_values(later[-1], seed=1)
+        if not _affected():
+            _v2_run(it, values)
+            return
+        for k, v in enumerate(values):
+            it.resize_tensor_input(k, list(v.shape))
+        with pytest.raises(ShapeError, match=re.escape(BROADCAST_MODE)) as err:
+            it.allocate_tensors()
+        message = str(err.value)
+        assert "subgraph 0 operator 0 (SELECT_V2)" in message and "Create a new Interpreter" in message
+        assert f"x {list(values[1].shape)} and y {list(values[2].shape)}" in message
+        with pytest.raises(oo.NotAllocatedError):
+            it.invoke()
+        if isolate:
+            # Still usable at 5 dimensions, broadcast or not.
+            _v2_run(it, _v2_values(([2, 2, 2, 2, 1], [2, 2, 2, 2, 3], [2, 2, 2, 2, 3]), seed=2))
+            _v2_run(it, _v2_values(([2, 2, 2, 2, 3],) * 3, seed=3))
+    # A new Interpreter takes one shape of 6 dimensions (elementwise Eval).
+    with oo.Interpreter(model_content=select_v2_model(R6, R6, R6), isolate=isolate) as fresh:
+        _v2_run(fresh, _v2_values((R6, R6, R6), seed=4))
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in_process", "isolated"])
+def test_select_v2_one_shape_of_6_dimensions_without_a_broadcast_before_runs(isolate):
+    """Not refused without the history: one shape of 6 dimensions, before and after allocations of one
+    shape or of one value each whose output held one value (Prepare's early return keeps no mode)."""
+    steps = [(R6, R6, R6), ([2, 3],) * 3, ([1] * 6, [1] * 6, [1] * 6), (R6, R6, R6)]
+    with oo.Interpreter(model_content=select_v2_model(R6, R6, R6), isolate=isolate) as it:
+        for k, shapes in enumerate(steps):
+            _v2_run(it, _v2_values(shapes, seed=k))
+    with oo.Interpreter(model_content=select_v2_model([1, 1], [1], [1]), isolate=isolate) as it:
+        _v2_run(it, _v2_values(([1, 1], [1], [1])))
+        _v2_run(it, _v2_values((R6, R6, R6), seed=5))
+
+
+_WITHOUT_THE_RULE = """
+    import sys
+    import numpy as np
+    import opaque_ops as oo
+    from opaque_ops.model import select_rows
+    from opaque_ops.model.checks import version_rules
+    from tests.model.test_select_rows import V2_CRASHES, _v2_run, _v2_values, select_v2_model
+    if sys.argv[2] == "without":
+        version_rules._RULES.pop("SELECT_V2", None)
+        select_rows._note_broadcast = lambda *a: None
+    declared, later = V2_CRASHES[sys.argv[1]]
+    it = oo.Interpreter(model_content=select_v2_model(*declared))
+    _v2_run(it, _v2_values(declared))
+    print("invoking", flush=True)
+    try:
+        for k, shapes in enumerate(later):
+            _v2_run(it, _v2_values(shapes, seed=k + 1))
+    except oo.ModelError:
+        print("refused")
+    else:
+        print("ran")
+"""
+
+
+@pytest.mark.parametrize("case", list(V2_CRASHES))
+def test_select_v2_sequences_abort_without_the_rule_and_are_refused_with_it_in_a_child(case):
+    """The crash itself only in a child: without the rule (its two parts removed there) 2.17.1 aborts
+    (SIGABRT) where 2.23.0 gives np.where's values; with it the last allocation is refused."""
+    bare = run_child(_WITHOUT_THE_RULE, case, "without")
+    guarded = run_child(_WITHOUT_THE_RULE, case, "with")
+    if _affected():
+        assert bare.signal == 6 and bare.stdout.split() == ["invoking"], crashed(bare)
+        assert guarded.returncode == 0 and guarded.stdout.split() == ["invoking", "refused"], crashed(guarded)
+    else:
+        for p in (bare, guarded):
+            assert p.returncode == 0 and p.stdout.split() == ["invoking", "ran"], crashed(p)
+
+
+def test_note_and_check_keeps_select_v2s_broadcast_mode_only_where_it_aborts():
+    """The rule alone, on shapes given by hand: what sets the broadcast flag (select.cc's Prepare,
+    with its early return for one value each), and which later shapes are then refused."""
+    nodes = select_rows.kept_nodes_of(read_model(select_v2_model([2, 1], [2, 3], [2, 3])).subgraphs[0])
+    assert nodes == ((0, 0, 1, 2, 3, 0),)
+
+    def step(memory, c, x, y=None, out=None, rank=5, check=True, nodes=nodes):
+        rows, outputs = memory
+        y = x if y is None else y
+        shapes = {0: c, 1: x, 2: y, 3: out or tuple(np.broadcast_shapes(c, x, y))}
+        return note_and_check(nodes, shapes.get, rows, 0, check, outputs, rank)
+
+    r6, r5 = tuple(R6), (2, 2, 2, 2, 3)
+    memory: tuple = (set(), {})
+    assert step(memory, r6, r6) is None and not memory[0]  # one shape: elementwise, at any rank
+    assert step(memory, (2, 2, 2, 2, 1), r5) is None and memory[0] == {0}  # a 5-D broadcast runs
+    assert step(memory, r5, r5) is None
+    assert isinstance(step(memory, r6, r6), ShapeError)
+    assert isinstance(step(memory, (2, 2, 2, 2, 2, 1), r6), ShapeError)
+    assert step(memory, r6, r6, check=False) is None  # (after a failed allocation: only remembered)
+    # The early return: one value each, and the output held one value before (the declared one first).
+    declared_one = select_rows.kept_nodes_of(read_model(select_v2_model([1, 1], [1], [1])).subgraphs[0])
+    assert declared_one == ((0, 0, 1, 2, 3, 1),)
+    one: tuple = (set(), {})
+    assert step(one, (1, 1), (1,), nodes=declared_one) is None and not one[0]
+    assert step(one, (1,) * 6, (1,) * 6, (1,) * 5, nodes=declared_one) is None and not one[0]
+    assert step(one, r6, r6, nodes=declared_one) is None
+    # The declared output holds 6 values: no early return, and 6 dimensions in broadcast mode.
+    six: tuple = (set(), {})
+    assert isinstance(step(six, (1,) * 6, (1,) * 6, (1,) * 5), ShapeError) and six[0] == {0}
+    # After an output of six, one value each sets the flag; after an output of one, it does not.
+    after: tuple = (set(), {})
+    assert step(after, (2, 3), (2, 3), nodes=declared_one) is None and after[1] == {0: False}
+    assert step(after, (1, 1), (1,), nodes=declared_one) is None and after[0] == {0}
+    # After a failed allocation, or one whose shapes are not known, the output counts as holding more.
+    failed: tuple = (set(), {})
+    assert step(failed, (1, 1), (1,), check=False, nodes=declared_one) is None and failed[1] == {0: False}
+    assert step(failed, (1, 1), (1,), nodes=declared_one) is None and failed[0] == {0}
+    unknown: tuple = (set(), {})
+    assert note_and_check(declared_one, {0: (1, 1)}.get, unknown[0], 0, True, unknown[1], 5) is None
+    assert unknown == (set(), {0: False})
+    # A runtime that broadcasts any rank: SELECT_V2 nodes are not looked at.
+    free: tuple = (set(), {})
+    assert step(free, (2, 1), (2, 3), rank=None) is None and not free[0]
+    assert step(free, r6, r6, rank=None) is None
+
+
+def test_select_v2_nodes_are_kept_in_the_models_record_and_remembered_from_it(verdicts):
+    """A later start reads the SELECT_V2 nodes from the record on disk (no operators parsed), and its
+    interpreter still remembers a broadcast: refused before 2.23, np.where's values from 2.23 on."""
+    data = select_v2_model([2, 1], [2, 3], [2, 3])
+    with oo.Interpreter(model_content=data) as first:
+        _v2_run(first, _v2_values(([2, 1], [2, 3], [2, 3])))
+    [record] = verdicts.glob("*.rec")
+    assert marshal.loads(record.read_bytes())["select"] == [[0, 0, 1, 2, 3, 0]]
+    cache.clear()  # a new process: only the record on disk is left
+    with oo.Interpreter(model_content=data) as second:
+        assert "_source" in second._info.__dict__  # (read from the record, not parsed)
+        _v2_run(second, _v2_values(([2, 1], [2, 3], [2, 3]), seed=1))
+        values = _v2_values((R6, R6, R6), seed=2)
+        if _affected():
+            with pytest.raises(ShapeError, match=re.escape(BROADCAST_MODE)):
+                for k, v in enumerate(values):
+                    second.resize_tensor_input(k, list(v.shape))
+                second.allocate_tensors()
+        else:
+            _v2_run(second, values)

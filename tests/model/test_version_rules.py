@@ -228,3 +228,127 @@ def test_neighbours_run_on_every_runtime_with_the_ops_values(data, shape, want):
     for g, w in zip(got, want(x)):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
+
+
+# -- SELECT_V2 broadcasting 6 dimensions --------------------------------------------------------
+#
+# 2.17.1's broadcasting SELECT_V2 pads every shape out to 5 dimensions and aborts the process
+# (SIGABRT, in a child, any type, XNNPACK on or off) on 6; 2.23.0 and ai-edge-litert run it.  One
+# shape of 6 dimensions takes the elementwise Eval and runs, unless an earlier allocation of the
+# same interpreter broadcast (tests/model/test_select_rows.py: model.select_rows remembers that).
+
+R6 = [2, 2, 2, 2, 2, 3]
+
+
+def _select_v2_model(c, x, y, dtype=f32) -> bytes:
+    out = list(np.broadcast_shapes(tuple(c), tuple(x), tuple(y)))
+    inputs = {"c": (c, np.bool_), "x": (x, dtype), "y": (y, dtype)}
+    return single_op_model("SELECT_V2", inputs, {}, [(out, dtype)], version=2)
+
+
+def _select_v2_values(c, x, y, dtype=f32, seed=6):
+    rng = np.random.default_rng(seed)
+    values = [rng.standard_normal(s) * 10 for s in (x, y)]
+    return [rng.random(c) > 0.5, *(v > 0 if dtype is np.bool_ else v.astype(dtype) for v in values)]
+
+
+def _select_v2_run(it, values):
+    it.allocate_tensors()
+    for d, v in zip(it.get_input_details(), values):
+        it.set_tensor(d["index"], v)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+# name: (condition, x, y): a broadcast to 6 dimensions, which 2.17.1 aborts on.
+SELECT_V2_CRASHERS = {
+    "last dimension": ([2, 2, 2, 2, 2, 1], R6, R6),
+    "x broadcast": (R6, [2, 2, 2, 2, 2, 1], R6),
+    "condition of one dimension": ([3], R6, R6),
+    "scalar condition": ([], R6, R6),
+    "y of lower rank": (R6, R6, [3]),
+}
+
+
+def _select_v2_message(c, x, y, version="2.17.1") -> str:
+    out = list(np.broadcast_shapes(tuple(c), tuple(x), tuple(y)))
+    return (
+        f"operator 0 (SELECT_V2) broadcasts its condition {c}, x {x} and y {y} to {out}; TFLite {version}'s "
+        "SELECT_V2 broadcasts through at most 5 dimensions and aborts the process on more (TFLite 2.23 runs it)"
+    )
+
+
+@pytest.mark.parametrize("case", list(SELECT_V2_CRASHERS))
+def test_select_v2_broadcast_to_6_dimensions_refused_on_runtimes_older_than_2_23_only(case):
+    shapes = SELECT_V2_CRASHERS[case]
+    data = _select_v2_model(*shapes)
+    for version in ("2.17.1", "2.22.0"):
+        with pytest.raises(ModelError, match=re.escape(_select_v2_message(*shapes, version))):
+            _checked_on(data, version)
+    for version in ("2.23.0", "3.0.0", None):
+        _checked_on(data, version)
+
+
+@pytest.mark.parametrize("dtype", [f32, i32, np.int8, np.int64, np.bool_], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", list(SELECT_V2_CRASHERS))
+def test_select_v2_broadcast_on_the_loaded_runtime_refused_or_run_like_ai_edge_litert(case, dtype):
+    """In this process only the allocation on an affected runtime: a regressed rule fails the test there,
+    and nothing is invoked."""
+    shapes = SELECT_V2_CRASHERS[case]
+    data = _select_v2_model(*shapes, dtype=dtype)
+    version = runtime_info().version
+    it = oo.Interpreter(model_content=data)
+    if affected(version):
+        with pytest.raises(ModelError, match=re.escape(_select_v2_message(*shapes, version))):
+            it.allocate_tensors()
+        return
+    values = _select_v2_values(*shapes, dtype=dtype)
+    ours, theirs = _select_v2_run(it, values), _select_v2_run(litert.Interpreter(model_content=data), values)
+    want = np.where(*values)
+    assert ours.shape == theirs.shape == want.shape
+    np.testing.assert_array_equal(ours, want)
+    np.testing.assert_array_equal(theirs, want)
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        ([2, 2, 2, 2, 1], [2, 2, 2, 2, 3], [2, 2, 2, 2, 3]),  # a broadcast of 5 dimensions
+        ([3], [2, 2, 2, 2, 3], [1, 1, 1, 1, 1]),
+        (R6, R6, R6),  # one shape of 6 dimensions: the elementwise Eval
+        ([1] * 6, [1] * 6, [1] * 5),  # one value each, the output declared with one: Prepare returns early
+    ],
+    ids=["5-D broadcast", "5-D broadcast of lower ranks", "6-D one shape", "6-D one value each"],
+)
+@pytest.mark.parametrize("dtype", [f32, np.int8, np.bool_], ids=lambda d: np.dtype(d).name)
+def test_select_v2_neighbours_run_on_every_runtime_with_numpys_values(shapes, dtype):
+    data = _select_v2_model(*shapes, dtype=dtype)
+    _checked_on(data, "2.17.1")
+    values = _select_v2_values(*shapes, dtype=dtype)
+    got, want = _select_v2_run(oo.Interpreter(model_content=data), values), np.where(*values)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_kept_verdict_of_one_runtime_is_never_another_runtimes(verdicts):
+    """check_allocated keeps its verdicts (in memory and on disk) under the runtime's version and
+    file: a pass kept on 2.23.0 is not one on 2.17.1, nor a refusal kept on 2.17.1 one on 2.23.0."""
+    from opaque_ops.model import cache
+
+    data = _select_v2_model(*SELECT_V2_CRASHERS["last dimension"])
+    configs = {v: ((v, f"/lib/{v}/libtensorflowlite_c.so"), False, 0) for v in ("2.17.1", "2.23.0")}
+    for _ in range(2):  # the second time from the record on disk alone
+        for order in (("2.23.0", "2.17.1"), ("2.17.1", "2.23.0")):
+            for version in order:
+                info = cache.checked_model(data)
+                sg = info.subgraphs[0]
+                given = {t: tuple(sg.tensors[t].shape) for t in sg.inputs}
+                if version == "2.17.1":
+                    with pytest.raises(
+                        ModelError, match=re.escape(_select_v2_message(*SELECT_V2_CRASHERS["last dimension"]))
+                    ):
+                        check_allocated(info, given.get, configs[version])
+                else:
+                    check_allocated(info, given.get, configs[version])
+        assert list(verdicts.glob("*.rec"))
+        cache.clear()

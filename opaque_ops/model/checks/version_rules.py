@@ -11,7 +11,10 @@ Eval), so a kept verdict is keyed by the runtime like every other verdict of
 
 Values given only at run time (a TOPK_V2 ``k`` or a BROADCAST_TO shape fed
 as an input) are not known here: the interpreter checks them before each
-invoke (:mod:`opaque_ops.interpreter.fed_values`).
+invoke (:mod:`opaque_ops.interpreter.fed_values`).  Nor is what an earlier
+allocation of one interpreter left in a kernel: SELECT_V2's broadcast mode,
+which outlives the shapes that chose it, is remembered per interpreter by
+:mod:`opaque_ops.model.select_rows`.
 """
 
 from __future__ import annotations
@@ -55,6 +58,40 @@ def check_version_rules(sg, known, version: str | None) -> None:
         rule = None if op.is_custom else _RULES.get(op.op_name)
         if rule is not None and len(op.inputs) >= 2 and min(op.inputs[:2]) >= 0:
             rule(sg, op, known, version)
+
+
+# The most dimensions 2.17.1's SELECT_V2 broadcasts through (see _select_v2).
+SELECT_V2_BROADCAST_RANK = 5
+
+
+def _select_v2(sg, op, known, version) -> None:
+    # tensorflow/lite/kernels/select.cc (kVersionTwo): Prepare takes the
+    # broadcasting Eval whenever the condition, x and y do not all have one
+    # shape (unless all three and the output already hold one value each:
+    # then it returns early and keeps the output as it is).  In 2.17.1 that
+    # Eval is BroadcastSelect5DSlow
+    # (tensorflow/lite/kernels/internal/reference/select.h), which pads every
+    # shape out to 5 dimensions; padding a 6-D shape "to 5" fails a
+    # TFLITE_CHECK and aborts the process (SIGABRT, any type, measured on
+    # [2, 2, 2, 2, 2, 1] against [2, 2, 2, 2, 2, 3]).  2.23.0 broadcasts any
+    # rank there.  One shape for all three takes the elementwise Eval, which
+    # runs at any rank in a fresh node; one whose earlier allocation took the
+    # broadcasting Eval is select_rows' (it never leaves it).
+    if len(op.inputs) < 3 or op.inputs[2] < 0 or not op.outputs or op.outputs[0] < 0:
+        return
+    c, x, y, out = (known(t) for t in (*op.inputs[:3], op.outputs[0]))
+    if c is None or x is None or y is None or out is None or tuple(c) == tuple(x) == tuple(y):
+        return
+    if all(math.prod(s) == 1 for s in (c, x, y)):
+        return  # (the early return, if the output held one value before: only the interpreter knows)
+    if max(len(c), len(x), len(y), len(out)) > SELECT_V2_BROADCAST_RANK:
+        raise ModelError(
+            f"{messages.planned_operator(sg, op)} broadcasts its condition {list(c)}, x {list(x)} and y "
+            f"{list(y)} to {list(out)}; TFLite {version}'s SELECT_V2 broadcasts through at most "
+            f"{SELECT_V2_BROADCAST_RANK} dimensions and aborts the process on more (TFLite 2.23 runs it). "
+            "Give the condition, x and y one shape (broadcast them first), or at most "
+            f"{SELECT_V2_BROADCAST_RANK} dimensions, or use TFLite 2.23"
+        )
 
 
 def _broadcast_to(sg, op, known, version) -> None:
@@ -132,4 +169,4 @@ def _conv_3d(sg, op, known, version) -> None:
     )
 
 
-_RULES = {"BROADCAST_TO": _broadcast_to, "TOPK_V2": _top_k, "CONV_3D": _conv_3d}
+_RULES = {"BROADCAST_TO": _broadcast_to, "TOPK_V2": _top_k, "CONV_3D": _conv_3d, "SELECT_V2": _select_v2}
