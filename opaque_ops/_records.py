@@ -22,6 +22,7 @@ the decorator generates from the same fields.
 from __future__ import annotations
 
 import _thread
+import os
 import sys
 from typing import Any
 
@@ -30,6 +31,23 @@ from typing import Any
 FACTORY: Any = type("_Factory", (), {"__repr__": lambda self: "<factory>"})()
 # @dataclass runs once per class, whichever thread reads the fields first.
 _lock = _thread.RLock()
+
+
+def _after_fork_in_child() -> None:
+    # A fork while another thread was making a class a dataclass left the
+    # child's copy of _lock held by a thread the child does not have: the
+    # child's first read of any such class's fields waited forever.
+    # Re-created, not taken around the fork: the first of them imports
+    # dataclasses.  The child finds a class made a dataclass or not; one the
+    # other thread was in the middle of is made again from its field options,
+    # which @dataclass reads the same way twice.  tests/test_records.py
+    # forks inside _DataclassFields.__get__.
+    global _lock
+    _lock = _thread.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _FieldOptions(dict):

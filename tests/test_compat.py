@@ -16,6 +16,7 @@ import pytest
 
 from tests.helpers.atan import ATAN_INPUT
 from tests.helpers.child_process import crashed, run_child, run_python
+from tests.helpers.fork_locks import fork_while_held
 from tests.helpers.locations import ROOT, package_file
 
 # is given and prints its outputs and which Interpreter class it got.
@@ -462,3 +463,42 @@ def test_allow_fast_calls_admits_only_subclasses_that_change_init():
         allow_fast_calls(Grandchild)
     with pytest.raises(TypeError, match="direct subclass"):
         allow_fast_calls(dict)
+
+
+COMPAT_FORK_SETUP = """
+import importlib
+from opaque_ops import compat
+from opaque_ops.interpreter import core, signature_runner
+from opaque_ops.ops import delegates
+
+path = sys.argv[1]
+"""
+
+
+def test_a_fork_while_another_thread_builds_the_served_class_leaves_the_child_able_to_import_it(guide_atan):
+    # The thread imports tflite_runtime.interpreter and stops where its
+    # Interpreter class is built, holding _classes_lock: the child's copy
+    # stayed held, and its import of ai_edge_litert.interpreter (which needs
+    # the same class) waited forever.
+    got = fork_while_held(
+        COMPAT_FORK_SETUP + "compat.install()\n",
+        code="compat._interpreter_class.__code__",
+        lock="compat._classes_lock",
+        worker="importlib.import_module('tflite_runtime.interpreter')",
+        child="importlib.import_module('ai_edge_litert.interpreter').Interpreter.__module__",
+        args=[guide_atan.path],
+    )
+    assert got == "ok 'opaque_ops.compat'", got
+
+
+def test_a_fork_while_another_thread_installs_leaves_the_child_able_to_install(guide_atan):
+    # The thread stops inside install(), holding _lock, before it loads the op library.
+    got = fork_while_held(
+        COMPAT_FORK_SETUP,
+        code="compat.install.__code__",
+        lock="compat._lock",
+        worker="compat.install(custom_ops=[path])",
+        child="(compat.install(use_xnnpack=False), compat.installed(), compat._settings)",
+        args=[guide_atan.path],
+    )
+    assert got == "ok (None, True, {'use_xnnpack': False})", got

@@ -27,6 +27,7 @@ from opaque_ops.build import compiler
 from opaque_ops.model import reader
 from opaque_ops.model.checks import type_rules
 from tests.helpers.child_process import crashed, run_python
+from tests.helpers.fork_locks import fork_while_held
 from tests.helpers.locations import ROOT
 
 CLASSES = [
@@ -210,3 +211,17 @@ def test_a_read_model_is_made_of_them(atan_model_bytes):
     assert type(info.subgraphs[0].operators[0]) is reader.OpInfo
     assert info == reader.read_model(atan_model_bytes)
     assert repr(info).startswith("ModelInfo(version=3, ")
+
+
+def test_a_fork_while_another_thread_makes_a_class_a_dataclass_leaves_the_child_able_to_read_fields():
+    # The thread stops inside _DataclassFields.__get__, holding _records' lock,
+    # before it runs @dataclass: the child's copy of the lock stayed held, and
+    # its first read of fields waited forever.
+    got = fork_while_held(
+        "import dataclasses\nfrom opaque_ops import _records\nfrom opaque_ops.model import reader\n",
+        code="_records._DataclassFields.__get__.__code__",
+        lock="_records._lock",
+        worker="dataclasses.fields(reader.TensorInfo)",
+        child="[f.name for f in dataclasses.fields(reader.TensorInfo)]",
+    )
+    assert got == f"ok {[f.name for f in dataclasses.fields(reader.TensorInfo)]!r}", got

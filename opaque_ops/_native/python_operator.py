@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 import itertools
+import os
 import weakref
 
 import numpy as _np
@@ -143,6 +144,27 @@ _records: dict[int, _Record] = {}
 # operator, whose deletion takes it again.
 _records_lock = _thread.RLock()
 _keys = itertools.count(1)
+
+
+# A fork while another thread held _records_lock left the child's copy held
+# by a thread the child does not have: the child's first Python op waited
+# forever.  The lock is held only for a few dict operations or the four
+# callbacks' creation, so a fork takes it for its duration: the child starts
+# with _records and _trampolines as no thread was changing them, and with the
+# lock held by the forking thread, which releases it there as in the parent
+# (a reentrant lock knows its holder by thread id, and fork keeps that
+# thread's id).  tests/native/test_python_operator.py forks while a thread is
+# inside _static_trampolines.
+def _before_fork() -> None:
+    _records_lock.acquire()
+
+
+def _after_fork() -> None:
+    _records_lock.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
 
 
 def _target(user_data):

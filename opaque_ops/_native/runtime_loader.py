@@ -300,6 +300,25 @@ _runtime: Runtime | None = None
 _runtime_lock = _thread.allocate_lock()
 
 
+def _after_fork_in_child() -> None:
+    # A lock another thread held at the fork stays held in the child, by a
+    # thread the child does not have: the child's load_runtime() (every
+    # interpreter's first step) or runtime_info() waited forever.  They are
+    # re-created, not taken around the fork: a first load holds the lock
+    # while it runs ldconfig or hashes the library, and the digest's lock
+    # while it reads the file.  _runtime and the digest are stored once
+    # complete, so the child finds each finished or absent, and loads or
+    # hashes it again itself.  tests/native/test_runtime.py forks inside both.
+    global _runtime_lock
+    _runtime_lock = _thread.allocate_lock()
+    if _runtime is not None:
+        _runtime._digest_lock = _thread.allocate_lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _named(library) -> tuple[str, str] | None:
     """``(found_by, path)`` of the runtime the user named, or None."""
     if library is not None:

@@ -12,6 +12,8 @@ import them the same way (the repository root leads their ``sys.path``).
 ``child_process``      the one runner of Python child processes, and ``crashed()``
 ``concurrent_start``   a new process's first interpreters created on threads at once (its child program)
 ``corpus``             tests/corpus: former crashers and the messages they must get
+``delegate_plugin``    builds ``add_delegate_plugin.c`` for a test
+``fork_locks``         a fork while another thread holds one of opaque_ops' locks (its child program)
 ``hostile_options``    random option bytes for kernels, checked in a child process
 ``isolate_lifecycle_ops`` a python_op that spins, sleeps or exits on command (isolation lifecycle tests)
 ``isolate_python_ops`` module-level python_ops that an isolated worker imports

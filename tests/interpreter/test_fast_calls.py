@@ -23,6 +23,7 @@ from opaque_ops.interpreter import fast_calls
 from tests.helpers.child_process import crashed, run_child, run_python
 from tests.helpers.fast_call_scenarios import X
 from tests.helpers.fast_module import required_fast_calls
+from tests.helpers.fork_locks import fork_while_held
 from tests.helpers.interpreter_models import add_model, tile_model
 
 
@@ -312,3 +313,18 @@ def test_only_a_model_with_a_checked_fed_value_leaves_the_c_invoke(module_path):
         np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), want)
     assert const._fast is not None and const._fast.bound
     assert fed._fast is not None and not fed._fast.bound
+
+
+def test_a_fork_while_another_thread_looks_the_module_up_leaves_the_child_able_to_look_it_up():
+    # The thread stops inside module(), holding _loading, before the lookup:
+    # the child's copy of the lock stayed held, and its first interpreter
+    # (which asks for the module) waited forever.
+    used, where = fast_calls.status()
+    got = fork_while_held(
+        "from opaque_ops.interpreter import fast_calls\n",
+        code="fast_calls.module.__code__",
+        lock="fast_calls._loading",
+        worker="fast_calls.module()",
+        child="fast_calls.status()",
+    )
+    assert got == f"ok {(used, where)!r}", got

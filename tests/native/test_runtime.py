@@ -25,6 +25,7 @@ from opaque_ops._native import builds, elf
 from opaque_ops._native import runtime_loader as native_runtime
 from opaque_ops.build import compiler as _cbuild
 from tests.helpers.child_process import run_child
+from tests.helpers.fork_locks import fork_while_held
 from tests.helpers.locations import ROOT
 from tests.helpers.runtime_libraries import (
     PYMICRO_MEMBER,
@@ -591,3 +592,35 @@ def test_the_fast_calls_module_is_imported_as_importlib_imports_an_extension():
         native_fast.MODULE_NAME, mod.__file__, loader=mod.__loader__
     )
     assert mod.__spec__.origin == mod.__file__ and mod.__spec__.has_location
+
+
+FORK_SETUP = """
+import opaque_ops as oo
+from opaque_ops._native import runtime_loader as rl
+"""
+
+
+def test_a_fork_while_another_thread_loads_the_runtime_leaves_the_child_able_to_load_it():
+    # The thread stops inside load_runtime, holding _runtime_lock, before the
+    # runtime is loaded: the child's copy of the lock stayed held, and its
+    # load_runtime() (every interpreter's first step) waited forever.
+    got = fork_while_held(
+        FORK_SETUP,
+        code="rl.load_runtime.__code__",
+        lock="rl._runtime_lock",
+        worker="rl.load_runtime()",
+        child="rl.load_runtime().path",
+    )
+    assert got == f"ok {native_runtime.load_runtime().path!r}", got
+
+
+def test_a_fork_while_another_thread_hashes_the_runtime_leaves_the_child_able_to_hash_it():
+    # The thread stops inside Runtime.sha256, holding the runtime's digest lock.
+    got = fork_while_held(
+        FORK_SETUP + "rt = rl.load_runtime()\n",
+        code="rl.Runtime.sha256.fget.__code__",
+        lock="rt._digest_lock",
+        worker="rt.sha256",
+        child="oo.runtime_info().sha256",
+    )
+    assert got == f"ok {native_runtime.file_sha256(native_runtime.load_runtime().path)!r}", got

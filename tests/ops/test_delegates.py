@@ -21,7 +21,7 @@ import pytest
 import opaque_ops as oo
 from opaque_ops.model import ModelBuilder
 from tests.helpers.child_process import crashed, run_child
-from tests.helpers.locations import ADD_DELEGATE_PLUGIN_C
+from tests.helpers.delegate_plugin import build_add_delegate_plugin
 
 C = np.array([1, 2, 3, 4], np.float32)
 X = np.array([0.5, -1, 2, 10], np.float32)
@@ -29,26 +29,7 @@ X = np.array([0.5, -1, 2, 10], np.float32)
 
 @pytest.fixture(scope="module")
 def plugin(tmp_path_factory) -> str:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    assert cc, "a C compiler is required (the test suite compiles kernels throughout)"
-    out = tmp_path_factory.mktemp("delegate") / "add_delegate.so"
-    subprocess.run(
-        [
-            cc,
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-Wno-unused-parameter",
-            "-o",
-            str(out),
-            str(ADD_DELEGATE_PLUGIN_C),
-        ],
-        check=True,
-    )
-    return str(out)
+    return build_add_delegate_plugin(tmp_path_factory.mktemp("delegate"))
 
 
 @pytest.fixture(scope="module")
