@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 import os
+import weakref
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -57,6 +58,7 @@ class OpLibrary(OpProvider):
         self._kernel = _native.kernel_library(self._path, host_arch())
         self._operators = None
         self._lock = _thread.allocate_lock()
+        _libraries.add(self)
         # How the library was made, so that __reduce__ can re-create it in
         # another process: compile_ops and bundled_kernel set it.
         #   ("load",)                    load_ops(path)
@@ -442,6 +444,26 @@ def _check_loadable(path: str) -> None:
     problem = _sanitizers.missing_runtime(str(path), host_arch())
     if problem:
         raise OpLibraryError(problem)
+
+
+# Every OpLibrary of the process, for the fork handler below.
+_libraries: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A library made before a fork (a module-level compile_ops, then a
+    # process pool) reaches the child; if another thread was building its
+    # operators at the fork, the child's copy of its lock stayed held by a
+    # thread the child does not have, and the child's first interpreter
+    # with it waited forever.  Re-created: the operators are stored once
+    # all are made, so the child finds them all or makes them itself.
+    # tests/ops/test_oplib.py forks inside OpLibrary.operators.
+    for lib in list(_libraries):
+        lib._lock = _thread.allocate_lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class DeferredKernel:
