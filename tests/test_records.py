@@ -24,7 +24,7 @@ import pytest
 
 from opaque_ops._native import elf
 from opaque_ops.build import compiler
-from opaque_ops.model import reader
+from opaque_ops.model import reader, shapes
 from opaque_ops.model.checks import type_rules
 from tests.helpers.child_process import crashed, run_python
 from tests.helpers.fork_locks import fork_while_held
@@ -39,6 +39,7 @@ CLASSES = [
     compiler.BuildSpec,
     elf.ElfInfo,
     type_rules.TypeRule,
+    shapes.SequenceFault,
 ]
 
 
@@ -144,14 +145,15 @@ _FIRST_USE = """
 import json, sys, threading
 from opaque_ops._native import elf
 from opaque_ops.build.compiler import BuildSpec
-from opaque_ops.model import reader
+from opaque_ops.model import reader, shapes
 from opaque_ops.model.checks import check_model, type_rules
 with open(sys.argv[1], "rb") as f:
     info = reader.read_model(f.read())
 check_model(info)  # the dtype rules' TypeRule objects in use
 spec = BuildSpec(["cc"], label="x")
 used = [repr(info), repr(spec), info == info, spec == BuildSpec(["cc"], label="x"), info.subgraphs[0].tensors[0].name,
-        repr(elf.read(sys.executable)), elf.process() == elf.read(sys.executable)]
+        repr(elf.read(sys.executable)), elf.process() == elf.read(sys.executable),
+        shapes.reverse_sequence_fault((0, 3), 1, 0, []) == shapes.SequenceFault(True, None)]
 before = "dataclasses" in sys.modules
 # copy.replace (Python 3.13 and later) works before anything asked for the fields.
 if sys.version_info >= (3, 13):
@@ -165,7 +167,7 @@ import dataclasses
 # A subclass asks first: it gets its base's fields, as it would inherit generated ones.
 sub = [f.name for f in dataclasses.fields(type("Sub", (reader.SignatureInfo,), {}))]
 classes = [reader.TensorInfo, reader.OpInfo, reader.SubgraphInfo, reader.SignatureInfo, reader.ModelInfo, BuildSpec,
-           elf.ElfInfo, type_rules.TypeRule]
+           elf.ElfInfo, type_rules.TypeRule, shapes.SequenceFault]
 start = threading.Barrier(8)
 seen = []
 def ask():

@@ -30,8 +30,8 @@ their rules).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
+from .._records import Record, record
 from ..errors import ShapeError as ShapeError  # its home was here; raised by the rules below
 from .select_rows import overruns, picks_rows
 
@@ -708,13 +708,21 @@ def reverse_reads_past(x, axes) -> int | None:
     return last if math.prod(x[last + 1 :]) == 0 and math.prod(x[: last + 1]) > 0 else None
 
 
-class SequenceFault(NamedTuple):
+# A lazy record, not a NamedTuple: defining a NamedTuple costs every first
+# start about 0.1 ms (it compiles its methods), and this one is needed only
+# when a rule finds a fault.
+@record
+class SequenceFault(Record):
     """Why REVERSE_SEQUENCE's kernel would read past its tensors (:func:`reverse_sequence_fault`'s answer)."""
 
     #: The batch dimension is empty (and so are the lengths).
     empty_batch: bool
     #: The position of the first length past the sequence dimension (None for an empty batch).
     index: int | None
+
+    def __init__(self, empty_batch: bool, index: int | None):
+        self.empty_batch = empty_batch
+        self.index = index
 
 
 def reverse_sequence_fault(x, seq_dim: int, batch_dim: int, lengths) -> SequenceFault | None:
