@@ -631,12 +631,13 @@ def _valid_record(doc) -> bool:
     if type(doc) is not dict or doc.get("format") != 1 or type(doc.get("format")) is not int:
         return False
     io, ops, model, allocated = (doc.get(k) for k in ("io", "custom_ops", "model", "allocated"))
-    feed, select, codes, fed = doc.get("feed"), doc.get("select"), doc.get("codes"), doc.get("fed")
+    # An answer absent is one a record written before it was kept lacks (an empty list stands for it
+    # here); None is only the feed's answer ("no hazard"): the others are lists when written.
+    feed, select, codes, fed = doc.get("feed"), doc.get("select", []), doc.get("codes", []), doc.get("fed", [])
     return (
-        (codes is None or type(codes) is list and all(map(_is_int, codes)))
+        (type(codes) is list and all(map(_is_int, codes)))
         and (
-            fed is None
-            or type(fed) is list
+            type(fed) is list
             and all(
                 type(n) is list
                 and len(n) == 6
@@ -647,8 +648,7 @@ def _valid_record(doc) -> bool:
             )
         )
         and (
-            select is None
-            or type(select) is list
+            type(select) is list
             and all(
                 type(n) is list and (len(n) == 4 or len(n) == 6 and n[5] in (0, 1)) and all(map(_is_int, n))
                 for n in select

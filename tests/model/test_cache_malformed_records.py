@@ -112,6 +112,10 @@ MALFORMED = {
     "fed name not a string": lambda doc: _with(doc, "fed", [[0, 7, 1, 0, 1, 0]]),
     "fed huge index": lambda doc: _with(doc, "fed", [[0, "TOPK_V2", 10**30, 0, 0, 0]]),
     "fed nested": lambda doc: _with(doc, "fed", _nested(DEEP)),
+    # (None is what only the feed's answer may be: "no hazard".)
+    "select None": lambda doc: _with(doc, "select", None),
+    "codes None": lambda doc: _with(doc, "codes", None),
+    "fed None": lambda doc: _with(doc, "fed", None),
     "not marshal data": lambda doc: b"\xff\xfe not a record",
     "cut short": lambda doc: marshal.dumps(doc)[: len(marshal.dumps(doc)) // 2],
     "empty": lambda doc: b"",
