@@ -18,8 +18,9 @@ step (the *verdict*: passed, or the exact error) is kept:
   ``OPAQUE_OPS_VERDICT_CACHE=off`` turns it off.  The record holds the
   verdicts (check_model's per registered runtime-op names, check_allocated's
   per configuration and planned shapes, refusals included), the custom ops
-  the model uses and the tensor indices that key check_allocated's verdicts;
-  nothing else of the model.  A refused model gets no record.  An
+  the model uses, the tensor indices that key check_allocated's verdicts
+  and the few answers about the model the interpreter asks at every start
+  (``_ANSWERS``); nothing else of the model.  A refused model gets no record.  An
   interpreter writes its model's record once, with the verdict of its first
   allocation (:func:`write_pending`): creating a file is most of a write's
   cost, and a first start would otherwise write the record twice.
@@ -97,7 +98,7 @@ _MAX_RECORDS = 512
 _lock = _thread.allocate_lock()
 _memory: OrderedDict[bytes, ModelInfo | ModelError] = OrderedDict()
 
-# A Verdicts.feed, .select, .codes or .fed not known yet (a record written before it was kept).
+# An answer of _ANSWERS not in a record (one written before that answer was kept).
 _UNKNOWN = object()
 
 # The verdicts that can be kept, by exception class name.
@@ -332,21 +333,11 @@ class Verdicts:
     :func:`check_allocated` for the model itself (``owner``),
     never for the re-rooted copies the interpreter makes for other subgraphs
     (they share the ``verdicts`` dict).  A verdict is None (passed) or the
-    exception raised.
+    exception raised.  ``answers`` holds the other answers about the model
+    kept with the verdicts (:data:`_ANSWERS`), by name.
     """
 
-    def __init__(
-        self,
-        key: bytes,
-        owner: ModelInfo,
-        io,
-        custom_ops,
-        has_identifier: bool,
-        feed=_UNKNOWN,
-        select=_UNKNOWN,
-        codes=_UNKNOWN,
-        fed=_UNKNOWN,
-    ):
+    def __init__(self, key: bytes, owner: ModelInfo, io, custom_ops, has_identifier: bool, answers=None):
         self.key = key
         self.owner = weakref.ref(owner)
         # Subgraph 0's inputs, outputs and custom-op outputs: the tensors
@@ -354,19 +345,12 @@ class Verdicts:
         self.io = io
         self.custom_ops = custom_ops
         self.has_identifier = has_identifier
-        # value_dependent_feed's answer, as xnnpack_hazard returns it (kept
-        # here so that a later start needs no read of the operators for it).
-        self.feed = feed
-        # select_rows.kept_nodes_of subgraph 0, as select_nodes returns it (kept
-        # for the same reason: the interpreter asks at every start).
-        self.select = select
-        # The model's builtin operator codes, as builtin_codes returns them
-        # (the same reason: the interpreter asks whether to import and run
-        # its BATCH_MATMUL rewrite at every start).
-        self.codes = codes
-        # fed_values.nodes_of subgraph 0, as fed_value_nodes returns it (kept
-        # for the same reason).
-        self.fed = fed
+        # What the interpreter asks about the model at every start, kept so
+        # that a later start reads no operators for it: {name in _ANSWERS:
+        # the answer, as its accessor returns it}.  A name absent is not
+        # known yet (a record written before that answer was kept; _kept
+        # adds it).
+        self.answers: dict = {} if answers is None else answers
         self.model: dict = {}
         self._allocated: dict = {}
         # A verdict kept in memory that the record on disk does not have yet
@@ -386,18 +370,8 @@ class Verdicts:
             )
         )
         # (A first read: every kept answer is worked out here; later starts take them from the record.)
-        select = _select_of(info) if sg is not None else ()
-        return cls(
-            key,
-            info,
-            io,
-            info.custom_ops(),
-            info.has_identifier,
-            _feed_of(info),
-            select,
-            _codes_of(info),
-            _fed_of(info),
-        )
+        answers = {name: work_out(info) for name, (work_out, _valid, _load, _dump) in _ANSWERS.items()}
+        return cls(key, info, io, info.custom_ops(), info.has_identifier, answers)
 
     def allocated(self, key):
         """check_allocated's verdict for ``key``: (True, None or exception) or (False, None)."""
@@ -430,30 +404,24 @@ class Verdicts:
             "model": [[sorted(reg), _dump(v)] for reg, v in self.model.items()],
             "allocated": [[list(k), _dump(v)] for k, v in self._allocated.items()],
         }
-        if self.feed is not _UNKNOWN:
-            doc["feed"] = self.feed
-        if self.select is not _UNKNOWN:
-            doc["select"] = [list(n) for n in self.select]
-        if self.codes is not _UNKNOWN:
-            doc["codes"] = sorted(self.codes)
-        if self.fed is not _UNKNOWN:
-            doc["fed"] = [list(n) for n in self.fed]
+        # (In _ANSWERS' order, not the dict's: the record's bytes do not depend on which answer came first.)
+        for name, (_work_out, _valid, _load, dump) in _ANSWERS.items():
+            value = self.answers.get(name, _UNKNOWN)
+            if value is not _UNKNOWN:
+                doc[name] = dump(value)
         return doc
 
     @classmethod
     def from_doc(cls, key: bytes, owner: ModelInfo, doc: dict) -> Verdicts:
         """The verdicts of a record already checked by :func:`_valid_record`."""
         io = tuple(tuple(part) for part in doc["io"])
-        feed = doc.get("feed", _UNKNOWN)  # (absent from records of opaque_ops before it)
-        feed = tuple(feed) if type(feed) is list else feed
-        select = doc.get("select", _UNKNOWN)  # (as feed)
-        select = tuple(tuple(n) for n in select) if type(select) is list else select
-        codes = doc.get("codes", _UNKNOWN)  # (as feed)
-        codes = frozenset(codes) if type(codes) is list else codes
-        fed = doc.get("fed", _UNKNOWN)  # (as feed)
-        fed = tuple(tuple(n) for n in fed) if type(fed) is list else fed
+        answers = {}
+        for name, (_work_out, _valid, load, _dump) in _ANSWERS.items():
+            stored = doc.get(name, _UNKNOWN)  # (absent from records written before that answer was kept)
+            if stored is not _UNKNOWN:
+                answers[name] = load(stored)
         custom_ops = [(n, v) for n, v in doc["custom_ops"]]
-        self = cls(key, owner, io, custom_ops, doc["has_identifier"], feed, select, codes, fed)
+        self = cls(key, owner, io, custom_ops, doc["has_identifier"], answers)
         for reg, v in doc["model"]:
             self.model[frozenset(reg)] = _load_verdict(v)
         for k, v in doc["allocated"]:
@@ -477,8 +445,8 @@ def write_pending(info: ModelInfo) -> None:
         store.save()
 
 
-def _kept(info: ModelInfo, name: str, work_out):
-    """The answer ``name`` about ``info`` (a Verdicts attribute), kept in its record: ``work_out(info)`` once.
+def _kept(info: ModelInfo, name: str):
+    """The answer ``name`` (of :data:`_ANSWERS`) about ``info``, kept in its record: worked out once.
 
     For a model the Interpreter holds (its verdicts' owner), the answer is in
     its record, so a later start does not read the operators again to give
@@ -486,13 +454,13 @@ def _kept(info: ModelInfo, name: str, work_out):
     other ModelInfo (a re-rooted copy, a model not from checked_model) it is
     worked out here each time: the caller memoizes where that matters.
     """
+    work_out = _ANSWERS[name][0]
     store = info.verdicts.get("store")
     if store is None or store.owner() is not info:
         return work_out(info)
-    value = getattr(store, name)
+    value = store.answers.get(name, _UNKNOWN)
     if value is _UNKNOWN:  # a record written before the answer was kept
-        value = work_out(info)
-        setattr(store, name, value)
+        value = store.answers[name] = work_out(info)
         store.save()
     return value
 
@@ -503,7 +471,7 @@ def xnnpack_hazard(info: ModelInfo):
     Returns None, or ``(subgraph, operator, op name, consumer, consumer's op
     name)`` (indices and names, for the message).
     """
-    return _kept(info, "feed", _feed_of)
+    return _kept(info, "feed")
 
 
 def select_nodes(info: ModelInfo) -> tuple:
@@ -519,7 +487,7 @@ def select_nodes(info: ModelInfo) -> tuple:
         if nodes is None:
             nodes = info.verdicts[key] = _select_of(info)
         return nodes
-    return _kept(info, "select", _select_of)
+    return _kept(info, "select")
 
 
 def builtin_codes(info: ModelInfo) -> frozenset:
@@ -529,12 +497,12 @@ def builtin_codes(info: ModelInfo) -> frozenset:
     BATCH_MATMUL (only then is its rewrite, ``interpreter/matmul.py``,
     imported and run): a later start reads no operator codes for it.
     """
-    return _kept(info, "codes", _codes_of)
+    return _kept(info, "codes")
 
 
 def fed_value_nodes(info: ModelInfo) -> tuple:
     """:func:`~opaque_ops.model.fed_values.nodes_of` subgraph 0 of ``info``, kept with its verdicts."""
-    return _kept(info, "fed", _fed_of)
+    return _kept(info, "fed")
 
 
 def _holds(info: ModelInfo) -> bool:
@@ -543,6 +511,8 @@ def _holds(info: ModelInfo) -> bool:
 
 
 def _select_of(info: ModelInfo) -> tuple:
+    if not info.subgraphs:
+        return ()
     from .select_rows import kept_nodes_of  # (a first read; later starts take it from the record)
 
     return kept_nodes_of(info.subgraphs[0])
@@ -620,6 +590,82 @@ def _is_key(x, depth: int = 0) -> bool:
     return x is None or type(x) in (str, int, bool)
 
 
+# ------------------------------------------------------------ the kept answers
+# Besides the verdicts, a record keeps what the interpreter asks about its
+# model at every start, so that a later start reads no operators to answer.
+# Each answer is declared here once, and everything else follows from this
+# table: Verdicts.of works it out, Verdicts.to_doc writes it, _valid_record
+# checks it, Verdicts.from_doc loads it back, and its accessor
+# (xnnpack_hazard, select_nodes, builtin_codes, fed_value_nodes) returns it
+# through _kept.  A record written before an answer was kept lacks it: _kept
+# works it out then and rewrites the record.  The table's order is the
+# record's key order (part of its bytes, so of its name): add at the end.
+#
+# name: (work_out(info) -> the answer, as its accessor returns it;
+#        valid(stored) -> whether a record's value is of the form dump writes;
+#        load(stored) -> the answer, from a value valid() accepted;
+#        dump(answer) -> the record's value: lists, str, int or None).
+
+
+def _is_feed(v) -> bool:
+    """None, or [subgraph, operator, op name, consumer, consumer's op name]."""
+    return v is None or (
+        type(v) is list
+        and len(v) == 5
+        and all(_is_int(v[k]) for k in (0, 1, 3))
+        and all(type(v[k]) is str for k in (2, 4))
+    )
+
+
+def _is_select(v) -> bool:
+    """[operator, condition, x, y] per SELECT, [operator, condition, x, y, output, one] per SELECT_V2 (one: 0 or 1)."""
+    return type(v) is list and all(
+        type(n) is list and (len(n) == 4 or len(n) == 6 and n[5] in (0, 1)) and all(map(_is_int, n)) for n in v
+    )
+
+
+def _is_codes(v) -> bool:
+    """Builtin operator codes."""
+    return type(v) is list and all(map(_is_int, v))
+
+
+def _is_fed(v) -> bool:
+    """[operator, op name, value tensor, data tensor, seq_dim, batch_dim] per node (the dims may be negative)."""
+    return type(v) is list and all(
+        type(n) is list
+        and len(n) == 6
+        and type(n[1]) is str
+        and all(_is_int(n[k]) for k in (0, 2, 3))
+        and all(_is_int(n[k], -_MAX_INDEX) for k in (4, 5))
+        for n in v
+    )
+
+
+def _load_feed(v):
+    return None if v is None else tuple(v)
+
+
+def _tuples(v) -> tuple:
+    """Nodes as a record holds them (lists) back to the tuples ``nodes_of`` returns."""
+    return tuple(tuple(n) for n in v)
+
+
+def _lists(v) -> list:
+    return [list(n) for n in v]
+
+
+_ANSWERS = {
+    # xnnpack_hazard: value_dependent_feed's find, None if there is none.
+    "feed": (_feed_of, _is_feed, _load_feed, _as_lists),
+    # select_nodes: select_rows.kept_nodes_of subgraph 0.
+    "select": (_select_of, _is_select, _tuples, _lists),
+    # builtin_codes: whether to import and run the BATCH_MATMUL rewrite.
+    "codes": (_codes_of, _is_codes, frozenset, sorted),
+    # fed_value_nodes: fed_values.nodes_of subgraph 0.
+    "fed": (_fed_of, _is_fed, _tuples, _lists),
+}
+
+
 def _valid_record(doc) -> bool:
     """True if ``doc`` (a record's data) has exactly the shape :meth:`Verdicts.to_doc` writes.
 
@@ -630,38 +676,13 @@ def _valid_record(doc) -> bool:
     """
     if type(doc) is not dict or doc.get("format") != 1 or type(doc.get("format")) is not int:
         return False
+    for name, (_work_out, valid, _load, _dump) in _ANSWERS.items():
+        stored = doc.get(name, _UNKNOWN)  # (absent: a record written before that answer was kept)
+        if stored is not _UNKNOWN and not valid(stored):
+            return False
     io, ops, model, allocated = (doc.get(k) for k in ("io", "custom_ops", "model", "allocated"))
-    # An answer absent is one a record written before it was kept lacks (an empty list stands for it
-    # here); None is only the feed's answer ("no hazard"): the others are lists when written.
-    feed, select, codes, fed = doc.get("feed"), doc.get("select", []), doc.get("codes", []), doc.get("fed", [])
     return (
-        (type(codes) is list and all(map(_is_int, codes)))
-        and (
-            type(fed) is list
-            and all(
-                type(n) is list
-                and len(n) == 6
-                and type(n[1]) is str
-                and all(_is_int(n[k]) for k in (0, 2, 3))
-                and all(_is_int(n[k], -_MAX_INDEX) for k in (4, 5))
-                for n in fed
-            )
-        )
-        and (
-            type(select) is list
-            and all(
-                type(n) is list and (len(n) == 4 or len(n) == 6 and n[5] in (0, 1)) and all(map(_is_int, n))
-                for n in select
-            )
-        )
-        and (
-            feed is None
-            or type(feed) is list
-            and len(feed) == 5
-            and all(_is_int(feed[k]) for k in (0, 1, 3))
-            and all(type(feed[k]) is str for k in (2, 4))
-        )
-        and type(doc.get("has_identifier")) is bool
+        type(doc.get("has_identifier")) is bool
         and type(io) is list
         and len(io) == 3
         and all(type(part) is list and all(_is_int(t) for t in part) for part in io)

@@ -20,10 +20,13 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from opaque_ops.model import cache, checks, read_model
+from opaque_ops.model import cache, checks, fed_values, read_model, select_rows
 from tests.helpers.child_process import run_child
 from tests.helpers.interpreter_models import join_with_signature
 from tests.helpers.locations import CORPUS, package_file
+from tests.interpreter.test_fed_values import reverse_sequence_model
+from tests.model.test_cache_malformed_records import _plant
+from tests.model.test_select_rows import select_model
 
 FACE = package_file("mediapipe", "modules", "face_detection", "face_detection_short_range.tflite")
 SELFIE = package_file("mediapipe", "modules", "selfie_segmentation", "selfie_segmentation.tflite")
@@ -405,3 +408,133 @@ def test_records_of_the_earlier_json_format_are_deleted_when_the_directory_is_ti
     old.write_text('{"format": 1}')
     cache.clear(disk=True)
     assert not old.exists() and _records(verdicts) == [] and unrelated.exists()
+
+
+# ---------------------------------------------------------------- the kept answers (cache._ANSWERS)
+# Per kept answer, a model where it is not empty, and every answer of that
+# model as its record holds it (as Verdicts.to_doc has written each since it
+# was kept; builtin codes: tensorflow/lite/schema/schema.fbs, BuiltinOperator).
+ANSWER_MODELS = {
+    "feed": (
+        lambda: (CORPUS / "fuzz_where_into_xnnpack_convolution.tflite").read_bytes(),
+        {
+            "feed": [0, 0, "WHERE", 1, "CAST"],
+            "select": [],
+            "codes": [0, 3, 18, 39, 41, 43, 53, 55, 57, 70, 73, 82, 109, 126],
+            "fed": [],
+        },
+    ),
+    "select": (lambda: select_model(2, 3), {"feed": None, "select": [[0, 0, 1, 2]], "codes": [64], "fed": []}),
+    "codes": (
+        lambda: FACE.read_bytes(),
+        {"feed": None, "select": [], "codes": [0, 2, 3, 4, 6, 17, 19, 22, 34], "fed": []},
+    ),
+    "fed": (
+        reverse_sequence_model,
+        {"feed": None, "select": [], "codes": [112], "fed": [[0, "REVERSE_SEQUENCE", 1, 0, 1, 0]]},
+    ),
+}
+
+# Per kept answer, values a record may not hold for it (none a shape to_doc writes).
+DAMAGED = {
+    "feed": [
+        "WHERE",
+        [0, 0, "WHERE", 1],
+        (0, 0, "WHERE", 1, "CAST"),
+        [0, 0, 1, 1, 2],
+        [0, 1 << 31, "WHERE", 1, "CAST"],
+        [-1, 0, "WHERE", 1, "CAST"],
+        [0, 0.0, "WHERE", 1, "CAST"],
+    ],
+    "select": [None, "SELECT", [[0, 0, 1]], ((0, 0, 1, 2),), [(0, 0, 1, 2)], [[0, 1 << 31, 1, 2]], [[0, 0, 1, "2"]]],
+    "codes": [None, "BATCH_MATMUL", frozenset([0, 18]), (0, 18), [0, 1 << 31], [-1], [True], [0, 18.0]],
+    "fed": [
+        None,
+        "REVERSE_SEQUENCE",
+        [[0, "REVERSE_SEQUENCE", 1, 0, 1]],
+        [(0, "REVERSE_SEQUENCE", 1, 0, 1, 0)],
+        [[0, 7, 1, 0, 1, 0]],
+        [[0, "TOPK_V2", 1 << 31, 0, 0, 0]],
+        [[0, "REVERSE_SEQUENCE", 1, 0, 1 << 31, 0]],
+        [[0, "REVERSE_SEQUENCE", 1, 0, "1", 0]],
+    ],
+}
+
+ANSWER_BOOMS = (
+    (select_rows, "nodes_of"),
+    (fed_values, "nodes_of"),
+    (checks.type_rules, "value_dependent_feed"),
+)
+
+
+def test_every_kept_answer_has_a_model_and_damaged_values_here():
+    # A new answer in the table must come with its cases (the tests below are driven by it).
+    assert list(ANSWER_MODELS) == list(DAMAGED) == list(cache._ANSWERS)
+
+
+@pytest.mark.parametrize("name", list(cache._ANSWERS))
+def test_each_kept_answer_is_written_as_before_and_read_back_without_the_model(verdicts, monkeypatch, name):
+    make, want = ANSWER_MODELS[name]
+    data = make()
+    oo.Interpreter(model_content=data).allocate_tensors()
+    [record] = _records(verdicts)
+    raw = record.read_bytes()
+    doc = marshal.loads(raw)
+    # The record's form: the answers after the verdicts, in this order (the table's).
+    keys = ["format", "has_identifier", "custom_ops", "io", "model", "allocated", "feed", "select", "codes", "fed"]
+    assert list(doc) == keys
+    assert {k: doc[k] for k in cache._ANSWERS} == want
+    # Byte for byte the record the code before the table wrote: its to_doc's
+    # four clauses, verbatim, on the answers worked out from a full read.
+    # (Bytes compare: marshal flags an object referenced more than once, and
+    # _save dumps _as_lists' fresh lists, whose scalars are shared with the
+    # document's here as they are with the model's objects there.)
+    ref = read_model(data)
+    feed, select, codes, fed = (
+        cache.xnnpack_hazard(ref),
+        cache.select_nodes(ref),
+        cache.builtin_codes(ref),
+        cache.fed_value_nodes(ref),
+    )
+    before = {k: v for k, v in doc.items() if k not in cache._ANSWERS}
+    before["feed"] = feed
+    before["select"] = [list(n) for n in select]
+    before["codes"] = sorted(codes)
+    before["fed"] = [list(n) for n in fed]
+    as_before = marshal.dumps(cache._as_lists(before), cache._MARSHAL_VERSION)
+    assert as_before == raw
+
+    cache.clear()  # a new process: the answers come from the record, nothing of the model is read for them
+    _no_checks(monkeypatch)
+    for module, fn in ANSWER_BOOMS:
+        monkeypatch.setattr(module, fn, lambda *_a, **_k: pytest.fail("an answer was worked out again"))
+    info = cache.checked_model(data)
+    got = (cache.xnnpack_hazard(info), cache.select_nodes(info), cache.builtin_codes(info), cache.fed_value_nodes(info))
+    assert got == (feed, select, codes, fed)
+    assert [type(v) for v in got] == [type(feed), tuple, frozenset, tuple]
+    assert "_source" in info.__dict__
+    # Written again from what was read back: the same bytes.
+    again = marshal.dumps(cache._as_lists(info.verdicts["store"].to_doc()), cache._MARSHAL_VERSION)
+    assert again == raw
+
+
+@pytest.mark.parametrize("name", list(cache._ANSWERS))
+def test_a_damaged_answer_makes_the_record_invalid_and_it_is_rewritten(verdicts, monkeypatch, name):
+    make, want = ANSWER_MODELS[name]
+    data = make()
+    oo.Interpreter(model_content=data).allocate_tensors()
+    [record] = _records(verdicts)
+    doc = marshal.loads(record.read_bytes())
+    assert cache._valid_record(doc)
+    older = {k: v for k, v in doc.items() if k != name}
+    assert cache._valid_record(older)  # (a record from before that answer was kept)
+    for bad in DAMAGED[name]:
+        assert not cache._valid_record(dict(doc, **{name: bad})), bad
+    # On disk: the damaged record is not used; the checks run and the record is written anew, right.
+    _plant(record, marshal.dumps(dict(doc, **{name: DAMAGED[name][0]})))
+    cache.clear()
+    calls = _counting(monkeypatch)
+    oo.Interpreter(model_content=data).allocate_tensors()
+    assert calls["check_model"] == 1
+    [again] = _records(verdicts)
+    assert {k: v for k, v in marshal.loads(again.read_bytes()).items() if k in cache._ANSWERS} == want
