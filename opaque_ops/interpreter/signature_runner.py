@@ -201,13 +201,21 @@ class SignatureRunner:
             # invoke below only if their tensors stay in place
             # (Interpreter._run_moving), and a dynamic output never gets one.
             remember = self._graph.subgraph == 0
+            # The fed-value nodes (Interpreter._fed_values, model.fed_values)
+            # read subgraph 0's inputs, which are the interpreter's inputs:
+            # a runner of subgraph 0 writes those, as set_tensor does, so its
+            # invoke checks their values first, as Interpreter.invoke does.
+            # A runner of another subgraph writes that subgraph's inputs,
+            # which those nodes do not read.  (Not `remember`: that one is
+            # about which views the interpreter may keep.)
+            writes_main_inputs = self._graph.subgraph == 0
             for n, a in arrays.items():
                 t = r.input_tensor(n)
                 _tensors.write(t, a, f"{what} input {n!r}")
                 if remember and self._index_of[n] not in it._slots:
                     it._remember(self._index_of[n], t)
-            if remember and it._fed_values:
-                it._refuse_fed_values(native, f"{what}: invoke")  # (as Interpreter.invoke does)
+            if writes_main_inputs and it._fed_values:
+                it._refuse_fed_values(native, f"{what}: invoke")
             status, took = it._run_invoke(native, r.invoke, self._watch, moves)
             if self._watch:
                 self._watch = took > WATCH_AFTER_S
