@@ -1,6 +1,6 @@
 /*
  * opaque_ops compiled model reader: the common case of
- * opaque_ops/model/reader.py's _parse, in C, for the fast calls module.
+ * opaque_ops/model/parser.py's _parse, in C, for the fast calls module.
  *
  * What it does: reads a .tflite flatbuffer (TFLite's schema.fbs: the model,
  * its buffers, operator codes, subgraphs with their tensors and operators,
@@ -8,7 +8,7 @@
  * Python reader builds: TensorInfo and OpInfo instances, tuples, lists,
  * dicts, str and bytes.  The Python side (reader._read_compiled) passes the
  * classes, tables and helpers to use ("spec", built once by
- * reader._compiled_spec) and wraps the result in SubgraphInfo, SignatureInfo
+ * decoding._compiled_spec) and wraps the result in SubgraphInfo, SignatureInfo
  * and ModelInfo.
  *
  * What it refuses: anything unusual.  It returns None, and the Python reader
@@ -46,7 +46,7 @@
  * PyErr_Occurred() says which). */
 #define REFUSE (-1)
 
-/* What the Python side passes in, by position (reader._compiled_spec). */
+/* What the Python side passes in, by position (decoding._compiled_spec). */
 enum {
     SPEC_TENSOR_CLASS,
     SPEC_TENSOR_FIELDS,
@@ -313,8 +313,8 @@ static const uint8_t OPERATOR[] = {4, 4, 4, 1, 4, 4, 0, 0, 0, 8, 8};
 enum { K_INTS, K_I8, K_U8, K_I32, K_F32, K_BOOL };
 
 /* The builtin options dict of the table at `pos`, of union type `type`, as
- * reader._builtin_options builds it (from the same reader table); Py_None
- * for a type it does not decode. */
+ * parser._builtin_options builds it (from the same table,
+ * decoding._OPTION_READERS); Py_None for a type it does not decode. */
 static PyObject *builtin_options(Reader *r, int64_t pos, uint8_t type) {
     PyObject *entry = PyTuple_GET_ITEM(r->spec[SPEC_OPTIONS], type);
     PyObject *sizes = PyTuple_GET_ITEM(entry, 0), *readers = PyTuple_GET_ITEM(entry, 1);
