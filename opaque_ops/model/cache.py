@@ -20,10 +20,11 @@ step (the *verdict*: passed, or the exact error) is kept:
   per configuration and planned shapes, refusals included), the custom ops
   the model uses, the tensor indices that key check_allocated's verdicts
   and the few answers about the model the interpreter asks at every start
-  (``_ANSWERS``); nothing else of the model.  A refused model gets no record.  An
-  interpreter writes its model's record once, with the verdict of its first
-  allocation (:func:`write_pending`): creating a file is most of a write's
-  cost, and a first start would otherwise write the record twice.
+  (``_ANSWERS``); nothing else of the model.  A refused model gets no
+  record.  An interpreter writes its model's record once, with the verdict
+  of its first allocation (:func:`write_pending`): creating a file is most
+  of a write's cost, and a first start would otherwise write the record
+  twice.
   A record is :mod:`marshal` data (``.rec``) holding lists, strings,
   integers, booleans and None, what JSON would hold: every start reads or
   writes one, importing :mod:`json` cost that start 1.1 ms, and marshal is
@@ -561,7 +562,7 @@ def _as_lists(x):
 
 
 def _freeze(x):
-    """A record's lists back to the tuples the keys were made of."""
+    """A record's lists back to the tuples they were written from (check_allocated's keys, kept answers)."""
     return tuple(_freeze(v) for v in x) if isinstance(x, list) else x
 
 
@@ -641,28 +642,17 @@ def _is_fed(v) -> bool:
     )
 
 
-def _load_feed(v):
-    return None if v is None else tuple(v)
-
-
-def _tuples(v) -> tuple:
-    """Nodes as a record holds them (lists) back to the tuples ``nodes_of`` returns."""
-    return tuple(tuple(n) for n in v)
-
-
-def _lists(v) -> list:
-    return [list(n) for n in v]
-
-
+# (The tuples of the feed and of the nodes are written as lists, _as_lists, and
+# read back as tuples, _freeze; the codes are a frozenset, written sorted.)
 _ANSWERS = {
     # xnnpack_hazard: value_dependent_feed's find, None if there is none.
-    "feed": (_feed_of, _is_feed, _load_feed, _as_lists),
+    "feed": (_feed_of, _is_feed, _freeze, _as_lists),
     # select_nodes: select_rows.kept_nodes_of subgraph 0.
-    "select": (_select_of, _is_select, _tuples, _lists),
+    "select": (_select_of, _is_select, _freeze, _as_lists),
     # builtin_codes: whether to import and run the BATCH_MATMUL rewrite.
     "codes": (_codes_of, _is_codes, frozenset, sorted),
     # fed_value_nodes: fed_values.nodes_of subgraph 0.
-    "fed": (_fed_of, _is_fed, _tuples, _lists),
+    "fed": (_fed_of, _is_fed, _freeze, _as_lists),
 }
 
 
