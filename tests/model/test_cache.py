@@ -446,7 +446,18 @@ DAMAGED = {
         [-1, 0, "WHERE", 1, "CAST"],
         [0, 0.0, "WHERE", 1, "CAST"],
     ],
-    "select": [None, "SELECT", [[0, 0, 1]], ((0, 0, 1, 2),), [(0, 0, 1, 2)], [[0, 1 << 31, 1, 2]], [[0, 0, 1, "2"]]],
+    "select": [
+        None,
+        "SELECT",
+        [[0, 0, 1]],
+        ((0, 0, 1, 2),),
+        [(0, 0, 1, 2)],
+        [[0, 1 << 31, 1, 2]],
+        [[0, 0, 1, "2"]],
+        [[0, 0, 1, 2, 3]],
+        [[0, 0, 1, 2, 3, 2]],  # (a SELECT_V2's last value says whether its output has one value: 0 or 1)
+        [[0, 0, 1, 2, 3, True]],
+    ],
     "codes": [None, "BATCH_MATMUL", frozenset([0, 18]), (0, 18), [0, 1 << 31], [-1], [True], [0, 18.0]],
     "fed": [
         None,
