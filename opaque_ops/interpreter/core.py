@@ -1059,8 +1059,9 @@ class Interpreter:
         if not nodes:
             return None
         # Only a model with SELECT or SELECT_V2 needs these.
-        from ..model.checks.version_rules import SELECT_V2_BROADCAST_RANK, affected
-        from ..model.select_rows import note_and_check
+        # (Not from the checks: a start from the model's record imports none of them.)
+        from ..model.runtime_versions import affected
+        from ..model.select_rows import SELECT_V2_BROADCAST_RANK, note_and_check
 
         rank = SELECT_V2_BROADCAST_RANK if affected(self._check_config[0][0]) else None
         shape_of = self._seen(native, graph)[1]

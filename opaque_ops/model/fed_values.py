@@ -23,7 +23,7 @@ from __future__ import annotations
 # op name -> the index of the fed value among the operator's inputs (the data is input 0)
 _VALUE_INPUT = {"REVERSE_SEQUENCE": 1, "TOPK_V2": 1, "REVERSE_V2": 1, "BROADCAST_TO": 1}
 
-# Checked on every runtime; the others only where version_rules.affected says
+# Checked on every runtime; the others only where runtime_versions.affected says
 # the runtime has the defect (2.23.0 runs TOPK_V2 with k = 0 and those
 # BROADCAST_TO shapes right).
 EVERY_RUNTIME = frozenset({"REVERSE_SEQUENCE", "REVERSE_V2"})
@@ -59,7 +59,7 @@ def for_runtime(nodes: tuple, version: str | None) -> tuple:
     """The nodes whose value can crash a runtime of this ``TfLiteVersion()``."""
     if all(n[1] in EVERY_RUNTIME for n in nodes):
         return nodes
-    from .checks.version_rules import affected  # (only a model with such an operator gets here)
+    from .runtime_versions import affected  # (only a model with such an operator gets here)
 
     old = affected(version)
     return tuple(n for n in nodes if old or n[1] in EVERY_RUNTIME)

@@ -47,6 +47,12 @@ import math
 
 from ..errors import ShapeError
 
+# The most dimensions 2.17.1's SELECT_V2 broadcasts through: it aborts on
+# more (checks.version_rules' _select_v2 says why).  Here, not with that
+# rule, because the interpreter passes it to note_and_check at every
+# allocation of a model with SELECT_V2, which must not import the checks.
+SELECT_V2_BROADCAST_RANK = 5
+
 
 def picks_rows(condition, x) -> bool:
     """Whether Prepare sets the row-wise flag for a condition and x of these shapes (not all one shape)."""
@@ -121,7 +127,7 @@ def note_and_check(
         after the last allocation (updated here).
     broadcast_rank : int, optional
         The most dimensions the runtime's SELECT_V2 broadcasting Eval
-        handles (:data:`~opaque_ops.model.checks.version_rules.SELECT_V2_BROADCAST_RANK`
+        handles (:data:`SELECT_V2_BROADCAST_RANK`
         on a runtime older than 2.23); None: it handles any, and SELECT_V2
         nodes are not looked at.
 

@@ -22,22 +22,10 @@ from __future__ import annotations
 import math
 
 from ...errors import ModelError
+from ..runtime_versions import affected as affected  # (its home was here)
+from ..select_rows import SELECT_V2_BROADCAST_RANK
 from . import messages
 from .options import effective_options
-
-# The first runtime version measured without the defects below.
-FIXED_IN = (2, 23)
-
-
-def affected(version: str | None) -> bool:
-    """Whether a runtime of this ``TfLiteVersion()`` has the defects (False when it is not known)."""
-    if not version:
-        return False
-    try:
-        major, minor = (int(p) for p in version.split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) < FIXED_IN
 
 
 def check_version_rules(sg, known, version: str | None) -> None:
@@ -58,10 +46,6 @@ def check_version_rules(sg, known, version: str | None) -> None:
         rule = None if op.is_custom else _RULES.get(op.op_name)
         if rule is not None and len(op.inputs) >= 2 and min(op.inputs[:2]) >= 0:
             rule(sg, op, known, version)
-
-
-# The most dimensions 2.17.1's SELECT_V2 broadcasts through (see _select_v2).
-SELECT_V2_BROADCAST_RANK = 5
 
 
 def _select_v2(sg, op, known, version) -> None:
