@@ -1,7 +1,9 @@
 """Before an invoke: refuse a fed value that TFLite's kernel would crash on in Eval.
 
 The operators come from :func:`opaque_ops.model.fed_values.nodes_of` (the
-value is an input of subgraph 0, set with ``set_tensor``); the rules are
+value is an input of subgraph 0, set with ``set_tensor``, or an input of the
+subgraph of a signature runner, given to the runner: :class:`SignatureTensors`
+reaches those by name); the rules are
 those the model checks apply to the same value given as a constant
 (:mod:`opaque_ops.model.shapes`' REVERSE_SEQUENCE and REVERSE_V2 rules,
 :mod:`opaque_ops.model.checks.version_rules`' TOPK_V2 rule), applied to the
@@ -16,7 +18,9 @@ import math
 from ..errors import InvalidInputError
 
 
-def refuse_crashing_values(native, nodes: tuple, version: str, what: str) -> None:
+def refuse_crashing_values(
+    native, nodes: tuple, version: str, what: str, reach: SignatureTensors | None = None
+) -> None:
     """Raise InvalidInputError if an input of ``nodes`` holds a value their kernel would crash on.
 
     Parameters
@@ -29,9 +33,14 @@ def refuse_crashing_values(native, nodes: tuple, version: str, what: str) -> Non
         The runtime's ``TfLiteVersion()``, for the message.
     what : str
         The call, for the message.
+    reach : SignatureTensors, optional
+        For the nodes of a signature runner's subgraph other than 0, whose
+        tensors the C API reaches by signature name only; None for subgraph
+        0's (``native.tensor`` reads them by index).
     """
+    tensor = native.tensor if reach is None else reach.tensor
     for index, name, value_t, data_t, seq_dim, batch_dim in nodes:
-        value, data = native.tensor(value_t), native.tensor(data_t)
+        value, data = tensor(value_t), tensor(data_t)
         if value is None or data is None or data.is_dynamic():
             # (A dynamic data tensor gets its shape in this invoke, before
             # the node's Eval: not known yet.)
@@ -40,15 +49,68 @@ def refuse_crashing_values(native, nodes: tuple, version: str, what: str) -> Non
         if v is None:
             continue
         x = data.shape
-        where = f"{what}: input {value_t} ({value.name!r}) of operator {index} ({name})"
+        if reach is None:
+            where, shown = f"{what}: input {value_t} ({value.name!r}) of operator {index} ({name})", data_t
+        else:
+            where, shown = reach.where(what, value_t, index, name), reach.label(data_t)
         if name == "REVERSE_SEQUENCE":
-            _reverse_sequence(where, v, x, data_t, seq_dim, batch_dim)
+            _reverse_sequence(where, v, x, shown, seq_dim, batch_dim)
         elif name == "TOPK_V2":
-            _top_k(where, v, x, data_t, version)
+            _top_k(where, v, x, shown, version)
         elif name == "REVERSE_V2":
-            _reverse_v2(where, v, x, data_t)
+            _reverse_v2(where, v, x, shown)
         elif name == "BROADCAST_TO":
-            _broadcast_to(where, v, x, data_t, version)
+            _broadcast_to(where, v, x, shown, version)
+
+
+class SignatureTensors:
+    """The tensors of a signature runner's fed-value nodes, in a subgraph other than 0: reached by name.
+
+    The C API reads another subgraph's tensors only as a signature's inputs
+    and outputs (``TfLiteSignatureRunnerGetInputTensor``, ``...OutputTensor``),
+    by name, so :meth:`nodes` keeps the nodes whose value is an input of the
+    signature and whose data is one of its inputs or outputs; the messages
+    name them as the runner's caller does, by their signature names.
+
+    Parameters
+    ----------
+    native_runner : NativeSignatureRunner
+    inputs, outputs : dict
+        ``{name: tensor index}`` of the signature (in its subgraph).
+    subgraph : int
+        The signature's subgraph, for the messages.
+    """
+
+    def __init__(self, native_runner, inputs: dict, outputs: dict, subgraph: int):
+        self._subgraph = subgraph
+        self._names = {idx: name for name, idx in outputs.items()}
+        self._names.update({idx: name for name, idx in inputs.items()})  # (an input first, as the runner writes it)
+        self._inputs = frozenset(inputs.values())
+        self._get = {idx: (native_runner.output_tensor, name) for name, idx in outputs.items()}
+        self._get.update({idx: (native_runner.input_tensor, name) for name, idx in inputs.items()})
+
+    def nodes(self, nodes: tuple) -> tuple:
+        """The ``nodes`` (:func:`~opaque_ops.model.fed_values.nodes_of`) whose tensors the runner reaches.
+
+        The value must be one of the signature's inputs (the runner writes it
+        before each invoke); a data tensor the signature does not name has a
+        shape the C API cannot tell before the invoke, so its node is left out
+        (as subgraph 0's check leaves out a dynamic data tensor).
+        """
+        return tuple(n for n in nodes if n[2] in self._inputs and n[3] in self._names)
+
+    def tensor(self, index: int):
+        """The runtime's tensor ``index`` of the subgraph, through its signature name."""
+        get, name = self._get[index]
+        return get(name)
+
+    def label(self, index: int) -> str:
+        """How the messages name tensor ``index``: its signature name."""
+        return repr(self._names[index])
+
+    def where(self, what: str, value_t: int, index: int, op: str) -> str:
+        """The start of a refusal's message: the call, the signature input and the operator."""
+        return f"{what}: input {self._names[value_t]!r} of operator {index} ({op}) of subgraph {self._subgraph}"
 
 
 def _reverse_sequence(where, v, x, data_t, s, b) -> None:

@@ -74,6 +74,8 @@ class SignatureRunner:
             arena=SignatureArena(native_runner, self._inputs, self._outputs) if sig.subgraph_index else None,
         )
         self._watch = True
+        if sig.subgraph_index:
+            self._fed, self._reach = _fed_nodes(interpreter, native_runner, sig, self._inputs, self._outputs)
         # The fast path of __call__ (_call_cached): a signature of the main
         # subgraph reads and writes the same tensors as the interpreter's
         # set_tensor/get_tensor, so it can use their cached views.  Other
@@ -85,6 +87,13 @@ class SignatureRunner:
         self._cached_out = tuple((n, self._outputs[n]) for n in out_order if n in self._outputs)
         if len(self._cached_out) != len(out_order):  # pragma: no cover - TFLite and our reader agree
             self._cached_in = None
+
+    # Operators of a subgraph other than 0 whose kernel reads a signature
+    # input's value in Eval and crashes on some (see _fed_nodes), and how
+    # to reach their tensors: none for subgraph 0 (the interpreter's
+    # _fed_values) and for most runners.
+    _fed: tuple = ()
+    _reach = None
 
     def _details(self, names, get, indices: dict) -> dict:
         """``{name: details}`` as :meth:`Interpreter.get_input_details` gives them, one per signature tensor.
@@ -206,16 +215,23 @@ class SignatureRunner:
             # a runner of subgraph 0 writes those, as set_tensor does, so its
             # invoke checks their values first, as Interpreter.invoke does.
             # A runner of another subgraph writes that subgraph's inputs,
-            # which those nodes do not read.  (Not `remember`: that one is
-            # about which views the interpreter may keep.)
+            # which those nodes do not read: its own nodes of the kind
+            # (self._fed, found when the runner was made) read them, and
+            # are checked the same way.  (Not `remember`: that one is about
+            # which views the interpreter may keep.)
             writes_main_inputs = self._graph.subgraph == 0
             for n, a in arrays.items():
                 t = r.input_tensor(n)
                 _tensors.write(t, a, f"{what} input {n!r}")
                 if remember and self._index_of[n] not in it._slots:
                     it._remember(self._index_of[n], t)
-            if writes_main_inputs and it._fed_values:
-                it._refuse_fed_values(native, f"{what}: invoke")
+            if writes_main_inputs:
+                if it._fed_values:
+                    it._refuse_fed_values(native, f"{what}: invoke")
+            elif self._fed:
+                from .fed_values import refuse_crashing_values  # (only a runner with such an operator)
+
+                refuse_crashing_values(native, self._fed, native.rt.version, f"{what}: invoke", self._reach)
             status, took = it._run_invoke(native, r.invoke, self._watch, moves)
             if self._watch:
                 self._watch = took > WATCH_AFTER_S
@@ -394,6 +410,32 @@ def _cached_writes(inputs: dict, cached: tuple, slots: dict) -> list | None:
             return None
         writes.append((slot[0], a))
     return writes
+
+
+def _fed_nodes(interpreter, native_runner, sig, inputs: dict, outputs: dict) -> tuple:
+    """``(nodes, SignatureTensors)`` of the fed-value operators of a signature's subgraph other than 0.
+
+    The operators :func:`..model.fed_values.nodes_of` finds in that subgraph
+    whose value is one of the signature's inputs, for this runtime
+    (``for_runtime``), or ``((), None)``.  Subgraph 0's are kept in the
+    model's record, since every invoke asks for them; these are found when a
+    runner of the subgraph is made, so only a model used through such a
+    runner reads its operators for them (a start whose verdict is on disk
+    reads none), and the first allocation of the subgraph reads them anyway
+    to check its shapes (those verdicts are not kept on disk either).
+    """
+    from ..model.fed_values import for_runtime, nodes_of
+
+    subgraphs = interpreter._info.subgraphs
+    k = sig.subgraph_index
+    nodes = nodes_of(subgraphs[k]) if 0 <= k < len(subgraphs) else ()
+    if not nodes:
+        return (), None
+    from .fed_values import SignatureTensors  # (only a model with such an operator)
+
+    reach = SignatureTensors(native_runner, inputs, outputs, k)
+    nodes = for_runtime(reach.nodes(nodes), interpreter._live().rt.version)
+    return (nodes, reach) if nodes else ((), None)
 
 
 def _restore_runner(interpreter, key):

@@ -15,7 +15,11 @@ moment a check could run: it is not checked.
 
 :func:`nodes_of` finds those operators; the answer is kept in the model's
 record (:func:`~opaque_ops.model.cache.fed_value_nodes`), so a later start
-does not read the operators for it.
+does not read the operators for it.  A signature runner of another subgraph
+asks :func:`nodes_of` that subgraph when it is made
+(``interpreter.signature_runner._fed_nodes``) and checks its call's values
+the same way; those answers are not kept (only models used through such a
+runner pay for them).
 """
 
 from __future__ import annotations

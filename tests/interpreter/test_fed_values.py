@@ -306,3 +306,131 @@ def test_the_fed_check_refuses_an_empty_batch_on_an_allocated_interpreter():
             "anyway, past the empty tensor (a crash). Resize the input to at least one batch, with one length "
             "each (the output would be empty: the operator can be skipped)"
         )
+
+
+def second_signature_model(op: str) -> bytes:
+    """Subgraph 0: b = a + 1 (signature "first"); subgraph 1, signature "second": ``op`` on x (index 0)
+    and its fed value n (1), both with every dimension -1 in their shape signatures (the runner of
+    subgraph 1 resizes strictly), outputs out0 (and out1 for TOPK_V2)."""
+    from opaque_ops.model import ModelBuilder
+    from tests.helpers.interpreter_models import _plus, join_with_signature
+
+    x_shape, n_shape, outs, options = {
+        "reverse_sequence": ([2, 3], [2], [([2, 3], f32)], {"seq_dim": 1, "batch_dim": 0}),
+        "reverse_v2": ([2, 3, 4], [1], [([2, 3, 4], f32)], None),
+        "top_k": ([2, 6], [], [([2, 1], f32), ([2, 1], i32)], None),
+    }[op]
+    b = ModelBuilder()
+    x = b.add_tensor("x", x_shape, f32, shape_signature=[-1] * len(x_shape))
+    n = b.add_tensor("n", n_shape, i32, shape_signature=[-1] * len(n_shape))
+    o = [b.add_tensor(f"out{k}", s, d) for k, (s, d) in enumerate(outs)]
+    b.add_op(op.upper().replace("TOP_K", "TOPK_V2"), [x, n], o, options)
+    b.set_inputs([x, n])
+    b.set_outputs(o)
+    first = _plus(1, [1, 4], "a", "b", "first")
+    return join_with_signature(first, b.build(), "second", {"x": x, "n": n}, {f"out{k}": t for k, t in enumerate(o)})
+
+
+# A runner of subgraph 1 (signature "second"): argv the op, whether isolated,
+# then [x's shape, value] pairs as JSON (x = arange of that shape); the
+# runner of subgraph 0 ("first") runs after each call, to show the
+# interpreter is still usable.
+CHILD_SECOND = """
+import json, sys
+import numpy as np
+import opaque_ops as oo
+from tests.interpreter import test_fed_values as t
+
+op, isolated, steps = sys.argv[1], sys.argv[2] == "isolated", json.loads(sys.argv[3])
+it = oo.Interpreter(model_content=t.second_signature_model(op), isolate=isolated)
+runner, first = it.get_signature_runner("second"), it.get_signature_runner("first")
+for shape, n in steps:
+    try:
+        out = runner(x=t.arange(shape), n=np.array(n, np.int32))
+    except oo.OpaqueOpsError as exc:
+        line = {"error": type(exc).__name__, "message": str(exc)}
+    else:
+        line = {"out": {k: v.tolist() for k, v in out.items()}, "shapes": {k: v.shape for k, v in out.items()}}
+    line["first"] = first(a=np.ones((1, 4), np.float32))["b"].tolist()
+    print(json.dumps(line), flush=True)
+"""
+
+
+def _run_second(op, mode, steps) -> list[dict]:
+    p = run_child(CHILD_SECOND, op, mode, json.dumps(steps), timeout=180)
+    assert p.returncode == 0, crashed(p)
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    assert len(lines) == len(steps), lines
+    assert all(line["first"] == [[2.0] * 4] for line in lines), lines
+    return lines
+
+
+@pytest.mark.parametrize("mode", ["in-process", "isolated"])
+def test_a_runner_of_another_subgraph_refuses_lengths_past_the_sequence(mode):
+    """Lengths given to a runner of subgraph 1 are checked as set_tensor's are on subgraph 0 (before,
+    SIGSEGV on 2.17.1, 2.23.0 and ai-edge-litert's runner alike); the runner runs valid ones after."""
+    steps = [([2, 3], [2, 3]), ([2, 3], [1, 10**8]), ([2, 3], [1, 4]), ([2, 5], [5, 0]), ([2, 3], [3, 1])]
+    lines = _run_second("reverse_sequence", mode, steps)
+    for k in (0, 3, 4):
+        shape, n = steps[k]
+        want = reverse_sequence_reference(arange(shape), n, 1, 0)
+        assert lines[k].get("shapes") == {"out0": list(want.shape)}, lines
+        np.testing.assert_array_equal(np.array(lines[k]["out"]["out0"], f32), want)
+    ref = litert.Interpreter(model_content=second_signature_model("reverse_sequence")).get_signature_runner("second")
+    np.testing.assert_array_equal(ref(x=X_RS, n=np.array([2, 3], i32))["out0"], _reversed(X_RS, [2, 3]))
+    for line, shown in ((lines[1], [1, 10**8]), (lines[2], [1, 4])):
+        assert line.get("error") == "InvalidInputError", lines
+        assert line["message"].startswith(
+            "signature 'second': invoke: input 'n' of operator 0 (REVERSE_SEQUENCE) of subgraph 1 holds sequence "
+            f"lengths {shown}, but input 'x' (shape [2, 3]) has 3 steps along its sequence dimension 1 "
+            f"(length 1 is {shown[1]})"
+        ), line
+
+
+@pytest.mark.parametrize("mode", ["in-process", "isolated"])
+def test_a_runner_of_another_subgraph_refuses_an_axis_after_which_the_input_is_empty(mode):
+    full, empty = [2, 3, 4], [2, 0, 4]
+    steps = [(full, [1]), (empty, [0]), (empty, [-3]), (empty, [2]), (full, [0])]
+    lines = _run_second("reverse_v2", mode, steps)
+    for k in (0, 3, 4):
+        shape, (axis,) = steps[k]
+        want = np.flip(arange(shape), axis)
+        assert lines[k].get("shapes") == {"out0": list(want.shape)}, lines
+        np.testing.assert_array_equal(np.array(lines[k]["out"]["out0"], f32).reshape(want.shape), want)
+    for line, axes in ((lines[1], [0]), (lines[2], [-3])):
+        assert line.get("error") == "InvalidInputError", lines
+        assert line["message"].startswith(
+            f"signature 'second': invoke: input 'n' of operator 0 (REVERSE_V2) of subgraph 1 holds the axes {axes}, "
+            "but input 'x' of shape [2, 0, 4] is empty after the reversed axis 0"
+        ), line
+
+
+@pytest.mark.parametrize("mode", ["in-process", "isolated"])
+def test_a_runner_of_another_subgraph_refuses_top_k_of_zero_where_it_corrupts_memory(mode):
+    version = runtime_info().version
+    steps = [([2, 6], 2), ([2, 6], 0), ([2, 6], 3)]
+    lines = _run_second("top_k", mode, steps)
+    for k, n in ((0, 2), (2, 3)):
+        x = arange([2, 6])
+        assert lines[k]["out"] == {"out0": x[:, ::-1][:, :n].tolist(), "out1": [list(range(5, 5 - n, -1))] * 2}
+    if affected(version):
+        assert lines[1].get("error") == "InvalidInputError", lines
+        assert lines[1]["message"].startswith(
+            "signature 'second': invoke: input 'n' of operator 0 (TOPK_V2) of subgraph 1 holds k = 0 for rows of "
+            f"6 values (input 'x' of shape [2, 6]); TFLite {version}'s TOPK_V2 corrupts memory for k = 0"
+        ), lines[1]
+    else:
+        assert lines[1]["shapes"] == {"out0": [2, 0], "out1": [2, 0]}, lines
+
+
+def test_a_runner_of_another_subgraph_finds_its_nodes_only_where_there_are_some():
+    """The nodes are found when the runner is made; a runner of a subgraph without them, and a runner
+    of subgraph 0 (the interpreter's own check), get none, so their calls do nothing more."""
+    import opaque_ops as oo
+    from tests.helpers.interpreter_models import two_subgraph_model
+
+    it = oo.Interpreter(model_content=second_signature_model("reverse_sequence"))
+    assert [n[1] for n in it.get_signature_runner("second")._fed] == ["REVERSE_SEQUENCE"]
+    assert it.get_signature_runner("first")._fed == ()
+    plain = oo.Interpreter(model_content=two_subgraph_model())
+    assert plain.get_signature_runner("second")._fed == ()
