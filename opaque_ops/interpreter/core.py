@@ -851,11 +851,11 @@ class Interpreter:
     _string_inputs: tuple = ()
     _fed_values: tuple = ()
 
-    def _refuse_fed_values(self, native, what: str) -> None:
+    def _refuse_fed_values(self, native, what: str, how: str = "with set_tensor()") -> None:
         """Before an invoke of subgraph 0: refuse an input value its kernel would crash on (see fed_values)."""
         from .fed_values import refuse_crashing_values  # (only a model with such an operator)
 
-        refuse_crashing_values(native, self._fed_values, native.rt.version, what)
+        refuse_crashing_values(native, self._fed_values, native.rt.version, what, how=how)
 
     def _run_invoke(self, native, invoke, watched: bool, moves: bool) -> tuple[int, float | None]:
         """``(status, seconds)`` of one ``invoke()`` (a C call on ``native``; seconds None unless ``watched``).

@@ -19,7 +19,7 @@ from ..errors import InvalidInputError
 
 
 def refuse_crashing_values(
-    native, nodes: tuple, version: str, what: str, reach: SignatureTensors | None = None
+    native, nodes: tuple, version: str, what: str, reach: SignatureTensors | None = None, how: str = "with set_tensor()"
 ) -> None:
     """Raise InvalidInputError if an input of ``nodes`` holds a value their kernel would crash on.
 
@@ -37,6 +37,10 @@ def refuse_crashing_values(
         For the nodes of a signature runner's subgraph other than 0, whose
         tensors the C API reaches by signature name only; None for subgraph
         0's (``native.tensor`` reads them by index).
+    how : str, optional
+        How the caller gives a value, for the message's advice: ``with
+        set_tensor()`` for the interpreter, ``as the runner's argument`` for
+        a signature runner (whose caller never calls set_tensor).
     """
     tensor = native.tensor if reach is None else reach.tensor
     for index, name, value_t, data_t, seq_dim, batch_dim in nodes:
@@ -54,13 +58,13 @@ def refuse_crashing_values(
         else:
             where, shown = reach.where(what, value_t, index, name), reach.label(data_t)
         if name == "REVERSE_SEQUENCE":
-            _reverse_sequence(where, v, x, shown, seq_dim, batch_dim)
+            _reverse_sequence(where, v, x, shown, seq_dim, batch_dim, how)
         elif name == "TOPK_V2":
-            _top_k(where, v, x, shown, version)
+            _top_k(where, v, x, shown, version, how)
         elif name == "REVERSE_V2":
-            _reverse_v2(where, v, x, shown)
+            _reverse_v2(where, v, x, shown, how)
         elif name == "BROADCAST_TO":
-            _broadcast_to(where, v, x, shown, version)
+            _broadcast_to(where, v, x, shown, version, how)
 
 
 class SignatureTensors:
@@ -113,7 +117,7 @@ class SignatureTensors:
         return f"{what}: input {self._names[value_t]!r} of operator {index} ({op}) of subgraph {self._subgraph}"
 
 
-def _reverse_sequence(where, v, x, data_t, s, b) -> None:
+def _reverse_sequence(where, v, x, data_t, s, b, how) -> None:
     # tensorflow/lite/kernels/reverse_sequence.cc reads the lengths only in
     # Eval, which checks the first one alone and reads it even out of empty
     # lengths: the rule the model checks apply to constant lengths
@@ -138,11 +142,11 @@ def _reverse_sequence(where, v, x, data_t, s, b) -> None:
         f"{where} holds sequence lengths {shown}, but input {data_t} (shape {list(x)}) has {x[s]} steps "
         f"along its sequence dimension {s} (length {fault.index} is {int(lengths[fault.index])}); TFLite's "
         f"REVERSE_SEQUENCE reads and writes past its tensors for a length above that (garbage, or a crash). "
-        f"Set lengths of at most {x[s]} with set_tensor(), or resize the input to longer sequences"
+        f"Set lengths of at most {x[s]} {how}, or resize the input to longer sequences"
     )
 
 
-def _top_k(where, v, x, data_t, version) -> None:
+def _top_k(where, v, x, data_t, version, how) -> None:
     # tensorflow/lite/kernels/topk_v2.cc: with a k that is not a constant,
     # Prepare makes the outputs dynamic and Eval reads k (top_k->data.i32[0])
     # before TopK runs; 2.17.1's TopContainer::push then corrupts the heap for
@@ -154,11 +158,11 @@ def _top_k(where, v, x, data_t, version) -> None:
         raise InvalidInputError(
             f"{where} holds k = 0 for rows of {x[-1]} values (input {data_t} of shape {list(x)}); TFLite "
             f"{version}'s TOPK_V2 corrupts memory for k = 0 (TFLite 2.23 runs it). Set k between 1 and "
-            f"{x[-1]} with set_tensor(), or use TFLite 2.23"
+            f"{x[-1]} {how}, or use TFLite 2.23"
         )
 
 
-def _reverse_v2(where, v, x, data_t) -> None:
+def _reverse_v2(where, v, x, data_t, how) -> None:
     # tensorflow/lite/kernels/reverse.cc reads the axes only in Eval; its
     # reference Reverse (kernels/internal/reference/reverse.h) copies out of
     # an input that is empty after the last reversed axis but not up to it
@@ -171,11 +175,11 @@ def _reverse_v2(where, v, x, data_t) -> None:
         raise InvalidInputError(
             f"{where} holds the axes {v.reshape(-1).tolist()}, but input {data_t} of shape {list(x)} is empty "
             f"after the reversed axis {last}, which TFLite's REVERSE_V2 cannot reverse (it reads past the empty "
-            "tensor). Reverse a later axis (set it with set_tensor()), or resize the input without empty dimensions"
+            f"tensor). Reverse a later axis (set it {how}), or resize the input without empty dimensions"
         )
 
 
-def _broadcast_to(where, v, x, data_t, version) -> None:
+def _broadcast_to(where, v, x, data_t, version, how) -> None:
     # tensorflow/lite/kernels/broadcast_to.cc makes the output dynamic for a
     # shape that is not a constant and reads it in Eval's ResizeOutputTensor,
     # which refuses a shape the input does not broadcast to; 2.17.1's
@@ -195,5 +199,5 @@ def _broadcast_to(where, v, x, data_t, version) -> None:
             f"{where} holds the shape {list(out)}, which is empty in a dimension before the last one input "
             f"{data_t} of shape {list(x)} is broadcast along; TFLite {version}'s BROADCAST_TO still copies rows "
             "into that empty output and corrupts memory (TFLite 2.23 runs it). Set a shape that is not empty "
-            "with set_tensor(), or use TFLite 2.23"
+            f"{how}, or use TFLite 2.23"
         )

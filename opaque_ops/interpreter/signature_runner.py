@@ -17,6 +17,9 @@ from .sigint import WATCH_AFTER_S
 
 _ndarray = np.ndarray
 _MISSING = object()
+# The advice of a refused fed value (interpreter.fed_values): a runner's
+# caller gives the value as an argument, never with set_tensor().
+_AS_ARGUMENT = "as the runner's argument"
 
 
 class SignatureRunner:
@@ -227,11 +230,13 @@ class SignatureRunner:
                     it._remember(self._index_of[n], t)
             if writes_main_inputs:
                 if it._fed_values:
-                    it._refuse_fed_values(native, f"{what}: invoke")
+                    it._refuse_fed_values(native, f"{what}: invoke", _AS_ARGUMENT)
             elif self._fed:
                 from .fed_values import refuse_crashing_values  # (only a runner with such an operator)
 
-                refuse_crashing_values(native, self._fed, native.rt.version, f"{what}: invoke", self._reach)
+                refuse_crashing_values(
+                    native, self._fed, native.rt.version, f"{what}: invoke", self._reach, _AS_ARGUMENT
+                )
             status, took = it._run_invoke(native, r.invoke, self._watch, moves)
             if self._watch:
                 self._watch = took > WATCH_AFTER_S
