@@ -24,12 +24,12 @@ def _after_fork_in_child() -> None:
     # thread the child does not have: the child's next interpreter with a
     # Python op or a plugin delegate (hold()), or the closing of one it
     # inherited (release()), waited forever.  Re-created, not taken around
-    # the fork: a garbage collection while a thread holds it can run a
-    # finalizer that takes python_operator's _records_lock, which the fork
-    # takes, so taking both around a fork could deadlock.  A count the other
-    # thread was changing is at worst one too high in the child (an
-    # interpreter it was adding to is not there), which keeps the object
-    # alive for the child's lifetime: never freed early, never twice.
+    # the fork: finalizers take it, and a lock the fork holds while it waits
+    # for others (the import lock) must be one no finalizer takes (see
+    # python_operator._delete).  A count the other thread was changing is at
+    # worst one too high in the child (an interpreter it was adding to is not
+    # there), which keeps the object alive for the child's lifetime: never
+    # freed early, never twice.
     # tests/native/test_lifetime.py forks inside Shared.hold.
     global _lock
     _lock = _thread.RLock()

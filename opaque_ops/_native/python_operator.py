@@ -140,8 +140,10 @@ class _Record:
 
 
 _records: dict[int, _Record] = {}
-# Reentrant: a collection triggered while it is held may finalize an
-# operator, whose deletion takes it again.
+# Guards the check-and-create of _trampolines and the state a fork copies.
+# Never taken by a finalizer (see _delete).  Reentrant, so that code that
+# forks on a thread inside that region (a signal handler) does not wait for
+# itself in _before_fork.
 _records_lock = _thread.RLock()
 _keys = itertools.count(1)
 
@@ -281,8 +283,16 @@ def _create(rt, rec: _Record, version: int):
 
 def _delete(rec: _Record) -> None:
     """Delete the C operator: no PyOperator and no interpreter can reach it any more."""
-    with _records_lock:
-        _records.pop(rec.key, None)
+    # No lock: this runs in finalizers (PyOperator.__del__, an interpreter's
+    # deletion), on whatever thread a collection starts, and a finalizer must
+    # not wait for a lock that its holder keeps while it waits for something
+    # else.  os.fork() holds _records_lock (_before_fork) and then takes the
+    # import lock; a thread that held the import lock (importlib allocates
+    # under it) and collected a garbage operator waited here for
+    # _records_lock: a deadlock (tests/native/test_python_operator.py).  One
+    # dict.pop is atomic on its own (the GIL; a free-threaded dict locks
+    # itself), so the lock added nothing here.
+    _records.pop(rec.key, None)
     ptr, rec.ptr = rec.ptr, None
     rt = _rtmod._runtime
     if ptr is not None and rt is not None and rt.has("TfLiteOperatorDelete"):

@@ -149,7 +149,14 @@ class PythonOp(OpProvider):
 
     def _on_free(self, key: int) -> None:
         with self._states_lock:
-            self._states.pop(key, None)
+            state = self._states.pop(key, None)
+        # Dropped after the lock: freeing a state runs its objects'
+        # finalizers (an interpreter it owns is deleted, which takes
+        # lifetime's lock).  Under _states_lock, that waited for a thread
+        # that held lifetime's lock and had started a collection whose
+        # finalizer (another interpreter with this op) called this free() and
+        # waited for _states_lock: a deadlock (tests/ops/test_pyop.py).
+        del state
 
     def _state(self, node):
         # The node's user data is the key init() returned.

@@ -10,6 +10,10 @@ another callback's value, or a jump into nothing).  The window is a few
 bytecodes wide; the child here widens it with a trace function that yields
 the GIL at each line of the function that makes the set, so both threads are
 inside it together.  The code under test runs unchanged.
+
+An operator's deletion runs in finalizers, on whatever thread a collection
+starts, so it takes no lock: the last test collects one on a thread that
+holds the import lock while another thread forks.
 """
 
 from __future__ import annotations
@@ -119,3 +123,71 @@ def test_a_fork_while_another_thread_makes_the_first_python_op_leaves_the_child_
     want = np.arctan(np.zeros(5, np.float32) + OFFSET)
     assert got.startswith("ok "), got
     np.testing.assert_allclose(np.array(json.loads(got[3:]), np.float32), want, rtol=1e-6, atol=0)
+
+
+FORK_WHILE_COLLECTING = """
+import _imp, gc, json, os, threading
+
+holding = threading.Event()
+
+def last_before_fork():
+    # Registered before opaque_ops is imported, so it runs after opaque_ops'
+    # before-fork handlers: from here on this thread holds _records_lock,
+    # and os.fork() takes the import lock next.  It waits until the other
+    # thread holds the import lock and is collecting.
+    go.set()
+    holding.wait(10)
+
+go = threading.Event()
+os.register_at_fork(before=last_before_fork)
+
+import opaque_ops as oo
+from opaque_ops._native import python_operator
+
+op = oo.python_op("Unused", invoke=lambda ins, outs: None)
+cycle = [op.operators()[0]]
+cycle.append(cycle)
+del cycle  # an operator no interpreter uses, freed by the next collection
+gc.disable()
+
+def import_and_collect():
+    go.wait()
+    # importlib holds the import lock while it allocates (_get_module_lock);
+    # an allocation there can start a collection, which runs finalizers.
+    _imp.acquire_lock()
+    try:
+        holding.set()
+        gc.collect()
+    finally:
+        _imp.release_lock()
+
+forked = threading.Event()
+
+def fork():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    forked.set()
+
+collector = threading.Thread(target=import_and_collect, daemon=True)
+collector.start()
+threading.Thread(target=fork, daemon=True).start()
+ok = forked.wait(15)
+collector.join(5)
+done = {"forked": ok, "collected": not collector.is_alive(), "live": python_operator.live_python_operators()}
+print(json.dumps(done), flush=True)
+os._exit(0)  # (a deadlocked thread would hold the import lock at shutdown)
+"""
+
+
+def test_a_collection_under_the_import_lock_frees_an_operator_while_another_thread_forks():
+    # os.fork() holds _records_lock (its before-fork handler) and then takes
+    # the import lock; the other thread holds the import lock and collects an
+    # unused operator, whose deletion took _records_lock: each waited for the
+    # other.  The operator's deletion now takes no lock.
+    p = run_child(FORK_WHILE_COLLECTING, timeout=90)
+    assert p.returncode == 0, crashed(p)
+    got = json.loads(p.stdout.splitlines()[-1])
+    assert got["forked"] and got["collected"], "the fork and the collection deadlocked: " + crashed(p)
+    assert got["live"] == 0, got  # the collected operator was deleted

@@ -14,6 +14,7 @@ import opaque_ops as oo
 from opaque_ops.model import ModelBuilder
 from opaque_ops.testing import run_op
 from tests.helpers import atan
+from tests.helpers.child_process import crashed, run_child
 from tests.helpers.fork_locks import fork_while_held
 
 OFFSET = np.float32(0.5)
@@ -382,3 +383,92 @@ def test_a_fork_while_another_thread_uses_a_python_op_leaves_the_child_able_to_u
     assert got.startswith("ok "), got
     want = np.arctan(np.ones(5, np.float32) + atan.OFFSET)  # (the Atan model adds its offset first)
     np.testing.assert_allclose(np.array(json.loads(got[3:]), np.float32), want, rtol=1e-6, atol=0)
+
+
+STATE_OWNS_AN_INTERPRETER = """
+import gc, json, os, sys, threading
+import numpy as np
+import opaque_ops as oo
+from opaque_ops._native import lifetime
+
+model = sys.argv[1]
+inner_op = oo.python_op("Atan", invoke=lambda ins, outs: np.arctan(ins[0], out=outs[0]))
+
+freeing = threading.Event()
+
+class State:
+    # The node's state owns an interpreter (with a Python op of its own).
+    def __init__(self):
+        self.inner = oo.Interpreter(model_path=model, custom_ops=[inner_op])
+        self.inner.allocate_tensors()
+
+    def __del__(self):
+        freeing.set()
+        self.inner = None  # deleting it takes lifetime's lock
+
+def init(options):
+    return State()
+
+op = oo.python_op("Atan", invoke=lambda ins, outs, state: np.arctan(ins[0], out=outs[0]), init=init)
+
+def interpreter():
+    it = oo.Interpreter(model_path=model, custom_ops=[op])
+    it.allocate_tensors()
+    return it
+
+first = interpreter()
+garbage = [interpreter()]
+garbage.append(garbage)  # deleted by the next collection, which runs op's free()
+del garbage
+gc.disable()
+
+holding = threading.Event()
+
+def lines(frame, event, arg):
+    if event == "line" and lifetime._lock._is_owned() and not holding.is_set():
+        holding.set()
+        freeing.wait(10)  # the other thread is freeing a node state (in op's free())
+        gc.collect()  # what an allocation inside the locked region can start
+    return lines
+
+def tracer(frame, event, arg):
+    return lines if frame.f_code is lifetime.Shared.hold.__code__ else None
+
+def add_and_collect():
+    sys.settrace(tracer)
+    try:
+        interpreter()  # gives op's operator to a new interpreter: Shared.hold
+    finally:
+        sys.settrace(None)
+
+def drop_first():
+    global first
+    holding.wait()
+    first = None  # op's free() drops the node state, whose interpreter is deleted
+
+threads = [threading.Thread(target=f, daemon=True) for f in (drop_first, add_and_collect)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(10)
+done = not any(t.is_alive() for t in threads)
+if done:
+    gc.collect()
+print(json.dumps({"done": done, "states": len(op._states)}), flush=True)
+os._exit(0)  # (deadlocked threads would hold the locks at shutdown)
+"""
+
+
+def test_freeing_a_node_state_that_owns_an_interpreter_while_another_thread_collects(atan_model_bytes, tmp_path):
+    # One thread deletes an interpreter: the op's free() held _states_lock
+    # while the node's state (an interpreter) was freed, which takes
+    # lifetime's lock.  The other held lifetime's lock (Shared.hold) and
+    # collected an interpreter with the same op, whose free() waited for
+    # _states_lock.  free() now drops the state after releasing the lock.
+    model = tmp_path / "atan.tflite"
+    model.write_bytes(atan_model_bytes)
+    p = run_child(STATE_OWNS_AN_INTERPRETER, model, timeout=90)
+    assert p.returncode == 0, crashed(p)
+    got = json.loads(p.stdout.splitlines()[-1])
+    assert got["done"], "freeing the node state and the collection deadlocked: " + crashed(p)
+    assert got["states"] == 0, got  # every node's free() ran and dropped its state
