@@ -78,10 +78,18 @@ def test_default_is_the_best_clone_the_cpu_has(default_run):
 
 @pytest.mark.parametrize("level", ["avx512", "avx2", "sse2"])
 def test_every_clone_gives_the_same_bits(level, default_run):
-    if level not in cpu_levels():
-        pytest.skip(f"this CPU has no {level}")
+    """Capped at each level: that clone where the CPU has it, else the best one it has, with the same bits.
+
+    A clone of an instruction set the CPU lacks cannot run here (no
+    emulator of AVX-512 is at hand), so its bits are compared only on a CPU
+    that has it; on one that does not, the cap must still pick a clone the
+    CPU can run (a clone it cannot would die with SIGILL), and that clone
+    must give the same bits.
+    """
     capped = run_at(level)
-    assert capped["simd"] == [level]
+    levels = cpu_levels()
+    want = level if level in levels else levels[0]
+    assert capped["simd"] == [want]
     assert capped["digests"] == default_run["digests"]
 
 
