@@ -186,7 +186,7 @@ def _broadcast_to(where, v, x, data_t, version, how) -> None:
     # BroadcastImpl then copies rows into an output that is empty before the
     # last broadcast dimension (heap corruption: SIGABRT for [1, 3] to
     # [0, 5, 3]), the version rule for a constant shape (version_rules._broadcast_to).
-    from ..model.checks.version_rules import broadcast_writes_into_empty
+    from ..model.runtime_versions import broadcast_writes_into_empty  # (not from the checks: see that module)
 
     out = tuple(int(d) for d in v.reshape(-1))
     pad = (1,) * (len(out) - len(x))

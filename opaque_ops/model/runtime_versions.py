@@ -9,6 +9,8 @@ imports them (tests/interpreter/test_concurrent_start.py, tests/model/test_cache
 
 from __future__ import annotations
 
+import math
+
 # The first runtime version measured without the defects of TFLite 2.17.1's
 # kernels that version_rules refuses (2.18 to 2.22 are not known, and are
 # treated as 2.17.1 is).
@@ -24,3 +26,12 @@ def affected(version: str | None) -> bool:
     except ValueError:
         return False
     return (major, minor) < FIXED_IN
+
+
+def broadcast_writes_into_empty(x, out) -> bool:
+    """Whether an affected runtime's BROADCAST_TO of ``x`` to ``out`` (shapes) crashes (see checks.version_rules._broadcast_to; here because the fed-value check of invoke() asks it too)."""
+    if len(x) > len(out) or math.prod(out):
+        return False
+    x = (1,) * (len(out) - len(x)) + tuple(x)
+    last = max((k for k, (a, b) in enumerate(zip(x, out)) if a != b), default=-1)
+    return last >= 0 and math.prod(x[:last]) > 0 and math.prod(out[last:]) > 0

@@ -23,6 +23,7 @@ import math
 
 from ...errors import ModelError
 from ..runtime_versions import affected as affected  # (its home was here)
+from ..runtime_versions import broadcast_writes_into_empty as broadcast_writes_into_empty
 from ..select_rows import SELECT_V2_BROADCAST_RANK
 from . import messages
 from .options import effective_options
@@ -95,15 +96,6 @@ def _broadcast_to(sg, op, known, version) -> None:
             "rows into that empty output and crashes the process (TFLite 2.23 runs it). Resize the input or "
             "the target shape so that the output is not empty, or use TFLite 2.23"
         )
-
-
-def broadcast_writes_into_empty(x, out) -> bool:
-    """Whether an affected runtime's BROADCAST_TO of ``x`` to ``out`` (shapes) crashes (see _broadcast_to)."""
-    if len(x) > len(out) or math.prod(out):
-        return False
-    x = (1,) * (len(out) - len(x)) + tuple(x)
-    last = max((k for k, (a, b) in enumerate(zip(x, out)) if a != b), default=-1)
-    return last >= 0 and math.prod(x[:last]) > 0 and math.prod(out[last:]) > 0
 
 
 def _top_k(sg, op, known, version) -> None:
