@@ -1043,7 +1043,8 @@ class Interpreter:
         """After ``graph.allocate()``: SELECT's row-wise mode remembered, and the ShapeError of a stale one.
 
         TFLite's SELECT keeps the row-wise mode of an earlier allocation,
-        and SELECT_V2 before 2.23 its broadcast mode
+        SELECT_V2 before 2.23 its broadcast mode, and SELECT_V2 an output
+        shape of one value when each input holds one value
         (:mod:`opaque_ops.model.select_rows`): this interpreter remembers,
         per subgraph, which of its nodes took one, from the shapes of
         every allocation (a failed one too: its SELECT may have been
@@ -1065,7 +1066,12 @@ class Interpreter:
 
         rank = SELECT_V2_BROADCAST_RANK if affected(self._check_config[0][0]) else None
         shape_of = self._seen(native, graph)[1]
-        return note_and_check(nodes, shape_of, rows, k, status == 0, outputs, rank)
+
+        def declared(t):
+            # (Asked only before a refusal: reading the tensors costs a later start nothing otherwise.)
+            return self._rooted(k).subgraphs[0].tensors[t].shape
+
+        return note_and_check(nodes, shape_of, rows, k, status == 0, outputs, rank, declared)
 
     # Views of this interpreter's memory held in another process: an isolated
     # interpreter's worker sets it, for the length of one call, to the count of

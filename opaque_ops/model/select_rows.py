@@ -39,6 +39,14 @@ any rank, a later allocation of one shape of 6 dimensions aborts in Eval
 [2, 2, 2, 2, 2, 3]; 2.23.0 and ai-edge-litert run it).  The same memory
 keeps those nodes (:func:`broadcast_nodes_of`; the interpreter passes
 ``broadcast_rank`` only on such a runtime).
+
+The same Prepare, on every runtime, returns before resizing the output when
+the condition, x, y and the output all hold one value: the output keeps the
+shape it had (condition [1, 1], x [1] and y [1], then all three resized to
+[1, 1, 1], leave the output [1, 1]).  Which shape it had is the
+interpreter's past again (the previous allocation's, or the model's
+declared one), so the planned shapes are checked after every allocation
+(``_kept_output``), never in a kept verdict.
 """
 
 from __future__ import annotations
@@ -103,6 +111,7 @@ def note_and_check(
     check: bool = True,
     outputs: dict | None = None,
     broadcast_rank: int | None = None,
+    declared=None,
 ) -> ShapeError | None:
     """After an allocation: remember which nodes took a mode they never leave; the error for a stale one.
 
@@ -128,8 +137,13 @@ def note_and_check(
     broadcast_rank : int, optional
         The most dimensions the runtime's SELECT_V2 broadcasting Eval
         handles (:data:`SELECT_V2_BROADCAST_RANK`
-        on a runtime older than 2.23); None: it handles any, and SELECT_V2
-        nodes are not looked at.
+        on a runtime older than 2.23); None: it handles any, and SELECT_V2's
+        broadcast mode is not remembered (its kept output shape is still
+        checked, on every runtime).
+    declared : callable, optional
+        ``declared(tensor_index) -> shape``: the model's declared shape of a
+        tensor of this subgraph, asked only before a SELECT_V2's kept output
+        is refused (the model's own shapes keep their declared output).
 
     Returns
     -------
@@ -139,14 +153,19 @@ def note_and_check(
         than one value, after an earlier allocation took the row-wise mode
         (Eval would write past the output); a SELECT_V2 of more than
         ``broadcast_rank`` dimensions in the broadcasting mode (Eval would
-        abort the process).  Every node is noted first.
+        abort the process); a SELECT_V2 whose output kept a one-value shape
+        that is not its inputs' broadcast (Prepare's early return: the
+        output and what follows it would have the wrong shape).  Every node
+        is noted first.
     """
     error = None
     for node in nodes:
         if len(node) != 4:
+            kept = _kept_output(node, shape_of, subgraph, declared) if check else None
             if broadcast_rank is not None:
                 stale = _note_broadcast(node, shape_of, rows, outputs, broadcast_rank, subgraph, check)
-                error = error or stale
+                kept = kept or stale
+            error = error or kept
             continue
         index, c, x, y = node
         sc, sx, sy = shape_of(c), shape_of(x), shape_of(y)
@@ -165,6 +184,48 @@ def note_and_check(
                 f"a scalar or one value per row ([{sx[0]}]) here (it still runs those), or use SELECT_V2"
             )
     return error
+
+
+def _kept_output(node, shape_of, subgraph: int, declared=None) -> ShapeError | None:
+    """One SELECT_V2 node after an allocation: the error if its output kept a shape from before.
+
+    tensorflow/lite/kernels/select.cc, SelectPrepare: when the condition, x,
+    y and the output (as the previous Prepare left it, the model's declared
+    shape before the first) all hold one value, it returns before resizing
+    the output, so the output keeps that shape whatever the inputs' ranks
+    now are (measured on 2.17.1, 2.23.0 and ai-edge-litert: condition [1, 1],
+    x [1] and y [1], then all three [1, 1, 1] give an output of [1, 1]).  Its
+    value is right, its shape is not, and an operator after it broadcasts
+    with the stale shape ([1, 1] + [2, 3] gives [2, 3] where [1, 1, 1] gives
+    [1, 2, 3]).  Every other Prepare gives the output the inputs' broadcast
+    shape, so an output of one value whose shape is not that broadcast can
+    only be one the early return kept: that is refused, nothing else.  The
+    planned shapes tell it alone, whatever this interpreter's past.  Except
+    the model's own shapes: when the four are the ones the model declares,
+    the output is the one the model was converted with (what upstream's
+    early return is there to respect), and every runtime gives it.
+    """
+    index, c, x, y, out = node[:5]
+    shapes = [shape_of(t) for t in (c, x, y, out)]
+    if any(s is None for s in shapes):
+        return None
+    sc, sx, sy, so = (tuple(s) for s in shapes)
+    if not all(math.prod(s) == 1 for s in (sc, sx, sy, so)):
+        return None
+    # Three shapes of one value each broadcast to all ones, of the largest rank.
+    want = (1,) * max(len(sc), len(sx), len(sy))
+    if so == want:
+        return None
+    if declared is not None and all(tuple(declared(t)) == s for t, s in zip((c, x, y, out), (sc, sx, sy, so))):
+        return None
+    return ShapeError(
+        f"subgraph {subgraph} operator {index} (SELECT_V2): its condition {list(sc)}, x {list(sx)} and y "
+        f"{list(sy)} broadcast to {list(want)}, but TFLite's SELECT_V2 keeps the output shape {list(so)} it "
+        "already had (its kernel does not resize an output of one value when each input holds one value), so "
+        f"the output and every operator after it would have the wrong shape. Resize the inputs so that they "
+        f"broadcast to {list(so)}, or to shapes that are not all one value (after an allocation whose output "
+        "holds more than one value, all-ones inputs get their broadcast shape again)"
+    )
 
 
 def _note_broadcast(node, shape_of, rows: set, outputs, rank: int, subgraph: int, check: bool) -> ShapeError | None:

@@ -553,7 +553,9 @@ def _one_element_each(shapes):
     output's own shape when it has one element too ([1, 1], [1], [1] give
     [1]; three scalars give the declared [1]), as the reference Select's
     one-element case reads it.  That shape is the model's, or what an
-    earlier allocation left, which the rules are not given: no shape.
+    earlier allocation left, which the rules are not given: no shape.  When
+    it is not the inputs' broadcast, the interpreter refuses the allocation
+    itself, from its planned shapes (:mod:`~opaque_ops.model.select_rows`).
     """
     return all(math.prod(s) == 1 for s in shapes)
 

@@ -613,3 +613,178 @@ def test_select_v2_nodes_are_kept_in_the_models_record_and_remembered_from_it(ve
                 second.allocate_tensors()
         else:
             _v2_run(second, values)
+
+
+# -- SELECT_V2's output shape kept by Prepare's early return (every runtime) --------------------
+#
+# select.cc's Prepare returns before resizing the output when the condition, x, y and the output
+# (as the previous Prepare left it) all hold one value, so the output keeps that shape: condition
+# [1, 1], x [1], y [1] (output [1, 1]), then all three [1, 1, 1] give an output of [1, 1].  Values
+# right, shape wrong, and an operator after it computes with the stale shape.  Measured on 2.17.1,
+# 2.23.0 and ai-edge-litert alike, for every sequence below; the last allocation is refused.
+
+KEPT = "but TFLite's SELECT_V2 keeps the output shape"
+
+# name: (declared condition, x, y, output; the allocations after the declared one, the last refused)
+V2_KEPT = {
+    "rank 2, then all ones of rank 6": (([1, 1], [1], [1], [1, 1]), [([1] * 6,) * 3]),
+    "rank 2, then all ones of rank 3": (([1, 1], [1], [1], [1, 1]), [([1, 1, 1],) * 3]),
+    "rank 2, then [1]": (([1, 1], [1], [1], [1, 1]), [([1],) * 3]),
+    "rank 2, then scalars": (([1, 1], [1], [1], [1, 1]), [([],) * 3]),
+    "scalars, then [1, 1]": (([], [], [], []), [([1, 1],) * 3]),
+    "scalars, then mixed ranks": (([], [], [], []), [([1], [1, 1, 1], [])]),
+    "rank 2 kept through a [1, 1] run": (([1, 1], [1], [1], [1, 1]), [([1, 1],) * 3, ([1, 1, 1, 1],) * 3]),
+    "declared output [1], then rank 3": (([1, 1], [1], [1], [1]), [([1, 1, 1],) * 3]),
+}
+
+
+def kept_model(c, x, y, out, then_add=None) -> bytes:
+    """out = SELECT_V2(c, x, y) with the output declared as given (not always the broadcast), and a
+    signature "select"; with ``then_add``, the graph's output is out + z (z an input of that shape)."""
+    b = ModelBuilder()
+    ids = [b.add_tensor("c", c, np.bool_), b.add_tensor("x", x, f32), b.add_tensor("y", y, f32)]
+    o = b.add_tensor("out", out, f32)
+    b.add_op("SELECT_V2", ids, [o])
+    outs = {"out": o}
+    if then_add is not None:
+        z, s = b.add_tensor("z", then_add, f32), b.add_tensor("sum", then_add, f32)
+        b.add_op("ADD", [o, z], [s])
+        ids.append(z)
+        outs = {"sum": s}
+    b.set_inputs(ids)
+    b.set_outputs(list(outs.values()))
+    b.add_signature("select", dict(zip("cxyz", ids)), outs)
+    return b.build()
+
+
+def _kept_refused(it, values, kept):
+    for k, v in enumerate(values):
+        it.resize_tensor_input(k, list(v.shape))
+    with pytest.raises(ShapeError, match=re.escape(KEPT)) as err:
+        it.allocate_tensors()
+    message = str(err.value)
+    assert "subgraph 0 operator 0 (SELECT_V2)" in message and f"output shape {kept} it already had" in message
+    assert f"broadcast to {list(np.where(*values).shape)}, but" in message
+    assert "Resize the inputs so that they broadcast to" in message
+    with pytest.raises(oo.NotAllocatedError):
+        it.invoke()
+
+
+@pytest.mark.parametrize("case", list(V2_KEPT))
+@pytest.mark.parametrize("isolate", [False, True], ids=["in_process", "isolated"])
+def test_select_v2_output_kept_by_the_early_return_is_refused_and_the_fixes_run(case, isolate):
+    declared, later = V2_KEPT[case]
+    kept = declared[3] if len(later) == 1 else list(later[-2][0])
+    with oo.Interpreter(model_content=kept_model(*declared), isolate=isolate) as it:
+        # The model's own shapes run, with the declared output (what every runtime gives).
+        values = _v2_values(declared[:3])
+        out = _run(it, *values)
+        assert list(out.shape) == declared[3]
+        np.testing.assert_array_equal(out.reshape(-1), np.where(*values).reshape(-1))
+        for k, shapes in enumerate(later[:-1]):
+            _v2_run(it, _v2_values(shapes, seed=k + 1))
+        _kept_refused(it, _v2_values(later[-1], seed=9), kept)
+        # The message's fixes: inputs that broadcast to the kept shape, or shapes of more than one
+        # value (one shape: no broadcast mode, which 2.17.1 refuses at 6 dimensions), after which all
+        # ones get their broadcast shape.
+        _v2_run(it, _v2_values((kept, kept, [1] * len(kept)), seed=10))
+        _v2_run(it, _v2_values(([2, 3],) * 3, seed=11))
+        _v2_run(it, _v2_values(later[-1], seed=12))
+
+
+def test_select_v2_all_ones_that_the_early_return_leaves_right_still_run():
+    """Never refused where every runtime gives the broadcast shape: the early return keeping a shape
+    that is the broadcast, or no early return (the output held more than one value)."""
+    with oo.Interpreter(model_content=kept_model([1, 1], [1], [1], [1, 1])) as it:
+        for k, shapes in enumerate((([1, 1], [1, 1], [1]), ([1], [1, 1], []), ([2, 3],) * 3, ([1, 1, 1],) * 3)):
+            _v2_run(it, _v2_values(shapes, seed=k))
+    with oo.Interpreter(model_content=kept_model([], [], [], [])) as it:
+        _v2_run(it, _v2_values(([], [], [])))
+        _v2_run(it, _v2_values(([3], [], [3])))  # (broadcast mode: still at 1 dimension)
+        _v2_run(it, _v2_values(([1] * 5,) * 3, seed=1))
+
+
+def test_select_v2_kept_output_is_refused_through_a_signature_runner():
+    c, x, y = _v2_values(([1, 1, 1],) * 3)
+    with oo.Interpreter(model_content=kept_model([1, 1], [1], [1], [1, 1])) as it:
+        run = it.get_signature_runner("select")
+        out = run(c=c[0, 0], x=x[0], y=y[0, 0])["out"]  # (scalar, [1, 1], scalar: the kept [1, 1] is right)
+        assert out.shape == (1, 1) and out[0, 0] == np.where(c, x, y).item()
+        with pytest.raises(ShapeError, match=re.escape(KEPT)):
+            run(c=c, x=x, y=y)
+        np.testing.assert_array_equal(run(c=c[0], x=x[0], y=y[0])["out"], np.where(c[0], x[0], y[0]))
+
+
+def test_an_operator_after_the_kept_output_gets_the_wrong_shape_without_the_rule(monkeypatch):
+    """The harm: ADD broadcasts the stale [1, 1] with z [2, 3] to [2, 3] where np.where's [1, 1, 1]
+    gives [1, 2, 3].  Without the rule this runtime (and ai-edge-litert) returns that shape; with it
+    the allocation is refused."""
+    data = kept_model([1, 1], [1, 1], [1, 1], [1, 1], then_add=[2, 3])
+    first = _v2_values(([1, 1],) * 3) + (np.ones((2, 3), f32),)
+    stale = _v2_values(([1, 1, 1],) * 3, seed=1) + (np.arange(6, dtype=f32).reshape(2, 3),)
+    want = np.where(*stale[:3]) + stale[3]
+    assert want.shape == (1, 2, 3)
+
+    def run(it, values):
+        """(The inputs are tensors 0, 1, 2 and 4, on this interpreter and ai-edge-litert's.)"""
+        inputs = [d["index"] for d in it.get_input_details()]
+        for k, v in zip(inputs, values):
+            it.resize_tensor_input(k, list(v.shape))
+        it.allocate_tensors()
+        for k, v in zip(inputs, values):
+            it.set_tensor(k, v)
+        it.invoke()
+        return it.get_tensor(it.get_output_details()[0]["index"])
+
+    def sequence(it):
+        np.testing.assert_array_equal(run(it, first), np.where(*first[:3]) + first[3])
+        return run(it, stale)
+
+    with oo.Interpreter(model_content=data) as it:
+        with pytest.raises(ShapeError, match=re.escape(KEPT)):
+            sequence(it)
+    monkeypatch.setattr(select_rows, "_kept_output", lambda *a: None)
+    with oo.Interpreter(model_content=data) as it:
+        out = sequence(it)
+    assert out.shape == (2, 3)  # the defect itself, in the runtime: a shape no operator gives
+    np.testing.assert_array_equal(out.reshape(-1), want.reshape(-1))  # (its values are right)
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    assert sequence(litert.Interpreter(model_content=data)).shape == (2, 3)
+
+
+def test_note_and_check_refuses_a_kept_output_only_when_it_is_not_the_broadcast():
+    """The rule alone: an output of one value whose shape is not the broadcast of three inputs of one
+    value each, on every runtime (rank None too), after a successful allocation only, and not at the
+    model's declared shapes."""
+    nodes = select_rows.kept_nodes_of(read_model(kept_model([1, 1], [1], [1], [1])).subgraphs[0])
+    declared = {0: (1, 1), 1: (1,), 2: (1,), 3: (1,)}.get
+
+    def step(c, x, y, out, rank=None, check=True):
+        shapes = {0: c, 1: x, 2: y, 3: out}
+        return note_and_check(nodes, shapes.get, set(), 0, check, {}, rank, declared)
+
+    for rank in (None, 5):
+        assert isinstance(step((1, 1, 1), (1,), (), (1, 1), rank), ShapeError)
+        assert isinstance(step((), (), (), (1,), rank), ShapeError)
+        assert isinstance(step((1,), (1,), (1,), (), rank), ShapeError)
+        assert step((1, 1, 1), (1,), (), (1, 1, 1), rank) is None  # the broadcast
+        assert step((1, 1), (1,), (1,), (1,), rank) is None  # the model's declared shapes
+        assert step((2, 3), (2, 3), (2, 3), (1,), rank) is None  # (no early return: not this rule)
+        assert step((1, 1, 1), (1,), (1,), None, rank) is None  # unknown output
+        assert step((1, 1, 1), (1,), (), (1, 1), rank, check=False) is None  # a failed allocation
+
+
+def test_a_kept_output_from_the_models_record_keeps_the_declared_exception(verdicts):
+    """A later start reads the SELECT_V2 nodes from the record (no operators parsed): the model's own
+    shapes (output declared [1] for a [1, 1] broadcast) still run, and a kept [1] for [1, 1, 1] is refused."""
+    data = kept_model([1, 1], [1], [1], [1])
+    values = _v2_values(([1, 1], [1], [1]))
+    for start in ("first", "from the record"):
+        with oo.Interpreter(model_content=data) as it:
+            if start != "first":
+                assert "_source" in it._info.__dict__  # (read from the record, not parsed)
+            out = _run(it, *values)
+            assert out.shape == (1,) and out[0] == np.where(*values).item()
+            _kept_refused(it, _v2_values(([1, 1, 1],) * 3, seed=1), [1])
+        [record] = verdicts.glob("*.rec")
+        cache.clear()  # a new process: only the record on disk is left
