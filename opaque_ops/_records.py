@@ -24,7 +24,8 @@ from __future__ import annotations
 import _thread
 import os
 import sys
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Callable
 
 # "Use the default factory": the default of such a field's __init__ argument
 # (the generated __init__ shows the same "<factory>" in its signature).
@@ -33,21 +34,69 @@ FACTORY: Any = type("_Factory", (), {"__repr__": lambda self: "<factory>"})()
 _lock = _thread.RLock()
 
 
-def _after_fork_in_child() -> None:
-    # A fork while another thread was making a class a dataclass left the
-    # child's copy of _lock held by a thread the child does not have: the
-    # child's first read of any such class's fields waited forever.
-    # Re-created, not taken around the fork: the first of them imports
-    # dataclasses.  The child finds a class made a dataclass or not; one the
-    # other thread was in the middle of is made again from its field options,
-    # which @dataclass reads the same way twice.  tests/test_records.py
-    # forks inside _DataclassFields.__get__.
-    global _lock
-    _lock = _thread.RLock()
+# ------------------------------------------------------------ locks after a fork
+# The fork handlers of the modules that re-create their locks in a forked
+# child.  They live here, not in a module of their own, because this bottom
+# module is one that every start-up imports already (the model reader's
+# classes are records) and that _native may import: a module more would cost
+# each start-up its import (CONTRIBUTING.md, "The start-up path").  Each
+# caller says at its call why what its locks guard is safe as the child finds it.
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+def renew_after_fork(module_globals: dict, **factories: Callable[[], Any]) -> None:
+    """In the child of every later fork, give a module new locks in place of its own.
+
+    A lock another thread held at the fork stays held in the child by a
+    thread the child does not have, and the child's first caller waits
+    forever; a new one is free.
+
+    Parameters
+    ----------
+    module_globals : dict
+        The module's ``globals()``.
+    **factories : callable
+        The name of each module-level lock, and what makes its new one
+        (``_thread.allocate_lock``, ``_thread.RLock``, ``threading.Lock``...).
+    """
+
+    def _after_fork_in_child() -> None:
+        for name, make in factories.items():
+            module_globals[name] = make()
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def renew_each_after_fork(objects: Iterable, **factories: Callable[[], Any]) -> None:
+    """In the child of every later fork, give each of ``objects`` new locks in place of its own.
+
+    Parameters
+    ----------
+    objects : iterable
+        A collection read again at each fork, such as a
+        :class:`weakref.WeakSet` of every instance or a dict's ``values()``.
+    **factories : callable
+        The attribute name of each lock, and what makes its new one.
+    """
+
+    def _after_fork_in_child() -> None:
+        for obj in list(objects):
+            for name, make in factories.items():
+                setattr(obj, name, make())
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# A fork while another thread was making a class a dataclass left the
+# child's copy of _lock held by a thread the child does not have: the
+# child's first read of any such class's fields waited forever.
+# Re-created, not taken around the fork: the first of them imports
+# dataclasses.  The child finds a class made a dataclass or not; one the
+# other thread was in the middle of is made again from its field options,
+# which @dataclass reads the same way twice.  tests/test_records.py
+# forks inside _DataclassFields.__get__.
+renew_after_fork(globals(), _lock=_thread.RLock)
 
 
 class _FieldOptions(dict):

@@ -48,6 +48,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional, TypeVar
 
 from . import errors
+from ._records import renew_after_fork
 
 # The interpreter modules' public names, as tflite_runtime / ai-edge-litert define them.
 _INTERPRETER_NAMES = (
@@ -86,24 +87,18 @@ _served: dict = {}
 _classes_lock = threading.RLock()
 
 
-def _after_fork_in_child() -> None:
-    # A fork while another thread held one of the two locks left the
-    # child's copy held by a thread the child does not have: the child's
-    # install() (_lock) or its first import of a served name (_classes_lock)
-    # waited forever.  Re-created, not taken around the fork: install()
-    # holds _lock while it compiles the op sources it is given, and a class
-    # is built while interpreter modules are imported.  What they guard is
-    # safe as the child finds it: a built class is stored once complete (the
-    # child builds any other again; one the other thread was building is left
-    # in _served, where nothing reaches it), and install() and uninstall()
-    # finish whichever of their steps the other thread had not done.
-    # tests/test_compat.py forks inside both locks.
-    global _lock, _classes_lock
-    _lock, _classes_lock = threading.Lock(), threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# A fork while another thread held one of the two locks left the
+# child's copy held by a thread the child does not have: the child's
+# install() (_lock) or its first import of a served name (_classes_lock)
+# waited forever.  Re-created, not taken around the fork: install()
+# holds _lock while it compiles the op sources it is given, and a class
+# is built while interpreter modules are imported.  What they guard is
+# safe as the child finds it: a built class is stored once complete (the
+# child builds any other again; one the other thread was building is left
+# in _served, where nothing reaches it), and install() and uninstall()
+# finish whichever of their steps the other thread had not done.
+# tests/test_compat.py forks inside both locks.
+renew_after_fork(globals(), _lock=threading.Lock, _classes_lock=threading.RLock)
 
 _T = TypeVar("_T", bound=Callable[..., type])
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
-import os
 
+from .._records import renew_after_fork, renew_each_after_fork
 from ..errors import OpLibraryError
 from . import elf
 from .ffi import dlopen, ffi
@@ -112,25 +112,18 @@ def kernel_library(path: str, host_arch: str = "<this machine's architecture>") 
         return lib
 
 
-def _after_fork_in_child() -> None:
-    # A lock another thread held at the fork stays held in the child, by a
-    # thread the child does not have: the child's first load of a library
-    # (or first operator of one) waited forever.  They are re-created, not
-    # taken around the fork: a first load holds the lock while the runtime
-    # and the library load, which can take long.  What they guard is safe
-    # to use as the child finds it: a library and an operator are stored
-    # once made, so the child has either the finished object or none, and
-    # makes the missing one again (an operator made but not stored by the
-    # other thread is one small allocation, never freed anyway: see Operator).
-    # tests/native/test_kernel_library.py forks inside each lock.
-    global _kernel_libraries_lock
-    _kernel_libraries_lock = _thread.allocate_lock()
-    for lib in list(_kernel_libraries.values()):
-        lib._ops_lock = _thread.allocate_lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# A lock another thread held at the fork stays held in the child, by a
+# thread the child does not have: the child's first load of a library
+# (or first operator of one) waited forever.  They are re-created, not
+# taken around the fork: a first load holds the lock while the runtime
+# and the library load, which can take long.  What they guard is safe
+# to use as the child finds it: a library and an operator are stored
+# once made, so the child has either the finished object or none, and
+# makes the missing one again (an operator made but not stored by the
+# other thread is one small allocation, never freed anyway: see Operator).
+# tests/native/test_kernel_library.py forks inside each lock.
+renew_after_fork(globals(), _kernel_libraries_lock=_thread.allocate_lock)
+renew_each_after_fork(_kernel_libraries.values(), _ops_lock=_thread.allocate_lock)
 
 
 class Operator:

@@ -12,31 +12,26 @@ its owner was abandoned, and every interpreter that held it was deleted.
 from __future__ import annotations
 
 import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
-import os
+
+from .._records import renew_after_fork
 
 # Reentrant: a garbage collection can run finalizers (which abandon other
 # objects) on this thread while it holds the lock.
 _lock = _thread.RLock()
 
 
-def _after_fork_in_child() -> None:
-    # A fork while another thread held _lock left the child's copy held by a
-    # thread the child does not have: the child's next interpreter with a
-    # Python op or a plugin delegate (hold()), or the closing of one it
-    # inherited (release()), waited forever.  Re-created, not taken around
-    # the fork: finalizers take it, and a lock the fork holds while it waits
-    # for others (the import lock) must be one no finalizer takes (see
-    # python_operator._delete).  A count the other thread was changing is at
-    # worst one too high in the child (an interpreter it was adding to is not
-    # there), which keeps the object alive for the child's lifetime: never
-    # freed early, never twice.
-    # tests/native/test_lifetime.py forks inside Shared.hold.
-    global _lock
-    _lock = _thread.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# A fork while another thread held _lock left the child's copy held by a
+# thread the child does not have: the child's next interpreter with a
+# Python op or a plugin delegate (hold()), or the closing of one it
+# inherited (release()), waited forever.  Re-created, not taken around
+# the fork: finalizers take it, and a lock the fork holds while it waits
+# for others (the import lock) must be one no finalizer takes (see
+# python_operator._delete).  A count the other thread was changing is at
+# worst one too high in the child (an interpreter it was adding to is not
+# there), which keeps the object alive for the child's lifetime: never
+# freed early, never twice.
+# tests/native/test_lifetime.py forks inside Shared.hold.
+renew_after_fork(globals(), _lock=_thread.RLock)
 
 
 class Shared:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import _thread  # threading's locks, without importing threading (CONTRIBUTING.md, "The start-up path")
 import os
 
+from .._records import renew_after_fork
 from ..errors import DelegateError
 from .ffi import dlopen, ffi
 from .lifetime import Shared
@@ -42,21 +43,15 @@ def _report(message):
 _report_cb = None
 
 
-def _after_fork_in_child() -> None:
-    # A fork while another thread loaded a plugin or created a delegate left
-    # the child's copy of that lock held by a thread the child does not have:
-    # the child's first load_delegate() waited forever.  Re-created, not
-    # taken around the fork: a plugin's creation can take long (a device to
-    # open), and every fork would wait for it.  A plugin is stored once
-    # loaded, so the child has it or loads it again; messages of the other
-    # thread's creation left in _messages are cleared by the child's first.
-    # tests/native/test_native_delegate.py forks inside both locks.
-    global _plugins_lock, _create_lock
-    _plugins_lock, _create_lock = _thread.allocate_lock(), _thread.allocate_lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# A fork while another thread loaded a plugin or created a delegate left
+# the child's copy of that lock held by a thread the child does not have:
+# the child's first load_delegate() waited forever.  Re-created, not
+# taken around the fork: a plugin's creation can take long (a device to
+# open), and every fork would wait for it.  A plugin is stored once
+# loaded, so the child has it or loads it again; messages of the other
+# thread's creation left in _messages are cleared by the child's first.
+# tests/native/test_native_delegate.py forks inside both locks.
+renew_after_fork(globals(), _plugins_lock=_thread.allocate_lock, _create_lock=_thread.allocate_lock)
 
 
 def _plugin(path: str):

@@ -30,6 +30,7 @@ import os
 from importlib.machinery import EXTENSION_SUFFIXES
 
 from .. import _native
+from .._records import renew_after_fork
 from ..build import bundles as _bundles
 from ..build import extension as _extension
 from ..errors import OpaqueOpsError
@@ -44,20 +45,14 @@ _loading = _thread.allocate_lock()
 _loaded: tuple[object | None, str] | None = None
 
 
-def _after_fork_in_child() -> None:
-    # A fork while another thread was looking the module up left the
-    # child's copy of _loading held by a thread the child does not have: the
-    # child's first interpreter waited forever.  Re-created, not taken around
-    # the fork: the lookup may compile the module (seconds), and every fork
-    # would wait for it.  _loaded is set once the lookup is complete, so the
-    # child finds it complete or unset, and then looks the module up itself.
-    # tests/interpreter/test_fast_calls.py forks inside module().
-    global _loading
-    _loading = _thread.allocate_lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# A fork while another thread was looking the module up left the
+# child's copy of _loading held by a thread the child does not have: the
+# child's first interpreter waited forever.  Re-created, not taken around
+# the fork: the lookup may compile the module (seconds), and every fork
+# would wait for it.  _loaded is set once the lookup is complete, so the
+# child finds it complete or unset, and then looks the module up itself.
+# tests/interpreter/test_fast_calls.py forks inside module().
+renew_after_fork(globals(), _loading=_thread.allocate_lock)
 
 
 class FastCallsError(OpaqueOpsError, ImportError):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import os
 import re
 import threading
 import weakref
 
+from .._records import renew_each_after_fork
 from ..errors import InvalidInputError, OpaqueOpsError
 from .process import WorkerProcess
 
@@ -176,13 +176,7 @@ class Worker:
 _workers: weakref.WeakSet = weakref.WeakSet()
 
 
-def _after_fork_in_child() -> None:
-    # A thread the fork did not copy may have held a Worker's lock.  The
-    # process it holds is the parent's (see WorkerProcess._forsake): the next
-    # interpreter starts a fresh one here.
-    for w in list(_workers):
-        w._lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# A thread the fork did not copy may have held a Worker's lock.  The
+# process it holds is the parent's (see WorkerProcess._forsake): the next
+# interpreter starts a fresh one here.
+renew_each_after_fork(_workers, _lock=threading.Lock)

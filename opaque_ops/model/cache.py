@@ -66,6 +66,7 @@ import weakref
 from collections import OrderedDict
 
 from .. import _digest
+from .._records import renew_after_fork
 from .._version import __version__
 from ..build import paths as _paths
 from ..build import store as _files
@@ -726,14 +727,8 @@ _warned: set = set()
 _write_lock = _thread.allocate_lock()
 
 
-def _after_fork_in_child() -> None:
-    # A lock another thread held at the fork stays held in the child forever.
-    global _lock, _write_lock
-    _lock, _write_lock = _thread.allocate_lock(), _thread.allocate_lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# A lock another thread held at the fork stays held in the child forever.
+renew_after_fork(globals(), _lock=_thread.allocate_lock, _write_lock=_thread.allocate_lock)
 
 
 def _code() -> str:

@@ -14,6 +14,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from .. import _digest, _native
+from .._records import renew_each_after_fork
 from ..build import bundles as _bundles
 from ..build import paths as _paths
 from ..build import store as _store
@@ -450,20 +451,14 @@ def _check_loadable(path: str) -> None:
 _libraries: weakref.WeakSet = weakref.WeakSet()
 
 
-def _after_fork_in_child() -> None:
-    # A library made before a fork (a module-level compile_ops, then a
-    # process pool) reaches the child; if another thread was building its
-    # operators at the fork, the child's copy of its lock stayed held by a
-    # thread the child does not have, and the child's first interpreter
-    # with it waited forever.  Re-created: the operators are stored once
-    # all are made, so the child finds them all or makes them itself.
-    # tests/ops/test_oplib.py forks inside OpLibrary.operators.
-    for lib in list(_libraries):
-        lib._lock = _thread.allocate_lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# A library made before a fork (a module-level compile_ops, then a
+# process pool) reaches the child; if another thread was building its
+# operators at the fork, the child's copy of its lock stayed held by a
+# thread the child does not have, and the child's first interpreter
+# with it waited forever.  Re-created: the operators are stored once
+# all are made, so the child finds them all or makes them itself.
+# tests/ops/test_oplib.py forks inside OpLibrary.operators.
+renew_each_after_fork(_libraries, _lock=_thread.allocate_lock)
 
 
 class DeferredKernel:

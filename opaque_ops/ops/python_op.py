@@ -17,7 +17,6 @@ Python callback cost (microseconds).  Port the op to C once it is right.
 from __future__ import annotations
 
 import itertools
-import os
 import pickle
 import sys
 import threading
@@ -28,6 +27,7 @@ from typing import Callable
 import numpy as np
 
 from .. import _native
+from .._records import renew_each_after_fork
 from ..errors import KernelError
 from .provider import OpProvider
 
@@ -269,23 +269,16 @@ def _kept(owners: list) -> list:
 _python_ops: weakref.WeakSet = weakref.WeakSet()
 
 
-def _after_fork_in_child() -> None:
-    # A Python op made before a fork (a module-level python_op, then a
-    # process pool) reaches the child; if another thread was making its
-    # operator, or initializing or freeing one of its nodes, at the fork, the
-    # child's copy of that lock stayed held by a thread the child does not
-    # have, and the child's first interpreter with the op waited forever.
-    # Re-created: the operator is stored once made, and a node state is
-    # stored or removed in one step, so the child finds each done or not
-    # (a state the other thread's node was getting is never freed: that node
-    # does not exist here).  tests/ops/test_pyop.py forks inside both.
-    for op in list(_python_ops):
-        op._operator_lock = threading.Lock()
-        op._states_lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# A Python op made before a fork (a module-level python_op, then a
+# process pool) reaches the child; if another thread was making its
+# operator, or initializing or freeing one of its nodes, at the fork, the
+# child's copy of that lock stayed held by a thread the child does not
+# have, and the child's first interpreter with the op waited forever.
+# Re-created: the operator is stored once made, and a node state is
+# stored or removed in one step, so the child finds each done or not
+# (a state the other thread's node was getting is never freed: that node
+# does not exist here).  tests/ops/test_pyop.py forks inside both.
+renew_each_after_fork(_python_ops, _operator_lock=threading.Lock, _states_lock=threading.RLock)
 
 
 class _InitFailed:
