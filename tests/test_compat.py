@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers.atan import ATAN_INPUT
 from tests.helpers.child_process import crashed, run_child, run_python
-from tests.helpers.fork_locks import fork_while_held
+from tests.helpers.fork_locks import assert_child_returns
 from tests.helpers.locations import ROOT, package_file
 
 # is given and prints its outputs and which Interpreter class it got.
@@ -480,7 +480,8 @@ def test_a_fork_while_another_thread_builds_the_served_class_leaves_the_child_ab
     # Interpreter class is built, holding _classes_lock: the child's copy
     # stayed held, and its import of ai_edge_litert.interpreter (which needs
     # the same class) waited forever.
-    got = fork_while_held(
+    assert_child_returns(
+        "opaque_ops.compat",
         COMPAT_FORK_SETUP + "compat.install()\n",
         code="compat._interpreter_class.__code__",
         lock="compat._classes_lock",
@@ -488,12 +489,12 @@ def test_a_fork_while_another_thread_builds_the_served_class_leaves_the_child_ab
         child="importlib.import_module('ai_edge_litert.interpreter').Interpreter.__module__",
         args=[guide_atan.path],
     )
-    assert got == "ok 'opaque_ops.compat'", got
 
 
 def test_a_fork_while_another_thread_installs_leaves_the_child_able_to_install(guide_atan):
     # The thread stops inside install(), holding _lock, before it loads the op library.
-    got = fork_while_held(
+    assert_child_returns(
+        (None, True, {"use_xnnpack": False}),
         COMPAT_FORK_SETUP,
         code="compat.install.__code__",
         lock="compat._lock",
@@ -501,4 +502,3 @@ def test_a_fork_while_another_thread_installs_leaves_the_child_able_to_install(g
         child="(compat.install(use_xnnpack=False), compat.installed(), compat._settings)",
         args=[guide_atan.path],
     )
-    assert got == "ok (None, True, {'use_xnnpack': False})", got

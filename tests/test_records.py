@@ -27,7 +27,7 @@ from opaque_ops.build import compiler
 from opaque_ops.model import reader, shapes
 from opaque_ops.model.checks import type_rules
 from tests.helpers.child_process import crashed, run_python
-from tests.helpers.fork_locks import fork_while_held
+from tests.helpers.fork_locks import assert_child_returns
 from tests.helpers.locations import ROOT
 
 CLASSES = [
@@ -219,11 +219,11 @@ def test_a_fork_while_another_thread_makes_a_class_a_dataclass_leaves_the_child_
     # The thread stops inside _DataclassFields.__get__, holding _records' lock,
     # before it runs @dataclass: the child's copy of the lock stayed held, and
     # its first read of fields waited forever.
-    got = fork_while_held(
+    assert_child_returns(
+        [f.name for f in dataclasses.fields(reader.TensorInfo)],
         "import dataclasses\nfrom opaque_ops import _records\nfrom opaque_ops.model import reader\n",
         code="_records._DataclassFields.__get__.__code__",
         lock="_records._lock",
         worker="dataclasses.fields(reader.TensorInfo)",
         child="[f.name for f in dataclasses.fields(reader.TensorInfo)]",
     )
-    assert got == f"ok {[f.name for f in dataclasses.fields(reader.TensorInfo)]!r}", got

@@ -137,3 +137,21 @@ def fork_while_held(
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["thread_done"] and not out["thread"], f"the thread holding the lock failed: {out}"
     return out["child"]
+
+
+def assert_child_returns(want, setup: str, **kwargs) -> None:
+    """Assert that :func:`fork_while_held`'s forked child got through, and that its ``child`` expression returned ``want``.
+
+    Parameters
+    ----------
+    want : object
+        What the child's expression must return, compared by its ``repr``
+        (the child reports that).
+    setup : str
+        As for :func:`fork_while_held`.
+    **kwargs
+        The other arguments of :func:`fork_while_held` (``code``, ``lock``,
+        ``worker``, ``child``...).
+    """
+    got = fork_while_held(setup, **kwargs)
+    assert got == f"ok {want!r}", got

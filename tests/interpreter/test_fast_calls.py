@@ -23,7 +23,7 @@ from opaque_ops.interpreter import fast_calls
 from tests.helpers.child_process import crashed, run_child, run_python
 from tests.helpers.fast_call_scenarios import X
 from tests.helpers.fast_module import required_fast_calls
-from tests.helpers.fork_locks import fork_while_held
+from tests.helpers.fork_locks import assert_child_returns
 from tests.helpers.interpreter_models import add_model, tile_model
 
 
@@ -320,11 +320,11 @@ def test_a_fork_while_another_thread_looks_the_module_up_leaves_the_child_able_t
     # the child's copy of the lock stayed held, and its first interpreter
     # (which asks for the module) waited forever.
     used, where = fast_calls.status()
-    got = fork_while_held(
+    assert_child_returns(
+        (used, where),
         "from opaque_ops.interpreter import fast_calls\n",
         code="fast_calls.module.__code__",
         lock="fast_calls._loading",
         worker="fast_calls.module()",
         child="fast_calls.status()",
     )
-    assert got == f"ok {(used, where)!r}", got

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.fork_locks import fork_while_held
+from tests.helpers.fork_locks import assert_child_returns
 
 SETUP = """
 import importlib
@@ -37,7 +37,6 @@ oo.runtime_info()
 def test_a_fork_while_another_thread_loads_a_kernel_library_leaves_the_child_able_to_load_it(
     guide_atan, code, lock, worker
 ):
-    got = fork_while_held(
-        SETUP, code=code, lock=lock, worker=worker, child="oo.load_ops(path).ops", args=[guide_atan.path]
+    assert_child_returns(
+        [("Atan", 1)], SETUP, code=code, lock=lock, worker=worker, child="oo.load_ops(path).ops", args=[guide_atan.path]
     )
-    assert got == "ok [('Atan', 1)]", got

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.delegate_plugin import build_add_delegate_plugin
-from tests.helpers.fork_locks import fork_while_held
+from tests.helpers.fork_locks import assert_child_returns
 
 SETUP = """
 import opaque_ops as oo
@@ -39,7 +39,8 @@ def plugin(tmp_path_factory) -> str:
     ids=["plugin load", "delegate creation"],
 )
 def test_a_fork_while_another_thread_loads_a_delegate_leaves_the_child_able_to_load_one(plugin, code, lock):
-    got = fork_while_held(
+    assert_child_returns(
+        "Delegate",
         SETUP,
         code=code,
         lock=lock,
@@ -47,4 +48,3 @@ def test_a_fork_while_another_thread_loads_a_delegate_leaves_the_child_able_to_l
         child="type(oo.load_delegate(plugin)).__name__",
         args=[plugin],
     )
-    assert got == "ok 'Delegate'", got

@@ -25,7 +25,7 @@ from opaque_ops._native import builds, elf
 from opaque_ops._native import runtime_loader as native_runtime
 from opaque_ops.build import compiler as _cbuild
 from tests.helpers.child_process import run_child
-from tests.helpers.fork_locks import fork_while_held
+from tests.helpers.fork_locks import assert_child_returns
 from tests.helpers.locations import ROOT
 from tests.helpers.runtime_libraries import (
     PYMICRO_MEMBER,
@@ -604,23 +604,23 @@ def test_a_fork_while_another_thread_loads_the_runtime_leaves_the_child_able_to_
     # The thread stops inside load_runtime, holding _runtime_lock, before the
     # runtime is loaded: the child's copy of the lock stayed held, and its
     # load_runtime() (every interpreter's first step) waited forever.
-    got = fork_while_held(
+    assert_child_returns(
+        native_runtime.load_runtime().path,
         FORK_SETUP,
         code="rl.load_runtime.__code__",
         lock="rl._runtime_lock",
         worker="rl.load_runtime()",
         child="rl.load_runtime().path",
     )
-    assert got == f"ok {native_runtime.load_runtime().path!r}", got
 
 
 def test_a_fork_while_another_thread_hashes_the_runtime_leaves_the_child_able_to_hash_it():
     # The thread stops inside Runtime.sha256, holding the runtime's digest lock.
-    got = fork_while_held(
+    assert_child_returns(
+        native_runtime.file_sha256(native_runtime.load_runtime().path),
         FORK_SETUP + "rt = rl.load_runtime()\n",
         code="rl.Runtime.sha256.fget.__code__",
         lock="rt._digest_lock",
         worker="rt.sha256",
         child="oo.runtime_info().sha256",
     )
-    assert got == f"ok {native_runtime.file_sha256(native_runtime.load_runtime().path)!r}", got

@@ -14,7 +14,7 @@ import pytest
 import opaque_ops as oo
 from tests.helpers.atan import ATAN_INPUT, MACRO_ATAN, make_model, reference, run_atan
 from tests.helpers.child_process import run_child
-from tests.helpers.fork_locks import fork_while_held
+from tests.helpers.fork_locks import assert_child_returns
 from tests.helpers.locations import ROOT
 
 
@@ -528,7 +528,8 @@ def test_a_fork_while_another_thread_builds_a_librarys_operators_leaves_the_chil
     # A library made before the fork; the thread stops inside its
     # operators(), holding its lock: the child's copy stayed held, and its
     # first interpreter with the library waited forever.
-    got = fork_while_held(
+    assert_child_returns(
+        [("Atan", 1)],
         "import opaque_ops as oo\nlib = oo.load_ops(sys.argv[1])\n",
         code="type(lib).operators.__code__",
         lock="lib._lock",
@@ -536,4 +537,3 @@ def test_a_fork_while_another_thread_builds_a_librarys_operators_leaves_the_chil
         child="lib.ops",
         args=[guide_atan.path],
     )
-    assert got == "ok [('Atan', 1)]", got
