@@ -22,9 +22,8 @@ import json
 
 import numpy as np
 
-from tests.helpers.atan import OFFSET
+from tests.helpers.atan import OFFSET, PYTHON_OP_INTERPRETER, assert_python_op_fork
 from tests.helpers.child_process import crashed, run_child
-from tests.helpers.fork_locks import fork_while_held
 
 CHILD = """
 import json, sys, threading, time
@@ -86,20 +85,10 @@ def test_python_ops_first_made_on_threads_at_once_share_one_live_set_of_trampoli
         np.testing.assert_allclose(np.array(got, np.float32), want, rtol=1e-6, atol=0)
 
 
-FORK_SETUP = """
-import numpy as np
-import opaque_ops as oo
+FORK_SETUP = (
+    PYTHON_OP_INTERPRETER
+    + """
 from opaque_ops._native import python_operator
-
-model = sys.argv[1]
-
-def interpreter():
-    op = oo.python_op("Atan", invoke=lambda ins, outs: np.arctan(ins[0], out=outs[0]))
-    it = oo.Interpreter(model_path=model, custom_ops=[op])
-    it.allocate_tensors()
-    it.set_tensor(0, np.zeros(5, np.float32))
-    it.invoke()
-    return it.get_tensor(it.get_output_details()[0]["index"]).tolist()
 
 oo.runtime_info()
 # What a first creation imports on first use is imported before the thread
@@ -115,6 +104,7 @@ try:
 except oo.OpaqueOpsError:
     pass
 """
+)
 
 
 def test_a_fork_while_another_thread_makes_the_first_python_op_leaves_the_child_able_to_make_its_own(
@@ -122,19 +112,15 @@ def test_a_fork_while_another_thread_makes_the_first_python_op_leaves_the_child_
 ):
     # The thread stops inside _static_trampolines, holding _records_lock; the
     # child inherited that lock held and its first Python op waited forever.
-    model = tmp_path / "atan.tflite"
-    model.write_bytes(atan_model_bytes)
-    got = fork_while_held(
+    assert_python_op_fork(
+        atan_model_bytes,
+        tmp_path,
         FORK_SETUP,
         code="python_operator._static_trampolines.__code__",
         lock="python_operator._records_lock",
-        worker="interpreter()",
-        child="interpreter()",
-        args=[model],
+        call="interpreter(x=np.zeros(5, np.float32))",
+        x=np.zeros(5, np.float32),
     )
-    want = np.arctan(np.zeros(5, np.float32) + OFFSET)
-    assert got.startswith("ok "), got
-    np.testing.assert_allclose(np.array(json.loads(got[3:]), np.float32), want, rtol=1e-6, atol=0)
 
 
 FORK_WHILE_COLLECTING = """

@@ -15,7 +15,6 @@ from opaque_ops.model import ModelBuilder
 from opaque_ops.testing import run_op
 from tests.helpers import atan
 from tests.helpers.child_process import crashed, run_child
-from tests.helpers.fork_locks import fork_while_held
 
 OFFSET = np.float32(0.5)
 
@@ -345,22 +344,14 @@ def test_many_ops_do_not_accumulate():
     assert _native.live_python_operators() == base
 
 
-PYOP_FORK_SETUP = """
-import numpy as np
-import opaque_ops as oo
-
-model = sys.argv[1]
+PYOP_FORK_SETUP = (
+    atan.PYTHON_OP_INTERPRETER
+    + """
 op = oo.python_op("Atan", invoke=lambda ins, outs, state: np.arctan(ins[0], out=outs[0]), init=lambda options: 1)
-
-def interpreter():
-    it = oo.Interpreter(model_path=model, custom_ops=[op])
-    it.allocate_tensors()
-    it.set_tensor(0, np.ones(5, np.float32))
-    it.invoke()
-    return it.get_tensor(it.get_output_details()[0]["index"]).tolist()
 
 oo.runtime_info()
 """
+)
 
 
 @pytest.mark.parametrize(
@@ -375,14 +366,9 @@ def test_a_fork_while_another_thread_uses_a_python_op_leaves_the_child_able_to_u
     atan_model_bytes, tmp_path, code, lock
 ):
     # The op is made before the fork; the thread stops holding one of its locks.
-    model = tmp_path / "atan.tflite"
-    model.write_bytes(atan_model_bytes)
-    got = fork_while_held(
-        PYOP_FORK_SETUP, code=code, lock=lock, worker="interpreter()", child="interpreter()", args=[model]
+    atan.assert_python_op_fork(
+        atan_model_bytes, tmp_path, PYOP_FORK_SETUP, code=code, lock=lock, call="interpreter(op)"
     )
-    assert got.startswith("ok "), got
-    want = np.arctan(np.ones(5, np.float32) + atan.OFFSET)  # (the Atan model adds its offset first)
-    np.testing.assert_allclose(np.array(json.loads(got[3:]), np.float32), want, rtol=1e-6, atol=0)
 
 
 STATE_OWNS_AN_INTERPRETER = """
