@@ -15,6 +15,7 @@ ships, comes after it).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -99,6 +100,20 @@ def run_child(code: str, *args, timeout: float = 120, **kw) -> ChildResult:
     The keywords are those of :func:`run_python`.
     """
     return run_python("-c", textwrap.dedent(code), *args, timeout=timeout, **kw)
+
+
+def run_child_json(code: str, *args, **kw) -> tuple[ChildResult, object]:
+    """Run ``code`` as :func:`run_child` does; assert that it exited with 0.
+
+    Returns
+    -------
+    tuple
+        The finished child, and the JSON value its last line of output holds
+        (where such a child prints what it found).
+    """
+    p = run_child(code, *args, **kw)
+    assert p.returncode == 0, crashed(p)
+    return p, json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def crashed(p: subprocess.CompletedProcess) -> str:

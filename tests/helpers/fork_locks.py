@@ -16,10 +16,9 @@ regression hangs a grandchild, which is killed, and fails one test.
 
 from __future__ import annotations
 
-import json
 import textwrap
 
-from tests.helpers.child_process import crashed, run_child
+from tests.helpers.child_process import run_child_json
 
 PRELUDE = """
 import json, os, signal, sys, threading, time
@@ -132,9 +131,7 @@ def fork_while_held(
         The thread's own call must have finished without an exception.
     """
     body = RUN.format(code=code, lock=lock, worker=worker, child=child, child_timeout=child_timeout)
-    p = run_child(PRELUDE + textwrap.dedent(setup) + body, *args, timeout=180, env=env)
-    assert p.returncode == 0, crashed(p)
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    _, out = run_child_json(PRELUDE + textwrap.dedent(setup) + body, *args, timeout=180, env=env)
     assert out["thread_done"] and not out["thread"], f"the thread holding the lock failed: {out}"
     return out["child"]
 

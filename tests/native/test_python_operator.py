@@ -18,12 +18,10 @@ holds the import lock while another thread forks.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from tests.helpers.atan import OFFSET, PYTHON_OP_INTERPRETER, assert_python_op_fork
-from tests.helpers.child_process import crashed, run_child
+from tests.helpers.child_process import crashed, run_child_json
 
 CHILD = """
 import json, sys, threading, time
@@ -76,9 +74,7 @@ print(json.dumps(out))
 def test_python_ops_first_made_on_threads_at_once_share_one_live_set_of_trampolines(atan_model_bytes, tmp_path):
     model = tmp_path / "atan.tflite"
     model.write_bytes(atan_model_bytes)
-    p = run_child(CHILD, model, timeout=120)
-    assert p.returncode == 0, crashed(p)
-    out = json.loads(p.stdout.splitlines()[-1])
+    _, out = run_child_json(CHILD, model, timeout=120)
     for k, got in enumerate(out):
         assert not isinstance(got, str), f"interpreter {k}: {got}"
         want = np.arctan(np.full(5, k, np.float32) + OFFSET)
@@ -184,8 +180,6 @@ def test_a_collection_under_the_import_lock_frees_an_operator_while_another_thre
     # the import lock; the other thread holds the import lock and collects an
     # unused operator, whose deletion took _records_lock: each waited for the
     # other.  The operator's deletion now takes no lock.
-    p = run_child(FORK_WHILE_COLLECTING, timeout=90)
-    assert p.returncode == 0, crashed(p)
-    got = json.loads(p.stdout.splitlines()[-1])
+    p, got = run_child_json(FORK_WHILE_COLLECTING, timeout=90)
     assert got["forked"] and got["collected"], "the fork and the collection deadlocked: " + crashed(p)
     assert got["live"] == 0, got  # the collected operator was deleted

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import threading
 import traceback
 
@@ -14,7 +13,7 @@ import opaque_ops as oo
 from opaque_ops.model import ModelBuilder
 from opaque_ops.testing import run_op
 from tests.helpers import atan
-from tests.helpers.child_process import crashed, run_child
+from tests.helpers.child_process import crashed, run_child_json
 
 OFFSET = np.float32(0.5)
 
@@ -453,8 +452,6 @@ def test_freeing_a_node_state_that_owns_an_interpreter_while_another_thread_coll
     # _states_lock.  free() now drops the state after releasing the lock.
     model = tmp_path / "atan.tflite"
     model.write_bytes(atan_model_bytes)
-    p = run_child(STATE_OWNS_AN_INTERPRETER, model, timeout=90)
-    assert p.returncode == 0, crashed(p)
-    got = json.loads(p.stdout.splitlines()[-1])
+    p, got = run_child_json(STATE_OWNS_AN_INTERPRETER, model, timeout=90)
     assert got["done"], "freeing the node state and the collection deadlocked: " + crashed(p)
     assert got["states"] == 0, got  # every node's free() ran and dropped its state
