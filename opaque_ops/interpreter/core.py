@@ -1043,8 +1043,8 @@ class Interpreter:
         """After ``graph.allocate()``: SELECT's row-wise mode remembered, and the ShapeError of a stale one.
 
         TFLite's SELECT keeps the row-wise mode of an earlier allocation,
-        SELECT_V2 before 2.23 its broadcast mode, and SELECT_V2 an output
-        shape of one value when each input holds one value
+        SELECT_V2 before 2.23 its broadcast mode, and both an output shape
+        of one value when each input holds one value
         (:mod:`opaque_ops.model.select_rows`): this interpreter remembers,
         per subgraph, which of its nodes took one, from the shapes of
         every allocation (a failed one too: its SELECT may have been

@@ -620,9 +620,16 @@ def _is_feed(v) -> bool:
 
 
 def _is_select(v) -> bool:
-    """[operator, condition, x, y] per SELECT, [operator, condition, x, y, output, one] per SELECT_V2 (one: 0 or 1)."""
+    """[operator, condition, x, y, output] per SELECT, and those and ``one`` (0 or 1) per SELECT_V2.
+
+    Records written before a SELECT's output was kept hold [operator,
+    condition, x, y] for it: not valid here, so such a record is ignored and
+    rewritten (read as it is, its SELECT would have no output to check, and
+    would be taken for a malformed node).  The form of a SELECT_V2's node is
+    unchanged, so a record without SELECT is still used.
+    """
     return type(v) is list and all(
-        type(n) is list and (len(n) == 4 or len(n) == 6 and n[5] in (0, 1)) and all(map(_is_int, n)) for n in v
+        type(n) is list and (len(n) == 5 or len(n) == 6 and n[5] in (0, 1)) and all(map(_is_int, n)) for n in v
     )
 
 

@@ -41,12 +41,14 @@ keeps those nodes (:func:`broadcast_nodes_of`; the interpreter passes
 ``broadcast_rank`` only on such a runtime).
 
 The same Prepare, on every runtime, returns before resizing the output when
-the condition, x, y and the output all hold one value: the output keeps the
-shape it had (condition [1, 1], x [1] and y [1], then all three resized to
-[1, 1, 1], leave the output [1, 1]).  Which shape it had is the
-interpreter's past again (the previous allocation's, or the model's
-declared one), so the planned shapes are checked after every allocation
-(``_kept_output``), never in a kept verdict.
+the condition, x, y and the output all hold one value, before it looks at
+which version it is: the output of a SELECT_V2 or a SELECT keeps the shape
+it had (SELECT_V2's condition [1, 1], x [1] and y [1], then all three
+resized to [1, 1, 1], leave the output [1, 1]; SELECT's three [1, 1], then
+three [1], leave it [1, 1] too).  Which shape it had is the interpreter's
+past again (the previous allocation's, or the model's declared one), so the
+planned shapes are checked after every allocation (``_kept_output``), never
+in a kept verdict.
 """
 
 from __future__ import annotations
@@ -73,11 +75,21 @@ def overruns(shape) -> bool:
 
 
 def nodes_of(sg) -> tuple:
-    """``(operator index, condition, x, y)`` of each SELECT (v1) operator of ``sg`` (SELECT_V2 has no such mode)."""
+    """``(operator index, condition, x, y, output)`` of each SELECT (v1) operator of ``sg``.
+
+    SELECT_V2 has no row-wise mode (:func:`broadcast_nodes_of` gives its
+    nodes).  The output is there for the shape Prepare's early return keeps
+    (see :func:`note_and_check`); an operator without one is left out, as
+    the model checks refuse it (``checks.graph.check_has_outputs``).
+    """
     return tuple(
-        (op.index, *op.inputs[:3])
+        (op.index, *op.inputs[:3], op.outputs[0])
         for op in sg.operators
-        if op.op_name == "SELECT" and len(op.inputs) >= 3 and min(op.inputs[:3]) >= 0
+        if op.op_name == "SELECT"
+        and len(op.inputs) >= 3
+        and min(op.inputs[:3]) >= 0
+        and op.outputs
+        and op.outputs[0] >= 0
     )
 
 
@@ -99,7 +111,11 @@ def broadcast_nodes_of(sg) -> tuple:
 
 
 def kept_nodes_of(sg) -> tuple:
-    """:func:`nodes_of` then :func:`broadcast_nodes_of` ``sg``: what the interpreter remembers modes of."""
+    """:func:`nodes_of` then :func:`broadcast_nodes_of` ``sg``: what the interpreter remembers modes of.
+
+    A SELECT's node has 5 values, a SELECT_V2's 6: how :func:`note_and_check`
+    (and the model's record, ``cache._is_select``) tell them apart.
+    """
     return nodes_of(sg) + broadcast_nodes_of(sg)
 
 
@@ -142,8 +158,9 @@ def note_and_check(
         checked, on every runtime).
     declared : callable, optional
         ``declared(tensor_index) -> shape``: the model's declared shape of a
-        tensor of this subgraph, asked only before a SELECT_V2's kept output
-        is refused (the model's own shapes keep their declared output).
+        tensor of this subgraph, asked only before a SELECT or SELECT_V2's
+        kept output is refused (the model's own shapes keep their declared
+        output).
 
     Returns
     -------
@@ -154,20 +171,21 @@ def note_and_check(
         (Eval would write past the output); a SELECT_V2 of more than
         ``broadcast_rank`` dimensions in the broadcasting mode (Eval would
         abort the process); a SELECT_V2 whose output kept a one-value shape
-        that is not its inputs' broadcast (Prepare's early return: the
-        output and what follows it would have the wrong shape).  Every node
-        is noted first.
+        that is not its inputs' broadcast, or a SELECT whose output kept one
+        that is not x's shape (Prepare's early return: the output and what
+        follows it would have the wrong shape).  Every node is noted first.
     """
     error = None
     for node in nodes:
-        if len(node) != 4:
-            kept = _kept_output(node, shape_of, subgraph, declared) if check else None
+        kept = _kept_output(node, shape_of, subgraph, declared) if check else None
+        if len(node) == 6:  # SELECT_V2 (kept_nodes_of)
             if broadcast_rank is not None:
                 stale = _note_broadcast(node, shape_of, rows, outputs, broadcast_rank, subgraph, check)
                 kept = kept or stale
             error = error or kept
             continue
-        index, c, x, y = node
+        error = error or kept
+        index, c, x, y, _out = node
         sc, sx, sy = shape_of(c), shape_of(x), shape_of(y)
         if sc is None or sx is None or sy is None:
             continue
@@ -187,23 +205,29 @@ def note_and_check(
 
 
 def _kept_output(node, shape_of, subgraph: int, declared=None) -> ShapeError | None:
-    """One SELECT_V2 node after an allocation: the error if its output kept a shape from before.
+    """One SELECT or SELECT_V2 node after an allocation: the error if its output kept a shape from before.
 
     tensorflow/lite/kernels/select.cc, SelectPrepare: when the condition, x,
     y and the output (as the previous Prepare left it, the model's declared
     shape before the first) all hold one value, it returns before resizing
-    the output, so the output keeps that shape whatever the inputs' ranks
-    now are (measured on 2.17.1, 2.23.0 and ai-edge-litert: condition [1, 1],
-    x [1] and y [1], then all three [1, 1, 1] give an output of [1, 1]).  Its
-    value is right, its shape is not, and an operator after it broadcasts
-    with the stale shape ([1, 1] + [2, 3] gives [2, 3] where [1, 1, 1] gives
-    [1, 2, 3]).  Every other Prepare gives the output the inputs' broadcast
-    shape, so an output of one value whose shape is not that broadcast can
-    only be one the early return kept: that is refused, nothing else.  The
-    planned shapes tell it alone, whatever this interpreter's past.  Except
-    the model's own shapes: when the four are the ones the model declares,
-    the output is the one the model was converted with (what upstream's
-    early return is there to respect), and every runtime gives it.
+    the output, and before it tells SELECT from SELECT_V2, so the output
+    keeps that shape whatever the inputs' ranks now are (measured on 2.17.1,
+    2.23.0 and ai-edge-litert: SELECT_V2's condition [1, 1], x [1] and y [1],
+    then all three [1, 1, 1], give an output of [1, 1]; SELECT's three
+    [1, 1], then three [1] or three scalars, give [1, 1]).  Its value is
+    right, its shape is not, and an operator after it broadcasts with the
+    stale shape ([1, 1] + [2, 3] gives [2, 3] where [1, 1, 1] gives
+    [1, 2, 3]).  Every other Prepare gives SELECT_V2's output the inputs'
+    broadcast shape, and SELECT's output x's shape (or fails: SELECT does
+    not broadcast, and takes a condition of x's shape, a scalar or one value
+    per row of x, with y of x's shape; measured the same, on a model whose
+    declared output holds more than one value, so no early return).  So an
+    output of one value whose shape is not that one can only be one the
+    early return kept: that is refused, nothing else.  The planned shapes
+    tell it alone, whatever this interpreter's past.  Except the model's own
+    shapes: when the four are the ones the model declares, the output is the
+    one the model was converted with (what upstream's early return is there
+    to respect), and every runtime gives it.
     """
     index, c, x, y, out = node[:5]
     shapes = [shape_of(t) for t in (c, x, y, out)]
@@ -212,19 +236,31 @@ def _kept_output(node, shape_of, subgraph: int, declared=None) -> ShapeError | N
     sc, sx, sy, so = (tuple(s) for s in shapes)
     if not all(math.prod(s) == 1 for s in (sc, sx, sy, so)):
         return None
-    # Three shapes of one value each broadcast to all ones, of the largest rank.
-    want = (1,) * max(len(sc), len(sx), len(sy))
+    v2 = len(node) == 6
+    # SELECT_V2: three shapes of one value each broadcast to all ones, of the largest rank.
+    # SELECT: x's shape, also for inputs of one value it takes only through the early return
+    # (without it Prepare refuses them, so no other shape is right either).
+    want = (1,) * max(len(sc), len(sx), len(sy)) if v2 else sx
     if so == want:
         return None
     if declared is not None and all(tuple(declared(t)) == s for t, s in zip((c, x, y, out), (sc, sx, sy, so))):
         return None
+    if v2:
+        return ShapeError(
+            f"subgraph {subgraph} operator {index} (SELECT_V2): its condition {list(sc)}, x {list(sx)} and y "
+            f"{list(sy)} broadcast to {list(want)}, but TFLite's SELECT_V2 keeps the output shape {list(so)} it "
+            "already had (its kernel does not resize an output of one value when each input holds one value), "
+            "so the output and every operator after it would have the wrong shape. Resize the inputs so that "
+            f"they broadcast to {list(so)}, or to shapes that are not all one value (after an allocation whose "
+            "output holds more than one value, all-ones inputs get their broadcast shape again)"
+        )
     return ShapeError(
-        f"subgraph {subgraph} operator {index} (SELECT_V2): its condition {list(sc)}, x {list(sx)} and y "
-        f"{list(sy)} broadcast to {list(want)}, but TFLite's SELECT_V2 keeps the output shape {list(so)} it "
-        "already had (its kernel does not resize an output of one value when each input holds one value), so "
-        f"the output and every operator after it would have the wrong shape. Resize the inputs so that they "
-        f"broadcast to {list(so)}, or to shapes that are not all one value (after an allocation whose output "
-        "holds more than one value, all-ones inputs get their broadcast shape again)"
+        f"subgraph {subgraph} operator {index} (SELECT): its condition {list(sc)}, x {list(sx)} and y "
+        f"{list(sy)} call for an output of x's shape {list(want)}, but TFLite's SELECT keeps the output shape "
+        f"{list(so)} it already had (its kernel does not resize an output of one value when each input holds "
+        "one value), so the output and every operator after it would have the wrong shape. Resize the "
+        f"condition, x and y to {list(so)}, or to one shape that is not all one value (after an allocation "
+        "whose output holds more than one value, all-ones inputs get x's shape again)"
     )
 
 

@@ -424,7 +424,7 @@ ANSWER_MODELS = {
             "fed": [],
         },
     ),
-    "select": (lambda: select_model(2, 3), {"feed": None, "select": [[0, 0, 1, 2]], "codes": [64], "fed": []}),
+    "select": (lambda: select_model(2, 3), {"feed": None, "select": [[0, 0, 1, 2, 3]], "codes": [64], "fed": []}),
     "codes": (
         lambda: FACE.read_bytes(),
         {"feed": None, "select": [], "codes": [0, 2, 3, 4, 6, 17, 19, 22, 34], "fed": []},
@@ -450,11 +450,12 @@ DAMAGED = {
         None,
         "SELECT",
         [[0, 0, 1]],
-        ((0, 0, 1, 2),),
-        [(0, 0, 1, 2)],
-        [[0, 1 << 31, 1, 2]],
-        [[0, 0, 1, "2"]],
-        [[0, 0, 1, 2, 3]],
+        ((0, 0, 1, 2, 3),),
+        [(0, 0, 1, 2, 3)],
+        [[0, 1 << 31, 1, 2, 3]],
+        [[0, 0, 1, 2, "3"]],
+        [[0, 0, 1, 2]],  # (a SELECT's node before its output was kept: such a record is not read)
+        [[0, 0, 1, 2, -1]],
         [[0, 0, 1, 2, 3, 2]],  # (a SELECT_V2's last value says whether its output has one value: 0 or 1)
         [[0, 0, 1, 2, 3, True]],
     ],

@@ -98,9 +98,10 @@ MALFORMED = {
     "select a string": lambda doc: _with(doc, "select", "SELECT"),
     "select of three parts": lambda doc: _with(doc, "select", [[0, 0, 1]]),
     "select nested": lambda doc: _with(doc, "select", _nested(DEEP)),
-    "select huge index": lambda doc: _with(doc, "select", [[0, 10**30, 1, 2]]),
-    "select a tuple": lambda doc: _with(doc, "select", ((0, 0, 1, 2),)),
-    "select of five parts": lambda doc: _with(doc, "select", [[0, 0, 1, 2, 3]]),
+    "select huge index": lambda doc: _with(doc, "select", [[0, 10**30, 1, 2, 3]]),
+    "select a tuple": lambda doc: _with(doc, "select", ((0, 0, 1, 2, 3),)),
+    # (SELECT's node as records held it before its output was kept.)
+    "select of four parts": lambda doc: _with(doc, "select", [[0, 0, 1, 2]]),
     "select_v2 declared-one flag of 2": lambda doc: _with(doc, "select", [[0, 0, 1, 2, 3, 2]]),
     "select_v2 declared-one flag a bool": lambda doc: _with(doc, "select", [[0, 0, 1, 2, 3, True]]),
     "codes a string": lambda doc: _with(doc, "codes", "BATCH_MATMUL"),

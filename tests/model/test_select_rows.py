@@ -11,6 +11,7 @@ sees it: only the interpreter's past does.
 
 from __future__ import annotations
 
+import hashlib
 import marshal
 import re
 
@@ -19,7 +20,7 @@ import pytest
 
 import opaque_ops as oo
 from opaque_ops.errors import ShapeError
-from opaque_ops.model import ModelBuilder, cache, read_model, select_rows
+from opaque_ops.model import ModelBuilder, cache, checks, read_model, select_rows
 from opaque_ops.model.select_rows import nodes_of, note_and_check
 from tests.helpers.child_process import crashed, run_child
 
@@ -109,7 +110,7 @@ def test_a_kept_verdict_for_the_one_shape_neither_refuses_a_fresh_interpreter_no
     first = oo.Interpreter(model_content=data)
     np.testing.assert_array_equal(_run(first, c, a, b), np.where(c, a, b))  # "passed" kept for [2, 3]
     [record] = verdicts.glob("*.rec")
-    assert marshal.loads(record.read_bytes())["select"] == [[0, 0, 1, 2]]
+    assert marshal.loads(record.read_bytes())["select"] == [[0, 0, 1, 2, 3]]
     cache.clear()  # a new process: only the record on disk is left
     second = oo.Interpreter(model_content=data)
     assert "_source" in second._info.__dict__  # (read from the record, not parsed)
@@ -148,7 +149,7 @@ def test_note_and_check_remembers_only_the_modes_prepare_takes():
     """The rule alone, on shapes given by hand: what sets the row-wise flag (select.cc's Prepare), and
     which later shapes are then refused (RankOneSelect writes past the output) or still fine."""
     nodes = nodes_of(read_model(select_model(2, 3)).subgraphs[0])
-    assert nodes == ((0, 0, 1, 2),)
+    assert nodes == ((0, 0, 1, 2, 3),)
 
     def step(rows, c, x, y=None):
         shapes = {0: c, 1: x, 2: x if y is None else y}
@@ -638,13 +639,13 @@ V2_KEPT = {
 }
 
 
-def kept_model(c, x, y, out, then_add=None) -> bytes:
-    """out = SELECT_V2(c, x, y) with the output declared as given (not always the broadcast), and a
-    signature "select"; with ``then_add``, the graph's output is out + z (z an input of that shape)."""
+def kept_model(c, x, y, out, then_add=None, op="SELECT_V2") -> bytes:
+    """out = SELECT_V2(c, x, y) (or ``op``) with the output declared as given (not always the broadcast),
+    and a signature "select"; with ``then_add``, the graph's output is out + z (z an input of that shape)."""
     b = ModelBuilder()
     ids = [b.add_tensor("c", c, np.bool_), b.add_tensor("x", x, f32), b.add_tensor("y", y, f32)]
     o = b.add_tensor("out", out, f32)
-    b.add_op("SELECT_V2", ids, [o])
+    b.add_op(op, ids, [o])
     outs = {"out": o}
     if then_add is not None:
         z, s = b.add_tensor("z", then_add, f32), b.add_tensor("sum", then_add, f32)
@@ -715,11 +716,12 @@ def test_select_v2_kept_output_is_refused_through_a_signature_runner():
         np.testing.assert_array_equal(run(c=c[0], x=x[0], y=y[0])["out"], np.where(c[0], x[0], y[0]))
 
 
-def test_an_operator_after_the_kept_output_gets_the_wrong_shape_without_the_rule(monkeypatch):
+@pytest.mark.parametrize("op", ["SELECT_V2", "SELECT"])
+def test_an_operator_after_the_kept_output_gets_the_wrong_shape_without_the_rule(monkeypatch, op):
     """The harm: ADD broadcasts the stale [1, 1] with z [2, 3] to [2, 3] where np.where's [1, 1, 1]
-    gives [1, 2, 3].  Without the rule this runtime (and ai-edge-litert) returns that shape; with it
-    the allocation is refused."""
-    data = kept_model([1, 1], [1, 1], [1, 1], [1, 1], then_add=[2, 3])
+    (SELECT's x's shape too) gives [1, 2, 3].  Without the rule this runtime (and ai-edge-litert)
+    returns that shape; with it the allocation is refused."""
+    data = kept_model([1, 1], [1, 1], [1, 1], [1, 1], then_add=[2, 3], op=op)
     first = _v2_values(([1, 1],) * 3) + (np.ones((2, 3), f32),)
     stale = _v2_values(([1, 1, 1],) * 3, seed=1) + (np.arange(6, dtype=f32).reshape(2, 3),)
     want = np.where(*stale[:3]) + stale[3]
@@ -741,7 +743,7 @@ def test_an_operator_after_the_kept_output_gets_the_wrong_shape_without_the_rule
         return run(it, stale)
 
     with oo.Interpreter(model_content=data) as it:
-        with pytest.raises(ShapeError, match=re.escape(KEPT)):
+        with pytest.raises(ShapeError, match=re.escape(f"but TFLite's {op} keeps the output shape [1, 1]")):
             sequence(it)
     monkeypatch.setattr(select_rows, "_kept_output", lambda *a: None)
     with oo.Interpreter(model_content=data) as it:
@@ -788,3 +790,177 @@ def test_a_kept_output_from_the_models_record_keeps_the_declared_exception(verdi
             _kept_refused(it, _v2_values(([1, 1, 1],) * 3, seed=1), [1])
         [record] = verdicts.glob("*.rec")
         cache.clear()  # a new process: only the record on disk is left
+
+
+# -- SELECT's output shape kept by the same early return (every runtime) ------------------------
+#
+# select.cc's Prepare returns early before it tells SELECT from SELECT_V2, so SELECT keeps a
+# one-value output shape the same way: three [1, 1] (output [1, 1]), then three [1] or three
+# scalars, leave it [1, 1]; three [1], then three [1, 1, 1], leave it [1].  Without the early return
+# (an output declared with more than one value) SELECT's output is x's shape, or Prepare refuses
+# inputs that do not fit it (condition [1, 1] with x [1]; x [1] with y [1, 1]).  Measured on 2.17.1,
+# 2.23.0 and ai-edge-litert alike, for every sequence below; the last allocation is refused.
+
+# name: (declared condition, x, y, output; the allocations after the declared one, the last refused)
+V1_KEPT = {
+    "[1, 1], then [1]": (([1, 1],) * 4, [([1],) * 3]),
+    "[1, 1], then scalars": (([1, 1],) * 4, [([],) * 3]),
+    "[1], then [1, 1, 1]": (([1],) * 4, [([1, 1, 1],) * 3]),
+    "scalars, then [1] * 6": (([],) * 4, [([1] * 6,) * 3]),
+    "[1, 1] kept through a [1, 1] run": (([1, 1],) * 4, [([1, 1],) * 3, ([1, 1, 1, 1],) * 3]),
+    "declared output [1], then [1, 1, 1]": (([1, 1], [1, 1], [1, 1], [1]), [([1, 1, 1],) * 3]),
+    # (Inputs SELECT takes only through the early return: without it Prepare refuses them.)
+    "[1, 1], then a condition [1, 1] of x [1]": (([1, 1],) * 4, [([1, 1], [1], [1])]),
+}
+
+
+def _v1_run(it, values):
+    """Resize to these values' shapes, allocate, invoke: SELECT's output, checked against np.where.
+
+    (Only for inputs of one shape, or a scalar condition: there np.where's shape is x's, SELECT's.)"""
+    out = _run(it, *values)
+    want = np.where(*values)
+    assert out.shape == want.shape == values[1].shape
+    np.testing.assert_array_equal(out, want)
+
+
+def _v1_kept_refused(it, values, kept):
+    for k, v in enumerate(values):
+        it.resize_tensor_input(k, list(v.shape))
+    with pytest.raises(ShapeError, match=re.escape("but TFLite's SELECT keeps the output shape")) as err:
+        it.allocate_tensors()
+    message = str(err.value)
+    assert "subgraph 0 operator 0 (SELECT)" in message and f"output shape {kept} it already had" in message
+    assert f"call for an output of x's shape {list(values[1].shape)}, but" in message
+    assert f"Resize the condition, x and y to {kept}" in message
+    with pytest.raises(oo.NotAllocatedError):
+        it.invoke()
+
+
+@pytest.mark.parametrize("case", list(V1_KEPT))
+@pytest.mark.parametrize("isolate", [False, True], ids=["in_process", "isolated"])
+def test_select_output_kept_by_the_early_return_is_refused_and_the_fixes_run(case, isolate):
+    declared, later = V1_KEPT[case]
+    kept = declared[3] if len(later) == 1 else list(later[-2][1])
+    with oo.Interpreter(model_content=kept_model(*declared, op="SELECT"), isolate=isolate) as it:
+        # The model's own shapes run, with the declared output (what every runtime gives).
+        values = _v2_values(declared[:3])
+        out = _run(it, *values)
+        assert list(out.shape) == declared[3]
+        np.testing.assert_array_equal(out.reshape(-1), np.where(*values).reshape(-1))
+        for k, shapes in enumerate(later[:-1]):
+            _v1_run(it, _v2_values(shapes, seed=k + 1))
+        _v1_kept_refused(it, _v2_values(later[-1], seed=9), kept)
+        # The message's fixes: the three inputs of the kept shape, or of one shape of more than one
+        # value, after which all ones of one shape get that shape (x's).
+        _v1_run(it, _v2_values((kept,) * 3, seed=10))
+        _v1_run(it, _v2_values(([2, 3],) * 3, seed=11))
+        last = later[-1] if later[-1][0] == later[-1][1] else (later[-1][1],) * 3
+        _v1_run(it, _v2_values(last, seed=12))
+
+
+def test_select_all_ones_that_the_early_return_leaves_right_still_run():
+    """Never refused where every runtime gives x's shape: the early return keeping a shape that is
+    x's (a scalar or [1] condition too), or no early return (the output held more than one value)."""
+    with oo.Interpreter(model_content=kept_model([1, 1], [1, 1], [1, 1], [1, 1], op="SELECT")) as it:
+        # (A scalar or 1-D condition comes last: this interpreter then counts SELECT's row-wise mode
+        # as taken, and refuses one shape of rows of more than one value.)
+        for k, shapes in enumerate(
+            (([1, 1],) * 3, ([2, 3],) * 3, ([1, 1, 1],) * 3, ([], [1, 1, 1], [1, 1, 1]), ([1], [1, 1, 1], [1, 1, 1]))
+        ):
+            _v1_run(it, _v2_values(shapes, seed=k))
+    with oo.Interpreter(model_content=kept_model([], [], [], [], op="SELECT")) as it:
+        _v1_run(it, _v2_values(([], [], [])))
+        _v1_run(it, _v2_values(([3],) * 3, seed=1))
+        _v1_run(it, _v2_values(([1] * 5,) * 3, seed=2))
+
+
+def test_select_kept_output_is_refused_through_a_signature_runner():
+    c, x, y = _v2_values(([1, 1, 1],) * 3)
+    with oo.Interpreter(model_content=kept_model([1, 1], [1, 1], [1, 1], [1, 1], op="SELECT")) as it:
+        run = it.get_signature_runner("select")
+        out = run(c=c[0], x=x[0], y=y[0])["out"]
+        assert out.shape == (1, 1) and out[0, 0] == np.where(c, x, y).item()
+        with pytest.raises(ShapeError, match=re.escape("but TFLite's SELECT keeps the output shape [1, 1]")):
+            run(c=c, x=x, y=y)
+        np.testing.assert_array_equal(run(c=c[0], x=x[0], y=y[0])["out"], np.where(c[0], x[0], y[0]))
+
+
+def test_note_and_check_refuses_a_kept_select_output_only_when_it_is_not_xs_shape():
+    """The rule alone, for SELECT: an output of one value whose shape is not x's, with three inputs of
+    one value each, on every runtime (rank None too), after a successful allocation only, and not at
+    the model's declared shapes."""
+    nodes = select_rows.kept_nodes_of(read_model(kept_model([1, 1], [1, 1], [1, 1], [1], op="SELECT")).subgraphs[0])
+    assert nodes == ((0, 0, 1, 2, 3),)
+    declared = {0: (1, 1), 1: (1, 1), 2: (1, 1), 3: (1,)}.get
+
+    def step(c, x, y, out, rank=None, check=True):
+        shapes = {0: c, 1: x, 2: y, 3: out}
+        return note_and_check(nodes, shapes.get, set(), 0, check, {}, rank, declared)
+
+    for rank in (None, 5):
+        assert isinstance(step((1,), (1,), (1,), (1, 1), rank), ShapeError)
+        assert isinstance(step((), (), (), (1,), rank), ShapeError)
+        assert isinstance(step((1, 1, 1), (1, 1, 1), (1, 1, 1), (1, 1), rank), ShapeError)
+        assert isinstance(step((), (1, 1), (1, 1), (1,), rank), ShapeError)  # (a scalar condition: x's shape)
+        assert isinstance(step((1, 1), (1,), (1,), (1, 1), rank), ShapeError)  # (not SELECT's broadcast either)
+        assert step((1, 1, 1), (1, 1, 1), (1, 1, 1), (1, 1, 1), rank) is None  # x's shape
+        assert step((), (1, 1), (1, 1), (1, 1), rank) is None
+        assert step((1, 1), (1,), (1,), (1,), rank) is None  # x's shape, which SELECT's definition gives
+        assert step((1, 1), (1, 1), (1, 1), (1,), rank) is None  # the model's declared shapes
+        assert step((2, 3), (2, 3), (2, 3), (1,), rank) is None  # (no early return: not this rule)
+        assert step((1, 1, 1), (1, 1, 1), (1, 1, 1), None, rank) is None  # unknown output
+        assert step((1,), (1,), (1,), (1, 1), rank, check=False) is None  # a failed allocation
+
+
+def test_a_kept_select_output_from_the_models_record_keeps_the_declared_exception(verdicts):
+    """A later start reads the SELECT nodes, with their outputs, from the record (no operators parsed):
+    the model's own shapes (output declared [1] for x [1, 1]) still run, and a kept [1] for three
+    [1, 1, 1] is refused."""
+    data = kept_model([1, 1], [1, 1], [1, 1], [1], op="SELECT")
+    values = _v2_values(([1, 1],) * 3)
+    for start in ("first", "from the record"):
+        with oo.Interpreter(model_content=data) as it:
+            if start != "first":
+                assert "_source" in it._info.__dict__  # (read from the record, not parsed)
+            out = _run(it, *values)
+            assert out.shape == (1,) and out[0] == np.where(*values).item()
+            _v1_kept_refused(it, _v2_values(([1, 1, 1],) * 3, seed=1), [1])
+        [record] = verdicts.glob("*.rec")
+        assert marshal.loads(record.read_bytes())["select"] == [[0, 0, 1, 2, 3]]
+        cache.clear()  # a new process: only the record on disk is left
+
+
+def test_a_record_of_select_nodes_without_their_output_is_not_read(verdicts, monkeypatch):
+    """A record written before a SELECT's output was kept holds [operator, condition, x, y] for it
+    (the same name: a code digest left as it was).  Not misread: it is ignored, the model checked
+    again, the record rewritten with the output, and the kept output still refused."""
+    data = kept_model([1, 1], [1, 1], [1, 1], [1, 1], op="SELECT")
+    with oo.Interpreter(model_content=data) as it:
+        _v1_run(it, _v2_values(([1, 1],) * 3))
+    [record] = verdicts.glob("*.rec")
+    doc = marshal.loads(record.read_bytes())
+    assert doc["select"] == [[0, 0, 1, 2, 3]]
+    old = marshal.dumps(dict(doc, select=[[0, 0, 1, 2]]), cache._MARSHAL_VERSION)
+    stem = record.name[: -len(".rec")].rsplit("-", 1)[0]
+    planted = record.with_name(f"{stem}-{hashlib.blake2b(old, digest_size=32).hexdigest()}.rec")
+    record.unlink()
+    planted.write_bytes(old)
+    planted.chmod(0o600)
+    assert cache._lookup(bytes.fromhex(stem.split("-")[0])) is None  # (the name is found, its form refused)
+
+    cache.clear()  # a new process: only the old record on disk is left
+    checked = []
+    real = checks.check_model
+
+    def counted(*a, **k):
+        checked.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(checks, "check_model", counted)
+    with oo.Interpreter(model_content=data) as it:
+        assert checked  # the model was read and checked again, not taken from the old record
+        _v1_run(it, _v2_values(([1, 1],) * 3, seed=1))
+        _v1_kept_refused(it, _v2_values(([1],) * 3, seed=2), [1, 1])
+    [again] = verdicts.glob("*.rec")
+    assert again != planted and marshal.loads(again.read_bytes())["select"] == [[0, 0, 1, 2, 3]]

@@ -278,7 +278,7 @@ def check_select_in_control_flow(info) -> None:
         if not 0 < k < len(info.subgraphs):
             continue  # (refused before, by the control-flow rule)
         sg = info.subgraphs[k]
-        for index, c, _x, _y in nodes_of(sg):
+        for index, c, *_ in nodes_of(sg):
             if sg.tensors[c].data is not None:
                 continue
             raise ModelError(
