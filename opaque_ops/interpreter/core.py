@@ -1068,7 +1068,8 @@ class Interpreter:
         shape_of = self._seen(native, graph)[1]
 
         def declared(t):
-            # (Asked only before a refusal: reading the tensors costs a later start nothing otherwise.)
+            # (Asked only before a refusal, or when a SELECT's Prepare may have returned early at the first
+            # allocation: reading the tensors costs a later start nothing otherwise.)
             return self._rooted(k).subgraphs[0].tensors[t].shape
 
         return note_and_check(nodes, shape_of, rows, k, status == 0, outputs, rank, declared)

@@ -10,6 +10,11 @@ the flag is set: for three inputs of one shape [n, ...] that copies
 elements, past the output unless a row holds one value (wrong values at
 [2, 3], SIGSEGV at [20, 30] on 2.17.1, 2.23.0 and ai-edge-litert alike).
 
+Prepare returns before it sets the flag when the condition, x, y and the
+output (as the previous Prepare left it) all hold one value (see
+``_kept_output``), so a scalar condition there leaves the flag as it was
+(``_returned_early``).
+
 The flag lives in the runtime's node, so what counts is every allocation
 that node has seen: the model's own shapes at creation
 (:func:`~opaque_ops.model.shapes.infer_shapes`' SELECT rule refuses those,
@@ -148,8 +153,8 @@ def note_and_check(
         the ones a Prepare that did not run would have seen; remembering them
         can only refuse more.
     outputs : dict, optional
-        For SELECT_V2: operator index -> whether its output held one value
-        after the last allocation (updated here).
+        For SELECT and SELECT_V2: operator index -> whether its output held
+        one value after the last allocation (updated here).
     broadcast_rank : int, optional
         The most dimensions the runtime's SELECT_V2 broadcasting Eval
         handles (:data:`SELECT_V2_BROADCAST_RANK`
@@ -160,7 +165,9 @@ def note_and_check(
         ``declared(tensor_index) -> shape``: the model's declared shape of a
         tensor of this subgraph, asked only before a SELECT or SELECT_V2's
         kept output is refused (the model's own shapes keep their declared
-        output).
+        output), and at the first allocation of a SELECT whose inputs of one
+        value each, of different shapes, Prepare may have returned early for
+        (the declared output tells whether it did).
 
     Returns
     -------
@@ -185,13 +192,18 @@ def note_and_check(
             error = error or kept
             continue
         error = error or kept
-        index, c, x, y, _out = node
-        sc, sx, sy = shape_of(c), shape_of(x), shape_of(y)
+        index, c, x, y, out = node
+        memory = outputs if outputs is not None else {}
+        sc, sx, sy, so = shape_of(c), shape_of(x), shape_of(y), shape_of(out)
+        before = memory.get(index)
+        # What this Prepare leaves in the output, for the next one (not known: as if it held more,
+        # which can only refuse more; after a failed allocation too, as for SELECT_V2).
+        memory[index] = check and so is not None and math.prod(so) == 1
         if sc is None or sx is None or sy is None:
             continue
         sc, sx, sy = tuple(sc), tuple(sx), tuple(sy)
         if sc != sx or sx != sy:
-            if picks_rows(sc, sx):
+            if picks_rows(sc, sx) and not _returned_early(sc, sx, sy, before, out, declared):
                 rows.add(index)
         elif check and index in rows and overruns(sx) and error is None:
             error = ShapeError(
@@ -202,6 +214,26 @@ def note_and_check(
                 f"a scalar or one value per row ([{sx[0]}]) here (it still runs those), or use SELECT_V2"
             )
     return error
+
+
+def _returned_early(sc, sx, sy, before, out: int, declared) -> bool:
+    """Whether a SELECT's Prepare returned before it could set the row-wise flag.
+
+    tensorflow/lite/kernels/select.cc, SelectPrepare: its early return, for
+    a condition, x, y and output of one value each, comes before the flag is
+    set, so a scalar or [1] condition there leaves it as it was (measured:
+    three [1, 1], then a scalar condition with x and y [1, 1], then all
+    three [2, 3], run with np.where's values on ai-edge-litert).  Whether
+    the output held one value is ``before`` (as the previous allocation
+    left it), or at this interpreter's first allocation (None) the model's
+    declared output, asked of ``declared`` only here; without it, not known:
+    no early return, which can only refuse more.
+    """
+    if not all(math.prod(s) == 1 for s in (sc, sx, sy)):
+        return False
+    if before is not None:
+        return before
+    return declared is not None and math.prod(declared(out)) == 1
 
 
 def _kept_output(node, shape_of, subgraph: int, declared=None) -> ShapeError | None:

@@ -863,10 +863,17 @@ def test_select_all_ones_that_the_early_return_leaves_right_still_run():
     """Never refused where every runtime gives x's shape: the early return keeping a shape that is
     x's (a scalar or [1] condition too), or no early return (the output held more than one value)."""
     with oo.Interpreter(model_content=kept_model([1, 1], [1, 1], [1, 1], [1, 1], op="SELECT")) as it:
-        # (A scalar or 1-D condition comes last: this interpreter then counts SELECT's row-wise mode
-        # as taken, and refuses one shape of rows of more than one value.)
         for k, shapes in enumerate(
-            (([1, 1],) * 3, ([2, 3],) * 3, ([1, 1, 1],) * 3, ([], [1, 1, 1], [1, 1, 1]), ([1], [1, 1, 1], [1, 1, 1]))
+            (
+                ([1, 1],) * 3,
+                ([], [1, 1], [1, 1]),
+                ([1], [1, 1], [1, 1]),
+                ([2, 3],) * 3,  # (the early return took no row-wise mode: see the tests below)
+                ([1, 1, 1],) * 3,
+                ([], [1, 1, 1], [1, 1, 1]),
+                ([1], [1, 1, 1], [1, 1, 1]),
+                ([2, 3],) * 3,
+            )
         ):
             _v1_run(it, _v2_values(shapes, seed=k))
     with oo.Interpreter(model_content=kept_model([], [], [], [], op="SELECT")) as it:
@@ -964,3 +971,72 @@ def test_a_record_of_select_nodes_without_their_output_is_not_read(verdicts, mon
         _v1_kept_refused(it, _v2_values(([1],) * 3, seed=2), [1, 1])
     [again] = verdicts.glob("*.rec")
     assert again != planted and marshal.loads(again.read_bytes())["select"] == [[0, 0, 1, 2, 3]]
+
+
+# -- SELECT's row-wise mode and the early return ------------------------------------------------
+#
+# The early return comes before Prepare sets the row-wise flag, so a scalar or [1] condition with x
+# and y of one value each, when the output held one value too, takes no row-wise mode, and a later
+# allocation of one shape [2, 3] runs elementwise (np.where's values on ai-edge-litert, 2.17.1 and
+# 2.23.0).  When the output held more (the previous allocation's, or the declared one), Prepare sets
+# the flag and [2, 3] then gives wrong values (measured on ai-edge-litert): still refused.
+
+# name: (declared shape of all four, the allocations before [2, 3] * 3, whether it is refused)
+ROWS_AFTER_ONES = {
+    "scalar condition, early return": ([1, 1], [([], [1, 1], [1, 1])], False),
+    "[1] condition, early return": ([1, 1], [([1], [1, 1], [1, 1])], False),
+    "scalar condition, declared output of 6 values": ([2, 3], [([], [1, 1], [1, 1])], True),
+    "scalar condition after [2, 3]": ([1, 1], [([2, 3],) * 3, ([], [1, 1], [1, 1])], True),
+    "scalar condition after [1, 1] after [2, 3]": ([1, 1], [([2, 3],) * 3, ([1, 1],) * 3, ([], [1, 1], [1, 1])], False),
+}
+
+
+@pytest.mark.parametrize("case", list(ROWS_AFTER_ONES))
+@pytest.mark.parametrize("start", ["first", "from the record"])
+def test_a_condition_that_prepare_returned_early_for_takes_no_row_wise_mode(verdicts, case, start):
+    d, before, refused = ROWS_AFTER_ONES[case]
+    data = kept_model(d, d, d, d, op="SELECT")
+    if start != "first":
+        with oo.Interpreter(model_content=data) as it:
+            _v1_run(it, _v2_values((d,) * 3))
+        cache.clear()  # a new process: only the record on disk is left
+    with oo.Interpreter(model_content=data) as it:
+        if start != "first":
+            assert "_source" in it._info.__dict__  # (read from the record: declared() reads the model)
+        for k, shapes in enumerate(before):
+            _v1_run(it, _v2_values(shapes, seed=k))
+        values = _v2_values(([2, 3],) * 3, seed=9)
+        if refused:
+            with pytest.raises(ShapeError, match=re.escape(STALE)):
+                _run(it, *values)
+        else:
+            _v1_run(it, values)
+
+
+def test_note_and_check_takes_no_row_wise_mode_where_prepare_returned_early():
+    """The rule alone: a scalar or [1] condition with x and y of one value each sets the flag only
+    when the output held more than one value before (the last allocation's, else the declared)."""
+    nodes = select_rows.kept_nodes_of(read_model(kept_model([1, 1], [1, 1], [1, 1], [1, 1], op="SELECT")).subgraphs[0])
+    asked = []
+
+    def declared(t):
+        asked.append(t)
+        return {3: out}[t]
+
+    def step(rows, memory, c, x, o):
+        return note_and_check(nodes, {0: c, 1: x, 2: x, 3: o}.get, rows, 0, True, memory, None, declared)
+
+    for out, taken in (((1, 1), False), ((2, 3), True), ((), False)):
+        rows: set = set()
+        memory: dict = {}
+        assert step(rows, memory, (), (1, 1), (1, 1)) is None and (0 in rows) == taken, out
+        assert asked == [3]  # (the declared output, at the first allocation only)
+        asked.clear()
+        assert step(rows, memory, (1,), (1, 1), (1, 1)) is None and (0 in rows) == taken and not asked
+        assert isinstance(step(rows, memory, (2, 3), (2, 3), (2, 3)), ShapeError) == taken
+        assert step(rows, memory, (), (1, 1), (1, 1)) is None and 0 in rows  # (the output held 6 values)
+        assert not asked
+    # Not the early return's case: never asked, as before.
+    rows = set()
+    assert step(rows, {}, (), (2, 3), (2, 3)) is None and rows == {0} and not asked
+    assert step(rows, {}, (1, 1), (1, 1), (1, 1)) is None and not asked
