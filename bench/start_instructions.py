@@ -64,7 +64,7 @@ os.getpgrp()
 # Which group a file of callgrind's "ob=" lines counts in (first match).
 _GROUPS = (
     ("python", ("libpython", "/bin/python")),
-    ("runtime", ("libtensorflowlite_c", "libpywrap_litert", "_pywrap_tensorflow")),
+    ("runtime", ("libtensorflowlite_c", "liblitert-lm", "libpywrap_litert", "_pywrap_tensorflow")),
     ("libc", ("libc.so", "libm.so")),
 )
 COLUMNS = ("total", "python", "runtime", "libc", "other")
@@ -112,11 +112,12 @@ def self_cost_by_group(path: str) -> dict[str, int]:
     return out
 
 
-def count(which: str, model: Path, verdicts: str | None, where: tuple[str, str], tmp: str) -> dict[str, int]:
-    """Instructions of one start's window, by group."""
-    cmd = start_command(which, _FRAME.format(body=START_BODIES[which].strip()), model, where)
-    env = start_env(verdicts)
-    env.update(PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
+def grind_window(cmd: list[str], env: dict, cwd: str, tmp: str, timeout: int = 900):
+    """Run ``cmd`` under callgrind; its ``CompletedProcess`` and the window's instructions by group (None: no window).
+
+    The window is what ran between the two marker calls (``os.getppid()``,
+    then ``os.getpgrp()``): callgrind dumps before each, so ``.2`` holds it.
+    """
     out_file = os.path.join(tmp, "callgrind.out")
     grind = [
         "valgrind",
@@ -125,18 +126,27 @@ def count(which: str, model: Path, verdicts: str | None, where: tuple[str, str],
         "--dump-before=os_getpgrp*",
         f"--callgrind-out-file={out_file}",
     ]
-    cwd = os.path.join(tmp, "cwd")
-    os.makedirs(cwd, exist_ok=True)
-    r = subprocess.run(grind + cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(grind + cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     window = out_file + ".2"  # .1: up to the first marker; .2: between the two
-    if r.returncode != 0 or not os.path.exists(window):
-        raise RuntimeError(f"{which} under callgrind failed: {r.stderr.strip()[-2000:]}")
     try:
-        return self_cost_by_group(window)
+        return r, (self_cost_by_group(window) if r.returncode == 0 and os.path.exists(window) else None)
     finally:
         for suffix in ("", ".1", ".2"):
             if os.path.exists(out_file + suffix):
                 os.remove(out_file + suffix)
+
+
+def count(which: str, model: Path, verdicts: str | None, where: tuple[str, str], tmp: str) -> dict[str, int]:
+    """Instructions of one start's window, by group."""
+    cmd = start_command(which, _FRAME.format(body=START_BODIES[which].strip()), model, where)
+    env = start_env(verdicts)
+    env.update(PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
+    cwd = os.path.join(tmp, "cwd")
+    os.makedirs(cwd, exist_ok=True)
+    r, counts = grind_window(cmd, env, cwd, tmp)
+    if counts is None:
+        raise RuntimeError(f"{which} under callgrind failed: {r.stderr.strip()[-2000:]}")
+    return counts
 
 
 def main(argv=None) -> int:
