@@ -205,6 +205,10 @@ _ARENA_RW = 2
 # What TFLite says of a custom allocation too small for a new shape
 # (experimental_preserve_all_tensors replaces it).
 _TOO_SMALL = "custom allocation is too small"
+# A SELECT_V2 in a subgraph that one of these runs keeps its broadcast mode
+# across allocations (model.checks.version_rules.note_called_select_v2).
+_SELECT_V2 = BUILTIN_OPERATORS["SELECT_V2"]
+_RERUNNING = frozenset({BUILTIN_OPERATORS["WHILE"], BUILTIN_OPERATORS["IF"]})
 
 
 class Interpreter:
@@ -507,6 +511,10 @@ class Interpreter:
         # so far left in a mode they never leave, whether each SELECT_V2's
         # output last held one value)}: model.select_rows, per interpreter.
         self._select_rows: dict[int, tuple] = {}
+        # (subgraph, operator) of the SELECT_V2s in subgraphs that WHILE or IF
+        # run that an allocation left broadcasting; False for a model without
+        # them (None: not asked yet).
+        self._called_selects: set | bool | None = None
         # Current shape of each input of subgraph 0, as last resized here, and
         # the (input, shape) pairs a strict resize accepted: the per-frame
         # same-shape resize is then a dictionary lookup.
@@ -1057,8 +1065,15 @@ class Interpreter:
         if known is None:
             known = self._select_rows[k] = (model_cache.select_nodes(self._rooted(k)), set(), {})
         nodes, rows, outputs = known
+        if self._called_selects is None:
+            # (The codes come from the model's record: a model without both reads no operators here.)
+            codes = model_cache.builtin_codes(self._info)
+            self._called_selects = set() if _SELECT_V2 in codes and not codes.isdisjoint(_RERUNNING) else False
+        called = None
+        if self._called_selects is not False:
+            called = self._called_select_mode(native, graph, status)
         if not nodes:
-            return None
+            return called
         # Only a model with SELECT or SELECT_V2 needs these.
         # (Not from the checks: a start from the model's record imports none of them.)
         from ..model.runtime_versions import affected
@@ -1072,7 +1087,35 @@ class Interpreter:
             # allocation: reading the tensors costs a later start nothing otherwise.)
             return self._rooted(k).subgraphs[0].tensors[t].shape
 
-        return note_and_check(nodes, shape_of, rows, k, status == 0, outputs, rank, declared)
+        return note_and_check(nodes, shape_of, rows, k, status == 0, outputs, rank, declared) or called
+
+    def _called_select_mode(self, native, graph: _Graph, status: int):
+        """SELECT_V2's broadcast mode in the subgraphs that WHILE and IF run: remembered; the error of a stale one.
+
+        Those nodes are prepared by the control-flow kernels, and keep the
+        mode across this interpreter's allocations as subgraph 0's do
+        (``model.checks.version_rules.note_called_select_v2``), on a runtime
+        older than 2.23 only.  Their shapes are followed from the ones the
+        runtime planned for ``graph``.
+        """
+        from ..model.runtime_versions import affected
+
+        if not self._check_config or not affected(self._check_config[0][0]):
+            return None
+        from ..errors import ShapeError
+        from ..model.checks.version_rules import note_called_select_v2
+        from ..model.shapes import infer_shapes
+
+        info, shape_of = self._seen(native, graph)[:2]
+        try:
+            shapes = infer_shapes(info, shape_of)
+        except ShapeError:
+            return None  # (check_allocated refuses these shapes)
+
+        def known(t):
+            return shapes.get(t) if t >= 0 else None
+
+        return note_called_select_v2(info, known, self._called_selects, status == 0)
 
     # Views of this interpreter's memory held in another process: an isolated
     # interpreter's worker sets it, for the length of one call, to the count of

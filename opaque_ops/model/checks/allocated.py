@@ -10,7 +10,7 @@ from . import messages
 from .builtin_rules import SPLIT_AXIS
 from .limits import MAX_ELEMENTS, MAX_RANK, any_rank_tensors, elements
 from .tensor_rules import deeper_allowed
-from .version_rules import check_version_rules
+from .version_rules import check_select_v2_in_control_flow, check_version_rules
 
 
 def check_resize(info, tensor_index: int, shape) -> None:
@@ -102,6 +102,7 @@ def check_allocated_shapes(info, shape_of, planned=None, version=None) -> None:
         elif op.is_custom and op.op_name in RUNTIME_CUSTOM_OPS and op.custom_options:
             check_runtime_op_shapes(op, _runtime_options(op), known, sg.index)
     check_version_rules(sg, known, version)
+    check_select_v2_in_control_flow(info, known, version)
 
 
 def _runtime_options(op) -> dict:

@@ -20,13 +20,15 @@ which outlives the shapes that chose it, is remembered per interpreter by
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
-from ...errors import ModelError
+from ...errors import ModelError, ShapeError
 from ..runtime_versions import affected as affected  # (its home was here)
 from ..runtime_versions import broadcast_writes_into_empty as broadcast_writes_into_empty
 from ..select_rows import SELECT_V2_BROADCAST_RANK
+from ..shapes import infer_shapes
 from . import messages
-from .options import effective_options
+from .options import SUBGRAPH_FIELDS, effective_options
 
 
 def check_version_rules(sg, known, version: str | None) -> None:
@@ -143,6 +145,250 @@ def _conv_3d(sg, op, known, version) -> None:
         "then writes past its buffer or returns wrong values (TFLite 2.23 runs it). Resize the input so that "
         "its depth is its channel count, use dilations of 1 (a filter dilated with zeros), or use TFLite 2.23"
     )
+
+
+# The WHILE turns followed before a loop whose loop variables keep changing
+# shape (and rank) counts as one whose shapes are not known.
+_MAX_TURNS = 8
+
+
+def check_select_v2_in_control_flow(info, known, version: str | None) -> None:
+    """Refuse, on an affected runtime, a SELECT_V2 that WHILE, IF or CALL_ONCE would run through 6 dimensions.
+
+    Those kernels prepare the subgraphs they run themselves, out of the
+    interpreter's sight (tensorflow/lite/kernels/while.cc, if.cc,
+    call_once.cc): a branch with the shapes the caller planned for the IF's
+    inputs, a WHILE's condition and body with the loop variables' shapes, at
+    each turn whose body changed them.  The SELECT_V2 there is the one of
+    :func:`_select_v2`: once a Prepare saw its condition, x and y differ in
+    shape it broadcasts in every later Eval of that node, and 2.17.1's
+    broadcasting Eval aborts the process on more than 5 dimensions (measured
+    in child processes: a 6-D broadcast in an IF branch, a WHILE body or a
+    WHILE condition; a broadcast of 2 dimensions in a WHILE body's first
+    turn, then one shape of 6 in the next; 2.23.0 and ai-edge-litert run
+    all of them).  The subgraphs are followed here from ``known``, subgraph
+    0's planned shapes, turn by turn for a WHILE until its loop variables
+    keep their shapes (or keep their ranks, with the SELECT_V2 at 5
+    dimensions or fewer); a SELECT_V2 whose shapes cannot be followed
+    (decided by values at run time, or a loop that keeps changing ranks)
+    is refused only when it may see more than 5 dimensions, which is not
+    known: so it is refused there.
+
+    Parameters
+    ----------
+    info : ModelInfo
+        The model; ``info.subgraphs[0]`` is the planned subgraph.
+    known : callable
+        ``known(tensor index) -> tuple or None``: subgraph 0's planned shapes.
+    version : str or None
+        The runtime's ``TfLiteVersion()``; None: nothing refused.
+    """
+    if not affected(version):
+        return
+    followed = follow_called_select_v2(info, known)
+    if followed is None:
+        return
+    by_index, seen, callers = followed
+    for (k, index), shapes in seen.items():
+        _judge(by_index[k].operators[index], by_index[k], shapes, callers.get(k, ""), version)
+
+
+def follow_called_select_v2(info, known):
+    """The shapes each Prepare gives the SELECT_V2s of the subgraphs that control flow runs from subgraph 0.
+
+    Parameters
+    ----------
+    info : ModelInfo
+        The model; ``info.subgraphs[0]`` is the planned subgraph.
+    known : callable
+        ``known(tensor index) -> tuple or None``: subgraph 0's planned shapes.
+
+    Returns
+    -------
+    tuple or None
+        None for a model without SELECT_V2 outside subgraph 0; else
+        ``(subgraphs, seen, callers)``: the subgraphs by their index in the
+        model, ``{(subgraph, operator): [(condition, x, y, output) or None,
+        ...]}`` in the order the runtime prepares them (None: not known), and
+        the first caller met of each subgraph (for messages).
+    """
+    root = info.subgraphs[0]
+    if not any(
+        op.op_name == "SELECT_V2" and not op.is_custom for sg in info.subgraphs if sg is not root for op in sg.operators
+    ):
+        return None  # (most models: one pass over the operators)
+    by_index = {sg.index: sg for sg in info.subgraphs}
+    seen: dict[tuple[int, int], list] = {}
+    callers: dict[int, str] = {}
+    _follow_callers(by_index, root, known, seen, callers)
+    return by_index, seen, callers
+
+
+def note_called_select_v2(info, known, memory: set, check: bool = True) -> ShapeError | None:
+    """After an allocation: the called SELECT_V2s left broadcasting remembered; the error for a stale one.
+
+    The per-interpreter half of :func:`check_select_v2_in_control_flow`,
+    run by the interpreter on a runtime older than 2.23 (the same place as
+    :func:`~opaque_ops.model.select_rows.note_and_check` for subgraph 0).  A
+    node of a subgraph that WHILE or IF runs lives as long as the
+    interpreter, and so does its broadcast mode: an allocation that
+    broadcast it at any rank, then a later one that gives it one shape of 6
+    dimensions, aborts 2.17.1 in Eval (measured: an IF branch and a WHILE
+    body at [2, 1] against [2, 3], then all three [2, 2, 2, 2, 2, 3]; 2.23.0
+    runs it).  Shapes that are not known are the model rule's (refused
+    there); so is a broadcast of 6 dimensions itself.
+
+    Parameters
+    ----------
+    info : ModelInfo
+        The model; its subgraph 0 is the allocated one.
+    known : callable
+        ``known(tensor index) -> tuple or None``: subgraph 0's planned shapes.
+    memory : set
+        ``(subgraph, operator)`` of the called SELECT_V2s that an earlier
+        allocation of this interpreter left broadcasting; updated here.
+    check : bool
+        False after a failed allocation: only remember.
+
+    Returns
+    -------
+    ShapeError or None
+        For the first remembered node that this allocation gives more than
+        5 dimensions.
+    """
+    followed = follow_called_select_v2(info, known)
+    if followed is None:
+        return None
+    by_index, seen, callers = followed
+    error = None
+    for (k, index), shapes in seen.items():
+        stale = (k, index) in memory
+        for four in shapes:
+            if four is None:
+                continue
+            if _broadcasts(four):
+                memory.add((k, index))
+            elif check and stale and _rank(four) > SELECT_V2_BROADCAST_RANK and error is None:
+                c, x, y, out = four
+                error = ShapeError(
+                    f"{messages.operator_at(k, index, 'SELECT_V2')}, in a subgraph that {callers.get(k, '')} "
+                    f"runs: an earlier allocation of this Interpreter gave its condition, x and y shapes that "
+                    "differ, so its kernel broadcasts in every later run (it never leaves that mode), and this "
+                    f"runtime's broadcast handles at most {SELECT_V2_BROADCAST_RANK} dimensions: condition "
+                    f"{list(c)}, x {list(x)} and y {list(y)} to {list(out)} would abort the process (TFLite 2.23 "
+                    f"runs it). Create a new Interpreter for these shapes, or keep at most "
+                    f"{SELECT_V2_BROADCAST_RANK} dimensions here, or use TFLite 2.23"
+                )
+            stale = stale or (k, index) in memory
+    return error
+
+
+def _broadcasts(four) -> bool:
+    """Whether a Prepare on these shapes sets SELECT_V2's broadcast flag (see :func:`_select_v2`)."""
+    c, x, y, _out = four
+    return not c == x == y and not all(math.prod(s) == 1 for s in (c, x, y))
+
+
+def _follow_callers(by_index, sg, shape_of, seen, callers) -> None:
+    """Follow every WHILE, IF and CALL_ONCE of ``sg`` into the subgraphs they run, on ``sg``'s shapes."""
+    for op in sg.operators:
+        if op.is_custom or op.op_name not in SUBGRAPH_FIELDS:
+            continue
+        options = effective_options(op)
+        called = [options.get(f, 0) for f in SUBGRAPH_FIELDS[op.op_name]]
+        if not all(k in by_index and k != sg.index for k in called):
+            continue  # (refused by check_model's control-flow rules)
+        for k in called:
+            callers.setdefault(k, messages.operator(sg, op))
+        ins = [shape_of(t) if t >= 0 else None for t in op.inputs]
+        if op.op_name == "IF":
+            for k in called:
+                _run(by_index, k, ins[1:], seen, callers)
+        elif op.op_name == "CALL_ONCE":
+            _run(by_index, called[0], [], seen, callers)
+        else:
+            _turns(by_index, *called, ins, seen, callers)
+
+
+def _turns(by_index, cond: int, body: int, loop, seen, callers) -> None:
+    """A WHILE's turns: its condition and body prepared on the loop variables' shapes, until they keep them."""
+    for _ in range(_MAX_TURNS):
+        before = {key: len(v) for key, v in seen.items()}
+        if _run(by_index, cond, loop, seen, callers) is None:
+            return  # (Prepare fails there: an error, not a crash)
+        out = _run(by_index, body, loop, seen, callers)
+        if out is None:
+            return
+        if out == loop:
+            return  # every later turn is prepared on these shapes again (or not at all)
+        ranks = [None if s is None else len(s) for s in out]
+        if None not in ranks and ranks == [None if s is None else len(s) for s in loop]:
+            # The same ranks from here on: a SELECT_V2 of this turn at 5
+            # dimensions or fewer stays there; one deeper meets shapes not
+            # followed (whether it broadcast by then is not known).
+            for key, v in seen.items():
+                if len(v) > before.get(key, 0) and any(s is None or _rank(s) > SELECT_V2_BROADCAST_RANK for s in v):
+                    v.append(None)
+            return
+        loop = out
+    for v in seen.values():
+        v.append(None)  # (ranks still changing: not followed further)
+
+
+def _run(by_index, k: int, inputs, seen, callers) -> list | None:
+    """Subgraph ``k`` prepared on these input shapes: its SELECT_V2s' shapes noted; its output shapes (None: fails)."""
+    sg = by_index[k]
+    given = dict(zip(sg.inputs, inputs))
+    try:
+        shapes = infer_shapes(SimpleNamespace(subgraphs=[sg]), given.get)
+    except ShapeError:
+        return None  # (the runtime's Prepare refuses these shapes too)
+
+    def shape_of(t):
+        if t < 0:
+            return None
+        if t in shapes:
+            return shapes[t]
+        # (Read by no operator: an input passed through, or a constant.)
+        return given.get(t, tuple(sg.tensors[t].shape) if sg.tensors[t].data is not None else None)
+
+    for op in sg.operators:
+        if op.op_name == "SELECT_V2" and not op.is_custom and len(op.inputs) >= 3 and op.outputs:
+            four = [shape_of(t) for t in (*op.inputs[:3], op.outputs[0])]
+            seen.setdefault((k, op.index), []).append(None if None in four else tuple(four))
+    _follow_callers(by_index, sg, shape_of, seen, callers)
+    return [shape_of(t) for t in sg.outputs]
+
+
+def _rank(four) -> int:
+    """The most dimensions among a SELECT_V2's condition, x, y and output."""
+    return max(len(s) for s in four)
+
+
+def _judge(op, sg, shapes, caller: str, version) -> None:
+    """Refuse a SELECT_V2 whose successive Prepares (``shapes``; None: not known) lead 2.17.1 to abort."""
+    where = f"{messages.operator(sg, op)}, in a subgraph that {caller} runs,"
+    broadcasting = False
+    for four in shapes:
+        if four is None:
+            raise ModelError(
+                f"{where} takes shapes there that are decided only while the model runs (by values, or by a "
+                f"WHILE whose loop variables keep changing shape), so they may reach 6 dimensions; TFLite "
+                f"{version}'s SELECT_V2 broadcasts through at most {SELECT_V2_BROADCAST_RANK} dimensions and "
+                "aborts the process on more, and once it has broadcast it keeps broadcasting (TFLite 2.23 runs "
+                f"it). Give the loop variables shapes that stay the same, or use TFLite 2.23"
+            )
+        c, x, y, out = four
+        broadcasting = broadcasting or _broadcasts(four)
+        if broadcasting and _rank(four) > SELECT_V2_BROADCAST_RANK:
+            raise ModelError(
+                f"{where} would run on its condition {list(c)}, x {list(x)} and y {list(y)} to {list(out)}"
+                + ("" if not c == x == y else " after an earlier turn broadcast it")
+                + f"; TFLite {version}'s SELECT_V2 broadcasts through at most {SELECT_V2_BROADCAST_RANK} "
+                "dimensions and aborts the process on more, and once it has broadcast it keeps broadcasting "
+                "(TFLite 2.23 runs it). Give the condition, x and y one shape there (broadcast them first), or "
+                f"at most {SELECT_V2_BROADCAST_RANK} dimensions, or use TFLite 2.23"
+            )
 
 
 _RULES = {"BROADCAST_TO": _broadcast_to, "TOPK_V2": _top_k, "CONV_3D": _conv_3d, "SELECT_V2": _select_v2}
