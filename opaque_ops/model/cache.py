@@ -230,15 +230,19 @@ def check_allocated(info: ModelInfo, shape_of, config=(), planned=None, record: 
       assume (see :mod:`~opaque_ops.model.runtime_ops`).
     - on a runtime older than 2.23, the shapes and constants 2.17.1's
       BROADCAST_TO, TOPK_V2, CONV_3D and SELECT_V2 crash on in Eval
-      (:mod:`~opaque_ops.model.checks.version_rules`).
+      (:mod:`~opaque_ops.model.checks.version_rules`), there too in the
+      subgraphs that control flow runs; with XNNPACK there, a tensor of more
+      than MAX_RANK dimensions that GATHER_ND gives another operator in or
+      out of such a subgraph (:mod:`~opaque_ops.model.checks.called`).
 
     A model read by :func:`read_model` is checked every time; for one from
     :func:`checked_model` the verdict (passed, or the exact error) is kept.
     """
     version = _runtime_version(config)
+    xnnpack = bool(config[1]) if len(config) > 1 else False
     if not record or not info.verdicts.get("cacheable"):
         with gc_paused():
-            _rules().check_allocated_shapes(info, shape_of, planned, version)
+            _rules().check_allocated_shapes(info, shape_of, planned, version, xnnpack)
         return
     key, known, err, remember = _allocated_slot(info, shape_of, config)
     if known:
@@ -247,7 +251,7 @@ def check_allocated(info: ModelInfo, shape_of, config=(), planned=None, record: 
         return
     try:
         with gc_paused():
-            _rules().check_allocated_shapes(info, shape_of, planned, version)
+            _rules().check_allocated_shapes(info, shape_of, planned, version, xnnpack)
     except ModelError as exc:
         remember(key, exc)
         raise

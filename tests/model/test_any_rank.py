@@ -90,8 +90,9 @@ def test_a_deep_tensor_another_operator_reads_is_still_refused():
 
 def test_a_deep_gather_nd_in_a_subgraph_control_flow_calls_is_still_refused():
     # IF copies the branch's output shape to its own output, which other
-    # operators of the caller read; the branch's shapes are never checked as
-    # planned, so nothing there may be deeper than 6 dimensions.
+    # operators of the caller read; the branch's declared shapes are not the
+    # ones it runs on, so nothing declared there may be deeper than 6
+    # dimensions (the shapes it runs on are followed: see below).
     from tools.fuzz_structured import _join_subgraphs, _schema, pack
 
     branch, params, _ = case(RESIZED)
@@ -110,3 +111,168 @@ def test_a_deep_gather_nd_in_a_subgraph_control_flow_calls_is_still_refused():
     op.builtinOptions.thenSubgraphIndex, op.builtinOptions.elseSubgraphIndex = 1, 2
     with pytest.raises(oo.ModelError, match=r"subgraph 1 tensor 0 \('p'\) has rank 7; the runtime supports at most 6"):
         oo.Interpreter(model_content=pack(m))
+
+
+# -- A deep GATHER_ND output made in a subgraph that control flow calls ---------------------------
+#
+# Declared at 6 dimensions there (which the model checks take), GATHER_ND's output still gets
+# rank(indices) - 1 + rank(params) - depth dimensions when the IF prepares its branch, and the IF
+# copies that shape to its own output.  Measured in child processes (IF_DEEP_PARAMS [2, 2, 2, 2, 2, 3]
+# indexed by [1, 1, 1]: a rank-7 output): returned to the user it is right on 2.17.1, 2.23.0 and
+# ai-edge-litert; read by RELU or RESHAPE, in the branch or after the IF, 2.17.1 with XNNPACK gives
+# a wrong shape ([1, 1, 2, 2, 2, 2, 12288]; RESHAPE [3072] for [48], read past the tensor), 2.23.0
+# and ai-edge-litert fail to prepare the XNNPACK partition (RELU) or run it right (RESHAPE), and
+# without XNNPACK every runtime gives numpy's values.  model.checks.allocated refuses it on a
+# runtime older than 2.23 with XNNPACK only.
+
+IF_DEEP_PARAMS = [2, 2, 2, 2, 2, 3]
+IF_DEEP_INDICES = np.array([[[1]]], np.int32)
+IF_DEEP_DECLARED = [1, 2, 2, 2, 2, 3]  # (rank 6: the output is [1, 1, 2, 2, 2, 2, 3])
+
+
+def if_gather_nd_model(after=None, inside=None) -> bytes:
+    """out = IF(flag, p), both branches GATHER_ND(p, IF_DEEP_INDICES), then ``inside`` in the branch
+    and ``after`` on the IF's output ("relu", "reshape" to [-1], or None)."""
+    from tests.model.test_select_rows import _joined
+
+    f32 = np.float32
+
+    def then(b, x, name, shape):
+        if name is None:
+            return x
+        y = b.add_tensor(name + "_out", shape, f32)
+        if name == "relu":
+            b.add_op("RELU", [x], [y])
+        else:
+            b.add_op("RESHAPE", [x, b.add_constant("shape", np.array([-1], np.int32))], [y])
+        return y
+
+    main = ModelBuilder()
+    flag, p = main.add_tensor("flag", [], np.bool_), main.add_tensor("p", IF_DEEP_PARAMS, f32)
+    out = main.add_tensor("out", IF_DEEP_DECLARED, f32)
+    main.add_op("IF", [flag, p], [out])
+    final = then(main, out, after, [48] if after == "reshape" else IF_DEEP_DECLARED)
+    main.set_inputs([flag, p])
+    main.set_outputs([final])
+    branches = []
+    for name in ("then", "else"):
+        b = ModelBuilder(subgraph_name=name)
+        bp, g = b.add_tensor("p", IF_DEEP_PARAMS, f32), b.add_tensor("g", IF_DEEP_DECLARED, f32)
+        b.add_op("GATHER_ND", [bp, b.add_constant("indices", IF_DEEP_INDICES)], [g])
+        b.set_inputs([bp])
+        b.set_outputs([then(b, g, inside, [48] if inside == "reshape" else IF_DEEP_DECLARED)])
+        branches.append(b)
+    return _joined(main, branches, "IfOptions", {"thenSubgraphIndex": 1, "elseSubgraphIndex": 2})
+
+
+def _if_deep_want(p, after=None, inside=None):
+    g = reference(p, IF_DEEP_INDICES)
+    for step in (inside, after):
+        g = np.maximum(g, 0) if step == "relu" else g.reshape(-1) if step == "reshape" else g
+    return g
+
+
+# name: (after, inside, the tensor named, the operator named)
+IF_DEEP_REFUSED = {
+    "relu after the IF": ("relu", None, "subgraph 0 tensor 2 ('out')", "subgraph 0 operator 1 (RELU)"),
+    "reshape after the IF": ("reshape", None, "subgraph 0 tensor 2 ('out')", "subgraph 0 operator 1 (RESHAPE)"),
+    "relu in the branch": (
+        None,
+        "relu",
+        "subgraph 1 tensor 1 ('g'), in a subgraph that subgraph 0 operator 0 (IF) runs,",
+        "subgraph 1 operator 1 (RELU)",
+    ),
+}
+
+
+def _if_deep_checked_on(data, version, xnnpack):
+    from opaque_ops.model import check_allocated, read_model
+
+    info = read_model(data)
+    sg = info.subgraphs[0]
+    given = {t: tuple(sg.tensors[t].shape) for t in sg.inputs}
+    check_allocated(info, given.get, ((version, "/some/libtensorflowlite_c.so"), xnnpack, 0))
+
+
+@pytest.mark.parametrize("case_name", list(IF_DEEP_REFUSED))
+def test_a_deep_gather_nd_output_of_a_called_subgraph_read_by_another_operator_refused_with_xnnpack_before_2_23(
+    case_name,
+):
+    after, inside, tensor, reader = IF_DEEP_REFUSED[case_name]
+    data = if_gather_nd_model(after, inside)
+    for version in ("2.17.1", "2.22.0"):
+        with pytest.raises(oo.ModelError, match="would have rank 7") as err:
+            _if_deep_checked_on(data, version, True)
+        message = str(err.value)
+        assert message.startswith(f"{tensor} would have rank 7 ([1, 1, 2, 2, 2, 2, 3])"), message
+        assert f"but {reader} takes it, and TFLite {version}'s XNNPACK delegate handles at most 6" in message
+        assert "or turn XNNPACK off (use_xnnpack=False), or use TFLite 2.23" in message
+        _if_deep_checked_on(data, version, False)
+    for version in ("2.23.0", "3.0.0"):
+        _if_deep_checked_on(data, version, True)
+
+
+_IF_DEEP_CHILD = """
+    import sys
+    import numpy as np
+    import opaque_ops as oo
+    from opaque_ops.model.checks import allocated
+    from tests.model.test_any_rank import IF_DEEP_PARAMS, IF_DEEP_REFUSED, _if_deep_want, if_gather_nd_model
+    after, inside = IF_DEEP_REFUSED[sys.argv[1]][:2] if sys.argv[1] in IF_DEEP_REFUSED else (None, None)
+    if sys.argv[2] == "without":
+        allocated._check_called_sizes = lambda *a: None
+    p = np.random.default_rng(0).standard_normal(IF_DEEP_PARAMS).astype(np.float32)
+    try:
+        it = oo.Interpreter(model_content=if_gather_nd_model(after, inside), use_xnnpack=sys.argv[3] == "xnnpack")
+        it.allocate_tensors()
+        it.set_tensor(0, np.array(True))
+        it.set_tensor(1, p)
+        it.invoke()
+    except oo.ModelError:
+        print("refused")
+    except oo.KernelError:
+        print("failed")
+    else:
+        out, want = it.get_tensor(it.get_output_details()[0]["index"]), _if_deep_want(p, after, inside)
+        print("ran", list(out.shape), out.shape == want.shape and bool(np.array_equal(out, want)))
+"""
+
+
+@pytest.mark.parametrize("case_name", list(IF_DEEP_REFUSED))
+def test_a_deep_gather_nd_output_of_a_called_subgraph_gives_wrong_data_without_the_rule_in_a_child(case_name, tmp_path):
+    """Without the rule 2.17.1 with XNNPACK returns a wrong shape (reading past the tensor); with it
+    the allocation is refused.  2.23.0 fails to prepare XNNPACK's partition (RELU) or runs it right
+    (RESHAPE), and is not refused.  Without XNNPACK both runtimes give numpy's values."""
+    from opaque_ops.model.checks.version_rules import affected
+    from opaque_ops.runtime import runtime_info
+
+    def child(mode, xnnpack):
+        env = {"OPAQUE_OPS_VERDICT_CACHE": str(tmp_path / f"{mode}-{xnnpack}")}
+        p = run_child(_IF_DEEP_CHILD, case_name, mode, xnnpack, env=env)
+        assert p.returncode == 0, crashed(p)
+        return p.stdout.split("\n")[0]
+
+    bare, guarded = child("without", "xnnpack"), child("with", "xnnpack")
+    if affected(runtime_info().version):
+        assert bare.startswith("ran") and bare.endswith("False"), bare
+        assert guarded == "refused"
+    else:
+        assert bare == guarded and guarded in ("failed", "ran [48] True"), guarded
+    assert child("with", "off").endswith("True")
+
+
+@pytest.mark.parametrize("xnnpack", [True, False], ids=["xnnpack", "no_xnnpack"])
+def test_a_deep_gather_nd_output_of_a_called_subgraph_returned_to_the_user_runs_as_the_reference(xnnpack):
+    """Nothing but the IF reads the rank-7 output: right on every runtime, never refused."""
+    data = if_gather_nd_model()
+    p = np.random.default_rng(1).standard_normal(IF_DEEP_PARAMS).astype(np.float32)
+    for version in ("2.17.1", "2.23.0"):
+        _if_deep_checked_on(data, version, True)
+    with oo.Interpreter(model_content=data, use_xnnpack=xnnpack) as it:
+        it.allocate_tensors()
+        it.set_tensor(0, np.array(False))
+        it.set_tensor(1, p)
+        it.invoke()
+        out = it.get_tensor(it.get_output_details()[0]["index"])
+    assert out.shape == (1, 1, 2, 2, 2, 2, 3)
+    np.testing.assert_array_equal(out, _if_deep_want(p))

@@ -26,7 +26,8 @@ here.  They are grouped by what they look at:
   value-dependent output (WHERE, UNIQUE, NON_MAX_SUPPRESSION) is written
   with;
 - :mod:`.allocated`: a requested resize and the shapes an allocation
-  planned;
+  planned; :mod:`.called` follows those shapes into the subgraphs that
+  WHILE, IF and CALL_ONCE run;
 - :mod:`.messages`: the prefixes that name what is at fault, spelled once;
   :mod:`.limits`: the largest rank, element count and window the runtime
   can count.

@@ -8,9 +8,10 @@ from ..runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op_shapes
 from ..shapes import infer_shapes
 from . import messages
 from .builtin_rules import SPLIT_AXIS
+from .called import follow_called
 from .limits import MAX_ELEMENTS, MAX_RANK, any_rank_tensors, elements
 from .tensor_rules import deeper_allowed
-from .version_rules import check_select_v2_in_control_flow, check_version_rules
+from .version_rules import affected, check_select_v2_in_control_flow, check_version_rules
 
 
 def check_resize(info, tensor_index: int, shape) -> None:
@@ -55,7 +56,7 @@ def _input(info, tensor_index: int) -> str:
     return f"{messages.planned_subgraph(info.subgraphs[0].index)}input {tensor_index}"
 
 
-def check_allocated_shapes(info, shape_of, planned=None, version=None) -> None:
+def check_allocated_shapes(info, shape_of, planned=None, version=None, xnnpack=False) -> None:
     """The rules of :func:`~opaque_ops.model.check_allocated`, run every time (nothing is kept).
 
     Parameters
@@ -70,6 +71,9 @@ def check_allocated_shapes(info, shape_of, planned=None, version=None) -> None:
     version : str, optional
         The runtime's ``TfLiteVersion()``, for the rules of one runtime's
         kernels (:mod:`.version_rules`); None runs none of them.
+    xnnpack : bool, optional
+        Whether the XNNPACK delegate is applied (for a rule of 2.17.1's
+        XNNPACK: :func:`_check_called_sizes`).
 
     Raises
     ------
@@ -101,8 +105,11 @@ def check_allocated_shapes(info, shape_of, planned=None, version=None) -> None:
             _check_split_axis(sg, op, known)
         elif op.is_custom and op.op_name in RUNTIME_CUSTOM_OPS and op.custom_options:
             check_runtime_op_shapes(op, _runtime_options(op), known, sg.index)
+    found = follow_called(info, known)
+    if found is not None and xnnpack and affected(version):
+        _check_called_sizes(found, version)
     check_version_rules(sg, known, version)
-    check_select_v2_in_control_flow(info, known, version)
+    check_select_v2_in_control_flow(info, known, version, found)
 
 
 def _runtime_options(op) -> dict:
@@ -133,6 +140,40 @@ def _check_sizes(info, sg, shapes) -> None:
                 f"{messages.planned_tensor(sg, t)} would have shape {list(shape)}: more "
                 f"than {MAX_ELEMENTS} elements. Resize the input to a smaller shape"
             )
+
+
+def _check_called_sizes(found, version) -> None:
+    """No tensor beyond MAX_RANK dimensions in a subgraph that control flow runs, unless GATHER_ND alone has it.
+
+    :func:`_check_sizes` for the subgraphs that WHILE, IF and CALL_ONCE run,
+    on the shapes :func:`~.called.follow_called` gives them.  Their declared
+    tensors are at most MAX_RANK deep (:func:`~.limits.any_rank_tensors`
+    allows none deeper there), but GATHER_ND's output takes
+    rank(indices) - 1 + rank(params) - depth dimensions whatever is
+    declared, and the control-flow kernel copies a subgraph's output shape
+    to the caller's tensor.  Measured in child processes, a GATHER_ND
+    output of rank 7 in an IF branch, read by RELU or RESHAPE (in the
+    branch, or after the IF): TFLite 2.17.1 with XNNPACK returns a wrong
+    shape ([1, 1, 2, 2, 2, 2, 12288] for [1, 1, 2, 2, 2, 2, 3], RESHAPE
+    [3072] for [48]: read past the tensor).  2.23.0 and ai-edge-litert fail
+    to prepare the XNNPACK partition (an error, not a crash: ADD, RELU) or
+    run it right (RESHAPE); without XNNPACK every runtime gives numpy's
+    values (ADD, RELU, RESHAPE).  So this is refused on an affected runtime
+    with XNNPACK only.  Returned to the user, or read by GATHER_ND only, the
+    tensor is right everywhere and never refused.
+    """
+    for k, t, shape, op in found.deep:
+        sg = found.subgraphs[k]
+        caller = found.callers.get(k)
+        where = f"{messages.tensor(sg, sg.tensors[t])}" + (f", in a subgraph that {caller} runs," if caller else "")
+        raise ModelError(
+            f"{where} would have rank {len(shape)} ({list(shape)}): GATHER_ND's output takes its dimensions from "
+            f"its inputs' shapes, whatever the model declares; only GATHER_ND reads and writes tensors of more "
+            f"than {MAX_RANK} dimensions, but {messages.operator(sg, op)} takes it, and TFLite {version}'s XNNPACK "
+            f"delegate handles at most {MAX_RANK} (it would return a wrong shape and read past the tensor). Give "
+            f"that GATHER_ND params and indices whose output has at most {MAX_RANK} dimensions, or turn XNNPACK "
+            "off (use_xnnpack=False), or use TFLite 2.23"
+        )
 
 
 def _check_convolution(sg, op, known) -> None:

@@ -63,10 +63,12 @@ def any_rank_tensors(info, sg) -> frozenset[int]:
 
     Notes
     -----
-    A called subgraph is left out because its shapes are never checked as
-    planned (only subgraph 0's and a signature runner's are), and those
+    A called subgraph is left out because its declared shapes are not the
+    ones it runs on (its kernel prepares it on the caller's), and those
     kernels copy its outputs' shapes to the caller's tensors, which other
-    operators read: a deep output there would reach them unseen.  Run only
+    operators read.  A deep shape that GATHER_ND gives there is followed
+    from the caller's planned shapes instead
+    (:func:`~.allocated.check_allocated_shapes`, :mod:`.called`).  Run only
     when a tensor is deeper than :data:`MAX_RANK` (one pass over the
     operators).
     """

@@ -20,15 +20,14 @@ which outlives the shapes that chose it, is remembered per interpreter by
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 from ...errors import ModelError, ShapeError
 from ..runtime_versions import affected as affected  # (its home was here)
 from ..runtime_versions import broadcast_writes_into_empty as broadcast_writes_into_empty
 from ..select_rows import SELECT_V2_BROADCAST_RANK
-from ..shapes import infer_shapes
 from . import messages
-from .options import SUBGRAPH_FIELDS, effective_options
+from .called import follow_called
+from .options import effective_options
 
 
 def check_version_rules(sg, known, version: str | None) -> None:
@@ -147,12 +146,7 @@ def _conv_3d(sg, op, known, version) -> None:
     )
 
 
-# The WHILE turns followed before a loop whose loop variables keep changing
-# shape (and rank) counts as one whose shapes are not known.
-_MAX_TURNS = 8
-
-
-def check_select_v2_in_control_flow(info, known, version: str | None) -> None:
+def check_select_v2_in_control_flow(info, known, version: str | None, found=None) -> None:
     """Refuse, on an affected runtime, a SELECT_V2 that WHILE, IF or CALL_ONCE would run through 6 dimensions.
 
     Those kernels prepare the subgraphs they run themselves, out of the
@@ -182,46 +176,18 @@ def check_select_v2_in_control_flow(info, known, version: str | None) -> None:
         ``known(tensor index) -> tuple or None``: subgraph 0's planned shapes.
     version : str or None
         The runtime's ``TfLiteVersion()``; None: nothing refused.
+    found : Followed, optional
+        :func:`~.called.follow_called` ``(info, known)``, if the caller has
+        it already.
     """
     if not affected(version):
         return
-    followed = follow_called_select_v2(info, known)
-    if followed is None:
+    found = found or follow_called(info, known)
+    if found is None:
         return
-    by_index, seen, callers = followed
-    for (k, index), shapes in seen.items():
-        _judge(by_index[k].operators[index], by_index[k], shapes, callers.get(k, ""), version)
-
-
-def follow_called_select_v2(info, known):
-    """The shapes each Prepare gives the SELECT_V2s of the subgraphs that control flow runs from subgraph 0.
-
-    Parameters
-    ----------
-    info : ModelInfo
-        The model; ``info.subgraphs[0]`` is the planned subgraph.
-    known : callable
-        ``known(tensor index) -> tuple or None``: subgraph 0's planned shapes.
-
-    Returns
-    -------
-    tuple or None
-        None for a model without SELECT_V2 outside subgraph 0; else
-        ``(subgraphs, seen, callers)``: the subgraphs by their index in the
-        model, ``{(subgraph, operator): [(condition, x, y, output) or None,
-        ...]}`` in the order the runtime prepares them (None: not known), and
-        the first caller met of each subgraph (for messages).
-    """
-    root = info.subgraphs[0]
-    if not any(
-        op.op_name == "SELECT_V2" and not op.is_custom for sg in info.subgraphs if sg is not root for op in sg.operators
-    ):
-        return None  # (most models: one pass over the operators)
-    by_index = {sg.index: sg for sg in info.subgraphs}
-    seen: dict[tuple[int, int], list] = {}
-    callers: dict[int, str] = {}
-    _follow_callers(by_index, root, known, seen, callers)
-    return by_index, seen, callers
+    for (k, index), shapes in found.selects.items():
+        sg = found.subgraphs[k]
+        _judge(sg.operators[index], sg, shapes, found.callers.get(k, ""), version)
 
 
 def note_called_select_v2(info, known, memory: set, check: bool = True) -> ShapeError | None:
@@ -256,12 +222,12 @@ def note_called_select_v2(info, known, memory: set, check: bool = True) -> Shape
         For the first remembered node that this allocation gives more than
         5 dimensions.
     """
-    followed = follow_called_select_v2(info, known)
-    if followed is None:
+    found = follow_called(info, known)
+    if found is None:
         return None
-    by_index, seen, callers = followed
+    callers = found.callers
     error = None
-    for (k, index), shapes in seen.items():
+    for (k, index), shapes in found.selects.items():
         stale = (k, index) in memory
         for four in shapes:
             if four is None:
@@ -287,77 +253,6 @@ def _broadcasts(four) -> bool:
     """Whether a Prepare on these shapes sets SELECT_V2's broadcast flag (see :func:`_select_v2`)."""
     c, x, y, _out = four
     return not c == x == y and not all(math.prod(s) == 1 for s in (c, x, y))
-
-
-def _follow_callers(by_index, sg, shape_of, seen, callers) -> None:
-    """Follow every WHILE, IF and CALL_ONCE of ``sg`` into the subgraphs they run, on ``sg``'s shapes."""
-    for op in sg.operators:
-        if op.is_custom or op.op_name not in SUBGRAPH_FIELDS:
-            continue
-        options = effective_options(op)
-        called = [options.get(f, 0) for f in SUBGRAPH_FIELDS[op.op_name]]
-        if not all(k in by_index and k != sg.index for k in called):
-            continue  # (refused by check_model's control-flow rules)
-        for k in called:
-            callers.setdefault(k, messages.operator(sg, op))
-        ins = [shape_of(t) if t >= 0 else None for t in op.inputs]
-        if op.op_name == "IF":
-            for k in called:
-                _run(by_index, k, ins[1:], seen, callers)
-        elif op.op_name == "CALL_ONCE":
-            _run(by_index, called[0], [], seen, callers)
-        else:
-            _turns(by_index, *called, ins, seen, callers)
-
-
-def _turns(by_index, cond: int, body: int, loop, seen, callers) -> None:
-    """A WHILE's turns: its condition and body prepared on the loop variables' shapes, until they keep them."""
-    for _ in range(_MAX_TURNS):
-        before = {key: len(v) for key, v in seen.items()}
-        if _run(by_index, cond, loop, seen, callers) is None:
-            return  # (Prepare fails there: an error, not a crash)
-        out = _run(by_index, body, loop, seen, callers)
-        if out is None:
-            return
-        if out == loop:
-            return  # every later turn is prepared on these shapes again (or not at all)
-        ranks = [None if s is None else len(s) for s in out]
-        if None not in ranks and ranks == [None if s is None else len(s) for s in loop]:
-            # The same ranks from here on: a SELECT_V2 of this turn at 5
-            # dimensions or fewer stays there; one deeper meets shapes not
-            # followed (whether it broadcast by then is not known).
-            for key, v in seen.items():
-                if len(v) > before.get(key, 0) and any(s is None or _rank(s) > SELECT_V2_BROADCAST_RANK for s in v):
-                    v.append(None)
-            return
-        loop = out
-    for v in seen.values():
-        v.append(None)  # (ranks still changing: not followed further)
-
-
-def _run(by_index, k: int, inputs, seen, callers) -> list | None:
-    """Subgraph ``k`` prepared on these input shapes: its SELECT_V2s' shapes noted; its output shapes (None: fails)."""
-    sg = by_index[k]
-    given = dict(zip(sg.inputs, inputs))
-    try:
-        shapes = infer_shapes(SimpleNamespace(subgraphs=[sg]), given.get)
-    except ShapeError:
-        return None  # (the runtime's Prepare refuses these shapes too)
-
-    def shape_of(t):
-        if t < 0:
-            return None
-        if t in shapes:
-            return shapes[t]
-        # (Read by no operator: an input passed through, or a constant.)
-        return given.get(t, tuple(sg.tensors[t].shape) if sg.tensors[t].data is not None else None)
-
-    for op in sg.operators:
-        if op.op_name == "SELECT_V2" and not op.is_custom and len(op.inputs) >= 3 and op.outputs:
-            four = [shape_of(t) for t in (*op.inputs[:3], op.outputs[0])]
-            seen.setdefault((k, op.index), []).append(None if None in four else tuple(four))
-    _follow_callers(by_index, sg, shape_of, seen, callers)
-    return [shape_of(t) for t in sg.outputs]
 
 
 def _rank(four) -> int:
