@@ -276,3 +276,57 @@ def test_a_deep_gather_nd_output_of_a_called_subgraph_returned_to_the_user_runs_
         out = it.get_tensor(it.get_output_details()[0]["index"])
     assert out.shape == (1, 1, 2, 2, 2, 2, 3)
     np.testing.assert_array_equal(out, _if_deep_want(p))
+
+
+def while_gather_nd_model(after=None) -> bytes:
+    """WHILE i < 1 over (i, x): its body x <- GATHER_ND(x, IF_DEEP_INDICES), so one turn makes x
+    [1, 1, 2, 2, 2, 2, 3] (declared [1, 2, 2, 2, 2, 3]); then RELU on the WHILE's x with ``after``."""
+    from tests.model.test_select_rows import _joined
+
+    f32, i32 = np.float32, np.int32
+    main = ModelBuilder()
+    i, x = main.add_tensor("i", [], i32), main.add_tensor("x", IF_DEEP_PARAMS, f32)
+    i_out, x_out = main.add_tensor("i_out", [], i32), main.add_tensor("x_out", IF_DEEP_DECLARED, f32)
+    main.add_op("WHILE", [i, x], [i_out, x_out])
+    final = x_out
+    if after == "relu":
+        final = main.add_tensor("relu_out", IF_DEEP_DECLARED, f32)
+        main.add_op("RELU", [x_out], [final])
+    main.set_inputs([i, x])
+    main.set_outputs([final])
+    cond = ModelBuilder(subgraph_name="cond")
+    ci, cx = cond.add_tensor("i", [], i32), cond.add_tensor("x", IF_DEEP_PARAMS, f32)
+    going = cond.add_tensor("going", [], np.bool_)
+    cond.add_op("LESS", [ci, cond.add_constant("one", np.array(1, i32))], [going])
+    cond.set_inputs([ci, cx])
+    cond.set_outputs([going])
+    body = ModelBuilder(subgraph_name="body")
+    bi, bx = body.add_tensor("i", [], i32), body.add_tensor("x", IF_DEEP_PARAMS, f32)
+    bi2, bx2 = body.add_tensor("i2", [], i32), body.add_tensor("x2", IF_DEEP_DECLARED, f32)
+    body.add_op("ADD", [bi, body.add_constant("one", np.array(1, i32))], [bi2])
+    body.add_op("GATHER_ND", [bx, body.add_constant("indices", IF_DEEP_INDICES)], [bx2])
+    body.set_inputs([bi, bx])
+    body.set_outputs([bi2, bx2])
+    return _joined(main, [cond, body], "WhileOptions", {"condSubgraphIndex": 1, "bodySubgraphIndex": 2})
+
+
+def test_a_deep_gather_nd_loop_variable_read_after_the_while_refused_with_xnnpack_before_2_23():
+    """The same through a WHILE whose one turn makes its loop variable rank 7 (measured in a child:
+    RELU after it gives [1, 1, 2, 2, 2, 2, 12288] on 2.17.1 with XNNPACK, fails to prepare on 2.23.0
+    with XNNPACK, and gives numpy's values without XNNPACK on both).  Refused from the first
+    turn's shape, whatever the turn count; without RELU, and without XNNPACK, it runs."""
+    data = while_gather_nd_model("relu")
+    with pytest.raises(oo.ModelError, match=r"^subgraph 0 tensor 3 \('x_out'\) would have rank 7 \(\[1, 1, 2, 2, 2"):
+        _if_deep_checked_on(data, "2.17.1", True)
+    _if_deep_checked_on(data, "2.17.1", False)
+    _if_deep_checked_on(data, "2.23.0", True)
+    _if_deep_checked_on(while_gather_nd_model(), "2.17.1", True)
+    p = np.random.default_rng(2).standard_normal(IF_DEEP_PARAMS).astype(np.float32)
+    for after, xnnpack in ((None, True), ("relu", False)):
+        with oo.Interpreter(model_content=while_gather_nd_model(after), use_xnnpack=xnnpack) as it:
+            it.allocate_tensors()
+            it.set_tensor(0, np.array(0, np.int32))
+            it.set_tensor(1, p)
+            it.invoke()
+            out = it.get_tensor(it.get_output_details()[0]["index"])
+        np.testing.assert_array_equal(out, _if_deep_want(p, after))

@@ -94,9 +94,10 @@ def _follow_callers(found: Followed, sg, shape_of) -> dict:
     """Follow every WHILE, IF and CALL_ONCE of ``sg`` into what it runs; the shapes their outputs may take.
 
     A caller's output takes a branch's output shape, or a loop variable's
-    after any turn: the deepest one met is returned for it (None: not
-    known), and an output deeper than MAX_RANK that ``sg`` passes to an
-    operator other than GATHER_ND is noted.  (One of ``sg``'s own outputs
+    after any turn: the deepest one met is returned for it (None: one of
+    them is not known), and an output deeper than MAX_RANK in any of them
+    that ``sg`` passes to an operator other than GATHER_ND is noted (the
+    first such shape).  (One of ``sg``'s own outputs
     goes on to its caller, which judges it there; subgraph 0's to the user,
     who reads any rank.)
     """
@@ -119,10 +120,13 @@ def _follow_callers(found: Followed, sg, shape_of) -> dict:
             results = _turns(found, *called, ins)
         for n, t in enumerate(op.outputs):
             shapes = [r[n] if r is not None and n < len(r) else None for r in results]
-            shape = None if None in shapes or not shapes else max(shapes, key=len)
-            outputs[t] = shape
-            if shape is not None and len(shape) > MAX_RANK:
-                _note_deep(found, sg, t, shape, writer=op.index)
+            met = [shape for shape in shapes if shape is not None]
+            outputs[t] = None if None in shapes or not met else max(met, key=len)
+            # (A WHILE's turns are followed whatever its count: any of them
+            # may be its last.  The first deep shape met is the one named.)
+            deep = next((shape for shape in met if len(shape) > MAX_RANK), None)
+            if deep is not None:
+                _note_deep(found, sg, t, deep, writer=op.index)
     return outputs
 
 
