@@ -6,7 +6,7 @@ For ``bench_models.py``'s rows (openWakeWord's melspectrogram and
 embedding_model, microWakeWord's okay_nabu), the instructions one
 ``set_tensor + invoke + get_tensor`` costs with opaque_ops, with
 ai-edge-litert and with the raw C API of the loaded TFLite (the same closures
-``bench_models.loops_for_model`` times), split by where they ran: the Python
+``bench_models.loops_for_model`` times, at its input shapes), split by where they ran: the Python
 interpreter, the TFLite runtime, the C library, the rest.  Each row is one
 process under callgrind; the window (``K`` calls after a first, warm one) is
 cut out at two marker calls, as ``start_instructions.py`` does.
@@ -60,11 +60,11 @@ _CHILD = """
 import os, sys
 sys.path[:0] = [{bench!r}, {repo!r}]
 import numpy as np
-from bench_models import _input_for, loops_for_model, model_paths
+from bench_models import INPUT_SHAPES, _input_for, loops_for_model, model_paths
 name, which, k, flags, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 data = model_paths()[name].read_bytes()
 if which != "alone":
-    fns = loops_for_model(data)
+    fns = loops_for_model(data, INPUT_SHAPES.get(name))
     if which not in fns:
         sys.exit(3)  # (raw_c_api_private: only where the Interpreter rewrites its copy)
     f = fns[which]
@@ -82,6 +82,8 @@ else:
     if flags != "default":
         native_interpreter._xnnpack_delegate = _delegate
     it = oo.Interpreter(model_content=data, num_threads=1)
+    if name in INPUT_SHAPES:
+        it.resize_tensor_input(it.get_input_details()[0]["index"], INPUT_SHAPES[name])
     it.allocate_tensors()
     d_in = it.get_input_details()[0]
     i_in, i_out = d_in["index"], it.get_output_details()[0]["index"]
