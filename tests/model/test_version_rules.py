@@ -616,6 +616,12 @@ CONTROL_FLOW_RUNNERS = {
     "while body of one shape at 6 dimensions": (lambda: while_select_v2_model(R6, R6, R6), (R6, R6, R6)),
     # Declared at 6 dimensions, resized to a broadcast of 2.
     "while body resized to 2 dimensions": (lambda: while_select_v2_model(C6, R6, R6), ([2, 1], [2, 3], [2, 3])),
+    # Three scalars or three [1]: the shape rules give no output shape for inputs of one value
+    # each, but one shape never sets the broadcast flag (these were refused on 2.17.1 as "decided
+    # only while the model runs", which 2.17.1 runs with numpy's values).
+    "if branch of scalars": (lambda: if_select_v2_model([], [], []), ([], [], [])),
+    "if branch of one value": (lambda: if_select_v2_model([1], [1], [1]), ([1], [1], [1])),
+    "while body of scalars": (lambda: while_select_v2_model([], [], []), ([], [], [])),
 }
 
 

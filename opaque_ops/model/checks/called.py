@@ -13,6 +13,7 @@ shapes reach them: SELECT_V2's broadcast on an older runtime
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 from ...errors import ShapeError
@@ -180,6 +181,18 @@ def _run(found: Followed, k: int, inputs) -> list | None:
     for op in sg.operators:
         if op.op_name == "SELECT_V2" and not op.is_custom and len(op.inputs) >= 3 and op.outputs:
             four = [shape_of(t) for t in (*op.inputs[:3], op.outputs[0])]
+            c, x, y, out = four
+            declared = tuple(sg.tensors[op.outputs[0]].shape) if op.outputs[0] >= 0 else None
+            if out is None and x is not None and c == x == y and math.prod(x) == 1 and declared is not None:
+                # Three inputs of one shape of one value (scalars, [1]): the shape rules give no
+                # output for them (shapes._one_element_each: an early return in select.cc keeps
+                # the output's own shape), but a Prepare on one shape never sets the broadcast
+                # flag, early return or not.  Its output is x's shape when the declared one holds
+                # more than one value (no early return) or is x's; a loop variable it becomes is
+                # followed on it.  A declared output of one value of another shape is kept by the
+                # early return (a wrong shape, not followed here): left not known.
+                if math.prod(declared) != 1 or declared == x:
+                    four[3] = shapes[op.outputs[0]] = x
             found.selects.setdefault((k, op.index), []).append(None if None in four else tuple(four))
     for t, shape in shapes.items():
         if shape is not None and len(shape) > MAX_RANK:
