@@ -758,3 +758,32 @@ def test_select_v2_in_control_flow_left_broadcasting_aborts_without_the_memory_i
     else:
         for p in (bare, guarded):
             assert p.returncode == 0 and p.stdout.split() == ["invoking", "ran", "True"], crashed(p)
+
+
+ONE_VALUE_EACH = ([1, 1], [1], [1])
+
+
+@pytest.mark.parametrize("case", list(STICKY))
+def test_select_v2_in_control_flow_left_broadcasting_by_a_refused_allocation_is_refused_at_6_dimensions(case):
+    """Inputs of one value each but of different shapes, with the declared output of 6 values: the
+    kernel broadcasts them (no early return), but their output shape is not followed, so 2.17.1's
+    allocation is refused as not known.  The node was prepared all the same: the next allocation,
+    of one shape of 6 dimensions, is refused too (measured in a child without that memory: SIGABRT
+    in invoke on 2.17.1).  In this process only the allocations there; elsewhere both run."""
+    build, caller, names = STICKY[case]
+    first = (True,) if caller == "IF" else (0,)
+    want = "if" if caller == "IF" else "while"
+    with oo.Interpreter(model_content=build()) as it:
+        ones = _control_flow_values(ONE_VALUE_EACH)
+        six = _control_flow_values((R6, R6, R6), seed=8)
+        if not affected(runtime_info().version):
+            for values in (ones, six):
+                got = _control_flow_feed(it, (*first, *values))
+                np.testing.assert_array_equal(got, _control_flow_want(want, *values))
+            return
+        for values, error, match in ((ones, ModelError, "decided only while"), (six, ShapeError, STALE_CALLED)):
+            for d, v in zip(it.get_input_details(), (*first, *values)):
+                it.resize_tensor_input(d["index"], list(np.shape(v)))
+            with pytest.raises(error, match=re.escape(match)) as err:
+                it.allocate_tensors()
+            assert f"{names} (SELECT_V2), in a subgraph that subgraph 0 operator 0 ({caller}) runs" in str(err.value)

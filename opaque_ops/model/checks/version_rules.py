@@ -202,7 +202,8 @@ def note_called_select_v2(info, known, memory: set, check: bool = True) -> Shape
     dimensions, aborts 2.17.1 in Eval (measured: an IF branch and a WHILE
     body at [2, 1] against [2, 3], then all three [2, 2, 2, 2, 2, 3]; 2.23.0
     runs it).  Shapes that are not known are the model rule's (refused
-    there); so is a broadcast of 6 dimensions itself.
+    there), and remembered as broadcasting (that refusal comes after the
+    kernel prepared the node); so is a broadcast of 6 dimensions itself.
 
     Parameters
     ----------
@@ -231,6 +232,12 @@ def note_called_select_v2(info, known, memory: set, check: bool = True) -> Shape
         stale = (k, index) in memory
         for four in shapes:
             if four is None:
+                # Not known (the model rule refuses this allocation, but the control-flow
+                # kernel prepared the node all the same): as if it broadcast, which can only
+                # refuse more.  Forgotten, a refused allocation of [1, 1], [1] and [1] with a
+                # declared output of 6 values left the node broadcasting, and a next one of one
+                # shape of 6 dimensions aborted 2.17.1.
+                memory.add((k, index))
                 continue
             if _broadcasts(four):
                 memory.add((k, index))
