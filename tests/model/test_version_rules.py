@@ -787,3 +787,49 @@ def test_select_v2_in_control_flow_left_broadcasting_by_a_refused_allocation_is_
             with pytest.raises(error, match=re.escape(match)) as err:
                 it.allocate_tensors()
             assert f"{names} (SELECT_V2), in a subgraph that subgraph 0 operator 0 ({caller}) runs" in str(err.value)
+
+
+def if_select_v2_then_add_model() -> bytes:
+    """out = IF(flag, c, x, y): each branch SELECT_V2(c, x, y) + [1, 1, 1] (a constant of 3 values)."""
+    from opaque_ops.model import ModelBuilder
+
+    main = ModelBuilder()
+    ins = [main.add_tensor("flag", [], np.bool_), main.add_tensor("c", LOW[0], np.bool_)]
+    ins += [main.add_tensor("x", LOW[1], f32), main.add_tensor("y", LOW[2], f32)]
+    out = main.add_tensor("out", [2, 3], f32)
+    main.add_op("IF", ins, [out])
+    main.set_inputs(ins)
+    main.set_outputs([out])
+    branches = []
+    for name in ("then", "else"):
+        b = ModelBuilder(subgraph_name=name)
+        bc, bx, by = b.add_tensor("c", LOW[0], np.bool_), b.add_tensor("x", LOW[1], f32), b.add_tensor("y", LOW[2], f32)
+        chosen, added = b.add_tensor("chosen", [2, 3], f32), b.add_tensor("added", [2, 3], f32)
+        b.add_op("SELECT_V2", [bc, bx, by], [chosen])
+        b.add_op("ADD", [chosen, b.add_constant("one", np.ones([3], f32))], [added])
+        b.set_inputs([bc, bx, by])
+        b.set_outputs([added])
+        branches.append(b)
+    return _joined(main, branches, "IfOptions", {"thenSubgraphIndex": 1, "elseSubgraphIndex": 2})
+
+
+def test_select_v2_in_control_flow_left_broadcasting_by_a_failed_allocation_is_refused_at_6_dimensions():
+    """The branch's SELECT_V2 broadcasts [2, 1] against [2, 4], then its ADD of [3] fails to prepare
+    (every runtime): the allocation fails, but the SELECT_V2 was prepared, and kept broadcasting.
+    The next allocation, of one shape of 6 dimensions, is refused on 2.17.1 (measured in a child
+    without that memory: SIGABRT in invoke); 2.23.0 runs it with numpy's values."""
+    with oo.Interpreter(model_content=if_select_v2_then_add_model()) as it:
+        failing = _control_flow_values(([2, 1], [2, 4], [2, 4]))
+        six = _control_flow_values((R6, R6, R6), seed=8)
+        for d, v in zip(it.get_input_details(), (True, *failing)):
+            it.resize_tensor_input(d["index"], list(np.shape(v)))
+        with pytest.raises(oo.KernelError):
+            it.allocate_tensors()
+        if not affected(runtime_info().version):
+            np.testing.assert_array_equal(_control_flow_feed(it, (True, *six)), np.where(*six) + f32(1))
+            return
+        for d, v in zip(it.get_input_details(), (True, *six)):
+            it.resize_tensor_input(d["index"], list(np.shape(v)))
+        with pytest.raises(ShapeError, match=re.escape(STALE_CALLED)) as err:
+            it.allocate_tensors()
+        assert "subgraph 1 operator 0 (SELECT_V2), in a subgraph that subgraph 0 operator 0 (IF) runs" in str(err.value)

@@ -49,17 +49,21 @@ class Followed:
         ``(subgraph, tensor, shape, operator)``: a tensor that would have more
         than :data:`~.limits.MAX_RANK` dimensions and the operator (not
         GATHER_ND) that reads or writes it.
+    unfollowed : set
+        ``(subgraph, operator)`` of each SELECT_V2 in a subgraph whose shapes
+        did not fit (its Prepare fails, maybe after preparing that node).
     """
 
     # (A plain class: the checks are imported at a first start, which must
     # not pull in dataclasses.)
-    __slots__ = ("subgraphs", "selects", "callers", "deep")
+    __slots__ = ("subgraphs", "selects", "callers", "deep", "unfollowed")
 
     def __init__(self, subgraphs: dict) -> None:
         self.subgraphs = subgraphs
         self.selects: dict[tuple[int, int], list] = {}
         self.callers: dict[int, str] = {}
         self.deep: list = []
+        self.unfollowed: set[tuple[int, int]] = set()
 
 
 def follow_called(info, known) -> Followed | None:
@@ -168,7 +172,12 @@ def _run(found: Followed, k: int, inputs) -> list | None:
     try:
         shapes = infer_shapes(SimpleNamespace(subgraphs=[sg]), given.get)
     except ShapeError:
-        return None  # (the runtime's Prepare refuses these shapes too)
+        # The runtime's Prepare refuses these shapes too, but only at the operator they do not fit:
+        # a SELECT_V2 before it was prepared, and may have been left broadcasting (measured: an IF
+        # branch's SELECT_V2 of [2, 1] and [2, 4] before an ADD of [3] that fails; the next
+        # allocation, of one shape of 6 dimensions, aborted 2.17.1 in invoke).
+        found.unfollowed.update((k, op.index) for op in sg.operators if op.op_name == "SELECT_V2" and not op.is_custom)
+        return None
 
     def shape_of(t):
         if t < 0:

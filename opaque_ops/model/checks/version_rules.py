@@ -253,6 +253,9 @@ def note_called_select_v2(info, known, memory: set, check: bool = True) -> Shape
                     f"{SELECT_V2_BROADCAST_RANK} dimensions here, or use TFLite 2.23"
                 )
             stale = stale or (k, index) in memory
+    # (After the nodes followed: one not followed was prepared on shapes not known, perhaps
+    # broadcasting, in a subgraph whose Prepare then failed; that allocation itself refuses nothing.)
+    memory.update(found.unfollowed)
     return error
 
 
