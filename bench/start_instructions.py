@@ -158,7 +158,12 @@ def warm_up(model: Path, where: tuple[str, str], tmp: str) -> None:
     be most of it).
     """
     cmd = start_command("ours", _FRAME.format(body=START_BODIES["ours"].strip()), model, where)
-    r = subprocess.run(cmd, env=start_env(tempfile.mkdtemp(dir=tmp)), capture_output=True, text=True, timeout=300)
+    # (The counted starts' working directory: "python -c" puts it first on
+    # sys.path, so a start from inside a checkout would import that instead.)
+    cwd = os.path.join(tmp, "cwd")
+    os.makedirs(cwd, exist_ok=True)
+    env = start_env(tempfile.mkdtemp(dir=tmp))
+    r = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise RuntimeError(f"start-up ({where[1]}) failed: {r.stderr.strip()[-2000:]}")
 
