@@ -209,6 +209,10 @@ _TOO_SMALL = "custom allocation is too small"
 # across allocations (model.checks.version_rules.note_called_select_v2).
 _SELECT_V2 = BUILTIN_OPERATORS["SELECT_V2"]
 _RERUNNING = frozenset({BUILTIN_OPERATORS["WHILE"], BUILTIN_OPERATORS["IF"]})
+# A SELECT or SELECT_V2 in a subgraph that one of these runs may keep an output
+# shape from before (model.checks.called.note_called_kept), on every runtime.
+_SELECTS = frozenset({BUILTIN_OPERATORS["SELECT"], _SELECT_V2})
+_CALLING = _RERUNNING | {BUILTIN_OPERATORS["CALL_ONCE"]}
 
 
 class Interpreter:
@@ -515,6 +519,10 @@ class Interpreter:
         # run that an allocation left broadcasting; False for a model without
         # them (None: not asked yet).
         self._called_selects: set | bool | None = None
+        # {(subgraph, operator): output shape} of the SELECTs and SELECT_V2s in
+        # subgraphs that control flow runs, as their last Prepare left it; None
+        # for a model without them (set with _called_selects).
+        self._called_kept: dict | None = None
         # Current shape of each input of subgraph 0, as last resized here, and
         # the (input, shape) pairs a strict resize accepted: the per-frame
         # same-shape resize is then a dictionary lookup.
@@ -1069,8 +1077,9 @@ class Interpreter:
             # (The codes come from the model's record: a model without both reads no operators here.)
             codes = model_cache.builtin_codes(self._info)
             self._called_selects = set() if _SELECT_V2 in codes and not codes.isdisjoint(_RERUNNING) else False
+            self._called_kept = {} if not codes.isdisjoint(_SELECTS) and not codes.isdisjoint(_CALLING) else None
         called = None
-        if self._called_selects is not False:
+        if self._called_selects is not False or self._called_kept is not None:
             called = self._called_select_mode(native, graph, status)
         if not nodes:
             return called
@@ -1090,19 +1099,24 @@ class Interpreter:
         return note_and_check(nodes, shape_of, rows, k, status == 0, outputs, rank, declared) or called
 
     def _called_select_mode(self, native, graph: _Graph, status: int):
-        """SELECT_V2's broadcast mode in the subgraphs that WHILE and IF run: remembered; the error of a stale one.
+        """SELECT_V2's broadcast mode and SELECT's and SELECT_V2's kept outputs in called subgraphs: the error.
 
         Those nodes are prepared by the control-flow kernels, and keep the
-        mode across this interpreter's allocations as subgraph 0's do
-        (``model.checks.version_rules.note_called_select_v2``), on a runtime
-        older than 2.23 only.  Their shapes are followed from the ones the
-        runtime planned for ``graph``.
+        broadcast mode across this interpreter's allocations as subgraph 0's
+        do (``model.checks.version_rules.note_called_select_v2``), on a
+        runtime older than 2.23 only; and, on every runtime, an output shape
+        of one value (``model.checks.called.note_called_kept``).  Their
+        shapes are followed from the ones the runtime planned for ``graph``.
         """
         from ..model.runtime_versions import affected
 
-        if not self._check_config or not affected(self._check_config[0][0]):
+        broadcast = (
+            self._called_selects is not False and bool(self._check_config) and affected(self._check_config[0][0])
+        )
+        if not broadcast and self._called_kept is None:
             return None
         from ..errors import ShapeError
+        from ..model.checks.called import note_called_kept
         from ..model.checks.version_rules import note_called_select_v2
         from ..model.shapes import infer_shapes
 
@@ -1115,7 +1129,14 @@ class Interpreter:
         def known(t):
             return shapes.get(t) if t >= 0 else None
 
-        return note_called_select_v2(info, known, self._called_selects, status == 0)
+        error = None
+        if broadcast:
+            assert isinstance(self._called_selects, set)
+            error = note_called_select_v2(info, known, self._called_selects, status == 0)
+        if self._called_kept is not None:
+            kept = note_called_kept(info, known, self._called_kept, status == 0)  # (always: it remembers)
+            error = error or kept
+        return error
 
     # Views of this interpreter's memory held in another process: an isolated
     # interpreter's worker sets it, for the length of one call, to the count of

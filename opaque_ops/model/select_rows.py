@@ -53,7 +53,11 @@ resized to [1, 1, 1], leave the output [1, 1]; SELECT's three [1, 1], then
 three [1], leave it [1, 1] too).  Which shape it had is the interpreter's
 past again (the previous allocation's, or the model's declared one), so the
 planned shapes are checked after every allocation (``_kept_output``), never
-in a kept verdict.
+in a kept verdict.  A SELECT or SELECT_V2 in a subgraph that WHILE, IF or
+CALL_ONCE runs is prepared by that kernel, out of the interpreter's sight:
+its output is followed from subgraph 0's planned shapes with the
+interpreter's memory of it
+(:func:`~opaque_ops.model.checks.called.note_called_kept`).
 """
 
 from __future__ import annotations

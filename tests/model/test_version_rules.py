@@ -394,7 +394,7 @@ def if_select_v2_model(c, x, y) -> bytes:
     return _joined(main, branches, "IfOptions", {"thenSubgraphIndex": 1, "elseSubgraphIndex": 2})
 
 
-def while_select_v2_model(c, x, y, turns=2, in_cond=False, reshape_to=None, grow=False) -> bytes:
+def while_select_v2_model(c, x, y, turns=2, in_cond=False, reshape_to=None, grow=False, keep_x=False) -> bytes:
     """WHILE i < turns over (i, c, x, y), x of the broadcast shape: its body x <- SELECT_V2(c, x, y).
 
     With ``in_cond`` the condition subgraph runs the SELECT_V2 (its value
@@ -402,7 +402,8 @@ def while_select_v2_model(c, x, y, turns=2, in_cond=False, reshape_to=None, grow
     variables are x > 0, x and y reshaped to that shape: the second turn
     prepares the body on them (one shape for the condition, x and y).  With
     ``grow`` the new x is the SELECT_V2's output twice, along dimension 0:
-    a shape that changes at every turn, at one rank.
+    a shape that changes at every turn, at one rank.  With ``keep_x`` (and
+    ``reshape_to``) the new x is the SELECT_V2's output, not reshaped.
     """
     from opaque_ops.model import ModelBuilder
 
@@ -444,6 +445,8 @@ def while_select_v2_model(c, x, y, turns=2, in_cond=False, reshape_to=None, grow
         new = [bi2, body.add_tensor("c3", r, np.bool_), body.add_tensor("x3", r, f32), body.add_tensor("y3", r, f32)]
         for old, t in zip((positive, bx2, by), new[1:]):
             body.add_op("RESHAPE", [old, shape], [t])
+        if keep_x:
+            new[2] = bx2
     body.set_inputs([bi, bc, bx, by])
     body.set_outputs(new)
     return _joined(main, [cond, body], "WhileOptions", {"condSubgraphIndex": 1, "bodySubgraphIndex": 2})
@@ -833,3 +836,202 @@ def test_select_v2_in_control_flow_left_broadcasting_by_a_failed_allocation_is_r
         with pytest.raises(ShapeError, match=re.escape(STALE_CALLED)) as err:
             it.allocate_tensors()
         assert "subgraph 1 operator 0 (SELECT_V2), in a subgraph that subgraph 0 operator 0 (IF) runs" in str(err.value)
+
+
+# -- ... and the output shape a called SELECT or SELECT_V2 keeps, on every runtime -------------------
+#
+# tensorflow/lite/kernels/select.cc's Prepare returns before resizing the output when the condition,
+# x, y and the output (as the node's previous Prepare left it, the declared shape before the first)
+# all hold one value: the output keeps its shape.  Measured before the rule (2.17.1, 2.23.0 and
+# ai-edge-litert alike): an IF branch's SELECT_V2 allocated with three [1, 1], then three [1, 1, 1],
+# gives the IF output [1, 1] where np.where gives [1, 1, 1].  The interpreter follows the called
+# subgraphs with its memory of those outputs (checks.called.note_called_kept).
+
+KEPT_CALLED = "keeps the output shape"
+NOT_KNOWN = "decided only while the model runs"
+ONES2, ONES3 = ([1, 1],) * 3, ([1, 1, 1],) * 3
+
+
+def _kept_values(it, shapes, seed):
+    """Values for the interpreter's inputs: the flag or counter first, then one per shape (bool or float32)."""
+    rng = np.random.default_rng(seed)
+    details = it.get_input_details()
+    first = True if details[0]["dtype"] == np.bool_ else 0
+    values = [first]
+    for d, s in zip(details[1:], shapes):
+        values.append(rng.random(s) > 0.5 if d["dtype"] == np.bool_ else rng.standard_normal(s).astype(f32))
+    return values
+
+
+def _constant_select(x, y):
+    return np.where(np.array(True), x, y)
+
+
+# name: (model, the operator named, numpy's output from the inputs after the flag or counter, steps).
+# A step is (the inputs' shapes after the flag or counter, what happens): "runs" (with numpy's
+# shape and values), "kept" (ShapeError, on every runtime), or "kept, not known before 2.23" and
+# "runs, not known before 2.23" (there refused by check_select_v2_in_control_flow, which has no
+# shape for inputs of one value each of different shapes).
+KEPT_SEQUENCES = {
+    "if branch, resized from its declared [1, 1], [1], [1] to three [1, 1, 1]": (
+        lambda: if_select_v2_model([1, 1], [1], [1]),
+        "subgraph 1 operator 0 (SELECT_V2), in a subgraph that subgraph 0 operator 0 (IF) runs",
+        np.where,
+        [(ONES3, "kept, not known before 2.23")],
+    ),
+    "if branch at its declared [1, 1], [1], [1], then three [1, 1, 1]": (
+        lambda: if_select_v2_model([1, 1], [1], [1]),
+        "subgraph 1 operator 0 (SELECT_V2), in a subgraph that subgraph 0 operator 0 (IF) runs",
+        np.where,
+        [(ONE_VALUE_EACH, "runs, not known before 2.23"), (ONES3, "kept, not known before 2.23")],
+    ),
+    "if branch, three [1, 1] then three [1, 1, 1]": (
+        lambda: if_select_v2_model([2, 3], [2, 3], [2, 3]),
+        "subgraph 1 operator 0 (SELECT_V2), in a subgraph that subgraph 0 operator 0 (IF) runs",
+        np.where,
+        # (Then the message's fixes: inputs that broadcast to the kept [1, 1]; shapes of more than one
+        # value, after which three [1, 1, 1] get their shape.)
+        [(ONES2, "runs"), (ONES3, "kept"), (ONES2, "runs"), (([2, 3],) * 3, "runs"), (ONES3, "runs")],
+    ),
+    "while body, three [1, 1] then three [1, 1, 1]": (
+        lambda: while_select_v2_model([2, 3], [2, 3], [2, 3]),
+        "subgraph 2 operator 1 (SELECT_V2), in a subgraph that subgraph 0 operator 0 (WHILE) runs",
+        lambda c, x, y: _control_flow_want("while", c, x, y),
+        [(ONES2, "runs"), (ONES3, "kept"), (ONES2, "runs"), (([2, 3],) * 3, "runs"), (ONES3, "runs")],
+    ),
+    # Within one invoke: the body's first turn gives [1, 1] (its declared output); its second turn,
+    # on the condition and y reshaped to [1, 1, 1] and x [1, 1], keeps it (the WHILE's x is then
+    # [1, 1] where np.where gives [1, 1, 1]).
+    "while body whose second turn keeps [1, 1]": (
+        lambda: while_select_v2_model(*ONES2, reshape_to=[1, 1, 1], keep_x=True),
+        "subgraph 2 operator 1 (SELECT_V2), in a subgraph that subgraph 0 operator 0 (WHILE) runs",
+        None,
+        [(ONES2, "kept, not known before 2.23")],
+    ),
+    # SELECT (v1) with a constant condition (the only one allowed there): its output is x's shape.
+    "if branch SELECT, declared [1, 1], resized to [1]": (
+        lambda: _select_rows_helpers().if_select_model([], 1, 1, op="SELECT", constant=np.array(True)),
+        "subgraph 1 operator 0 (SELECT), in a subgraph that subgraph 0 operator 0 (IF) runs",
+        _constant_select,
+        [(([1], [1]), "kept"), (([1, 1], [1, 1]), "runs"), (([2, 3], [2, 3]), "runs"), (([1], [1]), "runs")],
+    ),
+}
+
+
+def _select_rows_helpers():
+    """tests.model.test_select_rows (its if_select_model), imported when a model is built, as _joined does."""
+    import tests.model.test_select_rows as module
+
+    return module
+
+
+@pytest.mark.parametrize("case", list(KEPT_SEQUENCES))
+@pytest.mark.parametrize("isolate", [False, True], ids=["in_process", "isolated"])
+def test_select_in_control_flow_keeping_its_output_shape_is_refused_and_its_fixes_run(case, isolate):
+    build, names, want, steps = KEPT_SEQUENCES[case]
+    older = affected(runtime_info().version)
+    with oo.Interpreter(model_content=build(), isolate=isolate) as it:
+        for n, (shapes, outcome) in enumerate(steps):
+            values = _kept_values(it, shapes, seed=20 + n)
+            if outcome == "runs" or (outcome.startswith("runs") and not older):
+                got = _control_flow_feed(it, values)
+                expected = want(*values[1:])
+                assert got.shape == expected.shape, (n, got.shape, expected.shape)
+                np.testing.assert_array_equal(got, expected)
+                continue
+            for d, v in zip(it.get_input_details(), values):
+                it.resize_tensor_input(d["index"], list(np.shape(v)))
+            match = NOT_KNOWN if older and outcome.endswith("before 2.23") else KEPT_CALLED
+            with pytest.raises(ModelError, match=re.escape(match)) as err:
+                it.allocate_tensors()
+            message = str(err.value)
+            assert names in message, message
+            if match == KEPT_CALLED:
+                assert isinstance(err.value, ShapeError)
+                assert "so that output and what the subgraph passes on from it would have the wrong shape" in message
+                assert "Give the condition, x and y that reach it (from the caller's inputs, and from" in message
+            with pytest.raises(oo.NotAllocatedError):
+                it.invoke()
+
+
+def _if_ones_then(it, first, then):
+    """The IF output's shape after an allocation and invoke at ``first``, then at ``then`` (inputs after the flag)."""
+    _control_flow_feed(it, _kept_values(it, first, seed=30))
+    return _control_flow_feed(it, _kept_values(it, then, seed=31)).shape
+
+
+def test_select_in_control_flow_keeping_its_output_shape_gives_a_wrong_shape_without_the_rule(monkeypatch):
+    """Without the rule the IF's output is silently [1, 1] where np.where gives [1, 1, 1], on this runtime
+    and on ai-edge-litert (the same model and sequence); with it that allocation is refused."""
+    from opaque_ops.model.checks import called
+
+    data = if_select_v2_model([2, 3], [2, 3], [2, 3])
+    peer = litert.Interpreter(model_content=data)
+    assert _if_ones_then(peer, ONES2, ONES3) == (1, 1)
+    with oo.Interpreter(model_content=data) as it:
+        _control_flow_feed(it, _kept_values(it, ONES2, seed=30))
+        for d, v in zip(it.get_input_details(), _kept_values(it, ONES3, seed=31)):
+            it.resize_tensor_input(d["index"], list(np.shape(v)))
+        with pytest.raises(ShapeError, match=re.escape(KEPT_CALLED)):
+            it.allocate_tensors()
+    monkeypatch.setattr(called, "note_called_kept", lambda *a, **k: None)
+    with oo.Interpreter(model_content=data) as it:
+        assert _if_ones_then(it, ONES2, ONES3) == (1, 1)
+    # Within one invoke, a WHILE body's second turn (np.where's x after two turns is [1, 1, 1]).
+    data = while_select_v2_model(*ONES2, reshape_to=[1, 1, 1], keep_x=True)
+    peer = litert.Interpreter(model_content=data)
+    assert _control_flow_feed(peer, _kept_values(peer, ONES2, seed=32)).shape == (1, 1)
+    if not affected(runtime_info().version):  # (2.17.1 refuses it as not known, rule or not)
+        with oo.Interpreter(model_content=data) as it:
+            assert _control_flow_feed(it, _kept_values(it, ONES2, seed=32)).shape == (1, 1)
+
+
+# name: (model, numpy's output, the allocations' shapes): each runs on every runtime, with numpy's
+# shapes and values, the kept shape being the right one (or no Prepare keeping one).
+KEPT_RUNNERS = {
+    "if branch of three [1, 1] at every allocation": (
+        lambda: if_select_v2_model([2, 3], [2, 3], [2, 3]),
+        np.where,
+        [ONES2, ONES2],
+    ),
+    "if branch of [2, 3], then three [1, 1, 1], then three [1, 1]": (
+        lambda: if_select_v2_model([2, 3], [2, 3], [2, 3]),
+        np.where,
+        [([2, 3],) * 3, ONES3, ([2, 3],) * 3, ONES2],
+    ),
+    "while body of scalars, then [2, 3], then three [1]": (
+        lambda: while_select_v2_model([2, 3], [2, 3], [2, 3]),
+        lambda c, x, y: _control_flow_want("while", c, x, y),
+        [([],) * 3, ([2, 3],) * 3, ([1],) * 3],
+    ),
+    "if branch SELECT of [2, 3], then [1], then [1, 1, 1] after [2, 3]": (
+        lambda: _select_rows_helpers().if_select_model([], 1, 1, op="SELECT", constant=np.array(True)),
+        _constant_select,
+        [([2, 3],) * 2, ([1],) * 2, ([2, 3],) * 2, ([1, 1, 1],) * 2],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(KEPT_RUNNERS))
+def test_select_in_control_flow_whose_kept_output_is_right_runs_with_numpy_shapes(case):
+    build, want, allocations = KEPT_RUNNERS[case]
+    with oo.Interpreter(model_content=build()) as it:
+        for n, shapes in enumerate(allocations):
+            values = _kept_values(it, shapes, seed=40 + n)
+            got = _control_flow_feed(it, values)
+            expected = want(*values[1:])
+            assert got.shape == expected.shape, (n, got.shape, expected.shape)
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_select_v2_in_an_if_branch_whose_shapes_are_not_known_is_advised_on_its_inputs_not_loop_variables():
+    """Inputs of one value each but of different shapes: no shape there for the 2.17.1 rule.  An IF has
+    no loop variables: the advice names the inputs; a WHILE's still names its loop variables."""
+    for build, fix, other in (
+        (lambda: if_select_v2_model(*ONE_VALUE_EACH), "Give the condition, x and y reaching it one shape", "loop"),
+        (lambda: while_select_v2_model(*LOW), "Give the loop variables shapes that stay the same", "reaching it"),
+    ):
+        with pytest.raises(ModelError, match=re.escape(NOT_KNOWN)) as err:
+            _resized_checked_on(build(), ONE_VALUE_EACH, "2.17.1")
+        message = str(err.value)
+        assert fix in message and other not in message, message

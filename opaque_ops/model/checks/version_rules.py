@@ -276,12 +276,25 @@ def _judge(op, sg, shapes, caller: str, version) -> None:
     broadcasting = False
     for four in shapes:
         if four is None:
+            # (Not known: shapes decided by values, a WHILE whose loop variables keep changing shape, or
+            # inputs of one value each whose output shape is the node's past.  Only a WHILE has loop
+            # variables to advise on; an IF or CALL_ONCE is told of the shapes reaching the SELECT_V2.)
+            if "(WHILE)" in caller:
+                why, fix = (
+                    "by values, or by a WHILE whose loop variables keep changing shape",
+                    "Give the loop variables shapes that stay the same",
+                )
+            else:
+                why = "by values, or, for inputs of one value each, by the output shape the node held before"
+                fix = (
+                    "Give the condition, x and y reaching it one shape (broadcast them first), or shapes that do not "
+                    "depend on values"
+                )
             raise ModelError(
-                f"{where} takes shapes there that are decided only while the model runs (by values, or by a "
-                f"WHILE whose loop variables keep changing shape), so they may reach 6 dimensions; TFLite "
-                f"{version}'s SELECT_V2 broadcasts through at most {SELECT_V2_BROADCAST_RANK} dimensions and "
-                "aborts the process on more, and once it has broadcast it keeps broadcasting (TFLite 2.23 runs "
-                f"it). Give the loop variables shapes that stay the same, or use TFLite 2.23"
+                f"{where} takes shapes there that are decided only while the model runs ({why}), so they may "
+                f"reach 6 dimensions; TFLite {version}'s SELECT_V2 broadcasts through at most "
+                f"{SELECT_V2_BROADCAST_RANK} dimensions and aborts the process on more, and once it has broadcast "
+                f"it keeps broadcasting (TFLite 2.23 runs it). {fix}, or use TFLite 2.23"
             )
         c, x, y, out = four
         broadcasting = broadcasting or _broadcasts(four)
