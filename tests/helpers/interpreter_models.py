@@ -160,3 +160,15 @@ def squared_sum_model(signature: bool = False, state: bool = False) -> bytes:
     if signature:
         b.add_signature("serving_default", inputs={"x_in": x}, outputs={"y_out": y})
     return b.build()
+
+
+def feed(it, values) -> list:
+    """Resize every input of ``it`` to its value's shape, allocate, set, invoke: the outputs, in order."""
+    details = it.get_input_details()
+    for d, v in zip(details, values):
+        it.resize_tensor_input(d["index"], list(np.shape(v)))
+    it.allocate_tensors()
+    for d, v in zip(details, values):
+        it.set_tensor(d["index"], np.asarray(v, d["dtype"]))
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]

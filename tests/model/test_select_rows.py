@@ -23,6 +23,7 @@ from opaque_ops.errors import ShapeError
 from opaque_ops.model import ModelBuilder, cache, checks, read_model, select_rows
 from opaque_ops.model.select_rows import nodes_of, note_and_check
 from tests.helpers.child_process import crashed, run_child
+from tests.helpers.interpreter_models import feed
 
 f32 = np.float32
 STALE = "an earlier allocation of this Interpreter gave it a scalar or 1-D condition"
@@ -294,16 +295,7 @@ def _loop(c, a, b, turns, regrow):
     return a
 
 
-def _feed(it, values):
-    """Resize every input to its value's shape, allocate, set, invoke: the outputs."""
-    details = it.get_input_details()
-    for d, v in zip(details, values):
-        it.resize_tensor_input(d["index"], list(np.shape(v)))
-    it.allocate_tensors()
-    for d, v in zip(details, values):
-        it.set_tensor(d["index"], np.asarray(v, d["dtype"]))
-    it.invoke()
-    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+_feed = feed  # (resize every input to its value's shape, allocate, set, invoke: the outputs)
 
 
 # (model, the caller named in the message, the SELECT named): each crashes or gives wrong values
@@ -658,17 +650,29 @@ def kept_model(c, x, y, out, then_add=None, op="SELECT_V2") -> bytes:
     return b.build()
 
 
-def _kept_refused(it, values, kept):
+def _refused_at_allocation(it, values, match: str, *said: str) -> None:
+    """Resizing the inputs to ``values``' shapes: allocate_tensors() raises ShapeError (``match``, and each of
+    ``said`` in its message), and the interpreter is left unallocated."""
     for k, v in enumerate(values):
         it.resize_tensor_input(k, list(v.shape))
-    with pytest.raises(ShapeError, match=re.escape(KEPT)) as err:
+    with pytest.raises(ShapeError, match=re.escape(match)) as err:
         it.allocate_tensors()
-    message = str(err.value)
-    assert "subgraph 0 operator 0 (SELECT_V2)" in message and f"output shape {kept} it already had" in message
-    assert f"broadcast to {list(np.where(*values).shape)}, but" in message
-    assert "Resize the inputs so that they broadcast to" in message
+    for part in said:
+        assert part in str(err.value), str(err.value)
     with pytest.raises(oo.NotAllocatedError):
         it.invoke()
+
+
+def _kept_refused(it, values, kept):
+    _refused_at_allocation(
+        it,
+        values,
+        KEPT,
+        "subgraph 0 operator 0 (SELECT_V2)",
+        f"output shape {kept} it already had",
+        f"broadcast to {list(np.where(*values).shape)}, but",
+        "Resize the inputs so that they broadcast to",
+    )
 
 
 @pytest.mark.parametrize("case", list(V2_KEPT))
@@ -776,19 +780,26 @@ def test_note_and_check_refuses_a_kept_output_only_when_it_is_not_the_broadcast(
         assert step((1, 1, 1), (1,), (), (1, 1), rank, check=False) is None  # a failed allocation
 
 
-def test_a_kept_output_from_the_models_record_keeps_the_declared_exception(verdicts):
-    """A later start reads the SELECT_V2 nodes from the record (no operators parsed): the model's own
-    shapes (output declared [1] for a [1, 1] broadcast) still run, and a kept [1] for [1, 1, 1] is refused."""
-    data = kept_model([1, 1], [1], [1], [1])
-    values = _v2_values(([1, 1], [1], [1]))
+@pytest.mark.parametrize("op", ["SELECT_V2", "SELECT"])
+def test_a_kept_output_from_the_models_record_keeps_the_declared_exception(op, verdicts):
+    """A later start reads the SELECT / SELECT_V2 nodes (SELECT's with their outputs) from the record (no
+    operators parsed): the model's own shapes (output declared [1] for a [1, 1] output) still run, and a
+    kept [1] for three [1, 1, 1] is refused."""
+    if op == "SELECT_V2":
+        data, values, refused = kept_model([1, 1], [1], [1], [1]), _v2_values(([1, 1], [1], [1])), _kept_refused
+    else:
+        data, values = kept_model([1, 1], [1, 1], [1, 1], [1], op="SELECT"), _v2_values(([1, 1],) * 3)
+        refused = _v1_kept_refused
     for start in ("first", "from the record"):
         with oo.Interpreter(model_content=data) as it:
             if start != "first":
                 assert "_source" in it._info.__dict__  # (read from the record, not parsed)
             out = _run(it, *values)
             assert out.shape == (1,) and out[0] == np.where(*values).item()
-            _kept_refused(it, _v2_values(([1, 1, 1],) * 3, seed=1), [1])
+            refused(it, _v2_values(([1, 1, 1],) * 3, seed=1), [1])
         [record] = verdicts.glob("*.rec")
+        if op == "SELECT":
+            assert marshal.loads(record.read_bytes())["select"] == [[0, 0, 1, 2, 3]]
         cache.clear()  # a new process: only the record on disk is left
 
 
@@ -825,16 +836,15 @@ def _v1_run(it, values):
 
 
 def _v1_kept_refused(it, values, kept):
-    for k, v in enumerate(values):
-        it.resize_tensor_input(k, list(v.shape))
-    with pytest.raises(ShapeError, match=re.escape("but TFLite's SELECT keeps the output shape")) as err:
-        it.allocate_tensors()
-    message = str(err.value)
-    assert "subgraph 0 operator 0 (SELECT)" in message and f"output shape {kept} it already had" in message
-    assert f"call for an output of x's shape {list(values[1].shape)}, but" in message
-    assert f"Resize the condition, x and y to {kept}" in message
-    with pytest.raises(oo.NotAllocatedError):
-        it.invoke()
+    _refused_at_allocation(
+        it,
+        values,
+        "but TFLite's SELECT keeps the output shape",
+        "subgraph 0 operator 0 (SELECT)",
+        f"output shape {kept} it already had",
+        f"call for an output of x's shape {list(values[1].shape)}, but",
+        f"Resize the condition, x and y to {kept}",
+    )
 
 
 @pytest.mark.parametrize("case", list(V1_KEPT))
@@ -918,24 +928,6 @@ def test_note_and_check_refuses_a_kept_select_output_only_when_it_is_not_xs_shap
         assert step((2, 3), (2, 3), (2, 3), (1,), rank) is None  # (no early return: not this rule)
         assert step((1, 1, 1), (1, 1, 1), (1, 1, 1), None, rank) is None  # unknown output
         assert step((1,), (1,), (1,), (1, 1), rank, check=False) is None  # a failed allocation
-
-
-def test_a_kept_select_output_from_the_models_record_keeps_the_declared_exception(verdicts):
-    """A later start reads the SELECT nodes, with their outputs, from the record (no operators parsed):
-    the model's own shapes (output declared [1] for x [1, 1]) still run, and a kept [1] for three
-    [1, 1, 1] is refused."""
-    data = kept_model([1, 1], [1, 1], [1, 1], [1], op="SELECT")
-    values = _v2_values(([1, 1],) * 3)
-    for start in ("first", "from the record"):
-        with oo.Interpreter(model_content=data) as it:
-            if start != "first":
-                assert "_source" in it._info.__dict__  # (read from the record, not parsed)
-            out = _run(it, *values)
-            assert out.shape == (1,) and out[0] == np.where(*values).item()
-            _v1_kept_refused(it, _v2_values(([1, 1, 1],) * 3, seed=1), [1])
-        [record] = verdicts.glob("*.rec")
-        assert marshal.loads(record.read_bytes())["select"] == [[0, 0, 1, 2, 3]]
-        cache.clear()  # a new process: only the record on disk is left
 
 
 def test_a_record_of_select_nodes_without_their_output_is_not_read(verdicts, monkeypatch):

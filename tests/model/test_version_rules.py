@@ -22,6 +22,7 @@ from opaque_ops.model import check_allocated, read_model
 from opaque_ops.model.checks.version_rules import affected
 from opaque_ops.runtime import runtime_info
 from tests.helpers.child_process import crashed, run_child
+from tests.helpers.interpreter_models import feed
 from tests.helpers.single_op import single_op_model
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
@@ -503,14 +504,7 @@ def _control_flow_values(shapes, seed=7):
 
 def _control_flow_feed(it, values):
     """Resize the inputs to these values' shapes, allocate, set, invoke: the last output."""
-    details = it.get_input_details()
-    for d, v in zip(details, values):
-        it.resize_tensor_input(d["index"], list(np.shape(v)))
-    it.allocate_tensors()
-    for d, v in zip(details, values):
-        it.set_tensor(d["index"], np.asarray(v, d["dtype"]))
-    it.invoke()
-    return it.get_tensor(it.get_output_details()[-1]["index"])
+    return feed(it, values)[-1]
 
 
 def _resized_checked_on(data, shapes, version):
@@ -590,19 +584,26 @@ _CONTROL_FLOW_CHILD = """
 """
 
 
-@pytest.mark.parametrize("case", list(CONTROL_FLOW_CRASHERS))
-def test_select_v2_in_control_flow_aborts_without_the_rule_and_is_refused_with_it_in_a_child(case, tmp_path):
-    """The crash itself only in a child: without the rule 2.17.1 aborts (SIGABRT) where 2.23.0 gives
-    numpy's values; with it the allocation is refused.  (Each child keeps its verdicts apart: a
-    refusal kept on disk would otherwise answer for the child without the rule.)"""
-    bare = run_child(_CONTROL_FLOW_CHILD, case, "without", env={"OPAQUE_OPS_VERDICT_CACHE": str(tmp_path / "a")})
-    guarded = run_child(_CONTROL_FLOW_CHILD, case, "with", env={"OPAQUE_OPS_VERDICT_CACHE": str(tmp_path / "b")})
+def _assert_aborts_only_without_the_rule(child: str, case: str, tmp_path) -> None:
+    """``child`` run on ``case`` "without" and "with" the rule, each with verdicts of its own (a refusal kept
+    on disk would otherwise answer for the other): on 2.17.1 the first aborts (SIGABRT) while invoking and
+    the second is refused; on 2.23.0 both run and give numpy's values."""
+    bare = run_child(child, case, "without", env={"OPAQUE_OPS_VERDICT_CACHE": str(tmp_path / "a")})
+    guarded = run_child(child, case, "with", env={"OPAQUE_OPS_VERDICT_CACHE": str(tmp_path / "b")})
     if affected(runtime_info().version):
         assert bare.signal == 6 and bare.stdout.split() == ["invoking"], crashed(bare)
         assert guarded.returncode == 0 and guarded.stdout.split() == ["invoking", "refused"], crashed(guarded)
     else:
         for p in (bare, guarded):
             assert p.returncode == 0 and p.stdout.split() == ["invoking", "ran", "True"], crashed(p)
+
+
+@pytest.mark.parametrize("case", list(CONTROL_FLOW_CRASHERS))
+def test_select_v2_in_control_flow_aborts_without_the_rule_and_is_refused_with_it_in_a_child(case, tmp_path):
+    """The crash itself only in a child: without the rule 2.17.1 aborts (SIGABRT) where 2.23.0 gives
+    numpy's values; with it the allocation is refused.  (Each child keeps its verdicts apart: a
+    refusal kept on disk would otherwise answer for the child without the rule.)"""
+    _assert_aborts_only_without_the_rule(_CONTROL_FLOW_CHILD, case, tmp_path)
 
 
 # name: (model, the inputs' shapes): each runs on every runtime, with numpy's values.
@@ -753,14 +754,7 @@ _STICKY_CHILD = """
 def test_select_v2_in_control_flow_left_broadcasting_aborts_without_the_memory_in_a_child(case, tmp_path):
     """The crash itself only in a child: without the interpreter's memory 2.17.1 aborts (SIGABRT)
     where 2.23.0 gives numpy's values; with it the second allocation is refused."""
-    bare = run_child(_STICKY_CHILD, case, "without", env={"OPAQUE_OPS_VERDICT_CACHE": str(tmp_path / "a")})
-    guarded = run_child(_STICKY_CHILD, case, "with", env={"OPAQUE_OPS_VERDICT_CACHE": str(tmp_path / "b")})
-    if affected(runtime_info().version):
-        assert bare.signal == 6 and bare.stdout.split() == ["invoking"], crashed(bare)
-        assert guarded.returncode == 0 and guarded.stdout.split() == ["invoking", "refused"], crashed(guarded)
-    else:
-        for p in (bare, guarded):
-            assert p.returncode == 0 and p.stdout.split() == ["invoking", "ran", "True"], crashed(p)
+    _assert_aborts_only_without_the_rule(_STICKY_CHILD, case, tmp_path)
 
 
 ONE_VALUE_EACH = ([1, 1], [1], [1])
