@@ -105,11 +105,13 @@ def check_allocated_shapes(info, shape_of, planned=None, version=None, xnnpack=F
             _check_split_axis(sg, op, known)
         elif op.is_custom and op.op_name in RUNTIME_CUSTOM_OPS and op.custom_options:
             check_runtime_op_shapes(op, _runtime_options(op), known, sg.index)
-    found = follow_called(info, known)
-    if found is not None and xnnpack and affected(version):
+    # The subgraphs that control flow runs are followed for rules of affected runtimes only, once for both.
+    found = follow_called(info, known) if affected(version) else None
+    if found is not None and xnnpack:
         _check_called_sizes(found, version)
     check_version_rules(sg, known, version)
-    check_select_v2_in_control_flow(info, known, version, found)
+    if found is not None:
+        check_select_v2_in_control_flow(info, known, version, found)
 
 
 def _runtime_options(op) -> dict:
