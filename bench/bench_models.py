@@ -195,15 +195,12 @@ def loops_for_model(data: bytes, shape=None, num_threads: int = 1, peers: bool =
             return raw
 
         fns["raw_c_api"] = raw_loop(data)
-        # The model as the Interpreter hands it to TFLite when it rewrites its
-        # private copy (interpreter/matmul.py): the floor for the binding's
-        # own cost is the C API on that same copy.
-        from opaque_ops.interpreter import matmul as _matmul
-
-        if _matmul.worth_it(_native.load_runtime().version, it.xnnpack):
-            private = _matmul.rewrite_model(data)
-            if private is not data:
-                fns["raw_c_api_private"] = raw_loop(private)
+        # The model as the Interpreter handed it to TFLite, where it rewrote
+        # its private copy (interpreter/matmul.py, interpreter/slices.py):
+        # the floor for the binding's own cost is the C API on that same copy.
+        private = bytes(it._native._model._bytes)
+        if private != data:
+            fns["raw_c_api_private"] = raw_loop(private)
         # Same inputs, same answers: compare like with like before timing.
         ref = ours()
         for k in ("ai_edge_litert", "raw_c_api", "raw_c_api_private"):

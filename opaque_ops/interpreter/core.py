@@ -424,19 +424,30 @@ class Interpreter:
         except ModelError as exc:
             raise ModelError(f"{self._model_name} cannot run with XNNPACK: {exc}") from None
         private = _xnnpack.alias_model(data, aliases)
-        # A BATCH_MATMUL by a constant matrix runs as FULLY_CONNECTED where
-        # that was measured faster (see interpreter/matmul.py); only the
-        # private copy changes.  The rewrite is imported only for a model
-        # with a BATCH_MATMUL (whose codes its record keeps): its module is
-        # the largest a start would otherwise import and never run.
-        if BUILTIN_OPERATORS["BATCH_MATMUL"] in model_cache.builtin_codes(self._info):
+        # A BATCH_MATMUL by a constant matrix runs as FULLY_CONNECTED, and a
+        # fixed unit-stride STRIDED_SLICE as SLICE, where that was measured
+        # faster (see interpreter/matmul.py, interpreter/slices.py); only the
+        # private copy changes.  Each rewrite is imported only for a model
+        # with its operator (whose codes the model's record keeps): a start
+        # would otherwise import modules it never runs.
+        codes = model_cache.builtin_codes(self._info)
+        version = _native.load_runtime().version
+        if BUILTIN_OPERATORS["BATCH_MATMUL"] in codes:
             from . import matmul as _matmul
 
-            if _matmul.worth_it(_native.load_runtime().version, self.xnnpack, len(delegates)):
+            if _matmul.worth_it(version, self.xnnpack, len(delegates)):
                 rewritten = _matmul.rewrite_model(private)
                 if rewritten is not private:
                     # The copy's extra tensors follow the model's own: indices from here are not the caller's.
                     self._hidden_from = _matmul.main_tensor_count(data)
+                    private = rewritten
+        if BUILTIN_OPERATORS["STRIDED_SLICE"] in codes:
+            from . import slices as _slices
+
+            if _slices.worth_it(version, self.xnnpack, len(delegates)):
+                rewritten, self._fixed_slices = _slices.rewrite_model(private)
+                if rewritten is not private:
+                    self._hidden_from = _slices.main_tensor_count(data)  # (as above)
                     private = rewritten
         model = _native.NativeModel(private)
         if not model.ok:
@@ -599,6 +610,9 @@ class Interpreter:
     # Subgraph 0's tensor count in the model, when the private copy has more
     # (matmul.rewrite_model): higher native indices are refused as out of range.
     _hidden_from: int | None = None
+    # ((tensor, shape), ...) of the STRIDED_SLICEs run as SLICE (slices.rewrite_model):
+    # each allocation of subgraph 0 must give each that shape (slices.check_allocated).
+    _fixed_slices: tuple = ()
 
     def _forked(self, native, reason: str) -> None:
         """In a forked child (see _fork): refuse every call with ``reason``; never free the C objects."""
@@ -1052,6 +1066,10 @@ class Interpreter:
             # (The shapes themselves are asked for a few tensors only.)
             is_planned = planned[0].__contains__ if planned is not None else native.is_planned
             check_allocated(info, shape_of, self._check_config, is_planned)
+            if self._fixed_slices:
+                from . import slices as _slices  # (imported already: the model was rewritten)
+
+                _slices.check_allocated(self._fixed_slices, shape_of, is_planned)
         else:
             check_allocated(info, shape_of, self._check_config)
 

@@ -11,19 +11,8 @@ product as FULLY_CONNECTED (openWakeWord's melspectrogram: 7.7 µs against
 :func:`rewrite_model` builds that form in the bytes handed to
 ``TfLiteModelCreate``; the model the caller sees (``Interpreter._info``,
 read from the original bytes) is unchanged.  The transposed weights become a
-new tensor placed *after* the model's own tensors and a new buffer after its
-own buffers, so every tensor index the caller can name keeps its meaning,
-and the original constant keeps its values.
-
-Why a prefix: flatbuffer offsets are unsigned and point forward, so a grown
-vector (the subgraph's tensors, the operators, the buffers) cannot be
-appended after tables that it must point back to.  Placed *in front of* the
-old bytes, the new tables can point forward into them; every old offset is
-relative and stays valid when the old bytes move as one block.  So the copy
-is: a new root, a new Model table (a copy of the old one with three fields
-re-pointed), new vectors that point at the old tensors, operators, op codes
-and buffers plus the new ones, then the old bytes unchanged.  The prefix's
-length is a multiple of 64, so every old position keeps its alignment.
+new tensor after the subgraph's own tensors (``model_copy.py``: how the copy
+is written, and why every index the caller can name keeps its meaning).
 
 Not covered: a left operand whose shape is known only while the model runs
 (a dynamic tensor) is not checked by the allocation-time shape rules, so if
@@ -33,9 +22,9 @@ refuses.
 
 from __future__ import annotations
 
-import struct
-
 import numpy as np
+
+from .model_copy import FLOAT32, NewOperator, NewTensor, Opened, Plan, Reader, main_tensor_count, open_model, write_copy
 
 # BuiltinOperator codes (schema.fbs).
 _FULLY_CONNECTED = 9
@@ -43,16 +32,8 @@ _BATCH_MATMUL = 126
 # BuiltinOptions union tags (schema.fbs).
 _FULLY_CONNECTED_OPTIONS = 8
 _BATCH_MATMUL_OPTIONS = 101
-_FLOAT32 = 0  # TensorType
-_PREFIX_ALIGN = 64
 
-# Slots of the tables this module copies, and which of them hold offsets.
-# A table with a slot beyond these (a later schema) is left alone: a copy
-# could not re-point a field it does not know.
-_MODEL_OFFSET_SLOTS = (1, 2, 3, 4, 5, 6, 7)  # slot 0: version (uint32)
-_MODEL_SLOTS = 8
-_SUBGRAPH_OFFSET_SLOTS = (0, 1, 2, 3, 4)  # slot 5: debug_metadata_index (int32)
-_SUBGRAPH_SLOTS = 6
+__all__ = ["main_tensor_count", "rewrite_model", "worth_it"]
 
 # Which runtimes run the FULLY_CONNECTED form faster, by (major, minor) and
 # whether XNNPACK is applied.  Measured per node, [1,1,5,257] x [257,32]
@@ -97,68 +78,9 @@ def worth_it(version: str, xnnpack: bool, delegates: int = 0) -> bool:
     return ((major, minor), bool(xnnpack)) in _FASTER
 
 
-class _Reader:
-    """Bounds-trusting little-endian reads of a flatbuffer that ``read_model`` already checked."""
-
-    def __init__(self, buf):
-        self.buf = buf
-
-    def u8(self, p: int) -> int:
-        return self.buf[p]
-
-    def u16(self, p: int) -> int:
-        return struct.unpack_from("<H", self.buf, p)[0]
-
-    def u32(self, p: int) -> int:
-        return struct.unpack_from("<I", self.buf, p)[0]
-
-    def i32(self, p: int) -> int:
-        return struct.unpack_from("<i", self.buf, p)[0]
-
-    def vtable(self, table: int) -> int:
-        return table - self.i32(table)
-
-    def slots(self, table: int) -> int:
-        """How many field slots the table's vtable has."""
-        return (self.u16(self.vtable(table)) - 4) // 2
-
-    def field(self, table: int, slot: int) -> int:
-        """Absolute position of ``slot``'s value in ``table``, or 0 if absent."""
-        if slot >= self.slots(table):
-            return 0
-        off = self.u16(self.vtable(table) + 4 + 2 * slot)
-        return table + off if off else 0
-
-    def present(self, table: int) -> set[int]:
-        return {s for s in range(self.slots(table)) if self.field(table, s)}
-
-    def ref(self, table: int, slot: int) -> int:
-        """The position an offset field points at, or 0 if absent."""
-        f = self.field(table, slot)
-        return f + self.u32(f) if f else 0
-
-    def scalar(self, table: int, slot: int, fmt: str, default=0):
-        f = self.field(table, slot)
-        return struct.unpack_from(fmt, self.buf, f)[0] if f else default
-
-    def vector(self, table: int, slot: int) -> tuple[int, int]:
-        """``(count, position of the first element)`` of a vector field; ``(0, 0)`` if absent."""
-        v = self.ref(table, slot)
-        return (self.u32(v), v + 4) if v else (0, 0)
-
-    def ints(self, table: int, slot: int) -> list[int]:
-        n, p = self.vector(table, slot)
-        return list(struct.unpack_from(f"<{n}i", self.buf, p)) if n else []
-
-    def tables(self, table: int, slot: int) -> list[int]:
-        """Positions of the tables a vector of tables points at."""
-        n, p = self.vector(table, slot)
-        return [p + 4 * i + self.u32(p + 4 * i) for i in range(n)]
-
-
-def _float_constant(r: _Reader, tensor: int, buffers: list[int]) -> tuple[int, int] | None:
+def _float_constant(r: Reader, tensor: int, buffers: list[int]) -> tuple[int, int] | None:
     """``(K, N)`` if ``tensor`` is a plain float32 constant of rank 2 with its data in the flatbuffer."""
-    if r.scalar(tensor, 1, "<B") != _FLOAT32 or r.scalar(tensor, 5, "<B"):  # type, is_variable
+    if r.scalar(tensor, 1, "<B") != FLOAT32 or r.scalar(tensor, 5, "<B"):  # type, is_variable
         return None
     if r.field(tensor, 6):  # sparsity
         return None
@@ -179,7 +101,7 @@ def _float_constant(r: _Reader, tensor: int, buffers: list[int]) -> tuple[int, i
     return shape[0], shape[1]
 
 
-def _unquantized(r: _Reader, tensor: int) -> bool:
+def _unquantized(r: Reader, tensor: int) -> bool:
     q = r.ref(tensor, 4)  # QuantizationParameters
     if not q:
         return True
@@ -187,7 +109,7 @@ def _unquantized(r: _Reader, tensor: int) -> bool:
     return all(r.vector(q, s)[0] == 0 for s in range(4)) and not r.scalar(q, 4, "<B")
 
 
-def _candidates(r: _Reader, sg: int, bmm_codes: set[int], buffers: list[int]) -> list[tuple[int, int, int, int]]:
+def _candidates(r: Reader, sg: int, bmm_codes: set[int], buffers: list[int]) -> list[tuple[int, int, int, int]]:
     """``(operator index, lhs, constant, output)`` of each BATCH_MATMUL of subgraph ``sg`` to rewrite."""
     tensors = r.tables(sg, 0)
     ops = r.tables(sg, 3)
@@ -230,7 +152,7 @@ def _candidates(r: _Reader, sg: int, bmm_codes: set[int], buffers: list[int]) ->
         if kn is None:
             continue
         ta, ty = tensors[a], tensors[y]
-        if r.scalar(ta, 1, "<B") != _FLOAT32 or r.scalar(ty, 1, "<B") != _FLOAT32:
+        if r.scalar(ta, 1, "<B") != FLOAT32 or r.scalar(ty, 1, "<B") != FLOAT32:
             continue
         # The left operand's rank and depth must be what BATCH_MATMUL accepts
         # (2..5, K) and fixed: a resize that changed them would make the two
@@ -246,125 +168,6 @@ def _candidates(r: _Reader, sg: int, bmm_codes: set[int], buffers: list[int]) ->
             continue
         found.append((i, a, b, y))
     return found
-
-
-class _Prefix:
-    """The bytes placed in front of the old model, laid out front to back.
-
-    Offsets are recorded as ``(field position, target)`` and written at the
-    end, when the prefix's length (and so where the old bytes start) is known;
-    a target is ``("new", position)`` or ``("old", position in the old bytes)``.
-    """
-
-    def __init__(self) -> None:
-        self.out = bytearray(8)  # root offset, file identifier
-        self.patches: list[tuple[int, str, int]] = []
-
-    def align(self, n: int, phase: int = 0) -> None:
-        self.out += bytes((phase - len(self.out)) % n)
-
-    def put(self, data: bytes, align: int = 4) -> int:
-        self.align(align)
-        pos = len(self.out)
-        self.out += data
-        return pos
-
-    def offset(self, field: int, where: str, target: int) -> None:
-        self.patches.append((field, where, target))
-
-    def table(self, fields: list[tuple[int, str, object]]) -> tuple[int, dict[int, int]]:
-        """A new table of ``(slot, kind, value)`` fields; kinds "u8", "i8", "u32", "i32", "off".
-
-        Returns the table's position and each slot's field position (an
-        "off" field is written later through :meth:`offset`).
-        """
-        sizes = {"u8": 1, "i8": 1, "u32": 4, "i32": 4, "off": 4}
-        fmts = {"u8": "<B", "i8": "<b", "u32": "<I", "i32": "<i", "off": "<I"}
-        # Four-byte fields first, then the bytes: each is aligned.
-        order = sorted(fields, key=lambda f: -sizes[f[1]])
-        layout, size = {}, 4
-        for slot, kind, _ in order:
-            layout[slot] = size
-            size += sizes[kind]
-        size += -size % 4
-        nslots = max(s for s, _, _ in fields) + 1
-        vt = struct.pack(f"<{2 + nslots}H", 4 + 2 * nslots, size, *(layout.get(s, 0) for s in range(nslots)))
-        self.align(4, phase=-len(vt) % 4)
-        vpos = len(self.out)
-        self.out += vt
-        tpos = len(self.out)
-        body = bytearray(size)
-        struct.pack_into("<i", body, 0, tpos - vpos)
-        for slot, kind, value in fields:
-            if kind != "off":
-                struct.pack_into(fmts[kind], body, layout[slot], value)
-        self.out += body
-        return tpos, {s: tpos + o for s, o in layout.items()}
-
-    def copy_table(self, r: _Reader, table: int, offset_slots) -> tuple[int, dict[int, int]]:
-        """A copy of an old table whose offset fields still point at the old targets."""
-        vt = r.vtable(table)
-        vsize, tsize = r.u16(vt), r.u16(vt + 2)
-        self.align(2)
-        vpos = len(self.out)
-        self.out += bytes(r.buf[vt : vt + vsize])
-        # Same position modulo 8 as the original, so each field keeps its alignment.
-        self.align(8, phase=table % 8)
-        tpos = len(self.out)
-        self.out += bytes(r.buf[table : table + tsize])
-        struct.pack_into("<i", self.out, tpos, tpos - vpos)
-        fields = {}
-        for s in range(r.slots(table)):
-            f = r.field(table, s)
-            if f:
-                fields[s] = tpos + (f - table)
-                if s in offset_slots:
-                    self.offset(fields[s], "old", f + r.u32(f))
-        return tpos, fields
-
-    def repoint(self, field: int, where: str, target: int) -> None:
-        self.patches = [p for p in self.patches if p[0] != field]
-        self.offset(field, where, target)
-
-    def table_vector(self, targets: list[tuple[str, int]]) -> tuple[int, list[int]]:
-        """A vector of offsets to tables; returns its position and each slot's position."""
-        pos = self.put(struct.pack("<I", len(targets)) + bytes(4 * len(targets)))
-        slots = [pos + 4 + 4 * i for i in range(len(targets))]
-        for slot, (where, target) in zip(slots, targets):
-            if where != "later":
-                self.offset(slot, where, target)
-        return pos, slots
-
-    def ints(self, values) -> int:
-        return self.put(struct.pack(f"<I{len(values)}i", len(values), *values))
-
-    def string(self, s: bytes) -> int:
-        return self.put(struct.pack("<I", len(s)) + s + b"\0")
-
-    def finish(self, old: bytes) -> bytes:
-        self.align(_PREFIX_ALIGN)
-        base = len(self.out)
-        for field, where, target in self.patches:
-            dest = target if where == "new" else base + target
-            assert dest > field, "flatbuffer offsets point forward"
-            struct.pack_into("<I", self.out, field, dest - field)
-        return b"".join((self.out, old))
-
-
-def main_tensor_count(data: bytes) -> int:
-    """How many tensors subgraph 0 of ``data`` has (the caller's index range, before any rewrite).
-
-    Parameters
-    ----------
-    data : bytes
-        A model that :func:`~opaque_ops.model.read_model` accepted.
-
-    Returns
-    -------
-    int
-    """
-    r = _Reader(data)
-    return r.vector(r.tables(r.u32(0), 2)[0], 0)[0]
 
 
 def rewrite_model(data: bytes) -> bytes:
@@ -388,98 +191,40 @@ def rewrite_model(data: bytes) -> bytes:
     bytes
         ``data`` itself when nothing qualifies, or the rewritten copy.
     """
-    r = _Reader(data)
-    root = r.u32(0)
-    if r.slots(root) > _MODEL_SLOTS:
+    m = open_model(data)
+    if m is None:
         return data
-    codes = r.tables(root, 1)
-    bmm_codes = set()
-    for i, code in enumerate(codes):
-        builtin = max(r.scalar(code, 0, "<b"), r.scalar(code, 3, "<i"))
-        if builtin == _BATCH_MATMUL and not r.field(code, 1):
-            bmm_codes.add(i)
+    bmm_codes = m.builtin_codes(_BATCH_MATMUL)
     if not bmm_codes:
         return data
-    buffers = r.tables(root, 4)
-    if any(r.field(b, 1) or r.field(b, 2) for b in buffers):  # Buffer.offset / Buffer.size: data after the flatbuffer
-        return data
-    subgraphs = r.tables(root, 2)
     plans = {}
-    for s, sg in enumerate(subgraphs):
-        if r.slots(sg) > _SUBGRAPH_SLOTS:
+    for s, sg in enumerate(m.subgraphs):
+        if not m.copyable(s):
             continue
-        found = _candidates(r, sg, bmm_codes, buffers)
+        found = _candidates(m.reader, sg, bmm_codes, m.buffers)
         if found:
-            plans[s] = found
+            plans[s] = _plan(m, data, sg, found)
     if not plans:
         return data
-    return _write(r, data, root, codes, buffers, subgraphs, plans)
+    return write_copy(m, data, plans, _FULLY_CONNECTED)
 
 
-def _write(r: _Reader, data: bytes, root: int, codes, buffers, subgraphs, plans) -> bytes:
-    p = _Prefix()
-    p.out[4:8] = bytes(data[4:8])  # file identifier ("TFL3"), or whatever was there
-    model, mfields = p.copy_table(r, root, _MODEL_OFFSET_SLOTS)
-    p.offset(0, "new", model)
-    fc_code = len(codes)
-    new_buffers: list[bytes] = []
-    # subgraphs vector: the touched ones are copies.
-    sg_vec, sg_slots = p.table_vector([("later", 0) if s in plans else ("old", t) for s, t in enumerate(subgraphs)])
-    p.repoint(mfields[2], "new", sg_vec)
-    for s, found in sorted(plans.items()):
-        sg = subgraphs[s]
-        new_sg, sfields = p.copy_table(r, sg, _SUBGRAPH_OFFSET_SLOTS)
-        p.offset(sg_slots[s], "new", new_sg)
-        tensors = r.tables(sg, 0)
-        ops = r.tables(sg, 3)
-        # tensors: the old ones, then one transposed weight per rewritten op.
-        t_vec, t_slots = p.table_vector([("old", t) for t in tensors] + [("later", 0)] * len(found))
-        p.repoint(sfields[0], "new", t_vec)
-        weight_index = {}
-        for j, (i, _a, b, _y) in enumerate(found):
-            tb = tensors[b]
-            k, n = r.ints(tb, 0)
-            bp = r.vector(buffers[r.scalar(tb, 2, "<I")], 0)[1]
-            w = np.frombuffer(data, dtype="<f4", count=k * n, offset=bp).reshape(k, n)
-            new_buffers.append(np.ascontiguousarray(w.T).tobytes())
-            buf_index = len(buffers) + len(new_buffers) - 1
-            name_pos = r.ref(tb, 3)
-            name = bytes(data[name_pos + 4 : name_pos + 4 + r.u32(name_pos)]) if name_pos else b""
-            tpos, tf = p.table([(0, "off", None), (1, "u8", _FLOAT32), (2, "u32", buf_index), (3, "off", None)])
-            p.offset(t_slots[len(tensors) + j], "new", tpos)
-            p.offset(tf[0], "new", p.ints([n, k]))
-            p.offset(tf[3], "new", p.string(name + b"/transposed@opaque_ops"))
-            weight_index[i] = len(tensors) + j
-        # operators: the old ones, the rewritten ones replaced.
-        o_vec, o_slots = p.table_vector(
-            [("later", 0) if i in weight_index else ("old", op) for i, op in enumerate(ops)]
+def _plan(m: Opened, data: bytes, sg: int, found) -> Plan:
+    """Each BATCH_MATMUL of ``found`` as FULLY_CONNECTED(x, B.T) with ``keep_num_dims``, B.T a new tensor."""
+    r = m.reader
+    tensors = r.tables(sg, 0)
+    new_tensors, operators = [], {}
+    for i, a, b, y in found:
+        tb = tensors[b]
+        k, n = r.ints(tb, 0)
+        bp = r.vector(m.buffers[r.scalar(tb, 2, "<I")], 0)[1]
+        w = np.frombuffer(data, dtype="<f4", count=k * n, offset=bp).reshape(k, n)
+        name_pos = r.ref(tb, 3)
+        name = bytes(data[name_pos + 4 : name_pos + 4 + r.u32(name_pos)]) if name_pos else b""
+        weight = len(tensors) + len(new_tensors)
+        new_tensors.append(
+            NewTensor((n, k), FLOAT32, np.ascontiguousarray(w.T).tobytes(), name + b"/transposed@opaque_ops")
         )
-        p.repoint(sfields[3], "new", o_vec)
-        for i, a, _b, y in found:
-            op, f = p.table(
-                [
-                    (0, "u32", fc_code),
-                    (1, "off", None),
-                    (2, "off", None),
-                    (3, "u8", _FULLY_CONNECTED_OPTIONS),
-                    (4, "off", None),
-                ]
-            )
-            p.offset(o_slots[i], "new", op)
-            p.offset(f[1], "new", p.ints([a, weight_index[i], -1]))
-            p.offset(f[2], "new", p.ints([y]))
-            p.offset(f[4], "new", p.table([(2, "u8", 1)])[0])  # FullyConnectedOptions.keep_num_dims
-    # operator codes: the old ones and FULLY_CONNECTED v1.
-    c_vec, c_slots = p.table_vector([("old", c) for c in codes] + [("later", 0)])
-    p.repoint(mfields[1], "new", c_vec)
-    code, _ = p.table([(0, "i8", _FULLY_CONNECTED), (2, "i32", 1), (3, "i32", _FULLY_CONNECTED)])
-    p.offset(c_slots[-1], "new", code)
-    # buffers: the old ones and the transposed weights, 16-byte aligned as the converter stores them.
-    b_vec, b_slots = p.table_vector([("old", b) for b in buffers] + [("later", 0)] * len(new_buffers))
-    p.repoint(mfields[4], "new", b_vec)
-    for j, blob in enumerate(new_buffers):
-        bpos, bf = p.table([(0, "off", None)])
-        p.offset(b_slots[len(buffers) + j], "new", bpos)
-        p.align(16, phase=-4 % 16)
-        p.offset(bf[0], "new", p.put(struct.pack("<I", len(blob)) + blob))
-    return p.finish(data)
+        # FullyConnectedOptions.keep_num_dims (slot 2); no bias (-1).
+        operators[i] = NewOperator((a, weight, -1), (y,), _FULLY_CONNECTED_OPTIONS, ((2, "u8", 1),))
+    return Plan(tuple(new_tensors), operators)
