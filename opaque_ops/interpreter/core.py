@@ -445,7 +445,8 @@ class Interpreter:
             from . import slices as _slices
 
             if _slices.worth_it(version, self.xnnpack, len(delegates)):
-                rewritten, self._fixed_slices = _slices.rewrite_model(private)
+                # Which slices, kept in the model's record (model.fixed_slices).
+                rewritten, self._fixed_slices = _slices.rewrite_model(private, model_cache.fixed_slices(self._info))
                 if rewritten is not private:
                     self._hidden_from = _slices.main_tensor_count(data)  # (as above)
                     private = rewritten

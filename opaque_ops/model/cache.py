@@ -74,6 +74,7 @@ from ..errors import CacheError, ModelError, ShapeError
 from .gc_pause import gc_paused
 from .reader import ModelInfo, read_model
 from .runtime_ops import RUNTIME_CUSTOM_OPS
+from .schema import BUILTIN_OPERATORS
 
 ENV_VERDICTS = "OPAQUE_OPS_VERDICT_CACHE"
 # How the user names another directory, in the errors about this one (a
@@ -511,6 +512,16 @@ def fed_value_nodes(info: ModelInfo) -> tuple:
     return _kept(info, "fed")
 
 
+def fixed_slices(info: ModelInfo) -> tuple:
+    """:func:`~opaque_ops.model.fixed_slices.plan_of` ``info``, kept with its verdicts.
+
+    On TFLite 2.17 with XNNPACK the Interpreter writes these STRIDED_SLICEs
+    as SLICE in its private copy (``interpreter/slices.py``): a later start
+    reads no operators to find them.
+    """
+    return _kept(info, "slices")
+
+
 def _holds(info: ModelInfo) -> bool:
     store = info.verdicts.get("store")
     return store is not None and store.owner() is info
@@ -532,6 +543,15 @@ def _fed_of(info: ModelInfo) -> tuple:
     from .fed_values import nodes_of  # (as _select_of)
 
     return nodes_of(info.subgraphs[0] if info.subgraphs else None)
+
+
+def _slices_of(info: ModelInfo) -> tuple:
+    # The analysis is imported only for a model with a STRIDED_SLICE.
+    if BUILTIN_OPERATORS["STRIDED_SLICE"] not in _codes_of(info):
+        return ()
+    from .fixed_slices import plan_of
+
+    return plan_of(info)
 
 
 def _feed_of(info: ModelInfo):
@@ -602,7 +622,7 @@ def _is_key(x, depth: int = 0) -> bool:
 # Each answer is declared here once, and everything else follows from this
 # table: Verdicts.of works it out, Verdicts.to_doc writes it, _valid_record
 # checks it, Verdicts.from_doc loads it back, and its accessor
-# (xnnpack_hazard, select_nodes, builtin_codes, fed_value_nodes) returns it
+# (xnnpack_hazard, select_nodes, builtin_codes, fed_value_nodes, fixed_slices) returns it
 # through _kept.  A record written before an answer was kept lacks it: _kept
 # works it out then and rewrites the record.  The table's order is the
 # record's key order (part of its bytes, so of its name): add at the end.
@@ -642,6 +662,18 @@ def _is_codes(v) -> bool:
     return type(v) is list and all(map(_is_int, v))
 
 
+def _is_slices(v) -> bool:
+    """[operator, input, output, input shape, begin, size] per slice; the last three are lists of the same length."""
+    return type(v) is list and all(
+        type(n) is list
+        and len(n) == 6
+        and all(_is_int(n[k]) for k in range(3))
+        and all(type(n[k]) is list and all(map(_is_int, n[k])) for k in range(3, 6))
+        and 1 <= len(n[3]) == len(n[4]) == len(n[5]) <= 5
+        for n in v
+    )
+
+
 def _is_fed(v) -> bool:
     """[operator, op name, value tensor, data tensor, seq_dim, batch_dim] per node (the dims may be negative)."""
     return type(v) is list and all(
@@ -665,6 +697,8 @@ _ANSWERS = {
     "codes": (_codes_of, _is_codes, frozenset, sorted),
     # fed_value_nodes: fed_values.nodes_of subgraph 0.
     "fed": (_fed_of, _is_fed, _freeze, _as_lists),
+    # fixed_slices: fixed_slices.plan_of, the STRIDED_SLICEs written as SLICE on 2.17.
+    "slices": (_slices_of, _is_slices, _freeze, _as_lists),
 }
 
 

@@ -26,7 +26,7 @@ import pytest
 
 import opaque_ops as oo
 from opaque_ops.interpreter import slices
-from opaque_ops.model import ModelBuilder, read_model
+from opaque_ops.model import ModelBuilder, cache, fixed_slices, read_model
 from tests.helpers.locations import package_file
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
@@ -68,6 +68,16 @@ def _model(
     if signature:
         b.add_signature("serving_default", {"x": x}, {"y": y})
     return b.build()
+
+
+def fixed_slice_model() -> bytes:
+    """x [24] -> RESHAPE to [1, 6, 4] -> STRIDED_SLICE [0:1, -3:6, 1:4]: a slice no resize can move."""
+    return _model([24], [1, 6, 4], [0, -3, 1], [1, 6, 4])
+
+
+def _rewrite(data: bytes):
+    """``slices.rewrite_model`` on the plan ``model.fixed_slices`` finds (as the Interpreter does)."""
+    return slices.rewrite_model(data, fixed_slices.plan_of(read_model(data)))
 
 
 def _private_ops(it) -> list[str]:
@@ -152,7 +162,16 @@ def test_a_slice_of_a_resizable_input_gives_numpys_values_after_a_resize(forced)
         np.testing.assert_array_equal(got, x[:, -3:])
 
 
-def test_the_allocation_guard_refuses_a_slice_whose_input_changed(monkeypatch):
+@pytest.fixture
+def own_records(monkeypatch, tmp_path):
+    """Records of this test only, on disk and in memory (the plan is kept in the model's record)."""
+    monkeypatch.setenv(cache.ENV_VERDICTS, str(tmp_path / "verdicts"))
+    cache.clear()
+    yield
+    cache.clear()
+
+
+def test_the_allocation_guard_refuses_a_slice_whose_input_changed(monkeypatch, own_records):
     """With the analysis broken on purpose (every slice counted as fixed), the guard stops the resize.
 
     Without the guard the rewritten SLICE would read rows [3, 6) of a [2, 9]
@@ -160,7 +179,7 @@ def test_the_allocation_guard_refuses_a_slice_whose_input_changed(monkeypatch):
     no error.
     """
     monkeypatch.setattr(slices, "worth_it", lambda *a, **k: True)
-    monkeypatch.setattr(slices, "_varying", lambda m: set())
+    monkeypatch.setattr(fixed_slices, "_varying", lambda info: set())
     data = _model([2, 6], [2, 6], [0, -3], [2, 100], pin=False)
     it = oo.Interpreter(model_content=data)
     assert "SLICE" in _private_ops(it)
@@ -205,7 +224,7 @@ def _flag_model(**kw) -> bytes:
 def test_left_alone_where_it_is_not_a_plain_copy_of_fixed_rows(kw, monkeypatch):
     monkeypatch.setattr(slices, "worth_it", lambda *a, **k: True)
     data = _flag_model(**kw)
-    assert slices.rewrite_model(data) == (data, ())
+    assert _rewrite(data) == (data, ())
 
 
 def test_left_alone_behind_a_shape_made_from_values(monkeypatch):
@@ -227,12 +246,12 @@ def test_left_alone_behind_a_shape_made_from_values(monkeypatch):
     b.set_inputs([x])
     b.set_outputs([y])
     data = b.build()
-    assert slices.rewrite_model(data) == (data, ())
+    assert _rewrite(data) == (data, ())
 
 
 def test_the_copy_passes_tflites_verifier_and_hides_its_tensors(forced):
     data = _flag_model(signature=True)
-    new, fixed = slices.rewrite_model(data)
+    new, fixed = _rewrite(data)
     assert new is not data and (len(new) - len(data)) % 64 == 0 and new.endswith(data)
     assert fixed == ((1, (1, 6, 4)),)  # h
     op = read_model(new).subgraphs[0].operators[1]
@@ -246,7 +265,7 @@ def test_the_copy_passes_tflites_verifier_and_hides_its_tensors(forced):
     for name in ("rewritten", "plain"):
         mp = pytest.MonkeyPatch()
         if name == "plain":
-            mp.setattr(slices, "rewrite_model", lambda d: (d, ()))
+            mp.setattr(slices, "rewrite_model", lambda d, plan: (d, ()))
         try:
             got, it = _run(data, x)
         finally:
@@ -327,7 +346,7 @@ def test_okay_nabu_streams_bit_for_bit_as_the_model_itself_and_as_litert(monkeyp
     assert {d["index"] for d in ours.get_output_details()} >= set(_OKAY_NABU_SLICES)
     got = _stream(ours, frames)
     with monkeypatch.context() as mp:
-        mp.setattr(slices, "rewrite_model", lambda d: (d, ()))
+        mp.setattr(slices, "rewrite_model", lambda d, plan: (d, ()))
         plain = oo.Interpreter(model_content=data)
     plain.allocate_tensors()
     assert "SLICE" not in _private_ops(plain)
@@ -417,10 +436,27 @@ def _variable_model(assign_input: bool) -> bytes:
 @pytest.mark.parametrize("assign_input", [False, True], ids=["constant-state", "state-from-input"])
 def test_a_variable_varies_when_an_assignment_writes_what_a_resize_changes(assign_input, forced):
     data = _variable_model(assign_input)
-    new, fixed = slices.rewrite_model(data)
+    new, fixed = _rewrite(data)
     assert bool(fixed) != assign_input  # read's shape is fixed only when the state is a constant
     x = _input([2, 6], np.float32)
     got, it = _run(data, x)
     assert ("SLICE" in _private_ops(it)) == (not assign_input and _expect_rewrite(it, forced))
     state = x if assign_input else np.arange(12, dtype=np.float32).reshape(2, 6)
     np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[1]["index"]), state[:, -3:])
+
+
+def test_a_start_from_the_models_record_rewrites_as_a_first_start_does(own_records, monkeypatch, forced):
+    """A later start takes the slices from the model's record (model.cache.fixed_slices) and reads no
+    operators for them: it must hand TFLite the same private copy, and give the same bytes."""
+    data = fixed_slice_model()
+    x = _input([24], np.float32)
+    runs = []
+    for start in ("first", "later"):
+        cache.clear()  # (the second creation reads the record, as a new process does)
+        if start == "later":
+            monkeypatch.setattr(fixed_slices, "plan_of", lambda info: pytest.fail("worked out again"))
+        got, it = _run(data, x)
+        runs.append((_private_ops(it), it._native._model._bytes, got.tobytes()))
+    assert runs[0] == runs[1]
+    assert ("SLICE" in runs[0][0]) == _expect_rewrite(it, forced)
+    assert runs[0][2] == _reference(x, [1, 6, 4], [0, -3, 1], [1, 6, 4]).tobytes()

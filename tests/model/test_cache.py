@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from opaque_ops.model import cache, checks, fed_values, read_model, select_rows
+from opaque_ops.model import cache, checks, fed_values, fixed_slices, read_model, select_rows
 from tests.helpers.child_process import run_child
 from tests.helpers.interpreter_models import join_with_signature
 from tests.helpers.locations import CORPUS, package_file
 from tests.interpreter.test_fed_values import reverse_sequence_model
+from tests.interpreter.test_slices import fixed_slice_model
 from tests.model.test_cache_malformed_records import _plant
 from tests.model.test_select_rows import select_model
 
@@ -422,16 +423,31 @@ ANSWER_MODELS = {
             "select": [],
             "codes": [0, 3, 18, 39, 41, 43, 53, 55, 57, 70, 73, 82, 109, 126],
             "fed": [],
+            "slices": [],
         },
     ),
-    "select": (lambda: select_model(2, 3), {"feed": None, "select": [[0, 0, 1, 2, 3]], "codes": [64], "fed": []}),
+    "select": (
+        lambda: select_model(2, 3),
+        {"feed": None, "select": [[0, 0, 1, 2, 3]], "codes": [64], "fed": [], "slices": []},
+    ),
     "codes": (
         lambda: FACE.read_bytes(),
-        {"feed": None, "select": [], "codes": [0, 2, 3, 4, 6, 17, 19, 22, 34], "fed": []},
+        {"feed": None, "select": [], "codes": [0, 2, 3, 4, 6, 17, 19, 22, 34], "fed": [], "slices": []},
     ),
     "fed": (
         reverse_sequence_model,
-        {"feed": None, "select": [], "codes": [112], "fed": [[0, "REVERSE_SEQUENCE", 1, 0, 1, 0]]},
+        {"feed": None, "select": [], "codes": [112], "fed": [[0, "REVERSE_SEQUENCE", 1, 0, 1, 0]], "slices": []},
+    ),
+    # (operator, input, output, input shape, begin, size): h [1, 6, 4] sliced [0:1, -3:6, 1:4]
+    "slices": (
+        fixed_slice_model,
+        {
+            "feed": None,
+            "select": [],
+            "codes": [22, 45],
+            "fed": [],
+            "slices": [[1, 1, 3, [1, 6, 4], [0, 3, 1], [1, 3, 3]]],
+        },
     ),
 }
 
@@ -470,12 +486,25 @@ DAMAGED = {
         [[0, "REVERSE_SEQUENCE", 1, 0, 1 << 31, 0]],
         [[0, "REVERSE_SEQUENCE", 1, 0, "1", 0]],
     ],
+    "slices": [
+        None,
+        "STRIDED_SLICE",
+        [(1, 1, 3, [1, 6, 4], [0, 3, 1], [1, 3, 3])],
+        [[1, 1, 3, [1, 6, 4], [0, 3, 1]]],
+        [[1, 1, 3, [1, 6, 4], [0, 3], [1, 3, 3]]],
+        [[1, 1, 3, [1, 6, 4], [0, -3, 1], [1, 3, 3]]],
+        [[1, 1, 3, [], [], []]],
+        [[1, 1, 3, [1] * 6, [0] * 6, [1] * 6]],
+        [[1, 1, "3", [1, 6, 4], [0, 3, 1], [1, 3, 3]]],
+        [[1, 1, 3, (1, 6, 4), [0, 3, 1], [1, 3, 3]]],
+    ],
 }
 
 ANSWER_BOOMS = (
     (select_rows, "nodes_of"),
     (fed_values, "nodes_of"),
     (checks.type_rules, "value_dependent_feed"),
+    (fixed_slices, "plan_of"),
 )
 
 
@@ -493,7 +522,19 @@ def test_each_kept_answer_is_written_as_before_and_read_back_without_the_model(v
     raw = record.read_bytes()
     doc = marshal.loads(raw)
     # The record's form: the answers after the verdicts, in this order (the table's).
-    keys = ["format", "has_identifier", "custom_ops", "io", "model", "allocated", "feed", "select", "codes", "fed"]
+    keys = [
+        "format",
+        "has_identifier",
+        "custom_ops",
+        "io",
+        "model",
+        "allocated",
+        "feed",
+        "select",
+        "codes",
+        "fed",
+        "slices",
+    ]
     assert list(doc) == keys
     assert {k: doc[k] for k in cache._ANSWERS} == want
     # Byte for byte the record the code before the table wrote: its to_doc's
@@ -502,17 +543,19 @@ def test_each_kept_answer_is_written_as_before_and_read_back_without_the_model(v
     # _save dumps _as_lists' fresh lists, whose scalars are shared with the
     # document's here as they are with the model's objects there.)
     ref = read_model(data)
-    feed, select, codes, fed = (
+    feed, select, codes, fed, slices = (
         cache.xnnpack_hazard(ref),
         cache.select_nodes(ref),
         cache.builtin_codes(ref),
         cache.fed_value_nodes(ref),
+        cache.fixed_slices(ref),
     )
     before = {k: v for k, v in doc.items() if k not in cache._ANSWERS}
     before["feed"] = feed
     before["select"] = [list(n) for n in select]
     before["codes"] = sorted(codes)
     before["fed"] = [list(n) for n in fed]
+    before["slices"] = [[*n[:3], *map(list, n[3:])] for n in slices]
     as_before = marshal.dumps(cache._as_lists(before), cache._MARSHAL_VERSION)
     assert as_before == raw
 
@@ -521,9 +564,15 @@ def test_each_kept_answer_is_written_as_before_and_read_back_without_the_model(v
     for module, fn in ANSWER_BOOMS:
         monkeypatch.setattr(module, fn, lambda *_a, **_k: pytest.fail("an answer was worked out again"))
     info = cache.checked_model(data)
-    got = (cache.xnnpack_hazard(info), cache.select_nodes(info), cache.builtin_codes(info), cache.fed_value_nodes(info))
-    assert got == (feed, select, codes, fed)
-    assert [type(v) for v in got] == [type(feed), tuple, frozenset, tuple]
+    got = (
+        cache.xnnpack_hazard(info),
+        cache.select_nodes(info),
+        cache.builtin_codes(info),
+        cache.fed_value_nodes(info),
+        cache.fixed_slices(info),
+    )
+    assert got == (feed, select, codes, fed, slices)
+    assert [type(v) for v in got] == [type(feed), tuple, frozenset, tuple, tuple]
     assert "_source" in info.__dict__
     # Written again from what was read back: the same bytes.
     again = marshal.dumps(cache._as_lists(info.verdicts["store"].to_doc()), cache._MARSHAL_VERSION)
