@@ -83,8 +83,8 @@ def rewrite_model(data: bytes, plan: tuple) -> tuple[bytes, tuple]:
     new_tensors: list[NewTensor] = []
     operators = {}
     # One constant per distinct list of values (okay_nabu's 12 slices need
-    # 11): fewer tables to write at every start.  Constants are read-only,
-    # so SLICEs may share them.
+    # 16, not 24): fewer tables to write at every start.  Constants are
+    # read-only, so SLICEs may share them.
     made: dict[tuple, int] = {}
 
     def constant(values: tuple) -> int:
@@ -115,7 +115,8 @@ def check_allocated(fixed: tuple, shape_of, is_planned) -> None:
     ------
     ModelError
         An input's shape is not the one its SLICE was written for.  Never
-        seen: :func:`_varying` excludes every shape a resize can change.
+        seen: :func:`opaque_ops.model.fixed_slices.plan_of` keeps only
+        slices whose input shape no resize can change.
         Raised before any invoke could read the wrong rows.
     """
     for t, shape in fixed:
