@@ -30,7 +30,10 @@ into the slices that read them), then, on the loaded runtime (set
   3: SPLIT_V, 6: each variable op, one per delegate partition...).
 
 Nothing here changes the library or the Interpreter; the copies are
-scratch files.  The rewrite reads the flatbuffer with ai-edge-litert's
+scratch files.  (The Interpreter now makes the first of these rewrites
+itself on 2.17 with XNNPACK, for slices whose input shape no resize can
+change: ``opaque_ops/interpreter/slices.py``.  The SPLIT_V folding is
+not made: it removes tensors a caller can read.)  The rewrite reads the flatbuffer with ai-edge-litert's
 generated schema module (the peer must be installed).  Needs valgrind.
 """
 
