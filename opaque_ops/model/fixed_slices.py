@@ -17,10 +17,16 @@ begin would then name other rows, silently), so a slice is kept only where
 :func:`_varying` proves that no resize can reach its input's shape: the
 shape follows from constants through operators whose output shapes depend
 on their inputs' shapes alone.  The Interpreter still checks after every
-allocation that each rewritten slice's input has that shape (a backstop).
+allocation that each rewritten slice's input has that shape, as far as
+TFLite can tell it (a backstop; see below).
+
+The stored shape must also be the one the operators give
+(:func:`~opaque_ops.model.shapes.infer_shapes`): inside an XNNPACK
+partition a tensor keeps its stored shape in TFLite's view, so a wrong one
+would pass the allocation check while the delegate's SLICE read other rows.
 
 Left out: another stride, an ellipsis, new-axis or shrink mask, ``offset``,
-bounds or strides that are not int32 constants, an empty result, a type
+bounds or strides that are not int32 constant vectors, an empty result, a type
 other than float32, int8 and uint8 (what the delegate takes), an output
 quantized otherwise than its input, and slices in other subgraphs (whose
 tensors the Interpreter sees only through a signature).
@@ -35,6 +41,7 @@ from .schema import BUILTIN_OPERATORS
 __all__ = ["plan_of"]
 
 _STRIDED_SLICE = "STRIDED_SLICE"
+_STRIDED_SLICE_OPTIONS = 32  # BuiltinOptions union tag (schema.fbs)
 _TYPES = ("FLOAT32", "INT8", "UINT8")
 
 # Operators whose output shapes follow from their inputs' shapes alone, with
@@ -88,6 +95,7 @@ def plan_of(info) -> tuple:
     tensors = sg.tensors
     consts = _constants(sg)
     varying = None  # worked out once, if any slice qualifies otherwise
+    shapes = None  # (as varying)
     found = []
     for op in sg.operators:
         if op.op_name != _STRIDED_SLICE or op.is_custom:
@@ -95,7 +103,10 @@ def plan_of(info) -> tuple:
         ins, outs = list(op.inputs), list(op.outputs)
         if len(ins) != 4 or len(outs) != 1 or min(ins + outs) < 0:
             continue
-        opts = op.builtin_options or {}
+        # TFLite reads an operator's options through their union type
+        # (builtin_options_as_StridedSliceOptions): under another type its
+        # kernel runs with every mask 0, whatever table is stored.
+        opts = (op.builtin_options or {}) if op.builtin_options_type == _STRIDED_SLICE_OPTIONS else {}
         if any(opts.get(k) for k in ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask", "offset")):
             continue
         tx, ty = tensors[ins[0]], tensors[outs[0]]
@@ -109,6 +120,10 @@ def plan_of(info) -> tuple:
         if tx.shape_signature is not None and list(tx.shape_signature) != shape:
             continue
         if not set(ins[1:]) <= consts:
+            continue
+        # strided_slice.cc refuses bounds that are not vectors at allocation:
+        # such a model must keep failing there, not run as SLICE.
+        if any(tuple(tensors[t].shape) != (len(shape),) for t in ins[1:]):
             continue
         bounds = [_int32_values(tensors[t]) for t in ins[1:]]
         if any(b is None or len(b) != len(shape) for b in bounds):
@@ -124,8 +139,28 @@ def plan_of(info) -> tuple:
             varying = _varying(info)
         if ins[0] in varying:
             continue
+        # The stored shape is what the bounds are resolved against, so it must
+        # be the one the operators give.  The allocation check cannot see a
+        # wrong one: inside an XNNPACK partition a tensor keeps its stored
+        # shape in TFLite's view, whatever the delegate computes.
+        if shapes is None:
+            shapes = _operator_shapes(info)
+        if shapes.get(ins[0]) != tuple(shape):
+            continue
         found.append((op.index, ins[0], outs[0], tuple(shape), tuple(resolved[0]), tuple(resolved[1])))
     return tuple(found)
+
+
+def _operator_shapes(info) -> dict:
+    """``{tensor: shape or None}``: what subgraph 0's operators give at the model's stored shapes (empty if they clash)."""
+    from ..errors import ShapeError
+    from .shapes import infer_shapes
+
+    tensors = info.subgraphs[0].tensors
+    try:
+        return infer_shapes(info, lambda t: tuple(tensors[t].shape))
+    except ShapeError:
+        return {}
 
 
 def _constants(sg) -> set[int]:
@@ -220,6 +255,13 @@ def _varying(info) -> set[int]:
 
 
 def _fixed_shape(tensor) -> bool:
-    """Whether constant ``tensor`` is an int32 shape without -1 (RESHAPE's output then has exactly that shape)."""
+    """Whether constant ``tensor`` is an int32 shape without -1 (RESHAPE's output then has exactly that shape).
+
+    Only a vector: ``tensorflow/lite/kernels/reshape.cc`` takes its shape
+    input only when that is 1-D, and otherwise the options' ``new_shape``,
+    which may hold a -1 that a resize fills in.
+    """
+    if len(tensor.shape) != 1:
+        return False
     values = _int32_values(tensor)
     return values is not None and all(v >= 0 for v in values)

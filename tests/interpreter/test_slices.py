@@ -12,7 +12,10 @@ What is proven here:
   slice of a resizable input gives numpy's values after a resize; with the
   analysis broken on purpose, the allocation guard refuses before invoke;
 - the rewrite happens where it should and nowhere else (strides, shrink
-  masks, types, quantization, value-dependent shapes);
+  masks, types, quantization, value-dependent shapes, a wrong stored
+  shape), and reads a model as TFLite does (options under the union type
+  NONE are not read, bounds and a RESHAPE's shape count only as vectors):
+  the model gives what it gives without the rewrite;
 - nothing else is visible: tensor details, the copy's own tensors, isolation
   and pickling give the same bytes.
 """
@@ -247,6 +250,239 @@ def test_left_alone_behind_a_shape_made_from_values(monkeypatch):
     b.set_outputs([y])
     data = b.build()
     assert _rewrite(data) == (data, ())
+
+
+def _plain(data, **kw):
+    """An Interpreter of ``data`` with the rewrite switched off: the model's own STRIDED_SLICEs."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(slices, "rewrite_model", lambda d, *_: (d, ()))
+        return oo.Interpreter(model_content=data, **kw)
+
+
+def _allocated_output(it, x):
+    """Output 0 after allocating for ``x``'s shape, setting it and invoking; or the exception raised."""
+    try:
+        if tuple(it.get_input_details()[0]["shape"]) != x.shape:
+            it.resize_tensor_input(0, list(x.shape))
+        it.allocate_tensors()
+        it.set_tensor(0, x)
+        it.invoke()
+    except oo.OpaqueOpsError as exc:
+        return type(exc)
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+def _untyped_options_model(rows: int) -> bytes:
+    """h = RESHAPE(x, [6, 4]); y = STRIDED_SLICE(h, [3, 0], [6, 4], [1, 1]), y stored as [rows, 4].
+
+    The slice's operator holds a StridedSliceOptions table with begin_mask 1
+    but names its union type NONE (ai-edge-litert's schema module writes
+    both as given; ModelBuilder cannot).
+    """
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    m = schema.ModelT()
+    m.version = 3
+    m.buffers = [schema.BufferT()]
+    m.operatorCodes = []
+    sg = schema.SubGraphT()
+    sg.tensors, sg.operators = [], []
+
+    def tensor(name, shape, kind=schema.TensorType.FLOAT32, values=None):
+        t = schema.TensorT()
+        t.name, t.shape, t.type, t.buffer = name.encode(), list(shape), kind, 0
+        if values is not None:
+            buf = schema.BufferT()
+            buf.data = np.asarray(values).tobytes()
+            m.buffers.append(buf)
+            t.buffer = len(m.buffers) - 1
+        sg.tensors.append(t)
+        return len(sg.tensors) - 1
+
+    def op(code, ins, outs, options_type=0, options=None):
+        c = schema.OperatorCodeT()
+        c.builtinCode, c.deprecatedBuiltinCode, c.version = code, min(code, 127), 1
+        m.operatorCodes.append(c)
+        o = schema.OperatorT()
+        o.opcodeIndex = len(m.operatorCodes) - 1
+        o.inputs, o.outputs = ins, outs
+        o.builtinOptionsType, o.builtinOptions = options_type, options
+        sg.operators.append(o)
+
+    ops = schema.BuiltinOperator
+    x, h = tensor("x", [24]), tensor("h", [6, 4])
+    op(ops.RESHAPE, [x, tensor("shape", [2], schema.TensorType.INT32, np.array([6, 4], np.int32))], [h])
+    bounds = [
+        tensor(n, [2], schema.TensorType.INT32, np.array(v, np.int32))
+        for n, v in (("b", [3, 0]), ("e", [6, 4]), ("s", [1, 1]))
+    ]
+    options = schema.StridedSliceOptionsT()
+    options.beginMask = 1
+    y = tensor("y", [rows, 4])
+    op(ops.STRIDED_SLICE, [h, *bounds], [y], schema.BuiltinOptions.NONE, options)
+    sg.inputs, sg.outputs = [x], [y]
+    m.subgraphs = [sg]
+    fb = flatbuffers.Builder(0)
+    fb.Finish(m.Pack(fb), file_identifier=b"TFL3")
+    return bytes(fb.Output())
+
+
+@pytest.mark.parametrize("rows", [6, 3], ids=["stored-as-masked", "stored-as-unmasked"])
+def test_options_under_the_union_type_none_are_not_the_slices(rows, forced):
+    """TFLite reads an operator's options through their union type: under NONE, begin_mask is 0.
+
+    So the slice is rows [3, 6) whatever the stored table says (TFLite
+    resizes a wrongly stored [6, 4] output).  Resolved with the stored
+    table's mask, the SLICE read rows [0, 6): the shape checks refused the
+    model that TFLite and ai-edge-litert run.
+    """
+    data = _untyped_options_model(rows)
+    x = _input([24], np.float32)
+    want = x.reshape(6, 4)[3:]
+    ref = litert.Interpreter(model_content=data)
+    ref.allocate_tensors()
+    ref.set_tensor(0, x)
+    ref.invoke()
+    np.testing.assert_array_equal(ref.get_tensor(ref.get_output_details()[0]["index"]), want)
+    it = oo.Interpreter(model_content=data)
+    # Rewritten only where the stored shape agrees with TFLite's reading (as SLICE [3, 0] + [3, 4]).
+    assert ("SLICE" in _private_ops(it)) == (rows == 3 and _expect_rewrite(it, forced))
+    got = _allocated_output(it, x)
+    np.testing.assert_array_equal(got, want)
+    assert got.tobytes() == _allocated_output(_plain(data), x).tobytes()
+
+
+def test_bounds_that_are_not_vectors_are_left_alone(forced):
+    """strided_slice.cc refuses begin, end and strides of rank 2 at allocation; as SLICE the model ran."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [24])
+    h = b.add_tensor("h", [6, 4])
+    b.add_op("RESHAPE", [x, b.add_constant("shape", np.array([6, 4], np.int32))], [h])
+    y = b.add_tensor("y", [3, 4])
+    bounds = [b.add_constant(n, np.array([v], np.int32)) for n, v in (("b", [-3, 0]), ("e", [100, 4]), ("s", [1, 1]))]
+    b.add_op("STRIDED_SLICE", [h, *bounds], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    data = b.build()
+    assert _rewrite(data) == (data, ())
+    x = _input([24], np.float32)
+    it = oo.Interpreter(model_content=data)
+    assert "SLICE" not in _private_ops(it)
+    assert _allocated_output(it, x) is oo.KernelError
+    assert _allocated_output(_plain(data), x) is oo.KernelError
+
+
+def test_a_reshape_by_a_shape_that_is_not_a_vector_takes_its_options(forced):
+    """reshape.cc takes its shape input only when it is 1-D (ShapeIsVector); else the options' new_shape.
+
+    Here that is [-1, 4]: a resize of x changes h's rows, so the slice of
+    h's last three rows is not fixed.  Counted as fixed (the 2-D [[6, 4]]
+    read as a shape), the SLICE was written for [6, 4] and the allocation
+    guard refused the resize the model itself runs.  (With XNNPACK, 2.17's
+    delegate refuses the resize either way; TFLite's own RESHAPE shows it.)
+    """
+    b = ModelBuilder()
+    x = b.add_tensor("x", [24])
+    h = b.add_tensor("h", [6, 4])
+    shape = b.add_constant("shape", np.array([[6, 4]], np.int32))
+    b.add_op("RESHAPE", [x, shape], [h], options={"new_shape": [-1, 4]})
+    y = b.add_tensor("y", [3, 4])
+    bounds = [b.add_constant(n, np.array(v, np.int32)) for n, v in (("b", [-3, 0]), ("e", [100, 4]), ("s", [1, 1]))]
+    b.add_op("STRIDED_SLICE", [h, *bounds], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    data = b.build()
+    assert _rewrite(data) == (data, ())
+    for n in (24, 32):
+        x = np.arange(n, dtype=np.float32)
+        it = oo.Interpreter(model_content=data, use_xnnpack=False)
+        assert "SLICE" not in _private_ops(it)
+        got = _allocated_output(it, x)
+        np.testing.assert_array_equal(got, x.reshape(-1, 4)[-3:])
+        assert got.tobytes() == _allocated_output(_plain(data, use_xnnpack=False), x).tobytes()
+
+
+def test_a_wrong_stored_shape_is_not_resolved_against(forced):
+    """h is stored as [3, 8] but RESHAPE makes it [6, 4]; the slice takes h's last three rows.
+
+    Resolved against the stored shape, the SLICE read rows [0, 3): with
+    XNNPACK, RESHAPE and SLICE ran in one delegate partition, whose inner
+    tensor h keeps its stored shape in TFLite's view, so the allocation
+    guard saw [3, 8] and passed, and invoke returned the wrong rows.  The
+    model's own STRIDED_SLICE (outside the partition) reads rows [3, 6).
+    """
+    b = ModelBuilder()
+    x = b.add_tensor("x", [24])
+    h = b.add_tensor("h", [3, 8])
+    b.add_op("RESHAPE", [x, b.add_constant("shape", np.array([6, 4], np.int32))], [h])
+    y = b.add_tensor("y", [3, 4])
+    bounds = [b.add_constant(n, np.array(v, np.int32)) for n, v in (("b", [-3, 0]), ("e", [100, 4]), ("s", [1, 1]))]
+    b.add_op("STRIDED_SLICE", [h, *bounds], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    data = b.build()
+    x = _input([24], np.float32)
+    want = x.reshape(6, 4)[3:]
+    ref = litert.Interpreter(model_content=data)
+    ref.allocate_tensors()
+    ref.set_tensor(0, x)
+    ref.invoke()
+    np.testing.assert_array_equal(ref.get_tensor(ref.get_output_details()[0]["index"]), want)
+    for xnnpack in (None, False):
+        it = oo.Interpreter(model_content=data, use_xnnpack=xnnpack)
+        assert "SLICE" not in _private_ops(it)
+        got = _allocated_output(it, x)
+        np.testing.assert_array_equal(got, want)
+        assert got.tobytes() == _allocated_output(_plain(data, use_xnnpack=xnnpack), x).tobytes()
+    # Where the stored shape is right, the same slice is rewritten.
+    assert fixed_slices.plan_of(read_model(data)) == ()
+    good = _model([24], [6, 4], [-3, 0], [100, 4])
+    assert _rewrite(good)[1] == ((1, (6, 4)),)
+
+
+def test_a_copy_with_both_rewrites_gives_the_models_bytes(monkeypatch):
+    """A slice before and after a BATCH_MATMUL by a constant, and a third sharing the first's bounds.
+
+    Both rewrites on (matmul.py's copy is the one slices.py rewrites): the
+    slices' new tensors follow the matmul's, the caller sees the model's
+    own tensors only, and every output is the bytes of the same model with
+    the slice rewrite off (both have the FULLY_CONNECTED).
+    """
+    from opaque_ops.interpreter import matmul
+
+    monkeypatch.setattr(slices, "worth_it", lambda *a, **k: True)
+    monkeypatch.setattr(matmul, "worth_it", lambda *a, **k: True)
+    b = ModelBuilder()
+    x = b.add_tensor("x", [1, 24])
+    h = b.add_tensor("h", [1, 4, 6])
+    b.add_op("RESHAPE", [x, b.add_constant("shape", np.array([1, 4, 6], np.int32))], [h])
+    bounds = [
+        b.add_constant(n, np.array(v, np.int32)) for n, v in (("b", [0, -3, 0]), ("e", [1, 4, 6]), ("s", [1] * 3))
+    ]
+    s1, z = b.add_tensor("s1", [1, 3, 6]), b.add_tensor("z", [1, 3, 6])
+    b.add_op("STRIDED_SLICE", [h, *bounds], [s1])
+    m = b.add_tensor("m", [1, 3, 5])
+    b.add_op("BATCH_MATMUL", [s1, b.add_constant("w", RNG.standard_normal((6, 5)).astype(np.float32))], [m])
+    y = b.add_tensor("y", [1, 2, 5])
+    b.add_op("STRIDED_SLICE", [m, b.add_constant("b2", np.array([0, 1, 0], np.int32)), *bounds[1:]], [y])
+    b.add_op("STRIDED_SLICE", [h, *bounds], [z])
+    b.set_inputs([x])
+    b.set_outputs([y, z])
+    data = b.build()
+    x = _input([1, 24], np.float32)
+    it = oo.Interpreter(model_content=data)
+    assert _private_ops(it) == ["RESHAPE", "SLICE", "FULLY_CONNECTED", "SLICE", "SLICE"]
+    plain = _plain(data)
+    assert _private_ops(plain) == ["RESHAPE", "STRIDED_SLICE", "FULLY_CONNECTED", "STRIDED_SLICE", "STRIDED_SLICE"]
+    assert str(it.get_tensor_details()) == str(plain.get_tensor_details())
+    for each in (it, plain):
+        each.allocate_tensors()
+        each.set_tensor(0, x)
+        each.invoke()
+    got = [it.get_tensor(d["index"]).tobytes() for d in it.get_output_details()]
+    assert got == [plain.get_tensor(d["index"]).tobytes() for d in plain.get_output_details()]
+    assert got[1] == x.reshape(1, 4, 6)[:, -3:].tobytes()
 
 
 def test_the_copy_passes_tflites_verifier_and_hides_its_tensors(forced):
