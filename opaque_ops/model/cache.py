@@ -229,6 +229,11 @@ def check_allocated(info: ModelInfo, shape_of, config=(), planned=None, record: 
       dimensions or :data:`~opaque_ops.model.checks.MAX_ELEMENTS` elements;
     - runtime-provided ops whose inputs do not have the shapes their kernels
       assume (see :mod:`~opaque_ops.model.runtime_ops`).
+    - a READ_VARIABLE whose planned output shape is not the shape an
+      ASSIGN_VARIABLE of the same handle stores after this allocation (the
+      kernel copies the output's planned size out of the variable: wrong
+      values, or a read past its end), except on 2.23 with XNNPACK, whose
+      delegate reads the variable in its own shape.
     - on a runtime older than 2.23, the shapes and constants 2.17.1's
       BROADCAST_TO, TOPK_V2, CONV_3D and SELECT_V2 crash on in Eval
       (:mod:`~opaque_ops.model.checks.version_rules`), there too in the

@@ -109,9 +109,75 @@ def check_allocated_shapes(info, shape_of, planned=None, version=None, xnnpack=F
     found = follow_called(info, known) if affected(version) else None
     if found is not None and xnnpack:
         _check_called_sizes(found, version)
+    if affected(version) or not xnnpack:
+        _check_variable_reads(sg, shape_of, known)
     check_version_rules(sg, known, version)
     if found is not None:
         check_select_v2_in_control_flow(info, known, version, found)
+
+
+def _check_variable_reads(sg, shape_of, known) -> None:
+    """READ_VARIABLE's planned output has the shape ASSIGN_VARIABLE stores in its variable after this allocation.
+
+    tensorflow/lite/kernels/read_variable.cc: Prepare makes the output
+    dynamic only when it is declared with rank 0; otherwise the output keeps
+    the shape it is planned with, and Eval copies that many bytes from the
+    variable, whatever shape the variable holds.  A resize that changes the
+    tensor an ASSIGN_VARIABLE stores (the variable takes that tensor's
+    shape and size at each assignment:
+    tensorflow/lite/experimental/resource/resource_variable.cc, AssignFrom)
+    leaves the read with the old shape: a larger value comes back
+    truncated to its first values, a smaller one is read past its end
+    (measured on 2.17.1, and on 2.23.0 and ai-edge-litert without XNNPACK:
+    x [2, 6] resized to [2, 9] gives its first twelve values, to [2, 3]
+    six values then heap bytes).  check_model refuses declared shapes that
+    disagree (:func:`~.graph.check_variable_reads`); this is the same rule on
+    the shapes of each allocation.  2.23's XNNPACK delegate runs the
+    variable operators itself and gives the read the variable's shape, so
+    the rule is not run there (the caller's condition).
+
+    A variable is known by the handle tensor that READ_VARIABLE and
+    ASSIGN_VARIABLE take (one VAR_HANDLE per variable, as converted models
+    have it).  Two VAR_HANDLE operators of one shared name are the same
+    variable to the runtime, but opaque_ops does not decode VarHandleOptions'
+    strings: such a pair is not compared, which can miss a mismatch and
+    never refuses a read of another variable.
+    """
+    reads = [op for op in sg.operators if op.op_name == "READ_VARIABLE" and not op.is_custom]
+    if not reads:
+        return
+    assigned: dict = {}
+    for op in sg.operators:
+        if op.op_name == "ASSIGN_VARIABLE" and not op.is_custom and len(op.inputs) == 2 and min(op.inputs) >= 0:
+            shape = known(op.inputs[1])
+            if shape is not None:
+                assigned.setdefault(op.inputs[0], []).append((op, tuple(shape)))
+    for op in reads:
+        if not op.inputs or not op.outputs or min(op.outputs) < 0:
+            continue
+        out = shape_of(op.outputs[0])
+        if not out:  # dynamic (declared with rank 0: it follows the variable), or not planned
+            continue
+        for assign, shape in assigned.get(op.inputs[0], ()):
+            if shape != tuple(out):
+                value = sg.tensors[assign.inputs[1]].name
+                have, want = _elements(shape), _elements(out)
+                how = "its first values only" if have > want else "past its end" if have < want else "in another shape"
+                raise ModelError(
+                    f"{messages.planned_operator(sg, op)} gives its output {messages.planned_tensor(sg, op.outputs[0])} "
+                    f"the shape {list(out)} it was planned with, but {messages.planned_operator(sg, assign)} stores "
+                    f"{value!r} of shape {list(shape)} in the same variable; TFLite's READ_VARIABLE would copy "
+                    f"{want} values out of a variable of {have} ({how}) "
+                    f"and return wrong data. Resize the inputs so that {value!r} keeps the shape {list(out)}"
+                )
+
+
+def _elements(shape) -> int:
+    """The number of values a tensor of ``shape`` holds."""
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _runtime_options(op) -> dict:

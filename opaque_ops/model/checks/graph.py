@@ -203,9 +203,12 @@ def check_subgraph_outputs(sg, producer) -> None:
 def check_variable_reads(sg) -> None:
     """READ_VARIABLE declares the shape that ASSIGN_VARIABLE stores in the same variable.
 
-    READ_VARIABLE's output is planned with its declared shape, but at run
-    time it takes the stored value's: a disagreement makes the next operator
-    read past the value's memory.
+    READ_VARIABLE's output is planned with its declared shape, and the
+    kernel copies that many bytes out of the variable whatever it holds
+    (tensorflow/lite/kernels/read_variable.cc): a disagreement returns part
+    of the value, or reads past its end.  The same comparison on the shapes
+    of each allocation, after a resize, is
+    :func:`~.allocated._check_variable_reads`.
     """
     assigned: dict[int, tuple] = {}
     for op in sg.operators:
