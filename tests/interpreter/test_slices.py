@@ -31,6 +31,7 @@ import opaque_ops as oo
 from opaque_ops.interpreter import slices
 from opaque_ops.model import ModelBuilder, cache, fixed_slices, read_model
 from tests.helpers.locations import package_file
+from tests.helpers.variable_models import STATE, variable_model
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
 
@@ -599,85 +600,15 @@ def test_okay_nabu_streams_bit_for_bit_as_the_model_itself_and_as_litert(monkeyp
         assert _stream(copy, frames[:100]) == _stream(iso, frames[:100]) == got[:100]
 
 
-def _variable_model(assign_input: bool) -> bytes:
-    """x -> y = ADD(x, 0); ASSIGN_VARIABLE(v, x or a [2, 6] constant); z = STRIDED_SLICE(READ_VARIABLE(v))[:, -3:].
-
-    Written with ai-edge-litert's schema module (the project's ModelBuilder
-    has no VAR_HANDLE options).  Whether the read's shape follows the
-    caller's resize depends only on what the ASSIGN_VARIABLE writes.
-    """
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
-
-    m = schema.ModelT()
-    m.version = 3
-    m.buffers = [schema.BufferT()]
-    sg = schema.SubGraphT()
-    sg.tensors, sg.operators = [], []
-    m.operatorCodes = []
-
-    def tensor(name, shape, kind=schema.TensorType.FLOAT32, values=None):
-        t = schema.TensorT()
-        t.name, t.shape, t.type, t.buffer = name.encode(), list(shape), kind, 0
-        if values is not None:
-            buf = schema.BufferT()
-            buf.data = np.asarray(values).tobytes()
-            m.buffers.append(buf)
-            t.buffer = len(m.buffers) - 1
-        sg.tensors.append(t)
-        return len(sg.tensors) - 1
-
-    def op(code, ins, outs, options_type=0, options=None):
-        if code not in [c.builtinCode for c in m.operatorCodes]:
-            c = schema.OperatorCodeT()
-            c.builtinCode, c.deprecatedBuiltinCode, c.version = code, min(code, 127), 1
-            m.operatorCodes.append(c)
-        o = schema.OperatorT()
-        o.opcodeIndex = [c.builtinCode for c in m.operatorCodes].index(code)
-        o.inputs, o.outputs = ins, outs
-        o.builtinOptionsType, o.builtinOptions = options_type, options
-        sg.operators.append(o)
-
-    ops = schema.BuiltinOperator
-    x = tensor("x", [2, 6])
-    y = tensor("y", [2, 6])
-    op(ops.ADD, [x, tensor("zero", [1], values=np.zeros(1, np.float32))], [y])
-    handle = tensor("handle", [], schema.TensorType.RESOURCE)
-    var_options = schema.VarHandleOptionsT()
-    var_options.sharedName = b"state"
-    op(ops.VAR_HANDLE, [], [handle], schema.BuiltinOptions.VarHandleOptions, var_options)
-    value = x if assign_input else tensor("init", [2, 6], values=np.arange(12, dtype=np.float32).reshape(2, 6))
-    op(ops.ASSIGN_VARIABLE, [handle, value], [])
-    read = tensor("read", [2, 6])
-    op(ops.READ_VARIABLE, [handle], [read])
-    bounds = [
-        tensor(n, [2], schema.TensorType.INT32, np.array(v, np.int32))
-        for n, v in (("b", [0, -3]), ("e", [2, 6]), ("s", [1, 1]))
-    ]
-    z = tensor("z", [2, 3])
-    op(
-        ops.STRIDED_SLICE,
-        [read, *bounds],
-        [z],
-        schema.BuiltinOptions.StridedSliceOptions,
-        schema.StridedSliceOptionsT(),
-    )
-    sg.inputs, sg.outputs = [x], [y, z]
-    m.subgraphs = [sg]
-    fb = flatbuffers.Builder(0)
-    fb.Finish(m.Pack(fb), file_identifier=b"TFL3")
-    return bytes(fb.Output())
-
-
 @pytest.mark.parametrize("assign_input", [False, True], ids=["constant-state", "state-from-input"])
 def test_a_variable_varies_when_an_assignment_writes_what_a_resize_changes(assign_input, forced):
-    data = _variable_model(assign_input)
+    data = variable_model(assign_input=assign_input)  # z = STRIDED_SLICE(READ_VARIABLE)[:, -3:]
     new, fixed = _rewrite(data)
     assert bool(fixed) != assign_input  # read's shape is fixed only when the state is a constant
     x = _input([2, 6], np.float32)
     got, it = _run(data, x)
     assert ("SLICE" in _private_ops(it)) == (not assign_input and _expect_rewrite(it, forced))
-    state = x if assign_input else np.arange(12, dtype=np.float32).reshape(2, 6)
+    state = x if assign_input else STATE
     np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[1]["index"]), state[:, -3:])
 
 
