@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tests.helpers.schema_models import SchemaModel
+
 STATE = np.arange(12, dtype=np.float32).reshape(2, 6)
 BEGIN, END = [0, -3], [2, 6]
 
@@ -18,70 +20,31 @@ def variable_model(*, assign_input: bool = True, sliced: bool = True) -> bytes:
     Outputs ``[y, z]`` with z = STRIDED_SLICE(read, :data:`BEGIN`, :data:`END`,
     strides [1, 1]) [2, 3] (``sliced``), else ``[y, read]``.
     """
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
-
-    m = schema.ModelT()
-    m.version = 3
-    m.buffers = [schema.BufferT()]
-    sg = schema.SubGraphT()
-    sg.tensors, sg.operators = [], []
-    m.operatorCodes = []
-
-    def tensor(name, shape, kind=schema.TensorType.FLOAT32, values=None):
-        t = schema.TensorT()
-        t.name, t.shape, t.type, t.buffer = name.encode(), list(shape), kind, 0
-        if values is not None:
-            buf = schema.BufferT()
-            buf.data = np.asarray(values).tobytes()
-            m.buffers.append(buf)
-            t.buffer = len(m.buffers) - 1
-        sg.tensors.append(t)
-        return len(sg.tensors) - 1
-
-    def op(code, ins, outs, options_type=0, options=None):
-        if code not in [c.builtinCode for c in m.operatorCodes]:
-            c = schema.OperatorCodeT()
-            c.builtinCode, c.deprecatedBuiltinCode, c.version = code, min(code, 127), 1
-            m.operatorCodes.append(c)
-        o = schema.OperatorT()
-        o.opcodeIndex = [c.builtinCode for c in m.operatorCodes].index(code)
-        o.inputs, o.outputs = ins, outs
-        o.builtinOptionsType, o.builtinOptions = options_type, options
-        sg.operators.append(o)
-
+    b = SchemaModel()
+    schema = b.schema
     ops = schema.BuiltinOperator
-    x = tensor("x", [2, 6])
-    y = tensor("y", [2, 6])
-    op(ops.ADD, [x, tensor("zero", [1], values=np.zeros(1, np.float32))], [y])
-    handle = tensor("handle", [], schema.TensorType.RESOURCE)
+    x = b.tensor("x", [2, 6])
+    y = b.tensor("y", [2, 6])
+    b.op(ops.ADD, [x, b.tensor("zero", [1], values=np.zeros(1, np.float32))], [y])
+    handle = b.tensor("handle", [], schema.TensorType.RESOURCE)
     var_options = schema.VarHandleOptionsT()
     var_options.sharedName = b"state"
-    op(ops.VAR_HANDLE, [], [handle], schema.BuiltinOptions.VarHandleOptions, var_options)
-    value = x if assign_input else tensor("init", [2, 6], values=STATE)
-    read = tensor("read", [2, 6])
-    op(ops.ASSIGN_VARIABLE, [handle, value], [])
-    op(ops.READ_VARIABLE, [handle], [read])
+    b.op(ops.VAR_HANDLE, [], [handle], schema.BuiltinOptions.VarHandleOptions, var_options)
+    value = x if assign_input else b.tensor("init", [2, 6], values=STATE)
+    read = b.tensor("read", [2, 6])
+    b.op(ops.ASSIGN_VARIABLE, [handle, value], [])
+    b.op(ops.READ_VARIABLE, [handle], [read])
     outputs = [y, read]
     if sliced:
         bounds = [
-            tensor(n, [2], schema.TensorType.INT32, np.array(v, np.int32))
+            b.tensor(n, [2], schema.TensorType.INT32, np.array(v, np.int32))
             for n, v in (("b", BEGIN), ("e", END), ("s", [1, 1]))
         ]
-        z = tensor("z", [2, 3])
-        op(
-            ops.STRIDED_SLICE,
-            [read, *bounds],
-            [z],
-            schema.BuiltinOptions.StridedSliceOptions,
-            schema.StridedSliceOptionsT(),
-        )
+        z = b.tensor("z", [2, 3])
+        options = schema.StridedSliceOptionsT()
+        b.op(ops.STRIDED_SLICE, [read, *bounds], [z], schema.BuiltinOptions.StridedSliceOptions, options)
         outputs = [y, z]
-    sg.inputs, sg.outputs = [x], outputs
-    m.subgraphs = [sg]
-    fb = flatbuffers.Builder(0)
-    fb.Finish(m.Pack(fb), file_identifier=b"TFL3")
-    return bytes(fb.Output())
+    return b.build([x], outputs)
 
 
 def sliced(read: np.ndarray) -> np.ndarray:

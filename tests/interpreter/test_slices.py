@@ -31,6 +31,7 @@ import opaque_ops as oo
 from opaque_ops.interpreter import slices
 from opaque_ops.model import ModelBuilder, cache, fixed_slices, read_model
 from tests.helpers.locations import package_file
+from tests.helpers.schema_models import SchemaModel
 from tests.helpers.variable_models import STATE, variable_model
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
@@ -96,6 +97,15 @@ def _reference(x, h_shape, begin, end, strides=None):
     return h[tuple(slice(lo, hi, s) for lo, hi, s in zip(begin, end, strides))]
 
 
+def _litert(data: bytes, x: np.ndarray) -> np.ndarray:
+    """ai-edge-litert's output 0 of ``data`` for input ``x`` (at the model's declared shape)."""
+    ref = litert.Interpreter(model_content=data)
+    ref.allocate_tensors()
+    ref.set_tensor(0, x)
+    ref.invoke()
+    return ref.get_tensor(ref.get_output_details()[0]["index"])
+
+
 def _input(shape, dtype):
     if dtype == np.float32:
         return RNG.standard_normal(shape).astype(np.float32)
@@ -149,11 +159,7 @@ def test_slices_match_numpy(case, dtype, xnnpack, forced):
     want = _reference(x, h_shape, begin, end)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
-    ref = litert.Interpreter(model_content=data)
-    ref.allocate_tensors()
-    ref.set_tensor(0, x)
-    ref.invoke()
-    np.testing.assert_array_equal(got, ref.get_tensor(ref.get_output_details()[0]["index"]))
+    np.testing.assert_array_equal(got, _litert(data, x))
 
 
 def test_a_slice_of_a_resizable_input_gives_numpys_values_after_a_resize(forced):
@@ -280,53 +286,20 @@ def _untyped_options_model(rows: int) -> bytes:
     but names its union type NONE (ai-edge-litert's schema module writes
     both as given; ModelBuilder cannot).
     """
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
-
-    m = schema.ModelT()
-    m.version = 3
-    m.buffers = [schema.BufferT()]
-    m.operatorCodes = []
-    sg = schema.SubGraphT()
-    sg.tensors, sg.operators = [], []
-
-    def tensor(name, shape, kind=schema.TensorType.FLOAT32, values=None):
-        t = schema.TensorT()
-        t.name, t.shape, t.type, t.buffer = name.encode(), list(shape), kind, 0
-        if values is not None:
-            buf = schema.BufferT()
-            buf.data = np.asarray(values).tobytes()
-            m.buffers.append(buf)
-            t.buffer = len(m.buffers) - 1
-        sg.tensors.append(t)
-        return len(sg.tensors) - 1
-
-    def op(code, ins, outs, options_type=0, options=None):
-        c = schema.OperatorCodeT()
-        c.builtinCode, c.deprecatedBuiltinCode, c.version = code, min(code, 127), 1
-        m.operatorCodes.append(c)
-        o = schema.OperatorT()
-        o.opcodeIndex = len(m.operatorCodes) - 1
-        o.inputs, o.outputs = ins, outs
-        o.builtinOptionsType, o.builtinOptions = options_type, options
-        sg.operators.append(o)
-
+    b = SchemaModel()
+    schema = b.schema
     ops = schema.BuiltinOperator
-    x, h = tensor("x", [24]), tensor("h", [6, 4])
-    op(ops.RESHAPE, [x, tensor("shape", [2], schema.TensorType.INT32, np.array([6, 4], np.int32))], [h])
+    x, h = b.tensor("x", [24]), b.tensor("h", [6, 4])
+    b.op(ops.RESHAPE, [x, b.tensor("shape", [2], schema.TensorType.INT32, np.array([6, 4], np.int32))], [h])
     bounds = [
-        tensor(n, [2], schema.TensorType.INT32, np.array(v, np.int32))
+        b.tensor(n, [2], schema.TensorType.INT32, np.array(v, np.int32))
         for n, v in (("b", [3, 0]), ("e", [6, 4]), ("s", [1, 1]))
     ]
     options = schema.StridedSliceOptionsT()
     options.beginMask = 1
-    y = tensor("y", [rows, 4])
-    op(ops.STRIDED_SLICE, [h, *bounds], [y], schema.BuiltinOptions.NONE, options)
-    sg.inputs, sg.outputs = [x], [y]
-    m.subgraphs = [sg]
-    fb = flatbuffers.Builder(0)
-    fb.Finish(m.Pack(fb), file_identifier=b"TFL3")
-    return bytes(fb.Output())
+    y = b.tensor("y", [rows, 4])
+    b.op(ops.STRIDED_SLICE, [h, *bounds], [y], schema.BuiltinOptions.NONE, options)
+    return b.build([x], [y])
 
 
 @pytest.mark.parametrize("rows", [6, 3], ids=["stored-as-masked", "stored-as-unmasked"])
@@ -341,11 +314,7 @@ def test_options_under_the_union_type_none_are_not_the_slices(rows, forced):
     data = _untyped_options_model(rows)
     x = _input([24], np.float32)
     want = x.reshape(6, 4)[3:]
-    ref = litert.Interpreter(model_content=data)
-    ref.allocate_tensors()
-    ref.set_tensor(0, x)
-    ref.invoke()
-    np.testing.assert_array_equal(ref.get_tensor(ref.get_output_details()[0]["index"]), want)
+    np.testing.assert_array_equal(_litert(data, x), want)
     it = oo.Interpreter(model_content=data)
     # Rewritten only where the stored shape agrees with TFLite's reading (as SLICE [3, 0] + [3, 4]).
     assert ("SLICE" in _private_ops(it)) == (rows == 3 and _expect_rewrite(it, forced))
@@ -374,6 +343,20 @@ def test_bounds_that_are_not_vectors_are_left_alone(forced):
     assert _allocated_output(_plain(data), x) is oo.KernelError
 
 
+def _last_rows(stored, shape, options=None) -> bytes:
+    """x [24] -> h = RESHAPE(x, ``shape``) stored as ``stored`` -> y = STRIDED_SLICE(h, [-3, 0], [100, 4]): h's last three rows."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [24])
+    h = b.add_tensor("h", stored)
+    b.add_op("RESHAPE", [x, b.add_constant("shape", np.array(shape, np.int32))], [h], options=options)
+    y = b.add_tensor("y", [3, 4])
+    bounds = [b.add_constant(n, np.array(v, np.int32)) for n, v in (("b", [-3, 0]), ("e", [100, 4]), ("s", [1, 1]))]
+    b.add_op("STRIDED_SLICE", [h, *bounds], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    return b.build()
+
+
 def test_a_reshape_by_a_shape_that_is_not_a_vector_takes_its_options(forced):
     """reshape.cc takes its shape input only when it is 1-D (ShapeIsVector); else the options' new_shape.
 
@@ -383,17 +366,7 @@ def test_a_reshape_by_a_shape_that_is_not_a_vector_takes_its_options(forced):
     guard refused the resize the model itself runs.  (With XNNPACK, 2.17's
     delegate refuses the resize either way; TFLite's own RESHAPE shows it.)
     """
-    b = ModelBuilder()
-    x = b.add_tensor("x", [24])
-    h = b.add_tensor("h", [6, 4])
-    shape = b.add_constant("shape", np.array([[6, 4]], np.int32))
-    b.add_op("RESHAPE", [x, shape], [h], options={"new_shape": [-1, 4]})
-    y = b.add_tensor("y", [3, 4])
-    bounds = [b.add_constant(n, np.array(v, np.int32)) for n, v in (("b", [-3, 0]), ("e", [100, 4]), ("s", [1, 1]))]
-    b.add_op("STRIDED_SLICE", [h, *bounds], [y])
-    b.set_inputs([x])
-    b.set_outputs([y])
-    data = b.build()
+    data = _last_rows([6, 4], [[6, 4]], {"new_shape": [-1, 4]})
     assert _rewrite(data) == (data, ())
     for n in (24, 32):
         x = np.arange(n, dtype=np.float32)
@@ -413,23 +386,10 @@ def test_a_wrong_stored_shape_is_not_resolved_against(forced):
     guard saw [3, 8] and passed, and invoke returned the wrong rows.  The
     model's own STRIDED_SLICE (outside the partition) reads rows [3, 6).
     """
-    b = ModelBuilder()
-    x = b.add_tensor("x", [24])
-    h = b.add_tensor("h", [3, 8])
-    b.add_op("RESHAPE", [x, b.add_constant("shape", np.array([6, 4], np.int32))], [h])
-    y = b.add_tensor("y", [3, 4])
-    bounds = [b.add_constant(n, np.array(v, np.int32)) for n, v in (("b", [-3, 0]), ("e", [100, 4]), ("s", [1, 1]))]
-    b.add_op("STRIDED_SLICE", [h, *bounds], [y])
-    b.set_inputs([x])
-    b.set_outputs([y])
-    data = b.build()
+    data = _last_rows([3, 8], [6, 4])
     x = _input([24], np.float32)
     want = x.reshape(6, 4)[3:]
-    ref = litert.Interpreter(model_content=data)
-    ref.allocate_tensors()
-    ref.set_tensor(0, x)
-    ref.invoke()
-    np.testing.assert_array_equal(ref.get_tensor(ref.get_output_details()[0]["index"]), want)
+    np.testing.assert_array_equal(_litert(data, x), want)
     for xnnpack in (None, False):
         it = oo.Interpreter(model_content=data, use_xnnpack=xnnpack)
         assert "SLICE" not in _private_ops(it)
@@ -438,7 +398,7 @@ def test_a_wrong_stored_shape_is_not_resolved_against(forced):
         assert got.tobytes() == _allocated_output(_plain(data, use_xnnpack=xnnpack), x).tobytes()
     # Where the stored shape is right, the same slice is rewritten.
     assert fixed_slices.plan_of(read_model(data)) == ()
-    good = _model([24], [6, 4], [-3, 0], [100, 4])
+    good = _last_rows([6, 4], [6, 4])
     assert _rewrite(good)[1] == ((1, (6, 4)),)
 
 
