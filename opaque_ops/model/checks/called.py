@@ -225,9 +225,15 @@ def _run(found: Followed, k: int, inputs) -> list | None:
                 # flag, early return or not.  Its output is x's shape when the declared one holds
                 # more than one value (no early return) or is x's; a loop variable it becomes is
                 # followed on it.  A declared output of one value of another shape is kept by the
-                # early return (a wrong shape, not followed here): left not known.
+                # early return (a wrong shape, not followed here): left not known, as the node's
+                # past decides it; but in a subgraph without inputs (CALL_ONCE's init subgraph,
+                # call_once.cc) every Prepare meets the same shapes, so the early return keeps the
+                # declared shape each time (measured: a SELECT_V2 of three constants [1] there with
+                # a scalar output runs on 2.17.1, 2.23.0 and ai-edge-litert).
                 if math.prod(declared) != 1 or declared == x:
                     four[3] = shapes[op.outputs[0]] = x
+                elif not sg.inputs:
+                    four[3] = shapes[op.outputs[0]] = declared
             found.selects.setdefault((k, op.index), []).append(None if None in four else tuple(four))
     for t, shape in shapes.items():
         if shape is not None and len(shape) > MAX_RANK:
