@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ShapeError
+from .checks.options import effective_options
 from .schema import BUILTIN_OPERATORS
+from .shapes import infer_shapes, slice_bounds
 
 __all__ = ["plan_of"]
 
 _STRIDED_SLICE = "STRIDED_SLICE"
-_STRIDED_SLICE_OPTIONS = 32  # BuiltinOptions union tag (schema.fbs)
 _TYPES = ("FLOAT32", "INT8", "UINT8")
 
 # Operators whose output shapes follow from their inputs' shapes alone, with
@@ -103,10 +105,8 @@ def plan_of(info) -> tuple:
         ins, outs = list(op.inputs), list(op.outputs)
         if len(ins) != 4 or len(outs) != 1 or min(ins + outs) < 0:
             continue
-        # TFLite reads an operator's options through their union type
-        # (builtin_options_as_StridedSliceOptions): under another type its
-        # kernel runs with every mask 0, whatever table is stored.
-        opts = (op.builtin_options or {}) if op.builtin_options_type == _STRIDED_SLICE_OPTIONS else {}
+        # What the kernel reads: under another union type than its own, every mask is 0.
+        opts = effective_options(op)
         if any(opts.get(k) for k in ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask", "offset")):
             continue
         tx, ty = tensors[ins[0]], tensors[outs[0]]
@@ -136,7 +136,7 @@ def plan_of(info) -> tuple:
         if resolved is None or [int(d) for d in ty.shape] != resolved[1]:
             continue
         if varying is None:
-            varying = _varying(info)
+            varying = _varying(info, consts)
         if ins[0] in varying:
             continue
         # The stored shape is what the bounds are resolved against, so it must
@@ -153,9 +153,6 @@ def plan_of(info) -> tuple:
 
 def _operator_shapes(info) -> dict:
     """``{tensor: shape or None}``: what subgraph 0's operators give at the model's stored shapes (empty if they clash)."""
-    from ..errors import ShapeError
-    from .shapes import infer_shapes
-
     tensors = info.subgraphs[0].tensors
     try:
         return infer_shapes(info, lambda t: tuple(tensors[t].shape))
@@ -199,9 +196,7 @@ def _resolve(shape: list[int], begin: list[int], end: list[int], begin_mask: int
     """``(begin, size)`` of the SLICE that a unit-stride STRIDED_SLICE of ``shape`` is, or None if empty."""
     starts, sizes = [], []
     for d, n in enumerate(shape):
-        lo = 0 if begin_mask >> d & 1 else begin[d] + (n if begin[d] < 0 else 0)
-        hi = n if end_mask >> d & 1 else end[d] + (n if end[d] < 0 else 0)
-        lo, hi = min(max(lo, 0), n), min(max(hi, 0), n)
+        lo, hi = slice_bounds(begin[d], end[d], n, 1, bool(begin_mask >> d & 1), bool(end_mask >> d & 1))
         if hi <= lo:
             return None
         starts.append(lo)
@@ -209,7 +204,7 @@ def _resolve(shape: list[int], begin: list[int], end: list[int], begin_mask: int
     return starts, sizes
 
 
-def _varying(info) -> set[int]:
+def _varying(info, consts: set[int]) -> set[int]:
     """Tensors of subgraph 0 whose shape a resize of an input could change (a superset).
 
     Every input of subgraph 0 varies, and so does every output of an
@@ -219,15 +214,16 @@ def _varying(info) -> set[int]:
     without -1, whose output has that shape whatever it reads; and
     READ_VARIABLE, whose output has its variable's shape, which varies only
     if some ASSIGN_VARIABLE writes a varying tensor (or, in another
-    subgraph, anything but a constant).
+    subgraph, anything but a constant).  ``consts``: subgraph 0's constants
+    (:func:`_constants`).
     """
     sg = info.subgraphs[0]
-    consts = _constants(sg)
-    reads_vary = any(
-        op.op_name == "ASSIGN_VARIABLE" and (len(op.inputs) != 2 or op.inputs[1] not in _constants(other))
-        for other in info.subgraphs[1:]
-        for op in other.operators
-    )
+    reads_vary = False
+    for other in info.subgraphs[1:]:
+        assigns = [op for op in other.operators if op.op_name == "ASSIGN_VARIABLE"]
+        if assigns:
+            other_consts = _constants(other)
+            reads_vary = reads_vary or any(len(op.inputs) != 2 or op.inputs[1] not in other_consts for op in assigns)
     while True:
         varying = set(sg.inputs)
         for op in sg.operators:

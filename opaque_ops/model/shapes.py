@@ -993,6 +993,20 @@ _VALUE_RULES.update(
 _VALUE_RULES.update(dict.fromkeys(_SAME_AS_FIRST, lambda sg, op, ins, x, o, where: [x]))
 
 
+def slice_bounds(b: int, e: int, d: int, s: int, begin_masked: bool, end_masked: bool) -> tuple[int, int]:
+    """Where STRIDED_SLICE starts and stops on one axis of size ``d`` with stride ``s`` (not 0).
+
+    As ``tensorflow/lite/kernels/strided_slice.cc`` resolves them: a masked
+    end takes the whole extent in the stride's direction, a negative index
+    counts from the end, and both are then clamped to the axis ([0, d] for a
+    positive stride, [-1, d - 1] for a negative one).
+    """
+    lo, hi = (0, d) if s > 0 else (-1, d - 1)
+    b = (lo if s > 0 else hi) if begin_masked else (b + d if b < 0 else b)
+    e = (hi if s > 0 else lo) if end_masked else (e + d if e < 0 else e)
+    return min(max(b, lo), hi), min(max(e, lo), hi)
+
+
 def _strided_slice(sg, op, x, o, where):
     """STRIDED_SLICE's output shape with TF's sparse-spec semantics (masks, ellipsis, new axes)."""
     if len(op.inputs) < 4 or o.get("offset"):
@@ -1031,11 +1045,7 @@ def _strided_slice(sg, op, x, o, where):
             if not 0 <= b < d:
                 raise ShapeError(f"{where}: index {begin[k]} is outside dimension of size {d}")
             continue
-        lo, hi = (0, d) if s > 0 else (-1, d - 1)
-        b = (lo if s > 0 else hi) if bm & (1 << k) else (b + d if b < 0 else b)
-        e = (hi if s > 0 else lo) if em & (1 << k) else (e + d if e < 0 else e)
-        b = min(max(b, lo), hi)
-        e = min(max(e, lo), hi)
+        b, e = slice_bounds(b, e, d, s, bool(bm & (1 << k)), bool(em & (1 << k)))
         out.append(max((e - b + (s - 1 if s > 0 else s + 1)) // s, 0))
     out.extend(x[dim:])
     return [tuple(out)]

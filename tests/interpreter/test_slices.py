@@ -189,7 +189,7 @@ def test_the_allocation_guard_refuses_a_slice_whose_input_changed(monkeypatch, o
     no error.
     """
     monkeypatch.setattr(slices, "worth_it", lambda *a, **k: True)
-    monkeypatch.setattr(fixed_slices, "_varying", lambda info: set())
+    monkeypatch.setattr(fixed_slices, "_varying", lambda info, consts: set())
     data = _model([2, 6], [2, 6], [0, -3], [2, 100], pin=False)
     it = oo.Interpreter(model_content=data)
     assert "SLICE" in _private_ops(it)

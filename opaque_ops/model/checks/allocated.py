@@ -161,7 +161,7 @@ def _check_variable_reads(sg, shape_of, known) -> None:
         for assign, shape in assigned.get(op.inputs[0], ()):
             if shape != tuple(out):
                 value = sg.tensors[assign.inputs[1]].name
-                have, want = _elements(shape), _elements(out)
+                have, want = elements(shape), elements(out)
                 how = "its first values only" if have > want else "past its end" if have < want else "in another shape"
                 raise ModelError(
                     f"{messages.planned_operator(sg, op)} gives its output {messages.planned_tensor(sg, op.outputs[0])} "
@@ -170,14 +170,6 @@ def _check_variable_reads(sg, shape_of, known) -> None:
                     f"{want} values out of a variable of {have} ({how}) "
                     f"and return wrong data. Resize the inputs so that {value!r} keeps the shape {list(out)}"
                 )
-
-
-def _elements(shape) -> int:
-    """The number of values a tensor of ``shape`` holds."""
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _runtime_options(op) -> dict:
