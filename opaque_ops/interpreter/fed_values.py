@@ -3,8 +3,9 @@
 The operators come from :func:`opaque_ops.model.fed_values.nodes_of` (the
 value is an input of subgraph 0, set with ``set_tensor``, or an input of the
 subgraph of a signature runner, given to the runner: :class:`SignatureTensors`
-reaches those by name); the rules are
-those the model checks apply to the same value given as a constant
+reaches those by name, and infers the shape of a data tensor the signature
+does not name); the rules are those the model checks apply to the same
+value given as a constant
 (:mod:`opaque_ops.model.shapes`' REVERSE_SEQUENCE and REVERSE_V2 rules,
 :mod:`opaque_ops.model.checks.version_rules`' TOPK_V2 rule), applied to the
 value the input holds now.  Imported only by an interpreter whose model has
@@ -44,15 +45,19 @@ def refuse_crashing_values(
     """
     tensor = native.tensor if reach is None else reach.tensor
     for index, name, value_t, data_t, seq_dim, batch_dim in nodes:
-        value, data = tensor(value_t), tensor(data_t)
-        if value is None or data is None or data.is_dynamic():
+        value = tensor(value_t)
+        if reach is None:
+            data = tensor(data_t)
             # (A dynamic data tensor gets its shape in this invoke, before
             # the node's Eval: not known yet.)
+            x = None if data is None or data.is_dynamic() else data.shape
+        else:
+            x = reach.shape(data_t)
+        if value is None or x is None:
             continue
         v = value.view()
         if v is None:
             continue
-        x = data.shape
         if reach is None:
             where, shown = f"{what}: input {value_t} ({value.name!r}) of operator {index} ({name})", data_t
         else:
@@ -72,9 +77,12 @@ class SignatureTensors:
 
     The C API reads another subgraph's tensors only as a signature's inputs
     and outputs (``TfLiteSignatureRunnerGetInputTensor``, ``...OutputTensor``),
-    by name, so :meth:`nodes` keeps the nodes whose value is an input of the
-    signature and whose data is one of its inputs or outputs; the messages
-    name them as the runner's caller does, by their signature names.
+    by name: the values, which are the signature's inputs, are read so, and
+    so is a data tensor the signature names.  The shape of a data tensor it
+    does not name (one the subgraph computes from its inputs, or a constant)
+    is inferred from the inputs' shapes instead, once per allocation
+    (:meth:`infer`).  The messages name the tensors as the runner's caller
+    does, by their signature names.
 
     Parameters
     ----------
@@ -92,16 +100,71 @@ class SignatureTensors:
         self._inputs = frozenset(inputs.values())
         self._get = {idx: (native_runner.output_tensor, name) for name, idx in outputs.items()}
         self._get.update({idx: (native_runner.input_tensor, name) for name, idx in inputs.items()})
+        # The data tensors the signature does not name: {index: name in the model}.
+        self.unnamed: dict[int, str] = {}
+        # Their shapes at the allocation ``self.allocation`` stands for (None: not known before the invoke).
+        self._inferred: dict[int, tuple | None] = {}
+        self.allocation: object = None
 
-    def nodes(self, nodes: tuple) -> tuple:
-        """The ``nodes`` (:func:`~opaque_ops.model.fed_values.nodes_of`) whose tensors the runner reaches.
+    def nodes(self, nodes: tuple, sg) -> tuple:
+        """The ``nodes`` (:func:`~opaque_ops.model.fed_values.nodes_of`) of ``sg`` whose value the runner writes.
 
-        The value must be one of the signature's inputs (the runner writes it
-        before each invoke); a data tensor the signature does not name has a
-        shape the C API cannot tell before the invoke, so its node is left out
-        (as subgraph 0's check leaves out a dynamic data tensor).
+        Parameters
+        ----------
+        nodes : tuple
+            The nodes of the signature's subgraph.
+        sg : SubgraphInfo
+            That subgraph, for the names of the data tensors the signature
+            does not name.
+
+        Returns
+        -------
+        tuple
+            The nodes whose value is one of the signature's inputs (the
+            runner writes it before each invoke).  The shape of a data tensor
+            the signature does not name is not in the C API's reach: those
+            tensors are kept in :attr:`unnamed`, and :meth:`infer` works
+            their shapes out from the inputs' after each allocation (a shape
+            it cannot infer, one that depends on values, leaves its node
+            unchecked, as subgraph 0's check leaves a dynamic data tensor).
         """
-        return tuple(n for n in nodes if n[2] in self._inputs and n[3] in self._names)
+        kept = tuple(n for n in nodes if n[2] in self._inputs)
+        self.unnamed = {n[3]: sg.tensors[n[3]].name for n in kept if n[3] not in self._names}
+        return kept
+
+    def infer(self, allocation: object, info, shape_of) -> None:
+        """Infer the shapes of the :attr:`unnamed` data tensors for the allocation ``allocation`` stands for.
+
+        Parameters
+        ----------
+        allocation : object
+            What stands for the subgraph's current allocation (the
+            interpreter's record of the input shapes it was allocated with,
+            a new object per allocation): the runner calls this only when it
+            is not :attr:`allocation`, so once per allocation.
+        info : ModelInfo
+            The model with the signature's subgraph as subgraph 0.
+        shape_of : callable
+            ``shape_of(tensor index)``: the planned shape of a tensor the
+            signature names, else None.
+        """
+        from ..errors import ShapeError
+        from ..model.shapes import infer_shapes
+
+        try:
+            shapes = infer_shapes(info, shape_of)
+        except ShapeError:
+            shapes = {}  # (the allocation's checks refuse these shapes)
+        self._inferred = {t: shapes.get(t) for t in self.unnamed}
+        self.allocation = allocation
+
+    def shape(self, index: int) -> tuple | None:
+        """The shape of data tensor ``index`` as the node's Eval will see it, or None if not known yet."""
+        got = self._get.get(index)
+        if got is None:
+            return self._inferred.get(index)
+        t = got[0](got[1])
+        return None if t.is_dynamic() else t.shape
 
     def tensor(self, index: int):
         """The runtime's tensor ``index`` of the subgraph, through its signature name."""
@@ -109,8 +172,11 @@ class SignatureTensors:
         return get(name)
 
     def label(self, index: int) -> str:
-        """How the messages name tensor ``index``: its signature name."""
-        return repr(self._names[index])
+        """How the messages name tensor ``index``: its signature name, or its name and index in the subgraph."""
+        name = self._names.get(index)
+        if name is None:
+            return f"tensor {index} ({self.unnamed[index]!r}, which the signature does not name)"
+        return repr(name)
 
     def where(self, what: str, value_t: int, index: int, op: str) -> str:
         """The start of a refusal's message: the call, the signature input and the operator."""

@@ -234,9 +234,15 @@ class SignatureRunner:
             elif self._fed:
                 from .fed_values import refuse_crashing_values  # (only a runner with such an operator)
 
-                refuse_crashing_values(
-                    native, self._fed, native.rt.version, f"{what}: invoke", self._reach, _AS_ARGUMENT
-                )
+                reach = self._reach
+                if reach.unnamed:
+                    # A data tensor the signature does not name: its shape
+                    # is inferred from the inputs', once per allocation of
+                    # the subgraph (each makes a new _allocated_inputs entry).
+                    allocation = it._allocated_inputs.get(self._graph.subgraph)
+                    if allocation is not reach.allocation:
+                        reach.infer(allocation, *it._seen(native, self._graph)[:2])
+                refuse_crashing_values(native, self._fed, native.rt.version, f"{what}: invoke", reach, _AS_ARGUMENT)
             status, took = it._run_invoke(native, r.invoke, self._watch, moves)
             if self._watch:
                 self._watch = took > WATCH_AFTER_S
@@ -422,7 +428,9 @@ def _fed_nodes(interpreter, native_runner, sig, inputs: dict, outputs: dict) -> 
 
     The operators :func:`..model.fed_values.nodes_of` finds in that subgraph
     whose value is one of the signature's inputs, for this runtime
-    (``for_runtime``), or ``((), None)``.  Subgraph 0's are kept in the
+    (``for_runtime``), or ``((), None)``; the shapes of their data tensors
+    that the signature does not name are inferred at the first call after
+    each allocation (``SignatureTensors.infer``).  Subgraph 0's are kept in the
     model's record, since every invoke asks for them; these are found when a
     runner of the subgraph is made, so only a model used through such a
     runner reads its operators for them (a start whose verdict is on disk
@@ -439,7 +447,7 @@ def _fed_nodes(interpreter, native_runner, sig, inputs: dict, outputs: dict) -> 
     from .fed_values import SignatureTensors  # (only a model with such an operator)
 
     reach = SignatureTensors(native_runner, inputs, outputs, k)
-    nodes = for_runtime(reach.nodes(nodes), interpreter._live().rt.version)
+    nodes = reach.nodes(for_runtime(nodes, interpreter._live().rt.version), subgraphs[k])
     return (nodes, reach) if nodes else ((), None)
 
 

@@ -317,10 +317,15 @@ def test_the_fed_check_refuses_an_empty_batch_on_an_allocated_interpreter():
 def second_signature_model(op: str) -> bytes:
     """Subgraph 0: b = a + 1 (signature "first"); subgraph 1, signature "second": ``op`` on x (index 0)
     and its fed value n (1), both with every dimension -1 in their shape signatures (the runner of
-    subgraph 1 resizes strictly), outputs out0 (and out1 for TOPK_V2)."""
+    subgraph 1 resizes strictly), outputs out0 (and out1 for TOPK_V2).
+
+    ``op`` ending in ``+add`` (``reverse_sequence+add``): the op reads data = x + 0 (ADD with a zero
+    constant of ones' shape, index 2: data is index 3), a tensor of subgraph 1 that the signature does
+    not name, so the C API cannot tell its shape (operator 1 is then the op)."""
     from opaque_ops.model import ModelBuilder
     from tests.helpers.interpreter_models import _plus, join_with_signature
 
+    op, computed = op.removesuffix("+add"), op.endswith("+add")
     x_shape, n_shape, outs, options = {
         "reverse_sequence": ([2, 3], [2], [([2, 3], f32)], {"seq_dim": 1, "batch_dim": 0}),
         "reverse_v2": ([2, 3, 4], [1], [([2, 3, 4], f32)], None),
@@ -329,8 +334,13 @@ def second_signature_model(op: str) -> bytes:
     b = ModelBuilder()
     x = b.add_tensor("x", x_shape, f32, shape_signature=[-1] * len(x_shape))
     n = b.add_tensor("n", n_shape, i32, shape_signature=[-1] * len(n_shape))
+    data = x
+    if computed:
+        zeros = b.add_constant("zeros", np.zeros([1] * len(x_shape), f32))
+        data = b.add_tensor("data", x_shape, f32, shape_signature=[-1] * len(x_shape))
+        b.add_op("ADD", [x, zeros], [data])
     o = [b.add_tensor(f"out{k}", s, d) for k, (s, d) in enumerate(outs)]
-    b.add_op(op.upper().replace("TOP_K", "TOPK_V2"), [x, n], o, options)
+    b.add_op(op.upper().replace("TOP_K", "TOPK_V2"), [data, n], o, options)
     b.set_inputs([x, n])
     b.set_outputs(o)
     first = _plus(1, [1, 4], "a", "b", "first")
@@ -441,3 +451,111 @@ def test_a_runner_of_another_subgraph_finds_its_nodes_only_where_there_are_some(
     assert it.get_signature_runner("first")._fed == ()
     plain = oo.Interpreter(model_content=two_subgraph_model())
     assert plain.get_signature_runner("second")._fed == ()
+
+
+# A data tensor the signature does not name (second_signature_model's "+add"):
+# its shape is inferred from the runner's inputs after each allocation
+# (SignatureTensors.infer).  Before, such a node was not checked: lengths
+# [1, 10**8] gave SIGSEGV on 2.17.1, 2.23.0 and ai-edge-litert's runner
+# alike, as did the REVERSE_V2 axis 0 on [2, 0, 4]; TOPK_V2 with k = 0
+# SIGABRT on 2.17.1.
+COMPUTED = "signature 'second': invoke: input 'n' of operator 1 ({}) of subgraph 1 holds "
+DATA = "tensor 3 ('data', which the signature does not name)"
+
+
+@pytest.mark.parametrize("mode", ["in-process", "isolated"])
+def test_a_runner_of_another_subgraph_refuses_lengths_past_a_computed_sequence(mode):
+    """The lengths of a REVERSE_SEQUENCE whose data the subgraph computes are checked against the
+    data's inferred shape, which follows each resize of x: lengths valid for the longer sequences run
+    there and are refused for the shorter ones again; valid lengths give numpy's and ai-edge-litert's
+    values before and after each refusal."""
+    steps = [
+        ([2, 3], [2, 3]),
+        ([2, 3], [1, 10**8]),
+        ([2, 5], [5, 0]),  # (refused if the shape of data [2, 3] were kept)
+        ([2, 5], [5, 6]),
+        ([2, 3], [1, 5]),  # (run past the data if the shape [2, 5] were kept)
+        ([2, 3], [3, 1]),
+    ]
+    lines = _run_second("reverse_sequence+add", mode, steps)
+    ref = litert.Interpreter(model_content=second_signature_model("reverse_sequence+add")).get_signature_runner(
+        "second"
+    )
+    for k in (0, 2, 5):
+        shape, n = steps[k]
+        want = reverse_sequence_reference(arange(shape), n, 1, 0)
+        assert lines[k].get("shapes") == {"out0": list(want.shape)}, lines
+        np.testing.assert_array_equal(np.array(lines[k]["out"]["out0"], f32), want)
+        np.testing.assert_array_equal(ref(x=arange(shape), n=np.array(n, i32))["out0"], want)
+    for k, steps_long, length in ((1, 3, 10**8), (3, 5, 6), (4, 3, 5)):
+        line, (shape, n) = lines[k], steps[k]
+        assert line.get("error") == "InvalidInputError", lines
+        assert line["message"].startswith(
+            COMPUTED.format("REVERSE_SEQUENCE") + f"sequence lengths {n}, but input {DATA} (shape {shape}) "
+            f"has {steps_long} steps along its sequence dimension 1 (length 1 is {length})"
+        ), line
+        assert f"Set lengths of at most {steps_long} as the runner's argument," in line["message"], line
+
+
+@pytest.mark.parametrize("mode", ["in-process", "isolated"])
+def test_a_runner_of_another_subgraph_refuses_an_axis_after_which_computed_data_is_empty(mode):
+    """REVERSE_V2 on data the subgraph computes: axis 0 is refused while x (so data) is [2, 0, 4], and
+    runs again once x is resized back to [2, 3, 4] (the inferred shape follows the resize)."""
+    full, empty = [2, 3, 4], [2, 0, 4]
+    steps = [(full, [1]), (empty, [0]), (empty, [2]), (full, [0])]
+    lines = _run_second("reverse_v2+add", mode, steps)
+    for k in (0, 2, 3):
+        shape, (axis,) = steps[k]
+        want = np.flip(arange(shape), axis)
+        assert lines[k].get("shapes") == {"out0": list(want.shape)}, lines
+        np.testing.assert_array_equal(np.array(lines[k]["out"]["out0"], f32).reshape(want.shape), want)
+    assert lines[1].get("error") == "InvalidInputError", lines
+    assert lines[1]["message"].startswith(
+        COMPUTED.format("REVERSE_V2") + f"the axes [0], but input {DATA} of shape [2, 0, 4] is empty after the "
+        "reversed axis 0"
+    ), lines[1]
+
+
+@pytest.mark.parametrize("mode", ["in-process", "isolated"])
+def test_a_runner_of_another_subgraph_refuses_top_k_of_zero_on_computed_data_where_it_corrupts_memory(mode):
+    version = runtime_info().version
+    steps = [([2, 6], 2), ([2, 6], 0), ([2, 6], 3)]
+    lines = _run_second("top_k+add", mode, steps)
+    for k, n in ((0, 2), (2, 3)):
+        x = arange([2, 6])
+        assert lines[k]["out"] == {"out0": x[:, ::-1][:, :n].tolist(), "out1": [list(range(5, 5 - n, -1))] * 2}
+    if affected(version):
+        assert lines[1].get("error") == "InvalidInputError", lines
+        assert lines[1]["message"].startswith(
+            COMPUTED.format("TOPK_V2") + f"k = 0 for rows of 6 values (input {DATA} of shape [2, 6]); TFLite "
+            f"{version}'s TOPK_V2 corrupts memory for k = 0"
+        ), lines[1]
+    else:
+        assert lines[1]["shapes"] == {"out0": [2, 0], "out1": [2, 0]}, lines
+
+
+def test_a_runner_infers_a_computed_data_shape_once_per_allocation(monkeypatch):
+    """The inference runs at the first call after each allocation of the subgraph, not at every call;
+    a runner whose nodes read only tensors the signature names never runs it."""
+    import opaque_ops as oo
+    from opaque_ops.interpreter.fed_values import SignatureTensors
+
+    inferred = []
+    infer = SignatureTensors.infer
+
+    def counted(self, allocation, info, shape_of):
+        inferred.append(self)
+        infer(self, allocation, info, shape_of)
+
+    monkeypatch.setattr(SignatureTensors, "infer", counted)
+    it = oo.Interpreter(model_content=second_signature_model("reverse_sequence+add"))
+    runner = it.get_signature_runner("second")
+    assert runner._reach.unnamed == {3: "data"}
+    for shape, n, count in (([2, 3], [3, 1], 1), ([2, 3], [2, 2], 1), ([2, 4], [4, 0], 2), ([2, 4], [1, 1], 2)):
+        out = runner(x=arange(shape), n=np.array(n, i32))["out0"]
+        np.testing.assert_array_equal(out, reverse_sequence_reference(arange(shape), n, 1, 0))
+        assert len(inferred) == count, (shape, n)
+    named = oo.Interpreter(model_content=second_signature_model("reverse_sequence")).get_signature_runner("second")
+    assert named._reach.unnamed == {}
+    named(x=X_RS, n=np.array([2, 3], i32))
+    assert len(inferred) == 2
