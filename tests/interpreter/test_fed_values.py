@@ -559,3 +559,41 @@ def test_a_runner_infers_a_computed_data_shape_once_per_allocation(monkeypatch):
     assert named._reach.unnamed == {}
     named(x=X_RS, n=np.array([2, 3], i32))
     assert len(inferred) == 2
+
+
+def reshaped_signature_model() -> bytes:
+    """Subgraph 1, signature "second": data = RESHAPE(x, s), then REVERSE_SEQUENCE(data, n) (seq_dim 1),
+    x [3, 2], s and n [2], all inputs of the signature with every dimension -1: data's shape is s's
+    value, which no shape rule can tell before the invoke.  Subgraph 0 as second_signature_model's."""
+    from opaque_ops.model import ModelBuilder
+    from tests.helpers.interpreter_models import _plus, join_with_signature
+
+    b = ModelBuilder()
+    x = b.add_tensor("x", [3, 2], f32, shape_signature=[-1, -1])
+    s = b.add_tensor("s", [2], i32, shape_signature=[-1])
+    n = b.add_tensor("n", [2], i32, shape_signature=[-1])
+    data = b.add_tensor("data", [2, 3], f32, shape_signature=[-1, -1])
+    b.add_op("RESHAPE", [x, s], [data])
+    out = b.add_tensor("out0", [2, 3], f32, shape_signature=[-1, -1])
+    b.add_op("REVERSE_SEQUENCE", [data, n], [out], {"seq_dim": 1, "batch_dim": 0})
+    b.set_inputs([x, s, n])
+    b.set_outputs([out])
+    first = _plus(1, [1, 4], "a", "b", "first")
+    return join_with_signature(first, b.build(), "second", {"x": x, "s": s, "n": n}, {"out0": out})
+
+
+def test_a_runner_leaves_a_data_shape_that_depends_on_values_unchecked():
+    """x [3, 2] reshaped to [1, 6] by a fed shape: length 5 is valid for the data (6 steps), not for x
+    (2) nor for the shape the model declares for data ([2, 3]), and runs; the data's shape is not
+    known before the invoke, so nothing refuses it (numpy's and ai-edge-litert's values)."""
+    import opaque_ops as oo
+
+    data = reshaped_signature_model()
+    runner = oo.Interpreter(model_content=data).get_signature_runner("second")
+    feed = {"x": arange([3, 2]), "s": np.array([1, 6], i32), "n": np.array([5], i32)}
+    want = reverse_sequence_reference(arange([1, 6]), [5], 1, 0)
+    np.testing.assert_array_equal(runner(**feed)["out0"], want)
+    assert runner._reach.unnamed == {3: "data"} and runner._reach.shape(3) is None
+    np.testing.assert_array_equal(
+        litert.Interpreter(model_content=data).get_signature_runner("second")(**feed)["out0"], want
+    )
