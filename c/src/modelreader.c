@@ -310,7 +310,7 @@ fail:
 /* ------------------------------------------------------------ operators */
 
 static const uint8_t OPERATOR[] = {4, 4, 4, 1, 4, 4, 0, 0, 0, 8, 8};
-enum { K_INTS, K_I8, K_U8, K_I32, K_F32, K_BOOL };
+enum { K_INTS, K_I8, K_U8, K_I32, K_F32, K_BOOL, K_STR };
 
 /* The builtin options dict of the table at `pos`, of union type `type`, as
  * parser._builtin_options builds it (from the same table,
@@ -380,6 +380,9 @@ static PyObject *builtin_options(Reader *r, int64_t pos, uint8_t type) {
             Py_INCREF(val);
             break;
         }
+        case K_STR: /* bytes that are not UTF-8 kept as surrogate escapes, as the Python reader keeps them */
+            val = present ? string(r, p, "surrogateescape") : (Py_INCREF(deflt), deflt);
+            break;
         default:
             goto fail;
         }

@@ -38,7 +38,7 @@ _NO_ZERO_POINTS.flags.writeable = False
 # Builtin option tables, per union type: (layout, [(field, slot, kind code, default, names)]).
 _ACT_NAMES = {v: k for k, v in ACTIVATIONS.items()}
 _PAD_NAMES = {v: k for k, v in _PADDINGS.items()}
-_K_INTS, _K_I8, _K_U8, _K_I32, _K_F32, _K_BOOL = range(6)
+_K_INTS, _K_I8, _K_U8, _K_I32, _K_F32, _K_BOOL, _K_STR = range(7)
 _KINDS = {
     "[i32]": (_K_INTS, 4, None),
     "act": (_K_I8, 1, _ACT_NAMES),
@@ -49,6 +49,7 @@ _KINDS = {
     "i32": (_K_I32, 4, None),
     "f32": (_K_F32, 4, None),
     "bool": (_K_BOOL, 1, None),
+    "str": (_K_STR, 4, None),  # (VAR_HANDLE's names: only VarHandleOptions has one)
 }
 
 

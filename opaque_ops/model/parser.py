@@ -33,6 +33,7 @@ from .decoding import (
     _K_I8,
     _K_I32,
     _K_INTS,
+    _K_STR,
     _K_U8,
     _NO_SCALES,
     _NO_ZERO_POINTS,
@@ -210,7 +211,7 @@ class _Flat:
             st = _INT_VECTORS[n] = struct.Struct(f"<{n}i")
         return st.unpack_from(buf, t + 4)
 
-    def string(self, p: int, base: str, index=None, name=None) -> str:
+    def string(self, p: int, base: str, index=None, name=None, errors: str = "strict") -> str:
         # :meth:`vector`'s checks and charge, inline (as in :meth:`ints`).
         buf, size = self.buf, self.size
         t = p + _U32(buf, p)[0]
@@ -221,7 +222,7 @@ class _Flat:
             self.vector(p, 1, base, index, name)
         self.budget -= n
         try:
-            return buf[t + 4 : t + 4 + n].decode("utf-8")
+            return buf[t + 4 : t + 4 + n].decode("utf-8", errors)
         except UnicodeDecodeError as exc:
             raise ModelError(f"{_w(base, index, name)} at offset {t} is not valid UTF-8: {exc}") from None
 
@@ -309,6 +310,8 @@ def _builtin_options(f: _Flat, pos: int, type_: int, base: str, index: int) -> d
             out[fname] = bool(_U8(buf, pos + o)[0]) if o else bool(default)
         elif code == _K_U8:
             out[fname] = _U8(buf, pos + o)[0] if o else default
+        elif code == _K_STR:
+            out[fname] = f.string(pos + o, base, index, fname, "surrogateescape") if o else default
         else:
             out[fname] = _F32(buf, pos + o)[0] if o else default
     return out

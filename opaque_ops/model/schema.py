@@ -173,7 +173,9 @@ _OPTIONS_TYPE_NAMES: dict[int, str] = {i: n for n, i in _OPTIONS_TYPE.items()}
 # Field layouts of the option tables this module can write and decode:
 # (field name, slot, kind, default).  Kinds: "act" / "pad" / "dtype" are byte
 # enums read as their names, "i8" one read as its number (TFLite's bytes are
-# signed), "u8", "i32", "f32", "bool", "[i32]".  tests/model/test_writer.py
+# signed), "u8", "i32", "f32", "bool", "[i32]", "str" (a string; both readers
+# keep bytes that are not UTF-8 as surrogate escapes, since TFLite takes any
+# bytes there).  tests/model/test_writer.py
 # checks every slot and kind against TFLite's generated schema.
 _OPTION_FIELDS: dict[str, list[tuple[str, int, str, Any]]] = {
     "Conv2DOptions": [
@@ -253,6 +255,7 @@ _OPTION_FIELDS: dict[str, list[tuple[str, int, str, Any]]] = {
     "WhileOptions": [("cond_subgraph_index", 0, "i32", 0), ("body_subgraph_index", 1, "i32", 0)],
     "IfOptions": [("then_subgraph_index", 0, "i32", 0), ("else_subgraph_index", 1, "i32", 0)],
     "CallOnceOptions": [("init_subgraph_index", 0, "i32", 0)],
+    "VarHandleOptions": [("container", 0, "str", ""), ("shared_name", 1, "str", "")],
     "MirrorPadOptions": [("mode", 0, "i8", 0)],
     "ArgMaxOptions": [("output_type", 0, "dtype", 0)],
     "ArgMinOptions": [("output_type", 0, "dtype", 0)],
@@ -319,6 +322,7 @@ _OP_OPTIONS: dict[str, str] = {
     "WHILE": "WhileOptions",
     "IF": "IfOptions",
     "CALL_ONCE": "CallOnceOptions",
+    "VAR_HANDLE": "VarHandleOptions",
     "MIRROR_PAD": "MirrorPadOptions",
     "ARG_MAX": "ArgMaxOptions",
     "ARG_MIN": "ArgMinOptions",

@@ -344,12 +344,14 @@ class ModelBuilder:
         for fname, _slot, kind, _default in fields:
             if kind == "[i32]" and opts.get(fname) is not None:
                 vectors[fname] = self._int_vector(b, opts[fname])
+            elif kind == "str" and opts.get(fname) is not None:
+                vectors[fname] = b.CreateString(opts[fname], "utf-8", "surrogateescape")
         b.StartObject(len(fields))
         for fname, slot, kind, default in fields:
             if fname not in opts:
                 continue
             v = opts[fname]
-            if kind == "[i32]":
+            if kind in ("[i32]", "str"):
                 if fname in vectors:
                     b.PrependUOffsetTRelativeSlot(slot, vectors[fname], 0)
             elif kind in ("act", "pad", "dtype"):

@@ -1,8 +1,9 @@
 """Models written with ai-edge-litert's flatbuffer schema module, for what ModelBuilder cannot express.
 
 ModelBuilder writes one subgraph of the option tables it knows; tests also
-need VAR_HANDLE options, options stored under another union type, and
-other forms a converter may write.  ``SchemaModel`` is the small part of
+need VAR_HANDLE options, options stored under another union type, models
+of several subgraphs (a CALL_ONCE init subgraph), and other forms a
+converter may write.  ``SchemaModel`` is the small part of
 ``schema_py_generated``'s object API those tests use: tensors (constants
 get a buffer of their own), operators (one operator code per builtin), and
 the packed bytes.
@@ -14,7 +15,11 @@ import numpy as np
 
 
 class SchemaModel:
-    """One subgraph, built up through ai-edge-litert's ``schema_py_generated`` (``.schema`` is that module)."""
+    """Subgraphs built up one after the other through ai-edge-litert's ``schema_py_generated`` (``.schema``).
+
+    Tensors and operators go to the subgraph being built (subgraph 0 first);
+    :meth:`next_subgraph` closes it and starts the next one.
+    """
 
     def __init__(self) -> None:
         from ai_edge_litert import schema_py_generated as schema
@@ -24,8 +29,19 @@ class SchemaModel:
         self.model.version = 3
         self.model.buffers = [schema.BufferT()]
         self.model.operatorCodes = []
-        self.subgraph = schema.SubGraphT()
+        self.done: list = []  # the subgraphs closed by next_subgraph
+        self._start_subgraph()
+
+    def _start_subgraph(self) -> None:
+        self.subgraph = self.schema.SubGraphT()
         self.subgraph.tensors, self.subgraph.operators = [], []
+
+    def next_subgraph(self, inputs=(), outputs=()) -> int:
+        """Close the subgraph being built (``inputs`` and ``outputs`` its own) and start the next; returns its index."""
+        self.subgraph.inputs, self.subgraph.outputs = list(inputs), list(outputs)
+        self.done.append(self.subgraph)
+        self._start_subgraph()
+        return len(self.done)
 
     def tensor(self, name: str, shape, kind=None, values=None) -> int:
         """Add a tensor (float32 unless ``kind``); ``values`` make it a constant. Returns its index."""
@@ -57,11 +73,11 @@ class SchemaModel:
         self.subgraph.operators.append(o)
 
     def build(self, inputs, outputs) -> bytes:
-        """The model's bytes, with ``inputs`` and ``outputs`` as the subgraph's."""
+        """The model's bytes, with ``inputs`` and ``outputs`` as the last subgraph's."""
         import flatbuffers
 
         self.subgraph.inputs, self.subgraph.outputs = list(inputs), list(outputs)
-        self.model.subgraphs = [self.subgraph]
+        self.model.subgraphs = [*self.done, self.subgraph]
         fb = flatbuffers.Builder(0)
         fb.Finish(self.model.Pack(fb), file_identifier=b"TFL3")
         return bytes(fb.Output())

@@ -50,3 +50,58 @@ def variable_model(*, assign_input: bool = True, sliced: bool = True) -> bytes:
 def sliced(read: np.ndarray) -> np.ndarray:
     """numpy's z for a read of any shape: ``read[0:2, -3:6]`` (both ends resolved against read's own width)."""
     return read[BEGIN[0] : END[0], BEGIN[1] : END[1]]
+
+
+def named_variables_model(main, init=()) -> bytes:
+    """Variables known by name: subgraph 0 runs ``main``'s steps, after CALL_ONCE of subgraph 1 (``init``'s) if any.
+
+    Subgraph 0 has one input, x [2, 6] (float32).  A step is
+    ``("assign", name, value)``: a VAR_HANDLE of ``name`` and an
+    ASSIGN_VARIABLE of ``value`` ("x": subgraph 0's input, else a constant
+    array) through it; or ``("read", name, shape)``: a VAR_HANDLE of
+    ``name`` and a READ_VARIABLE through it, declared ``shape``, which is an
+    output of subgraph 0 (in the order of the steps).  ``name`` is the
+    shared_name (bytes), a ``(container, shared_name)`` pair, or None for a
+    VAR_HANDLE without options.  Each step has a VAR_HANDLE of its own: to
+    TFLite (tensorflow/lite/kernels/var_handle.cc) handles of one name are
+    one variable, in one subgraph or in several.
+    """
+    b = SchemaModel()
+    schema = b.schema
+    ops = schema.BuiltinOperator
+    x = b.tensor("x", [2, 6])
+    if init:
+        options = schema.CallOnceOptionsT()
+        options.initSubgraphIndex = 1
+        b.op(ops.CALL_ONCE, [], [], schema.BuiltinOptions.CallOnceOptions, options)
+    reads = _steps(b, main, x)
+    if init:
+        b.next_subgraph([x], reads)
+        _steps(b, init, None)
+        return b.build([], [])
+    return b.build([x], reads)
+
+
+def _steps(b: SchemaModel, steps, x) -> list:
+    schema = b.schema
+    ops = schema.BuiltinOperator
+    reads = []
+    for k, (what, name, arg) in enumerate(steps):
+        handle = b.tensor(f"handle{k}", [], schema.TensorType.RESOURCE)
+        if name is None:
+            b.op(ops.VAR_HANDLE, [], [handle])
+        else:
+            container, shared = name if isinstance(name, tuple) else (None, name)
+            options = schema.VarHandleOptionsT()
+            options.container, options.sharedName = container, shared
+            b.op(ops.VAR_HANDLE, [], [handle], schema.BuiltinOptions.VarHandleOptions, options)
+        if what == "assign":
+            value = (
+                x if isinstance(arg, str) else b.tensor(f"value{k}", np.shape(arg), values=np.asarray(arg, np.float32))
+            )
+            b.op(ops.ASSIGN_VARIABLE, [handle, value], [])
+        else:
+            read = b.tensor(f"read{k}", list(arg))
+            b.op(ops.READ_VARIABLE, [handle], [read])
+            reads.append(read)
+    return reads

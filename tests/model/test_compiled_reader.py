@@ -267,3 +267,31 @@ def test_option_tables_read_the_same_both_ways_and_as_tflites_schema(op, opts, w
         assert (table.SeqDim(), table.BatchDim()) == (got["seq_dim"], got["batch_dim"])
     else:
         assert table.OutputType() == {"INT32": 2, "INT64": 4}[got["output_type"]]
+
+
+def test_var_handle_names_read_the_same_both_ways_and_as_tflites_schema():
+    """VarHandleOptions' container and shared_name, the strings a variable is known by (checks.graph.variable_names):
+    the empty name when absent, and bytes that are not UTF-8 kept (as surrogate escapes), since TFLite takes any
+    bytes there and two such names must stay two."""
+    from tests.helpers.variable_models import named_variables_model
+
+    names = [b"state", (b"box", b"state"), (None, b"\xff\xfe"), (None, b"\xff\xfd"), None]
+    data = named_variables_model([("read", n, [2, 6]) for n in names])
+    c, py = reader._read_compiled(data), _python_read(data)
+    assert c is not None and differences(c, py) == []
+    got = [op.builtin_options for op in py.subgraphs[0].operators if op.op_name == "VAR_HANDLE"]
+    assert got == [
+        {"container": "", "shared_name": "state"},
+        {"container": "box", "shared_name": "state"},
+        {"container": "", "shared_name": "\udcff\udcfe"},
+        {"container": "", "shared_name": "\udcff\udcfd"},
+        None,  # no table: the runtime's empty names (checks.options.effective_options)
+    ]
+    schema = pytest.importorskip("ai_edge_litert.schema_py_generated")
+    ref = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    stored = [op.builtinOptions for op in ref.subgraphs[0].operators if op.opcodeIndex == 0]
+    for opts, table in zip(got[:4], stored):
+        assert (opts["container"], opts["shared_name"]) == tuple(
+            (v or b"").decode("utf-8", "surrogateescape") for v in (table.container, table.sharedName)
+        )
+    assert stored[4] is None

@@ -165,6 +165,7 @@ _SLOT_CALLS = {
     "f32": "PrependFloat32Slot",
     "bool": "PrependBoolSlot",
     "[i32]": "PrependUOffsetTRelativeSlot",
+    "str": "PrependUOffsetTRelativeSlot",
 }
 
 
