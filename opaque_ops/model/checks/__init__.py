@@ -94,7 +94,8 @@ def check_model(info: ModelInfo, registered=()) -> None:
       and rank their kernel writes, and elementwise ops keep their inputs'
       rank (so no consumer is planned on a stale static shape);
     - READ_VARIABLE's declared output shape matches what ASSIGN_VARIABLE
-      stores in the same variable;
+      stores in the same variable (VAR_HANDLEs of one name are one
+      variable, across subgraphs: a CALL_ONCE init subgraph's constant);
     - each signature names exactly its subgraph's inputs and outputs;
     - the ``CONVERSION_METADATA`` entry, which the runtime parses unverified,
       lies inside its buffer (:mod:`~opaque_ops.model.metadata`);
@@ -124,6 +125,7 @@ def check_model(info: ModelInfo, registered=()) -> None:
         # The XNNPACK delegate indexes subgraph 0 unconditionally.
         raise ModelError("the model has no subgraphs")
     check_metadata(info)
+    variables = graph.variable_stores(info)
     for sg in info.subgraphs:
         check_subgraph_inputs(sg)
         any_rank = deeper_allowed(info, sg)
@@ -134,7 +136,7 @@ def check_model(info: ModelInfo, registered=()) -> None:
         for op in sg.operators:
             _check_operator(info, sg, op, producer, registered)
         graph.check_subgraph_outputs(sg, producer)
-        graph.check_variable_reads(sg)
+        graph.check_variable_reads(sg, variables)
         builtin_rules.check_static_concatenations(sg)
     graph.check_call_graph(info)
     graph.check_select_in_control_flow(info)

@@ -9,6 +9,7 @@ from ..shapes import infer_shapes
 from . import messages
 from .builtin_rules import SPLIT_AXIS
 from .called import follow_called
+from .graph import stores_seen, variable_assignments, variable_names, variable_stores
 from .limits import MAX_ELEMENTS, MAX_RANK, any_rank_tensors, elements
 from .tensor_rules import deeper_allowed
 from .version_rules import affected, check_select_v2_in_control_flow, check_version_rules
@@ -109,14 +110,15 @@ def check_allocated_shapes(info, shape_of, planned=None, version=None, xnnpack=F
     found = follow_called(info, known) if affected(version) else None
     if found is not None and xnnpack:
         _check_called_sizes(found, version)
-    if affected(version) or not xnnpack:
-        _check_variable_reads(sg, shape_of, known)
+    _check_variable_reads(sg, shape_of, known, through_others_only=xnnpack and not affected(version))
+    if xnnpack and not affected(version) and len(info.subgraphs) > 1:
+        _check_xnnpack_variable_stores(info, sg, known, version)
     check_version_rules(sg, known, version)
     if found is not None:
         check_select_v2_in_control_flow(info, known, version, found)
 
 
-def _check_variable_reads(sg, shape_of, known) -> None:
+def _check_variable_reads(sg, shape_of, known, through_others_only: bool = False) -> None:
     """READ_VARIABLE's planned output has the shape ASSIGN_VARIABLE stores in its variable after this allocation.
 
     tensorflow/lite/kernels/read_variable.cc: Prepare makes the output
@@ -133,32 +135,36 @@ def _check_variable_reads(sg, shape_of, known) -> None:
     six values then heap bytes).  check_model refuses declared shapes that
     disagree (:func:`~.graph.check_variable_reads`); this is the same rule on
     the shapes of each allocation.  2.23's XNNPACK delegate runs the
-    variable operators itself and gives the read the variable's shape, so
-    the rule is not run there (the caller's condition).
+    variable operators itself and gives the read the shape of a value
+    stored through the read's own handle tensor, so there
+    (``through_others_only``, the caller's condition) only values stored
+    through another VAR_HANDLE of the same name are compared: with those,
+    2.23's XNNPACK truncates the read as the other runtimes do (x [2, 6]
+    resized to [2, 9] reads x's first twelve values as [2, 6]).
 
-    A variable is known by the handle tensor that READ_VARIABLE and
-    ASSIGN_VARIABLE take (one VAR_HANDLE per variable, as converted models
-    have it).  Two VAR_HANDLE operators of one shared name are the same
-    variable to the runtime, but opaque_ops does not decode VarHandleOptions'
-    strings: such a pair is not compared, which can miss a mismatch and
-    never refuses a read of another variable.
+    Variables are matched as TFLite matches them: VAR_HANDLEs of one
+    (container, shared_name) are one variable (:func:`~.graph.variable_names`),
+    and a read is compared with the values it may see
+    (:func:`~.graph.stores_seen`).  Only this subgraph's assignments are
+    compared here: another subgraph's shapes are not planned with it, and
+    the constants other subgraphs store keep their shape, which check_model
+    compared with the read's (a read not declared with rank 0 keeps its
+    declared shape at every allocation).
     """
     reads = [op for op in sg.operators if op.op_name == "READ_VARIABLE" and not op.is_custom]
     if not reads:
         return
-    assigned: dict = {}
-    for op in sg.operators:
-        if op.op_name == "ASSIGN_VARIABLE" and not op.is_custom and len(op.inputs) == 2 and min(op.inputs) >= 0:
-            shape = known(op.inputs[1])
-            if shape is not None:
-                assigned.setdefault(op.inputs[0], []).append((op, tuple(shape)))
+    names = variable_names(sg)
+    here = variable_assignments(sg, names, known)
     for op in reads:
-        if not op.inputs or not op.outputs or min(op.outputs) < 0:
+        if not op.inputs or not op.outputs or min(op.outputs) < 0 or op.inputs[0] < 0:
             continue
         out = shape_of(op.outputs[0])
         if not out:  # dynamic (declared with rank 0: it follows the variable), or not planned
             continue
-        for assign, shape in assigned.get(op.inputs[0], ()):
+        for _sg, assign, shape in stores_seen(sg, op, names, here, {}):
+            if through_others_only and assign.inputs[0] == op.inputs[0]:
+                continue
             if shape != tuple(out):
                 value = sg.tensors[assign.inputs[1]].name
                 have, want = elements(shape), elements(out)
@@ -170,6 +176,66 @@ def _check_variable_reads(sg, shape_of, known) -> None:
                     f"{want} values out of a variable of {have} ({how}) "
                     f"and return wrong data. Resize the inputs so that {value!r} keeps the shape {list(out)}"
                 )
+
+
+def _check_xnnpack_variable_stores(info, sg, known, version) -> None:
+    """With 2.23's XNNPACK, no ASSIGN_VARIABLE outgrows, or reshapes under a dynamic read, another subgraph's constant.
+
+    The variables of the converters' common form are given their first
+    value by a CALL_ONCE init subgraph (a constant, through a VAR_HANDLE of
+    the same name: :func:`~.graph.variable_stores`).  When subgraph 0 then
+    stores a value of another shape in it, TFLite 2.23's XNNPACK delegate
+    (which runs subgraph 0's variable operators itself) keeps the shape and
+    buffer the constant gave the variable.  Measured in child processes on
+    2.23.0 and ai-edge-litert with XNNPACK: x [2, 6] stored in a variable
+    initialized with a [2, 3] constant writes past that buffer (valgrind on
+    2.23.0: an invalid write in a memcpy under xnn_invoke_runtime; glibc
+    aborts: "double free or corruption"), and so does x resized to [2, 9]
+    over a [2, 6] constant; a smaller x is written inside the buffer, and a
+    read declared with x's shape gives x, but a read declared with rank 0
+    (which takes the variable's shape) gives the constant's [2, 6] for x
+    [2, 3].  So a value larger than the constant, or of another shape where
+    a read of the variable in this subgraph is declared with rank 0, is
+    refused.  2.17.1 (with XNNPACK or without) and every runtime without
+    XNNPACK store and read x as numpy says: only 2.23 with XNNPACK is
+    checked (the caller's condition).
+    """
+    stores = variable_stores(info, "ASSIGN_VARIABLE")
+    if stores is None or not stores.constants:
+        return
+    names = variable_names(sg)
+    dynamic = {
+        names.get(op.inputs[0]) or (sg.index, op.inputs[0])
+        for op in sg.operators
+        if op.op_name == "READ_VARIABLE"
+        and not op.is_custom
+        and op.inputs
+        and op.outputs
+        and min(op.outputs) >= 0
+        and not sg.tensors[op.outputs[0]].shape
+    }
+    for key, found in variable_assignments(sg, names, known).items():
+        for where, init, want in stores.constants.get(key, ()):
+            if where is sg:
+                continue
+            for op, shape in found:
+                value = sg.tensors[op.inputs[1]]
+                larger = _bytes(value, shape) > _bytes(where.tensors[init.inputs[1]], want)
+                if shape == tuple(want) or not (larger or key in dynamic):
+                    continue
+                how = "a write past its buffer" if larger else "a read declared with rank 0 gives that first shape"
+                raise ModelError(
+                    f"{messages.planned_operator(sg, op)} stores {value.name!r} of shape {list(shape)} in a "
+                    f"variable that {messages.operator(where, init)} gives a constant of shape {list(want)}; "
+                    f"TFLite {version}'s XNNPACK delegate would keep the variable's first shape and buffer ({how}). "
+                    f"Turn XNNPACK off (use_xnnpack=False), or resize the inputs so that {value.name!r} keeps "
+                    f"the shape {list(want)}"
+                )
+
+
+def _bytes(tensor, shape) -> int:
+    """The bytes a value of ``shape`` takes in ``tensor``'s type (its elements for a type numpy has not)."""
+    return elements(shape) * (tensor.dtype.itemsize if tensor.dtype is not None else 1)
 
 
 def _runtime_options(op) -> dict:

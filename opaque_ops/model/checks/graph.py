@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...errors import ModelError
+from ..schema import BUILTIN_OPERATORS
 from ..select_rows import nodes_of
 from . import messages
 from .options import SUBGRAPH_FIELDS, effective_options
@@ -200,29 +201,194 @@ def check_subgraph_outputs(sg, producer) -> None:
             )
 
 
-def check_variable_reads(sg) -> None:
-    """READ_VARIABLE declares the shape that ASSIGN_VARIABLE stores in the same variable.
+def check_variable_reads(sg, stores) -> None:
+    """READ_VARIABLE declares the shape of the value it reads: the one ASSIGN_VARIABLE stores in its variable.
 
     READ_VARIABLE's output is planned with its declared shape, and the
     kernel copies that many bytes out of the variable whatever it holds
     (tensorflow/lite/kernels/read_variable.cc): a disagreement returns part
-    of the value, or reads past its end.  The same comparison on the shapes
-    of each allocation, after a resize, is
-    :func:`~.allocated._check_variable_reads`.
+    of the value, or reads past its end (measured on 2.17.1, 2.23.0 and
+    ai-edge-litert, with XNNPACK and without, for a value that subgraph 0
+    stores, and for a constant that a CALL_ONCE init subgraph stores
+    through a VAR_HANDLE of its own: tests/model/test_shared_variables.py).
+    A read declared with rank 0 is dynamic and takes the variable's shape:
+    never refused.  The variables are matched as TFLite matches them
+    (:func:`variable_stores`), and a read is compared with the values it
+    may see (:func:`stores_seen`).  The same comparison on the shapes of
+    each allocation, after a resize, is :func:`~.allocated._check_variable_reads`.
+
+    Parameters
+    ----------
+    sg : SubgraphInfo
+        The subgraph whose reads are checked.
+    stores : VariableStores or None
+        :func:`variable_stores` of the model (None: it has no READ_VARIABLE).
     """
-    assigned: dict[int, tuple] = {}
+    if stores is None:
+        return
+    names = variable_names(sg)
+    here = variable_assignments(sg, names, lambda t: sg.tensors[t].shape)
     for op in sg.operators:
-        if op.op_name == "ASSIGN_VARIABLE" and len(op.inputs) == 2 and min(op.inputs) >= 0:
-            assigned.setdefault(op.inputs[0], sg.tensors[op.inputs[1]].shape)
-    for op in sg.operators:
-        if op.op_name == "READ_VARIABLE" and op.inputs and op.outputs and op.inputs[0] in assigned:
-            out = sg.tensors[op.outputs[0]].shape
-            val = assigned[op.inputs[0]]
-            if out != val and -1 not in out and -1 not in val:
+        if op.op_name != "READ_VARIABLE" or op.is_custom or not op.inputs or not op.outputs:
+            continue
+        if min(op.inputs[0], op.outputs[0]) < 0:
+            continue
+        out = sg.tensors[op.outputs[0]].shape
+        if not out or -1 in out:  # rank 0: dynamic, it takes the variable's shape
+            continue
+        for where, assign, val in stores_seen(sg, op, names, here, stores.constants):
+            if out != val and -1 not in val:
+                value = where.tensors[assign.inputs[1]]
                 raise ModelError(
-                    f"{messages.operator(sg, op)} declares output shape {list(out)}, but the "
-                    f"variable it reads holds values of shape {list(val)}"
+                    f"{messages.operator(sg, op)} declares output shape {list(out)}, but "
+                    f"{messages.operator(where, assign)} stores {value.name!r} of shape {list(val)} in the "
+                    f"variable it reads{_named(names.get(op.inputs[0]))}; TFLite's READ_VARIABLE copies as many "
+                    "values as the declared shape holds, whatever the variable holds, and would return wrong data "
+                    "(or read past the variable's end). Declare the read's output with the shape the variable "
+                    "holds, or with rank 0 (it then takes the variable's shape)"
                 )
+
+
+class VariableStores:
+    """What :func:`variable_stores` finds: the constants assigned in the subgraphs that run.
+
+    Attributes
+    ----------
+    constants : dict
+        ``{(container, shared_name): [(subgraph, operator, shape), ...]}``:
+        each ASSIGN_VARIABLE of a constant, through a VAR_HANDLE, in a
+        subgraph that may run (:func:`running_subgraphs`).
+    """
+
+    __slots__ = ("constants",)
+
+    def __init__(self, constants: dict) -> None:
+        self.constants = constants
+
+
+def variable_stores(info, needs: str = "READ_VARIABLE") -> VariableStores | None:
+    """The constant values each named variable is given in the subgraphs that run; None without ``needs``.
+
+    tensorflow/lite/kernels/var_handle.cc gives a VAR_HANDLE the resource
+    id of its (container, shared_name) in a map that every subgraph of the
+    interpreter shares (tensorflow/lite/interpreter.cc, AddSubgraphs): two
+    VAR_HANDLEs of one name are one variable, in one subgraph or in two.
+    The common converted form initializes a variable in a CALL_ONCE init
+    subgraph (a VAR_HANDLE of its own and ASSIGN_VARIABLE of a constant)
+    and reads it in subgraph 0.  Only constants are kept from the other
+    subgraphs: their shape is the stored data's, whatever is resized (an
+    assigned value of another shape there is not known here, and never
+    refused).
+
+    Parameters
+    ----------
+    info : ModelInfo
+        The model.
+    needs : str, optional
+        The builtin whose rule needs these: a model without it gets None
+        (one look at the operator codes, so a model without variables pays
+        nothing more).
+
+    Returns
+    -------
+    VariableStores or None
+    """
+    wanted = BUILTIN_OPERATORS[needs]
+    if not any(code == wanted for code, _custom, _version in info.operator_codes):
+        return None
+    constants: dict = {}
+    for k in sorted(running_subgraphs(info)):
+        sg = info.subgraphs[k]
+        names = variable_names(sg)
+        if not names:
+            continue
+        for key, found in variable_assignments(sg, names, lambda t, sg=sg: _constant_shape(sg, t)).items():
+            if isinstance(key[0], str):  # (a handle of no VAR_HANDLE is known in its own subgraph only)
+                constants.setdefault(key, []).extend((sg, op, shape) for op, shape in found)
+    return VariableStores(constants)
+
+
+def _constant_shape(sg, t: int):
+    tensor = sg.tensors[t]
+    return tensor.shape if tensor.data is not None else None
+
+
+def variable_names(sg) -> dict:
+    """``{handle tensor: (container, shared_name)}`` for each builtin VAR_HANDLE of ``sg``.
+
+    As var_handle.cc keys its map: an absent string (or an absent
+    VarHandleOptions table, or one stored under another union type) is the
+    empty name, and a name ends at its first NUL byte (the kernel makes a
+    std::string of the C string).  So every VAR_HANDLE without a name shares
+    one variable per container.
+    """
+    out = {}
+    for op in sg.operators:
+        if op.op_name == "VAR_HANDLE" and not op.is_custom and op.outputs and op.outputs[0] >= 0:
+            opts = effective_options(op)
+            out[op.outputs[0]] = tuple((opts.get(f) or "").split("\0", 1)[0] for f in ("container", "shared_name"))
+    return out
+
+
+def variable_assignments(sg, names, shape_of) -> dict:
+    """``{variable: [(ASSIGN_VARIABLE, shape of the value), ...]}`` in ``sg``'s order, where ``shape_of`` knows it.
+
+    A variable is its ``(container, shared_name)`` from ``names``
+    (:func:`variable_names`), or ``(subgraph, handle tensor)`` for a handle
+    that no VAR_HANDLE of ``sg`` makes (a subgraph input).
+    """
+    out: dict = {}
+    for op in sg.operators:
+        if op.op_name == "ASSIGN_VARIABLE" and not op.is_custom and len(op.inputs) == 2 and min(op.inputs) >= 0:
+            shape = shape_of(op.inputs[1])
+            if shape is not None:
+                key = names.get(op.inputs[0]) or (sg.index, op.inputs[0])
+                out.setdefault(key, []).append((op, tuple(shape)))
+    return out
+
+
+def stores_seen(sg, read, names, here, constants) -> list:
+    """``[(subgraph, ASSIGN_VARIABLE, shape)]``: the stored values ``read`` (a READ_VARIABLE of ``sg``) may read.
+
+    An assignment of its variable earlier in ``sg`` is what it reads, every
+    time (the operators run in order).  Without one it reads what was
+    stored last: by an assignment later in ``sg`` (at an earlier invoke) or
+    in another subgraph that runs (``constants``: a CALL_ONCE init
+    subgraph's before the first invoke).
+    """
+    key = names.get(read.inputs[0]) or (sg.index, read.inputs[0])
+    mine = here.get(key, ())
+    before = [(sg, op, shape) for op, shape in mine if op.index < read.index]
+    if before:
+        return before[-1:]
+    others = [c for c in constants.get(key, ()) if c[0] is not sg]
+    return [(sg, op, shape) for op, shape in mine] + others
+
+
+def _named(key) -> str:
+    """`` ('name')`` for a variable of a VAR_HANDLE, with its container if any; nothing for another handle."""
+    if key is None:
+        return ""
+    container, name = key
+    what = f"{name!r}" if name else "no shared_name"
+    return f" ({what}" + (f" in container {container!r})" if container else ")")
+
+
+def running_subgraphs(info) -> set:
+    """The subgraphs that may run: subgraph 0, each signature's, and those their WHILE, IF and CALL_ONCE run."""
+    count = len(info.subgraphs)
+    todo = [0] + [g.subgraph_index for g in info.signatures]
+    seen: set = set()
+    while todo:
+        k = todo.pop()
+        if k in seen or not 0 <= k < count:
+            continue
+        seen.add(k)
+        for op in info.subgraphs[k].operators:
+            if op.op_name in SUBGRAPH_FIELDS and not op.is_custom:
+                opts = effective_options(op)
+                todo.extend(opts.get(f, 0) for f in SUBGRAPH_FIELDS[op.op_name])
+    return seen
 
 
 def check_call_graph(info) -> None:
