@@ -68,8 +68,9 @@ def check_model(info: ModelInfo, registered=()) -> None:
     found in the 2.17.1 runtime or its XNNPACK delegate:
 
     - at least one subgraph; constant data no longer than its shape says;
-      at most :data:`MAX_RANK` dimensions (more only where GATHER_ND alone
-      reads and writes the tensor) and :data:`MAX_ELEMENTS` elements;
+      at most :data:`MAX_RANK` dimensions (more only where operators of
+      any rank, such as GATHER_ND, alone read and write the tensor:
+      :data:`~.limits.ANY_RANK_OPS`) and :data:`MAX_ELEMENTS` elements;
     - quantization scales finite, positive and normal; zero points inside
       the tensor type's range; sparsity parameters that describe the data;
     - every tensor written by at most one operator, never by the operator

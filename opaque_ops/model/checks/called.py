@@ -22,7 +22,7 @@ from ...errors import ShapeError
 from ..select_rows import SELECT_V2_BROADCAST_RANK
 from ..shapes import infer_shapes
 from . import messages
-from .limits import ANY_RANK_OPS, MAX_RANK
+from .limits import MAX_RANK
 from .options import SUBGRAPH_FIELDS, effective_options
 
 # The WHILE turns followed before a loop whose loop variables keep changing
@@ -31,7 +31,13 @@ MAX_TURNS = 8
 
 # The builtins whose called subgraphs' shapes are worth following: only a
 # model with one of them outside subgraph 0 pays for it.
-_FOLLOWED_OPS = frozenset({"SELECT_V2", *ANY_RANK_OPS})
+_FOLLOWED_OPS = frozenset({"SELECT_V2", "GATHER_ND"})
+# The builtins that may read and write a tensor deeper than MAX_RANK in a
+# subgraph that control flow runs: GATHER_ND only, as measured there
+# (allocated._check_called_sizes).  The other builtins of
+# limits.ANY_RANK_OPS were measured in subgraph 0 only: a deep tensor one of
+# them reads or writes there is noted as before.
+_CALLED_ANY_RANK_OPS = frozenset({"GATHER_ND"})
 # The builtins whose output shape Prepare may keep from before (note_called_kept).
 _KEPT_OPS = frozenset({"SELECT", "SELECT_V2"})
 
@@ -249,7 +255,7 @@ def _note_deep(found: Followed, sg, t: int, shape, writer: int | None = None) ->
     kernel copies the subgraph's output, of any rank, to it).
     """
     for op in sg.operators:
-        if op.index == writer or (op.op_name in ANY_RANK_OPS and not op.is_custom):
+        if op.index == writer or (op.op_name in _CALLED_ANY_RANK_OPS and not op.is_custom):
             continue
         if t in op.inputs or t in op.outputs:
             found.deep.append((sg.index, t, tuple(shape), op))
