@@ -16,6 +16,7 @@ last part of this file).
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from opaque_ops.model import ModelBuilder
 from tests.helpers.child_process import crashed, run_child
 from tests.helpers.deep_gather import CASES, case, reference
 from tests.helpers.deep_ops import CASES as DEEP_OPS
+from tests.helpers.deep_ops import A as DEEP_A
 from tests.helpers.deep_ops import case as deep_op_case
 
 pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
@@ -478,3 +480,56 @@ def test_a_rank_7_broadcast_without_the_refusal_is_wrong_or_crashes_on_2_17(name
     else:
         assert p.returncode == 0, crashed(p)
         assert p.stdout.split("\n")[-2] == "True", p.stdout
+
+
+def reshape_to_seven_model(how: str) -> bytes:
+    """x [2, 2, 2, 3] reshaped to tests.helpers.deep_ops.A (7 dimensions) by a constant shape input
+    (``how="input"``) or the options' new_shape (``"options"``), the output declared [2, 2, 1, 2, 1, 3]."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [2, 2, 2, 3], np.float32)
+    y = b.add_tensor("y", [2, 2, 1, 2, 1, 3], np.float32)
+    if how == "input":
+        b.add_op("RESHAPE", [x, b.add_constant("shape", np.array(DEEP_A, np.int32))], [y])
+    else:
+        b.add_op("RESHAPE", [x], [y], {"new_shape": list(DEEP_A)})
+    b.set_inputs([x])
+    b.set_outputs([y])
+    return b.build()
+
+
+_RESHAPE_CHILD = """
+    import sys
+    import opaque_ops as oo
+    from opaque_ops.model.checks import builtin_rules
+    from tests.model.test_any_rank import reshape_to_seven_model
+    if sys.argv[2] == "without":
+        builtin_rules._RULES.pop("RESHAPE", None)
+    try:
+        oo.Interpreter(model_content=reshape_to_seven_model(sys.argv[1]), use_xnnpack=sys.argv[3] == "xnnpack")
+    except oo.ModelError as e:
+        print("refused:", e)
+    else:
+        print("created")
+"""
+
+RESHAPE_SOURCES = {"input": r"its shape input \(tensor 2\)", "options": "its options' new_shape"}
+
+
+@pytest.mark.parametrize("how", list(RESHAPE_SOURCES))
+def test_a_reshape_to_seven_dimensions_declared_shallower_is_refused_not_crashed(how, tmp_path):
+    """The output is declared at rank 6, so no tensor rule saw the 7 dimensions: without the rule
+    the XNNPACK delegate took the process down while the interpreter was created (2.17.1: abort,
+    std::out_of_range; 2.23.0: SIGILL).  Each run in a child, with caches of its own."""
+
+    def child(mode, xnnpack):
+        env = {"OPAQUE_OPS_CACHE_DIR": str(tmp_path / mode), "OPAQUE_OPS_VERDICT_CACHE": str(tmp_path / f"{mode}-v")}
+        return run_child(_RESHAPE_CHILD, how, mode, xnnpack, env=env)
+
+    p = child("without", "xnnpack")
+    assert p.returncode != 0 and "created" not in p.stdout, (p.returncode, p.stdout)
+    for xnnpack in ("xnnpack", "off"):
+        p = child("with", xnnpack)
+        assert p.returncode == 0, crashed(p)
+        message = p.stdout.split("\n")[-2]
+        want = rf"operator 0 \(RESHAPE\) reshapes to 7 dimensions \({RESHAPE_SOURCES[how]}\); the runtime supports"
+        assert re.search(want, message), message

@@ -166,6 +166,29 @@ def _transpose(info, sg, op, producer, opts) -> None:
         )
 
 
+def _reshape(info, sg, op, producer, opts) -> None:
+    # The XNNPACK delegate plans a RESHAPE from its new shape (the constant
+    # shape input, else the options' new_shape) when the interpreter is
+    # created (tensorflow/lite/delegates/xnnpack/xnnpack_delegate.cc), and its
+    # shapes stop at 6 dimensions.  Measured in child processes, a new shape
+    # of 7 entries whose output is declared at rank 6 or 4 (declared at rank
+    # 7, the delegate leaves the node alone) takes the process down there:
+    # 2.17.1 aborts (std::out_of_range), 2.23.0 dies of SIGILL.  Without
+    # XNNPACK the output has 7 dimensions, which the rules on planned shapes
+    # refuse in subgraph 0 anyway (RESHAPE is not in limits.ANY_RANK_OPS).
+    shape = op.inputs[1] if len(op.inputs) > 1 else -1
+    if shape >= 0 and sg.tensors[shape].data is not None:
+        entries, where = elements(sg.tensors[shape].shape), f"its shape input (tensor {shape})"
+    else:
+        entries, where = len(opts.get("new_shape") or ()), "its options' new_shape"
+    if entries > MAX_RANK:
+        raise ModelError(
+            f"{messages.operator(sg, op)} reshapes to {entries} dimensions ({where}); the runtime supports at "
+            f"most {MAX_RANK} (its XNNPACK delegate crashes on more while the interpreter is created). Reshape "
+            f"to at most {MAX_RANK} dimensions"
+        )
+
+
 def _concatenation(info, sg, op, producer, opts) -> None:
     if not op.inputs or op.inputs[0] < 0:
         return
@@ -270,6 +293,7 @@ _RULES = {
     "SPLIT": _split,
     "SPLIT_V": _split,
     "TRANSPOSE": _transpose,
+    "RESHAPE": _reshape,
     "CONCATENATION": _concatenation,
     "DEQUANTIZE": _dequantize,
     "DENSIFY": _dequantize,
