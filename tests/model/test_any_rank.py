@@ -590,3 +590,74 @@ def test_a_chain_of_copying_ops_through_rank_7_runs_and_another_reader_is_refuse
     assert p.returncode == 0, crashed(p)
     refused = "refused: tensor 1 ('e') would have rank 7; the runtime supports at most 6 dimensions"
     assert p.stdout.splitlines()[-2:] == [refused, refused], p.stdout
+
+
+def high_rank_model(op: str) -> bytes:
+    """One ``op`` on x declared [2, 3] (XNNPACK sees the node at rank 2 when the interpreter is
+    created), for an input resized to [2, 3, 1, ..., 1] of HIGH_RANK dimensions."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [2, 3], np.float32)
+    ins, out, opts, graph_inputs = [x], [2, 3], None, [x]
+    if op == "EXPAND_DIMS":
+        ins.append(b.add_constant("axis", np.array([-1], np.int32)))
+    elif op == "GATHER":
+        ins.append(b.add_constant("indices", np.array([1, 0, 1], np.int32)))
+        opts = {"axis": 1}
+    elif op == "PACK":
+        graph_inputs.append(b.add_tensor("x2", [2, 3], np.float32))
+        ins.append(graph_inputs[-1])
+        opts = {"values_count": 2, "axis": 0}
+    y = b.add_tensor("y", out, np.int32 if op == "CAST" else np.float32)
+    b.add_op(op, ins, [y], opts)
+    b.set_inputs(graph_inputs)
+    b.set_outputs([y])
+    return b.build()
+
+
+HIGH_RANK = 63
+HIGH_RANK_REFERENCE = {
+    "EXPAND_DIMS": lambda x, x2: x[..., None],
+    "CAST": lambda x, x2: x.astype(np.int32),
+    "GATHER": lambda x, x2: np.take(x, [1, 0, 1], axis=1),
+    "PACK": lambda x, x2: np.stack([x, x2]),
+}
+
+_HIGH_RANK_CHILD = """
+    import json, sys
+    import numpy as np
+    import opaque_ops as oo
+    from tests.model.test_any_rank import HIGH_RANK, high_rank_model
+    shape = [2, 3] + [1] * (HIGH_RANK - 2)
+    xs = [np.arange(6, dtype=np.float32).reshape(shape) - 2.5, np.ones(shape, np.float32)]
+    out = {}
+    for op in sys.argv[1:]:
+        for xnnpack in (False, True):
+            with oo.Interpreter(model_content=high_rank_model(op), use_xnnpack=xnnpack) as it:
+                details = it.get_input_details()
+                for d, x in zip(details, xs):
+                    it.resize_tensor_input(d["index"], shape)
+                it.allocate_tensors()
+                for d, x in zip(details, xs):
+                    it.set_tensor(d["index"], x)
+                it.invoke()
+                y = it.get_tensor(it.get_output_details()[0]["index"])
+                out[f"{op}, xnnpack={xnnpack}"] = [list(y.shape), y.ravel().tolist()]
+    print(json.dumps(out))
+"""
+
+
+def test_copying_ops_up_to_64_dimensions_resized_from_rank_2_run_as_the_reference():
+    """XNNPACK's shape arrays have 6 entries (a rank-64 tensor it takes crashes the process:
+    model.checks.limits); these nodes, seen at rank 2 when the interpreter is created, run on
+    inputs of 63 dimensions (outputs of 64 for EXPAND_DIMS and PACK) with numpy's values."""
+    p = run_child(_HIGH_RANK_CHILD, *HIGH_RANK_REFERENCE, timeout=300)
+    assert p.returncode == 0, crashed(p)
+    results = json.loads(p.stdout.strip().splitlines()[-1])
+    shape = [2, 3] + [1] * (HIGH_RANK - 2)
+    x, x2 = np.arange(6, dtype=np.float32).reshape(shape) - 2.5, np.ones(shape, np.float32)
+    for op, f in HIGH_RANK_REFERENCE.items():
+        want = f(x, x2)
+        for xnnpack in (False, True):
+            got_shape, values = results[f"{op}, xnnpack={xnnpack}"]
+            assert tuple(got_shape) == want.shape, (op, xnnpack, got_shape)
+            np.testing.assert_array_equal(np.asarray(values, want.dtype).reshape(want.shape), want, err_msg=op)

@@ -37,23 +37,32 @@ MAX_RANK = 6
 # 2.17.1, 2.23.0 and ai-edge-litert with XNNPACK on and off: numpy's values
 # everywhere, both declared deep and declared at rank 6 or less and resized
 # deeper before the allocation (so that XNNPACK saw the node at a depth it
-# takes; tests/model/test_any_rank.py).  A SQUEEZE input of rank 9 fails
-# to prepare on every runtime, an error opaque_ops raises.  As for
-# GATHER_ND, none of them is measured in a subgraph that control flow runs:
-# that exclusion stays (:func:`any_rank_tensors`, called.py).
+# takes; tests/model/test_any_rank.py), and so at rank 63 (64 for
+# EXPAND_DIMS's and PACK's outputs) resized from a node declared at rank 2,
+# where XNNPACK's fixed arrays would overflow if it kept the node.  A
+# SQUEEZE input of rank 9 or more fails to prepare on every runtime, an
+# error opaque_ops raises.  As for GATHER_ND, none of them is measured in
+# a subgraph that control flow runs: that exclusion stays
+# (:func:`any_rank_tensors`, called.py).
 #
 # Not here, measured the same way (tests/helpers/deep_ops.py), the refusal
 # stays for each: ADD and SUB with a rank-7 broadcast give wrong values on
-# 2.17.1, XNNPACK on or off, and MUL's aborts it (its broadcast helpers stop
-# at 6 dimensions there; 2.23.0 runs them right); TRANSPOSE fails to prepare
-# on 2.17.1 (transpose.cc: "1D-6D") and runs on 2.23.0.  RESHAPE,
-# CONCATENATION, QUANTIZE, DEQUANTIZE and ADD without broadcast run right
-# when their tensors are declared deep (XNNPACK then leaves the node to
-# TFLite's kernel), but a node XNNPACK took at rank 6 or less and resized to
-# rank 7 crashes RESHAPE (2.17.1 and 2.23.0: abort, SIGILL) and gives a wrong
-# shape out of CONCATENATION, QUANTIZE and DEQUANTIZE on 2.17.1 ([2, 1, 2,
-# 1, 2, 1, 768] for [2, 1, 2, 1, 2, 1, 3]; 2.23.0 fails to prepare the
-# partition): allowing them would take a rule on the declared shapes.
+# 2.17.1, XNNPACK on or off, and MUL's aborts it (2.17.1's broadcasts go
+# through helpers of at most 6 dimensions: BroadcastAdd6DSlow and
+# kMaxMulBroadcastDim in tensorflow/lite/kernels/internal/reference/add.h,
+# mul.h; 2.23.0 runs them right); TRANSPOSE fails to prepare on 2.17.1
+# (transpose.cc: "1D-6D"), runs on 2.23.0, and XNNPACK copies its
+# permutation into a 6-entry array at creation (builtin_rules._transpose).
+# RESHAPE, CONCATENATION, QUANTIZE, DEQUANTIZE and ADD without broadcast
+# run right when their tensors are declared deep (XNNPACK then leaves the
+# node to TFLite's kernel).  Declared at rank 6 or less and resized to rank
+# 7, XNNPACK keeps the node: RESHAPE and ADD then fail to prepare (an
+# error), but CONCATENATION, QUANTIZE and DEQUANTIZE return a wrong shape
+# on 2.17.1 (QUANTIZE: [2, 1, 2, 1, 2, 1, 768] for [2, 1, 2, 1, 2, 1, 3]; 2.23.0
+# fails to prepare), and a RESHAPE to a new shape of 7 entries whose output
+# is declared shallower takes the process down at creation (refused by
+# builtin_rules._reshape).  Allowing them would take a rule on the declared
+# shapes and the runtime.
 ANY_RANK_OPS = frozenset({"GATHER_ND", "GATHER", "SQUEEZE", "EXPAND_DIMS", "CAST", "PACK", "UNPACK"})
 
 # TFLite's kernels count elements in an ``int`` (RuntimeShape::FlatSize,
