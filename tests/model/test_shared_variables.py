@@ -334,13 +334,15 @@ print("closed", flush=True)
 
 
 def test_storing_a_larger_value_than_the_init_constant_corrupts_the_heap_on_2_23_with_xnnpack(tmp_path):
-    """Without the rule, in a child process: on 2.23 with XNNPACK glibc aborts ("double free or corruption"),
-    the x [2, 6] written into the [2, 3] constant's buffer (valgrind: an invalid write in a memcpy under
-    xnn_invoke_runtime); on 2.17.1 the child reads x back whole."""
+    """Without the rule, in a child process: on 2.23 with XNNPACK the x [2, 6] is written into the [2, 3]
+    constant's buffer (valgrind: an invalid write in a memcpy under xnn_invoke_runtime).  What follows depends
+    on the heap's layout: glibc usually aborts ("double free or corruption"), and where it does not, the read
+    gives the constant's shape [2, 3], not x's.  On 2.17.1 the child reads x back whole."""
     from tests.helpers.child_process import crashed, run_child
 
     p = run_child(_CORRUPTION_CHILD, env={"OPAQUE_OPS_VERDICT_CACHE": str(tmp_path)})
     if affected(runtime_info().version):
         assert p.returncode == 0 and "(2, 6)\nclosed" in p.stdout, crashed(p)
     else:
-        assert p.returncode != 0, crashed(p)
+        # (Either is the defect the rule refuses; which one a run shows is the allocator's choice.)
+        assert p.returncode != 0 or "(2, 3)\nclosed" in p.stdout, crashed(p)
