@@ -881,12 +881,18 @@ class Interpreter:
     _moves = False
     _string_inputs: tuple = ()
     _fed_values: tuple = ()
+    _made_shapes = None
 
     def _refuse_fed_values(self, native, what: str, how: str = "with set_tensor()") -> None:
         """Before an invoke of subgraph 0: refuse an input value its kernel would crash on (see fed_values)."""
-        from .fed_values import refuse_crashing_values  # (only a model with such an operator)
+        from .fed_values import MadeShapes, refuse_crashing_values  # (only a model with such an operator)
 
-        refuse_crashing_values(native, self._fed_values, native.rt.version, what, how=how)
+        # (What a dynamic data tensor's shape will be, from the fed values:
+        # it reads the model only when a node's data is dynamic.)
+        made = self._made_shapes
+        if made is None:
+            made = self._made_shapes = MadeShapes(self._info)
+        refuse_crashing_values(native, self._fed_values, native.rt.version, what, how=how, made=made)
 
     def _run_invoke(self, native, invoke, watched: bool, moves: bool) -> tuple[int, float | None]:
         """``(status, seconds)`` of one ``invoke()`` (a C call on ``native``; seconds None unless ``watched``).

@@ -4,8 +4,9 @@ The operators come from :func:`opaque_ops.model.fed_values.nodes_of` (the
 value is an input of subgraph 0, set with ``set_tensor``, or an input of the
 subgraph of a signature runner, given to the runner: :class:`SignatureTensors`
 reaches those by name, and infers the shape of a data tensor the signature
-does not name); the rules are those the model checks apply to the same
-value given as a constant
+does not name; :class:`MadeShapes` works out the shape of a data tensor the
+invoke makes from fed values, such as TILE's multiples); the rules are those
+the model checks apply to the same value given as a constant
 (:mod:`opaque_ops.model.shapes`' REVERSE_SEQUENCE and REVERSE_V2 rules,
 :mod:`opaque_ops.model.checks.version_rules`' TOPK_V2 rule), applied to the
 value the input holds now.  Imported only by an interpreter whose model has
@@ -20,7 +21,13 @@ from ..errors import InvalidInputError
 
 
 def refuse_crashing_values(
-    native, nodes: tuple, version: str, what: str, reach: SignatureTensors | None = None, how: str = "with set_tensor()"
+    native,
+    nodes: tuple,
+    version: str,
+    what: str,
+    reach: SignatureTensors | None = None,
+    how: str = "with set_tensor()",
+    made: MadeShapes | None = None,
 ) -> None:
     """Raise InvalidInputError if an input of ``nodes`` holds a value their kernel would crash on.
 
@@ -42,34 +49,118 @@ def refuse_crashing_values(
         How the caller gives a value, for the message's advice: ``with
         set_tensor()`` for the interpreter, ``as the runner's argument`` for
         a signature runner (whose caller never calls set_tensor).
+    made : MadeShapes, optional
+        Subgraph 0's (the interpreter's, with ``reach`` None): the shape a
+        dynamic data tensor will get in this invoke, from the fed values.
+        A runner's ``reach`` has its own.
     """
     tensor = native.tensor if reach is None else reach.tensor
     for index, name, value_t, data_t, seq_dim, batch_dim in nodes:
         value = tensor(value_t)
+        fed = False  # (whether the fed values make x: the advice then says to change them)
         if reach is None:
             data = tensor(data_t)
-            # (A dynamic data tensor gets its shape in this invoke, before
-            # the node's Eval: not known yet.)
-            x = None if data is None or data.is_dynamic() else data.shape
+            x, shown = (None if data is None else data.shape), data_t
+            if data is not None and data.is_dynamic():
+                # A dynamic data tensor gets its shape in this invoke,
+                # before the node's Eval, from values: the fed ones tell it.
+                x = None if made is None else made.shape(index, data_t, tensor, native.allocated_shape)
+                shown, fed = f"{data_t} ({data.name!r}, whose shape the invoke makes from the fed values)", True
         else:
             x = reach.shape(data_t)
+            if x is None:
+                x, fed = reach.made_shape(index, data_t), True
         if value is None or x is None:
             continue
         v = value.view()
         if v is None:
             continue
         if reach is None:
-            where, shown = f"{what}: input {value_t} ({value.name!r}) of operator {index} ({name})", data_t
+            where = f"{what}: input {value_t} ({value.name!r}) of operator {index} ({name})"
         else:
             where, shown = reach.where(what, value_t, index, name), reach.label(data_t)
         if name == "REVERSE_SEQUENCE":
-            _reverse_sequence(where, v, x, shown, seq_dim, batch_dim, how)
+            _reverse_sequence(where, v, x, shown, seq_dim, batch_dim, how, fed)
         elif name == "TOPK_V2":
             _top_k(where, v, x, shown, version, how)
         elif name == "REVERSE_V2":
-            _reverse_v2(where, v, x, shown, how)
+            _reverse_v2(where, v, x, shown, how, fed)
         elif name == "BROADCAST_TO":
             _broadcast_to(where, v, x, shown, version, how)
+
+
+class MadeShapes:
+    """The shapes of data tensors that an invoke makes from fed values, worked out before it from those values.
+
+    A data tensor made by an operator whose output shape depends on a value
+    (a TILE's multiples, a RESHAPE's shape) that is fed as an input of the
+    subgraph gets its shape only in the invoke: the runtime marks it dynamic
+    (2.17.1 and 2.23.0 alike), and a runner of another subgraph cannot infer
+    it from shapes alone.  Its node is checked all the same when the rules of
+    :func:`opaque_ops.model.shapes.infer_shapes` give that shape from the
+    values the subgraph's inputs hold now (those of
+    :func:`~opaque_ops.model.shapes.fed_shape_inputs`), read as constants,
+    up to the node (``until``: what its own rule or a later one would refuse
+    in the values does not hide the shape).  Only such a node pays, at each
+    invoke; the answer is kept while the input shapes and those values stay
+    the same.  Where the rules cannot tell the shape (no rule, a value out
+    of int32, shapes that do not fit together), the node stays unchecked.
+
+    Parameters
+    ----------
+    info : ModelInfo
+        The model with the subgraph as subgraph 0.
+    """
+
+    # A shape operand holds a few values (one per dimension, or a scalar); a
+    # larger input is not read at each invoke for them.
+    _MOST = 64
+
+    def __init__(self, info):
+        self._info = info
+        self._seeds: tuple | None = None  # fed_shape_inputs, read on first use
+        # operator index -> (key, shapes) of the last inference up to it
+        self._last: dict[int, tuple] = {}
+
+    def shape(self, index: int, data_t: int, tensor, shape_of) -> tuple | None:
+        """The shape data tensor ``data_t`` of operator ``index`` gets in this invoke, or None if not known.
+
+        Parameters
+        ----------
+        index : int
+            The node's operator index.
+        data_t : int
+            Its data tensor.
+        tensor : callable
+            ``tensor(i)``: the runtime's tensor ``i`` of the subgraph (the
+            fed inputs are read from it), or None where out of reach.
+        shape_of : callable
+            ``shape_of(i)``: the runtime's planned shape of tensor ``i``, or None.
+        """
+        from ..errors import ShapeError
+        from ..model.shapes import fed_shape_inputs, infer_shapes
+
+        sg = self._info.subgraphs[0]
+        seeds = self._seeds
+        if seeds is None:
+            seeds = self._seeds = fed_shape_inputs(sg)
+        if not seeds:
+            return None
+        values = {}
+        for t in seeds:
+            ref = tensor(t)
+            v = None if ref is None else ref.view()
+            if v is not None and v.size <= self._MOST:
+                values[t] = tuple(v.reshape(-1).tolist())
+        key = (tuple(shape_of(t) for t in sg.inputs), tuple(values.items()))
+        last = self._last.get(index)
+        if last is None or last[0] != key:
+            try:
+                shapes = infer_shapes(self._info, shape_of, values={t: list(v) for t, v in values.items()}, until=index)
+            except ShapeError:
+                shapes = {}  # (shapes the rules refuse before the node: not told, the node stays unchecked)
+            last = self._last[index] = (key, shapes)
+        return last[1].get(data_t)
 
 
 class SignatureTensors:
@@ -102,9 +193,16 @@ class SignatureTensors:
         self._get.update({idx: (native_runner.input_tensor, name) for name, idx in inputs.items()})
         # The data tensors the signature does not name: {index: name in the model}.
         self.unnamed: dict[int, str] = {}
-        # Their shapes at the allocation ``self.allocation`` stands for (None: not known before the invoke).
+        # Their shapes at the allocation ``self.allocation`` stands for (None: not known from shapes alone).
         self._inferred: dict[int, tuple | None] = {}
         self.allocation: object = None
+        # Whether a node's data is not one of the signature's inputs (the
+        # subgraph computes it, so its shape may depend on the fed values):
+        # the runner then calls infer() once per allocation.
+        self.computed = False
+        # The shapes the fed values make (set by infer(), with its shape_of).
+        self.made: MadeShapes | None = None
+        self._shape_of = None
 
     def nodes(self, nodes: tuple, sg) -> tuple:
         """The ``nodes`` (:func:`~opaque_ops.model.fed_values.nodes_of`) of ``sg`` whose value the runner writes.
@@ -130,6 +228,7 @@ class SignatureTensors:
         """
         kept = tuple(n for n in nodes if n[2] in self._inputs)
         self.unnamed = {n[3]: sg.tensors[n[3]].name for n in kept if n[3] not in self._names}
+        self.computed = any(n[3] not in self._inputs for n in kept)
         return kept
 
     def infer(self, allocation: object, info, shape_of) -> None:
@@ -151,20 +250,39 @@ class SignatureTensors:
         from ..errors import ShapeError
         from ..model.shapes import infer_shapes
 
-        try:
-            shapes = infer_shapes(info, shape_of)
-        except ShapeError:
-            shapes = {}  # (the allocation's checks refuse these shapes)
-        self._inferred = {t: shapes.get(t) for t in self.unnamed}
+        if self.unnamed:
+            try:
+                shapes = infer_shapes(info, shape_of)
+            except ShapeError:
+                shapes = {}  # (the allocation's checks refuse these shapes)
+            self._inferred = {t: shapes.get(t) for t in self.unnamed}
+        if self.made is None:
+            self.made = MadeShapes(info)
+        self._shape_of = shape_of
         self.allocation = allocation
 
     def shape(self, index: int) -> tuple | None:
-        """The shape of data tensor ``index`` as the node's Eval will see it, or None if not known yet."""
+        """The shape of data tensor ``index`` as the node's Eval will see it, or None if not known from shapes."""
         got = self._get.get(index)
         if got is None:
             return self._inferred.get(index)
         t = got[0](got[1])
         return None if t.is_dynamic() else t.shape
+
+    def made_shape(self, op: int, index: int) -> tuple | None:
+        """The shape the invoke will make for data tensor ``index`` of operator ``op`` from the fed values, or None.
+
+        For a data tensor whose :meth:`shape` is not known (a dynamic one
+        the signature names, or one :meth:`infer` could not tell from
+        shapes alone): worked out from the values the runner's inputs hold
+        now (:class:`MadeShapes`).
+        """
+        made = self.made
+        return None if made is None else made.shape(op, index, self._reachable, self._shape_of)
+
+    def _reachable(self, index: int):
+        """The runtime's tensor ``index`` through its signature name, or None if the signature does not name it."""
+        return self.tensor(index) if index in self._get else None
 
     def tensor(self, index: int):
         """The runtime's tensor ``index`` of the subgraph, through its signature name."""
@@ -183,7 +301,7 @@ class SignatureTensors:
         return f"{what}: input {self._names[value_t]!r} of operator {index} ({op}) of subgraph {self._subgraph}"
 
 
-def _reverse_sequence(where, v, x, data_t, s, b, how) -> None:
+def _reverse_sequence(where, v, x, data_t, s, b, how, fed=False) -> None:
     # tensorflow/lite/kernels/reverse_sequence.cc reads the lengths only in
     # Eval, which checks the first one alone and reads it even out of empty
     # lengths: the rule the model checks apply to constant lengths
@@ -200,15 +318,16 @@ def _reverse_sequence(where, v, x, data_t, s, b, how) -> None:
         raise InvalidInputError(
             f"{where} holds no sequence lengths for input {data_t} of shape {list(x)}, whose batch dimension {b} "
             "is empty; TFLite's REVERSE_SEQUENCE reads a first length anyway, past the empty tensor (a crash). "
-            "Resize the input to at least one batch, with one length each (the output would be empty: the "
-            "operator can be skipped)"
+            f"{'Feed values that give the input' if fed else 'Resize the input to'} at least one batch, with one "
+            "length each (the output would be empty: the operator can be skipped)"
         )
     shown = lengths.tolist() if lengths.size <= 8 else f"{lengths[:8].tolist()[:-1]}..."
     raise InvalidInputError(
         f"{where} holds sequence lengths {shown}, but input {data_t} (shape {list(x)}) has {x[s]} steps "
         f"along its sequence dimension {s} (length {fault.index} is {int(lengths[fault.index])}); TFLite's "
         f"REVERSE_SEQUENCE reads and writes past its tensors for a length above that (garbage, or a crash). "
-        f"Set lengths of at most {x[s]} {how}, or resize the input to longer sequences"
+        f"Set lengths of at most {x[s]} {how}, or {'feed values that give the input' if fed else 'resize the input to'} "
+        "longer sequences"
     )
 
 
@@ -228,7 +347,7 @@ def _top_k(where, v, x, data_t, version, how) -> None:
         )
 
 
-def _reverse_v2(where, v, x, data_t, how) -> None:
+def _reverse_v2(where, v, x, data_t, how, fed=False) -> None:
     # tensorflow/lite/kernels/reverse.cc reads the axes only in Eval; its
     # reference Reverse (kernels/internal/reference/reverse.h) copies out of
     # an input that is empty after the last reversed axis but not up to it
@@ -241,7 +360,8 @@ def _reverse_v2(where, v, x, data_t, how) -> None:
         raise InvalidInputError(
             f"{where} holds the axes {v.reshape(-1).tolist()}, but input {data_t} of shape {list(x)} is empty "
             f"after the reversed axis {last}, which TFLite's REVERSE_V2 cannot reverse (it reads past the empty "
-            f"tensor). Reverse a later axis (set it {how}), or resize the input without empty dimensions"
+            f"tensor). Reverse a later axis (set it {how}), or "
+            f"{'feed values that give the input no' if fed else 'resize the input without'} empty dimensions"
         )
 
 

@@ -235,10 +235,12 @@ class SignatureRunner:
                 from .fed_values import refuse_crashing_values  # (only a runner with such an operator)
 
                 reach = self._reach
-                if reach.unnamed:
-                    # A data tensor the signature does not name: its shape
-                    # is inferred from the inputs', once per allocation of
-                    # the subgraph (each makes a new _allocated_inputs entry).
+                if reach.computed:
+                    # A data tensor the subgraph computes: the shape of one
+                    # the signature does not name is inferred from the
+                    # inputs', once per allocation of the subgraph (each
+                    # makes a new _allocated_inputs entry); one that depends
+                    # on the fed values, at each call (SignatureTensors.made_shape).
                     allocation = it._allocated_inputs.get(self._graph.subgraph)
                     if allocation is not reach.allocation:
                         reach.infer(allocation, *it._seen(native, self._graph)[:2])

@@ -84,6 +84,26 @@ CONV_3D_TRANSPOSE
 # tensorflow/lite/kernels/read_variable.cc), and then the runtime reports no
 # shape for it, which stops the runtime's shapes being used below.
 
+
+def fed_shape_inputs(sg) -> tuple:
+    """The integer inputs of ``sg`` whose values a shape rule reads: an input of an op of :data:`_VALUE_DEPENDENT`.
+
+    The tensors whose values a fed-value check passes to :func:`infer_shapes`
+    (``values``) to know the shapes an invoke makes from them: a TILE's
+    multiples, a RESHAPE's or BROADCAST_TO's shape, a FILL's dims... fed as
+    inputs.  (An input that is such an op's data only costs a read.)
+    """
+    fed = set(sg.inputs)
+    found = {
+        t
+        for op in sg.operators
+        if not op.is_custom and op.op_name in _VALUE_DEPENDENT
+        for t in op.inputs
+        if t in fed and sg.tensors[t].type_name in ("INT32", "INT64")
+    }
+    return tuple(sorted(found))
+
+
 _REDUCE = {"MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY", "REDUCE_ALL"}
 
 
@@ -1051,7 +1071,7 @@ def _strided_slice(sg, op, x, o, where):
     return [tuple(out)]
 
 
-def infer_shapes(info, shape_of, planned=None) -> dict:
+def infer_shapes(info, shape_of, planned=None, values=None, until=None) -> dict:
     """Shapes of subgraph 0's tensors as TFLite will use them (None: not known before invoke).
 
     Parameters
@@ -1063,6 +1083,15 @@ def infer_shapes(info, shape_of, planned=None) -> dict:
         ``planned(i)``: whether ``shape_of(i)`` is not None, asked instead of
         ``shape_of`` for outputs whose shape the op's rule gives (only
         whether the runtime planned them matters there).
+    values : dict, optional
+        ``{tensor index: list of int}``: the values some inputs hold now
+        (those :func:`fed_shape_inputs` names), which the rules then read as
+        they read a constant's: the shapes the next invoke will make from
+        them (a TILE's fed multiples, a RESHAPE's fed shape).
+    until : int, optional
+        Stop before the operator of this index (the shapes its inputs get):
+        the rules of that operator and the later ones are not applied, so
+        what they would refuse in the values does not hide those shapes.
 
     Raises
     ------
@@ -1098,7 +1127,11 @@ def infer_shapes(info, shape_of, planned=None) -> dict:
 
     prepared = True
     view = _Known(sg)
+    if values:
+        view.values.update(values)
     for op in sg.operators:
+        if op.index == until:
+            break
         # (Most inputs are known already: the output of an earlier operator.)
         ins = [known[t] if t in known else get(t) for t in op.inputs]
         where = f"{at}operator {op.index} ({op.op_name})"

@@ -6,6 +6,9 @@ REVERSE_V2 with an axis after which the input is empty (SIGSEGV, the same
 three), and, on the runtimes ``version_rules.affected`` names, TOPK_V2 with
 k = 0 and BROADCAST_TO to a shape empty before its last broadcast dimension
 fed the same way (2.17.1: heap corruption, SIGABRT; 2.23.0 runs them).
+The input these values are judged against may get its shape in the invoke
+from fed values (data = TILE(x, multiples), or a RESHAPE to a fed shape in
+a runner's subgraph): that shape is worked out before the invoke from them.
 Every run that would crash without the check is in a child process; the
 interpreter keeps working with a valid value afterwards, and its outputs are
 compared with numpy and ai-edge-litert.
@@ -582,10 +585,11 @@ def reshaped_signature_model() -> bytes:
     return join_with_signature(first, b.build(), "second", {"x": x, "s": s, "n": n}, {"out0": out})
 
 
-def test_a_runner_leaves_a_data_shape_that_depends_on_values_unchecked():
+def test_a_runner_checks_a_data_shape_that_a_fed_shape_makes():
     """x [3, 2] reshaped to [1, 6] by a fed shape: length 5 is valid for the data (6 steps), not for x
-    (2) nor for the shape the model declares for data ([2, 3]), and runs; the data's shape is not
-    known before the invoke, so nothing refuses it (numpy's and ai-edge-litert's values)."""
+    (2) nor for the shape the model declares for data ([2, 3]), and runs (numpy's and ai-edge-litert's
+    values).  The data's shape cannot be inferred from shapes alone (infer() leaves it None); the call
+    works it out from the fed shape's values (made_shape), which is what the check uses."""
     import opaque_ops as oo
 
     data = reshaped_signature_model()
@@ -594,6 +598,236 @@ def test_a_runner_leaves_a_data_shape_that_depends_on_values_unchecked():
     want = reverse_sequence_reference(arange([1, 6]), [5], 1, 0)
     np.testing.assert_array_equal(runner(**feed)["out0"], want)
     assert runner._reach.unnamed == {3: "data"} and runner._reach.shape(3) is None
+    assert runner._reach.made_shape(1, 3) == (1, 6)
     np.testing.assert_array_equal(
         litert.Interpreter(model_content=data).get_signature_runner("second")(**feed)["out0"], want
     )
+
+
+# reshaped_signature_model's runner: argv whether isolated, then [s, n] pairs
+# as JSON (x = arange([3, 2]) each time); the runner of subgraph 0 ("first")
+# runs after each call.
+CHILD_RESHAPED = """
+import json, sys
+import numpy as np
+import opaque_ops as oo
+from tests.interpreter import test_fed_values as t
+
+it = oo.Interpreter(model_content=t.reshaped_signature_model(), isolate=sys.argv[1] == "isolated")
+runner, first = it.get_signature_runner("second"), it.get_signature_runner("first")
+for s, n in json.loads(sys.argv[2]):
+    try:
+        out = runner(x=t.arange([3, 2]), s=np.array(s, np.int32), n=np.array(n, np.int32))["out0"]
+    except oo.OpaqueOpsError as exc:
+        line = {"error": type(exc).__name__, "message": str(exc)}
+    else:
+        line = {"out": out.tolist(), "shape": out.shape}
+    line["first"] = first(a=np.ones((1, 4), np.float32))["b"].tolist()
+    print(json.dumps(line), flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["in-process", "isolated"])
+def test_a_runner_refuses_lengths_past_a_sequence_that_a_fed_shape_makes(mode):
+    """data = RESHAPE(x, s) in subgraph 1, s fed: lengths past the sequence of the shape s makes are
+    refused (before, [1, 10**8] on data [2, 3] gave SIGSEGV on 2.17.1, 2.23.0 and ai-edge-litert's
+    runner alike; [2, 3, 1] on data [3, 2] read past a row), and valid ones run before and after, the
+    interpreter's other runner too."""
+    steps = [([1, 6], [5]), ([2, 3], [1, 10**8]), ([3, 2], [2, 3, 1]), ([2, 3], [3, 1]), ([6, 1], [1] * 6)]
+    p = run_child(CHILD_RESHAPED, mode, json.dumps(steps), timeout=180)
+    assert p.returncode == 0, crashed(p)
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    assert len(lines) == len(steps) and all(line["first"] == [[2.0] * 4] for line in lines), lines
+    ref = litert.Interpreter(model_content=reshaped_signature_model()).get_signature_runner("second")
+    for k in (0, 3, 4):
+        s, n = steps[k]
+        want = reverse_sequence_reference(arange([3, 2]).reshape(s), n, 1, 0)
+        assert lines[k].get("shape") == s, lines
+        np.testing.assert_array_equal(np.array(lines[k]["out"], f32), want)
+        got = ref(x=arange([3, 2]), s=np.array(s, i32), n=np.array(n, i32))["out0"]
+        np.testing.assert_array_equal(got, want)
+    for k, steps_long, length in ((1, 3, 10**8), (2, 2, 3)):
+        line, (s, n) = lines[k], steps[k]
+        assert line.get("error") == "InvalidInputError", lines
+        assert line["message"].startswith(
+            COMPUTED.format("REVERSE_SEQUENCE") + f"sequence lengths {n}, but input {DATA} (shape {s}) "
+            f"has {steps_long} steps along its sequence dimension 1 (length 1 is {length})"
+        ), line
+        assert line["message"].endswith(
+            f"Set lengths of at most {steps_long} as the runner's argument, or feed values that give the input "
+            "longer sequences"
+        ), line
+
+
+# A data tensor whose shape a fed value makes (interpreter.fed_values.MadeShapes).
+# Subgraph 0: data = TILE(x, multiples), then REVERSE_SEQUENCE(data, lengths);
+# x, multiples and lengths are the model's inputs.  data is dynamic (its shape
+# is set in the invoke, from the multiples: 2.17.1 and 2.23.0 alike), so the
+# check used to skip the node: lengths [1, 10**8] on data [2, 3] and the empty
+# batch of multiples [0, 1] (lengths []) gave SIGSEGV on 2.17.1 and 2.23.0,
+# with XNNPACK and without, and on ai-edge-litert; lengths [1, 7] on data
+# [2, 6] read one step past the row (garbage in the output, all of them).
+def tiled_model(lengths=i32) -> bytes:
+    """x [2, 3] (every dimension -1 in its shape signature), multiples [2] (INT32), lengths [2] of
+    ``lengths``' type ([-1]); data = TILE(x, multiples) and out = REVERSE_SEQUENCE(data, lengths)
+    (seq_dim 1, batch_dim 0), data and out declared [2, 3]; signature "run" of the three inputs and out."""
+    from opaque_ops.model import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.add_tensor("x", [2, 3], f32, shape_signature=[-1, -1])
+    m = b.add_tensor("multiples", [2], i32)
+    n = b.add_tensor("lengths", [2], lengths, shape_signature=[-1])
+    data = b.add_tensor("data", [2, 3], f32, shape_signature=[-1, -1])
+    b.add_op("TILE", [x, m], [data])
+    out = b.add_tensor("out", [2, 3], f32, shape_signature=[-1, -1])
+    b.add_op("REVERSE_SEQUENCE", [data, n], [out], {"seq_dim": 1, "batch_dim": 0})
+    b.set_inputs([x, m, n])
+    b.set_outputs([out])
+    b.add_signature("run", {"x": x, "multiples": m, "lengths": n}, {"out": out})
+    return b.build()
+
+
+def tile_reference(x, multiples):
+    """TILE by its definition: dimension i grows multiples[i] times, element j of it is x's j mod x.shape[i]."""
+    return x[np.ix_(*[np.arange(d * k) % d for d, k in zip(x.shape, multiples)])]
+
+
+# argv: the way it is run, the lengths' dtype, then [x's shape, multiples,
+# lengths] triples as JSON (x = arange of that shape; the interpreter resizes
+# x and lengths when their shapes change).
+CHILD_TILED = """
+import json, sys
+import numpy as np
+import opaque_ops as oo
+from tests.interpreter import test_fed_values as t
+
+mode, dtype, steps = sys.argv[1], np.dtype(sys.argv[2]), json.loads(sys.argv[3])
+it = oo.Interpreter(model_content=t.tiled_model(dtype.type), isolate=mode.startswith("isolated"))
+runner = it.get_signature_runner("run") if mode.endswith("signature") else None
+shapes = None
+for shape, m, n in steps:
+    x, m, n = t.arange(shape), np.array(m, np.int32), np.array(n, dtype)
+    try:
+        if runner is not None:
+            out = runner(x=x, multiples=m, lengths=n)["out"]
+        else:
+            if shapes != (shape, n.shape):
+                shapes = None
+                it.resize_tensor_input(0, shape)
+                it.resize_tensor_input(2, n.shape)
+                it.allocate_tensors()
+                shapes = (shape, n.shape)
+            it.set_tensor(0, x)
+            it.set_tensor(1, m)
+            it.set_tensor(2, n)
+            it.invoke()
+            out = it.get_tensor(it.get_output_details()[0]["index"])
+    except oo.OpaqueOpsError as exc:
+        print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
+    else:
+        print(json.dumps({"out": out.tolist(), "shape": out.shape}), flush=True)
+"""
+
+TILED_STEPS = [
+    ([2, 3], [1, 1], [2, 3]),
+    ([2, 3], [1, 1], [2, 3]),
+    ([2, 3], [1, 1], [1, 10**8]),  # (SIGSEGV)
+    ([2, 3], [0, 1], []),  # (an empty batch: SIGSEGV)
+    ([2, 3], [1, 2], [1, 7]),  # (one step past data [2, 6]: garbage)
+    ([2, 3], [1, 2], [1, 6]),  # (past x's and the declared data's 3 steps, not the tiled 6: runs)
+    ([2, 3], [2, 1], [1, 2, 3, 3]),
+    ([2, 3], [1, 0], [0, 10**8]),  # (an empty sequence: nothing is copied, every runtime runs it)
+    ([3, 2], [1, 2], [4, 1, 0]),  # (x resized: data [3, 4])
+    ([3, 2], [1, 1], [1, 3, 2]),  # (3 steps past data [3, 2])
+    ([2, 3], [1, 1], [3, 1]),
+]
+TILED_REFUSED = {2: ([2, 3], 3, 1, 10**8), 4: ([2, 6], 6, 1, 7), 9: ([3, 2], 2, 1, 3)}
+
+
+@pytest.mark.parametrize(
+    "mode, dtype, fast",
+    [*((mode, "int32", "1") for mode in MODES), ("in-process", "int64", "1"), ("in-process", "int32", "0")],
+)
+def test_lengths_past_a_sequence_that_fed_multiples_make_are_refused(mode, dtype, fast):
+    """REVERSE_SEQUENCE on data = TILE(x, multiples), both fed: data's shape is set in the invoke, from
+    the multiples, and the check works it out before from the values fed now (with XNNPACK as the
+    interpreter makes it, and as a runner of subgraph 0 writes them; with C fast calls turned off too).
+    Lengths past the tiled sequence and the empty batch of multiples [0, 1] are refused; valid lengths,
+    those past x's sequence but not the tiled one's included, give numpy's and ai-edge-litert's values,
+    before and after each refusal."""
+    p = run_child(CHILD_TILED, mode, dtype, json.dumps(TILED_STEPS), env={"OPAQUE_OPS_FASTCALLS": fast}, timeout=180)
+    assert p.returncode == 0, crashed(p)
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    assert len(lines) == len(TILED_STEPS), lines
+    where = "invoke()" if "signature" not in mode else "signature 'run': invoke"
+    data = "input 3 ('data', whose shape the invoke makes from the fed values)"
+    ref = litert.Interpreter(model_content=tiled_model(np.dtype(dtype).type)).get_signature_runner("run")
+    for k, (shape, m, n) in enumerate(TILED_STEPS):
+        line = lines[k]
+        if k == 3:
+            assert line.get("error") == "InvalidInputError", lines
+            assert line["message"] == (
+                f"{where}: input 2 ('lengths') of operator 1 (REVERSE_SEQUENCE) holds no sequence lengths for "
+                f"{data} of shape [0, 3], whose batch dimension 0 is empty; TFLite's REVERSE_SEQUENCE reads a first "
+                "length anyway, past the empty tensor (a crash). Feed values that give the input at least one "
+                "batch, with one length each (the output would be empty: the operator can be skipped)"
+            ), line
+        elif k in TILED_REFUSED:
+            tiled, steps, at, length = TILED_REFUSED[k]
+            assert line.get("error") == "InvalidInputError", lines
+            assert line["message"].startswith(
+                f"{where}: input 2 ('lengths') of operator 1 (REVERSE_SEQUENCE) holds sequence lengths {n}, but "
+                f"{data} (shape {tiled}) has {steps} steps along its sequence dimension 1 (length {at} is {length})"
+            ), line
+            assert line["message"].endswith(
+                f"Set lengths of at most {steps} {_how(mode)}, or feed values that give the input longer sequences"
+            ), line
+        else:
+            want = reverse_sequence_reference(tile_reference(arange(shape), m), n, 1, 0)
+            assert line.get("shape") == list(want.shape), lines
+            np.testing.assert_array_equal(np.array(line["out"], f32).reshape(want.shape), want)
+            if want.size:  # (ai-edge-litert's get_tensor refuses an empty output: "Invalid tensor size")
+                got = ref(x=arange(shape), multiples=np.array(m, i32), lengths=np.array(n, dtype))["out"]
+                np.testing.assert_array_equal(got, want)
+
+
+def test_only_a_data_shape_that_fed_values_make_is_inferred_and_once_per_values(monkeypatch):
+    """The inference runs for a dynamic data tensor only, once per input shapes and values of the
+    inputs shape rules read (here the multiples, not the lengths); a model whose nodes read an input
+    never reads the model for it, a model without such nodes never makes the object, and a runner
+    whose data is its input gets none."""
+    import opaque_ops as oo
+    import opaque_ops.model.shapes as shapes
+
+    inferred = []
+    infer = shapes.infer_shapes
+
+    def counted(*args, **kw):
+        inferred.append(kw.get("values"))
+        return infer(*args, **kw)
+
+    monkeypatch.setattr(shapes, "infer_shapes", counted)
+    it = oo.Interpreter(model_content=tiled_model())
+    it.allocate_tensors()
+    for m, n, count in (([1, 1], [2, 3], 1), ([1, 1], [3, 1], 1), ([1, 2], [6, 1], 2), ([1, 2], [6, 1], 2)):
+        x = arange([2, 3])
+        it.set_tensor(0, x)
+        it.set_tensor(1, np.array(m, i32))
+        it.set_tensor(2, np.array(n, i32))
+        it.invoke()
+        out = it.get_tensor(it.get_output_details()[0]["index"])
+        np.testing.assert_array_equal(out, reverse_sequence_reference(tile_reference(x, m), n, 1, 0))
+        assert len(inferred) == count and inferred[-1] == {1: m}, (m, n)
+    assert it._made_shapes._seeds == (1,)
+    plain = oo.Interpreter(model_content=reverse_sequence_model())
+    plain.allocate_tensors()
+    plain.set_tensor(0, X_RS)
+    plain.set_tensor(1, np.array([2, 3], i32))
+    plain.invoke()
+    assert plain._made_shapes._seeds is None and len(inferred) == 2
+    from tests.helpers.interpreter_models import two_subgraph_model
+
+    assert oo.Interpreter(model_content=two_subgraph_model())._made_shapes is None
+    named = oo.Interpreter(model_content=second_signature_model("reverse_sequence")).get_signature_runner("second")
+    named(x=X_RS, n=np.array([2, 3], i32))
+    assert not named._reach.computed and named._reach.made is None and len(inferred) == 2

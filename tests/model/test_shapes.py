@@ -20,7 +20,7 @@ import pytest
 
 import opaque_ops as oo
 from opaque_ops.model import ModelBuilder, read_model
-from opaque_ops.model.shapes import SequenceFault, ShapeError, infer_shapes, reverse_sequence_fault
+from opaque_ops.model.shapes import SequenceFault, ShapeError, fed_shape_inputs, infer_shapes, reverse_sequence_fault
 from tests.helpers.child_process import crashed, run_child
 from tests.helpers.reference_models import reverse_sequence_reference
 from tests.helpers.single_op import single_op_model as _model
@@ -853,6 +853,50 @@ def test_the_rules_need_constants_and_leave_run_time_values_unknown():
     for case in ("TILE", "FILL", "ARG_MAX"):
         data, (shapes, *_) = CASES[case]
         assert None not in _inferred(data, shapes), case
+
+
+def test_values_given_for_fed_inputs_are_read_as_constants_up_to_until():
+    """infer_shapes(values=...): the values fed_shape_inputs names (TILE's fed multiples, FILL's fed
+    dims; not float data, not lengths no shape rule reads) give the shapes ai-edge-litert's invoke
+    makes from them; ``until`` stops before an operator, so its rule, which refuses the empty batch of
+    multiples [0, 1] with empty lengths, does not hide the shape its data gets."""
+    tile = _model("TILE", {"x": ([2, 3], f32), "m": ([2], i32)}, {}, [([4, 3], f32)])
+    fill = _model("FILL", {"d": ([2], i32), "v": ([], f32)}, {}, [([3, 5], f32)])
+    for data, shapes, values in ((tile, [[2, 3], [2]], [2, 2]), (fill, [[2], []], [4, 2])):
+        info = read_model(data)
+        sg = info.subgraphs[0]
+        fed = fed_shape_inputs(sg)
+        assert fed == (sg.inputs[0 if data is fill else 1],)
+        given = dict(zip(sg.inputs, map(tuple, shapes)))
+        want = tuple(np.multiply([2, 3], values)) if data is tile else tuple(values)
+        assert infer_shapes(info, given.get, values={fed[0]: values})[sg.outputs[0]] == want
+        it = litert.Interpreter(model_content=data)
+        it.allocate_tensors()
+        feed = (
+            [np.zeros([2, 3], f32), np.array(values, i32)]
+            if data is tile
+            else [np.array(values, i32), np.ones((), f32)]
+        )
+        for d, v in zip(it.get_input_details(), feed):
+            it.set_tensor(d["index"], v)
+        it.invoke()
+        assert tuple(it.get_tensor(it.get_output_details()[0]["index"]).shape) == want
+    b = ModelBuilder()
+    x, m = b.add_tensor("x", [2, 3], f32), b.add_tensor("m", [2], i32)
+    n = b.add_tensor("n", [0], i32)
+    tiled = b.add_tensor("tiled", [2, 3], f32)
+    b.add_op("TILE", [x, m], [tiled])
+    out = b.add_tensor("out", [2, 3], f32)
+    b.add_op("REVERSE_SEQUENCE", [tiled, n], [out], {"seq_dim": 1, "batch_dim": 0})
+    b.set_inputs([x, m, n])
+    b.set_outputs([out])
+    info = read_model(b.build())
+    assert fed_shape_inputs(info.subgraphs[0]) == (m,)
+    given = {x: (2, 3), m: (2,), n: (0,)}.get
+    with pytest.raises(ShapeError, match="has an empty batch dimension 0"):
+        infer_shapes(info, given, values={m: [0, 1]})
+    assert infer_shapes(info, given, values={m: [0, 1]}, until=1)[tiled] == (0, 3)
+    assert infer_shapes(info, given, until=1)[tiled] is None
 
 
 def _fed_by_shape(op, out_dtype, extra, order, version=1):
