@@ -144,8 +144,8 @@ class MadeShapes:
         seeds = self._seeds
         if seeds is None:
             seeds = self._seeds = fed_shape_inputs(sg)
-        if not seeds:
-            return None
+        # (Without such inputs the rules may still tell it: a RESHAPE to a
+        # SHAPE's output, whose values are another input's shape.)
         values = {}
         for t in seeds:
             ref = tensor(t)

@@ -831,3 +831,95 @@ def test_only_a_data_shape_that_fed_values_make_is_inferred_and_once_per_values(
     named = oo.Interpreter(model_content=second_signature_model("reverse_sequence")).get_signature_runner("second")
     named(x=X_RS, n=np.array([2, 3], i32))
     assert not named._reach.computed and named._reach.made is None and len(inferred) == 2
+
+
+def tiled_op_model(op: str) -> bytes:
+    """data = TILE(x, multiples), then ``op`` ("reverse_v2" or "top_k") on data and its fed value n: x
+    [2, 3, 4] and n [1] for REVERSE_V2, x [2, 3] and a scalar k for TOPK_V2; x, multiples and n are
+    the model's inputs, data and the outputs declared with x's shape (the outputs' -1 everywhere)."""
+    from opaque_ops.model import ModelBuilder
+
+    x_shape, n_shape, outs = {
+        "reverse_v2": ([2, 3, 4], [1], [f32]),
+        "top_k": ([2, 3], [], [f32, i32]),
+    }[op]
+    b = ModelBuilder()
+    x = b.add_tensor("x", x_shape, f32)
+    m = b.add_tensor("multiples", [len(x_shape)], i32)
+    n = b.add_tensor("n", n_shape, i32)
+    data = b.add_tensor("data", x_shape, f32, shape_signature=[-1] * len(x_shape))
+    b.add_op("TILE", [x, m], [data])
+    o = [b.add_tensor(f"out{k}", x_shape, d, shape_signature=[-1] * len(x_shape)) for k, d in enumerate(outs)]
+    b.add_op("REVERSE_V2" if op == "reverse_v2" else "TOPK_V2", [data, n], o)
+    b.set_inputs([x, m, n])
+    b.set_outputs(o)
+    return b.build()
+
+
+# argv: the op, then [multiples, value] pairs as JSON (x = arange of its shape).
+CHILD_TILED_OP = """
+import json, sys
+import numpy as np
+import opaque_ops as oo
+from tests.interpreter import test_fed_values as t
+
+op, steps = sys.argv[1], json.loads(sys.argv[2])
+it = oo.Interpreter(model_content=t.tiled_op_model(op))
+it.allocate_tensors()
+for m, n in steps:
+    it.set_tensor(0, t.arange(it.get_input_details()[0]["shape"]))
+    it.set_tensor(1, np.array(m, np.int32))
+    it.set_tensor(2, np.array(n, np.int32))
+    try:
+        it.invoke()
+    except oo.OpaqueOpsError as exc:
+        print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
+    else:
+        out = [it.get_tensor(d["index"]) for d in it.get_output_details()]
+        print(json.dumps({"out": [o.tolist() for o in out], "shapes": [o.shape for o in out]}), flush=True)
+"""
+
+
+def test_an_axis_after_which_data_that_fed_multiples_make_is_empty_is_refused():
+    """REVERSE_V2 on data = TILE(x, multiples): multiples [1, 0, 1] make data [2, 0, 4], and axis 0
+    then reads past it (SIGSEGV on 2.17.1 and 2.23.0 before); axis 2 there, and axis 0 on data
+    [2, 6, 4], run (numpy's values)."""
+    steps = [([1, 2, 1], [0]), ([1, 0, 1], [0]), ([1, 0, 1], [2]), ([1, 2, 1], [0])]
+    p = run_child(CHILD_TILED_OP, "reverse_v2", json.dumps(steps), timeout=180)
+    assert p.returncode == 0, crashed(p)
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    for k in (0, 2, 3):
+        m, (axis,) = steps[k]
+        want = np.flip(tile_reference(arange([2, 3, 4]), m), axis)
+        assert lines[k].get("shapes") == [list(want.shape)], lines
+        np.testing.assert_array_equal(np.array(lines[k]["out"][0], f32).reshape(want.shape), want)
+    assert lines[1].get("error") == "InvalidInputError", lines
+    assert lines[1]["message"] == (
+        "invoke(): input 2 ('n') of operator 1 (REVERSE_V2) holds the axes [0], but input 3 ('data', whose shape "
+        "the invoke makes from the fed values) of shape [2, 0, 4] is empty after the reversed axis 0, which "
+        "TFLite's REVERSE_V2 cannot reverse (it reads past the empty tensor). Reverse a later axis (set it with "
+        "set_tensor()), or feed values that give the input no empty dimensions"
+    ), lines[1]
+
+
+def test_top_k_of_zero_on_data_that_fed_multiples_make_is_refused_where_it_corrupts_memory():
+    """TOPK_V2 on data = TILE(x, multiples), k fed: k = 0 on rows of 6 (multiples [1, 2]) corrupts
+    2.17.1's heap (SIGABRT before) and is refused there; 2.23.0 runs it (empty rows)."""
+    version = runtime_info().version
+    steps = [([1, 2], 2), ([1, 2], 0), ([2, 1], 3)]
+    p = run_child(CHILD_TILED_OP, "top_k", json.dumps(steps), timeout=180)
+    assert p.returncode == 0, crashed(p)
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    for k in (0, 2):
+        m, n = steps[k]
+        data = tile_reference(arange([2, 3]), m)
+        assert lines[k].get("out", [None])[0] == (-np.sort(-data, axis=1)[:, :n]).tolist(), lines
+    if affected(version):
+        assert lines[1].get("error") == "InvalidInputError", lines
+        assert lines[1]["message"].startswith(
+            "invoke(): input 2 ('n') of operator 1 (TOPK_V2) holds k = 0 for rows of 6 values (input 3 ('data', "
+            f"whose shape the invoke makes from the fed values) of shape [2, 6]); TFLite {version}'s TOPK_V2 "
+            "corrupts memory for k = 0"
+        ), lines[1]
+    else:
+        assert lines[1]["shapes"] == [[2, 0], [2, 0]], lines
