@@ -891,7 +891,7 @@ class Interpreter:
         # it reads the model only when a node's data is dynamic.)
         made = self._made_shapes
         if made is None:
-            made = self._made_shapes = MadeShapes(self._info)
+            made = self._made_shapes = MadeShapes(self._info, self._allocated_inputs, 0)
         refuse_crashing_values(native, self._fed_values, native.rt.version, what, how=how, made=made)
 
     def _run_invoke(self, native, invoke, watched: bool, moves: bool) -> tuple[int, float | None]:

@@ -448,7 +448,7 @@ def _fed_nodes(interpreter, native_runner, sig, inputs: dict, outputs: dict) -> 
         return (), None
     from .fed_values import SignatureTensors  # (only a model with such an operator)
 
-    reach = SignatureTensors(native_runner, inputs, outputs, k)
+    reach = SignatureTensors(native_runner, inputs, outputs, k, interpreter._allocated_inputs)
     nodes = reach.nodes(for_runtime(nodes, interpreter._live().rt.version), subgraphs[k])
     return (nodes, reach) if nodes else ((), None)
 

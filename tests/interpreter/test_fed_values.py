@@ -734,14 +734,15 @@ TILED_STEPS = [
     ([2, 3], [1, 1], [1, 10**8]),  # (SIGSEGV)
     ([2, 3], [0, 1], []),  # (an empty batch: SIGSEGV)
     ([2, 3], [1, 2], [1, 7]),  # (one step past data [2, 6]: garbage)
-    ([2, 3], [1, 2], [1, 6]),  # (past x's and the declared data's 3 steps, not the tiled 6: runs)
     ([2, 3], [2, 1], [1, 2, 3, 3]),
     ([2, 3], [1, 0], [0, 10**8]),  # (an empty sequence: nothing is copied, every runtime runs it)
-    ([3, 2], [1, 2], [4, 1, 0]),  # (x resized: data [3, 4])
+    ([2, 3], [1, 2], [1, 6]),  # (past x's and the declared data's 3 steps, not the tiled 6: runs)
+    ([3, 2], [1, 2], [1, 5, 1]),  # (x resized, the same multiples: data [3, 4], not the [2, 6] before)
+    ([3, 2], [1, 2], [4, 1, 0]),
     ([3, 2], [1, 1], [1, 3, 2]),  # (3 steps past data [3, 2])
     ([2, 3], [1, 1], [3, 1]),
 ]
-TILED_REFUSED = {2: ([2, 3], 3, 1, 10**8), 4: ([2, 6], 6, 1, 7), 9: ([3, 2], 2, 1, 3)}
+TILED_REFUSED = {2: ([2, 3], 3, 1, 10**8), 4: ([2, 6], 6, 1, 7), 8: ([3, 4], 4, 1, 5), 10: ([3, 2], 2, 1, 3)}
 
 
 @pytest.mark.parametrize(
