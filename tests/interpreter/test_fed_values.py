@@ -564,10 +564,12 @@ def test_a_runner_infers_a_computed_data_shape_once_per_allocation(monkeypatch):
     assert len(inferred) == 2
 
 
-def reshaped_signature_model() -> bytes:
+def reshaped_signature_model(named: bool = False) -> bytes:
     """Subgraph 1, signature "second": data = RESHAPE(x, s), then REVERSE_SEQUENCE(data, n) (seq_dim 1),
     x [3, 2], s and n [2], all inputs of the signature with every dimension -1: data's shape is s's
-    value, which no shape rule can tell before the invoke.  Subgraph 0 as second_signature_model's."""
+    value, which no shape rule can tell before the invoke.  Subgraph 0 as second_signature_model's.
+    ``named``: data is an output of the subgraph and of the signature ("data") too, a dynamic tensor
+    the runner reaches by name."""
     from opaque_ops.model import ModelBuilder
     from tests.helpers.interpreter_models import _plus, join_with_signature
 
@@ -580,9 +582,10 @@ def reshaped_signature_model() -> bytes:
     out = b.add_tensor("out0", [2, 3], f32, shape_signature=[-1, -1])
     b.add_op("REVERSE_SEQUENCE", [data, n], [out], {"seq_dim": 1, "batch_dim": 0})
     b.set_inputs([x, s, n])
-    b.set_outputs([out])
+    outputs = {"out0": out, "data": data} if named else {"out0": out}
+    b.set_outputs(list(outputs.values()))
     first = _plus(1, [1, 4], "a", "b", "first")
-    return join_with_signature(first, b.build(), "second", {"x": x, "s": s, "n": n}, {"out0": out})
+    return join_with_signature(first, b.build(), "second", {"x": x, "s": s, "n": n}, outputs)
 
 
 def test_a_runner_checks_a_data_shape_that_a_fed_shape_makes():
@@ -604,7 +607,8 @@ def test_a_runner_checks_a_data_shape_that_a_fed_shape_makes():
     )
 
 
-# reshaped_signature_model's runner: argv whether isolated, then [s, n] pairs
+# reshaped_signature_model's runner: argv the mode (isolated or not, data
+# named by the signature or not), then [s, n] pairs
 # as JSON (x = arange([3, 2]) each time); the runner of subgraph 0 ("first")
 # runs after each call.
 CHILD_RESHAPED = """
@@ -613,7 +617,8 @@ import numpy as np
 import opaque_ops as oo
 from tests.interpreter import test_fed_values as t
 
-it = oo.Interpreter(model_content=t.reshaped_signature_model(), isolate=sys.argv[1] == "isolated")
+named = sys.argv[1].endswith("named")
+it = oo.Interpreter(model_content=t.reshaped_signature_model(named), isolate=sys.argv[1].startswith("isolated"))
 runner, first = it.get_signature_runner("second"), it.get_signature_runner("first")
 for s, n in json.loads(sys.argv[2]):
     try:
@@ -627,18 +632,19 @@ for s, n in json.loads(sys.argv[2]):
 """
 
 
-@pytest.mark.parametrize("mode", ["in-process", "isolated"])
+@pytest.mark.parametrize("mode", ["in-process", "isolated", "in-process-named"])
 def test_a_runner_refuses_lengths_past_a_sequence_that_a_fed_shape_makes(mode):
     """data = RESHAPE(x, s) in subgraph 1, s fed: lengths past the sequence of the shape s makes are
     refused (before, [1, 10**8] on data [2, 3] gave SIGSEGV on 2.17.1, 2.23.0 and ai-edge-litert's
     runner alike; [2, 3, 1] on data [3, 2] read past a row), and valid ones run before and after, the
-    interpreter's other runner too."""
+    interpreter's other runner too; the same where the signature names data (a dynamic output)."""
     steps = [([1, 6], [5]), ([2, 3], [1, 10**8]), ([3, 2], [2, 3, 1]), ([2, 3], [3, 1]), ([6, 1], [1] * 6)]
     p = run_child(CHILD_RESHAPED, mode, json.dumps(steps), timeout=180)
     assert p.returncode == 0, crashed(p)
     lines = [json.loads(line) for line in p.stdout.splitlines()]
     assert len(lines) == len(steps) and all(line["first"] == [[2.0] * 4] for line in lines), lines
-    ref = litert.Interpreter(model_content=reshaped_signature_model()).get_signature_runner("second")
+    named = mode.endswith("named")
+    ref = litert.Interpreter(model_content=reshaped_signature_model(named)).get_signature_runner("second")
     for k in (0, 3, 4):
         s, n = steps[k]
         want = reverse_sequence_reference(arange([3, 2]).reshape(s), n, 1, 0)
@@ -646,12 +652,13 @@ def test_a_runner_refuses_lengths_past_a_sequence_that_a_fed_shape_makes(mode):
         np.testing.assert_array_equal(np.array(lines[k]["out"], f32), want)
         got = ref(x=arange([3, 2]), s=np.array(s, i32), n=np.array(n, i32))["out0"]
         np.testing.assert_array_equal(got, want)
+    data = "'data'" if named else DATA
     for k, steps_long, length in ((1, 3, 10**8), (2, 2, 3)):
         line, (s, n) = lines[k], steps[k]
         assert line.get("error") == "InvalidInputError", lines
         assert line["message"].startswith(
-            COMPUTED.format("REVERSE_SEQUENCE") + f"sequence lengths {n}, but input {DATA} (shape {s}) "
-            f"has {steps_long} steps along its sequence dimension 1 (length 1 is {length})"
+            COMPUTED.format("REVERSE_SEQUENCE") + f"sequence lengths {n}, but input {data} "
+            f"(shape {s}) has {steps_long} steps along its sequence dimension 1 (length 1 is {length})"
         ), line
         assert line["message"].endswith(
             f"Set lengths of at most {steps_long} as the runner's argument, or feed values that give the input "
