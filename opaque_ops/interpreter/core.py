@@ -499,6 +499,27 @@ class Interpreter:
             from ..model.fed_values import for_runtime
 
             self._fed_values = for_runtime(fed, native.rt.version)
+        # A READ_VARIABLE of a variable nothing has assigned yet returns
+        # uninitialised memory on 2.23 with XNNPACK (every other runtime
+        # fails the invoke there): until every read that comes first in a
+        # subgraph has its variable assigned, each invoke checks
+        # (variable_state).  The model's part is kept in its record; a model
+        # whose variables a CALL_ONCE init assigns first (the converters'
+        # form) has nothing to check.
+        if BUILTIN_OPERATORS["READ_VARIABLE"] in codes and self.xnnpack:
+            from ..model.runtime_versions import affected
+
+            found = () if affected(version) else model_cache.variable_reads(self._info)
+            if found:
+                from .variable_state import AssignedVariables
+
+                signatures: dict = {}
+                for sig in self._info.signatures:
+                    signatures.setdefault(sig.subgraph_index, []).append(sig.key)
+                self._variables = AssignedVariables(found, signatures)
+        # Whether invoke() has anything to check before it runs (string
+        # inputs, fed values, variables): one test on the common path.
+        self._prechecks = bool(self._string_inputs or self._fed_values or self._variables)
         self._main = _Graph(0, dict(self._input_positions), native.resize_input, native.allocate, native.input_tensor)
         # Whether subgraph 0 is planned (allocated since the last change, and
         # the model checks passed on what was planned); other subgraphs that
@@ -640,7 +661,7 @@ class Interpreter:
         """
         fast = self._fast
         if fast is not None:
-            ready = self._allocated and not self._watch and not self._string_inputs and not self._fed_values
+            ready = self._allocated and not self._watch and not self._prechecks
             _fast.bind(
                 fast,
                 self._native if ready else None,
@@ -893,6 +914,23 @@ class Interpreter:
         if made is None:
             made = self._made_shapes = MadeShapes(self._info, self._allocated_inputs, 0)
         refuse_crashing_values(native, self._fed_values, native.rt.version, what, how=how, made=made)
+
+    # The reads of variables waiting for an assignment (variable_state), None
+    # when there are none (every model but those on 2.23 with XNNPACK that
+    # read a variable before anything assigns it); _prechecks as set in __init__.
+    _variables = None
+    _prechecks = False
+
+    def _check_variables(self, native, subgraph: int, what: str) -> None:
+        """Just before an invoke of ``subgraph``: refuse a read of a variable nothing has assigned (see variable_state).
+
+        Called under the lock; when no read is left waiting the check is
+        dropped, and the C invoke (fast_calls) may take over.
+        """
+        if self._variables.before_invoke(subgraph, what, native.rt.version):
+            self._variables = None
+            self._prechecks = bool(self._string_inputs or self._fed_values)
+            self._fast_sync()
 
     def _run_invoke(self, native, invoke, watched: bool, moves: bool) -> tuple[int, float | None]:
         """``(status, seconds)`` of one ``invoke()`` (a C call on ``native``; seconds None unless ``watched``).
@@ -1242,15 +1280,18 @@ class Interpreter:
             moves = self._moves
             if moves:
                 self._before_moving_invoke("invoke()")
-            if self._string_inputs:
-                from .strings import refuse_unset_strings  # (only a model with string inputs: see strings)
+            if self._prechecks:
+                if self._string_inputs:
+                    from .strings import refuse_unset_strings  # (only a model with string inputs: see strings)
 
-                refuse_unset_strings(
-                    ((f"{t} ({native.tensor(t).name!r})", native.tensor(t)) for t in self._string_inputs),
-                    "invoke()",
-                )
-            if self._fed_values:
-                self._refuse_fed_values(native, "invoke()")
+                    refuse_unset_strings(
+                        ((f"{t} ({native.tensor(t).name!r})", native.tensor(t)) for t in self._string_inputs),
+                        "invoke()",
+                    )
+                if self._fed_values:
+                    self._refuse_fed_values(native, "invoke()")
+                if self._variables is not None:  # (last: it counts the invoke as run)
+                    self._check_variables(native, 0, "invoke()")
             if self._watch or moves:
                 status, took = self._run_invoke(native, native.invoke, self._watch, moves)
                 if self._watch:

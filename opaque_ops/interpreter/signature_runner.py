@@ -245,6 +245,8 @@ class SignatureRunner:
                     if allocation is not reach.allocation:
                         reach.infer(allocation, *it._seen(native, self._graph)[:2])
                 refuse_crashing_values(native, self._fed, native.rt.version, f"{what}: invoke", reach, _AS_ARGUMENT)
+            if it._variables is not None:  # (last: it counts the invoke as run; see Interpreter._check_variables)
+                it._check_variables(native, self._graph.subgraph, f"{what}: invoke")
             status, took = it._run_invoke(native, r.invoke, self._watch, moves)
             if self._watch:
                 self._watch = took > WATCH_AFTER_S
@@ -283,8 +285,8 @@ class SignatureRunner:
         the runner, as the full path reads them.
         """
         it = self._interpreter
-        if it._fed_values and self._graph.subgraph == 0:
-            return None  # the full path checks the fed values before its invoke
+        if it._prechecks and (it._variables is not None or (it._fed_values and self._graph.subgraph == 0)):
+            return None  # the full path checks the variables, and the fed values, before its invoke
         calls, lock = it._calls, it._lock
         if not calls.try_acquire():
             return None  # the full path waits for it, or refuses a re-entered call

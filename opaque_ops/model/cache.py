@@ -532,6 +532,22 @@ def _holds(info: ModelInfo) -> bool:
     return store is not None and store.owner() is info
 
 
+def variable_reads(info: ModelInfo) -> tuple:
+    """:func:`~opaque_ops.model.variable_state.reads_before_assignment` of ``info``, kept with its verdicts.
+
+    Asked at each start of an interpreter that would return garbage for such
+    a read (TFLite 2.23 with XNNPACK), of a model with a READ_VARIABLE: a
+    later start reads no operators for it.
+    """
+    return _kept(info, "vars")
+
+
+def _vars_of(info: ModelInfo) -> tuple:
+    from .variable_state import reads_before_assignment  # (as _select_of)
+
+    return reads_before_assignment(info)
+
+
 def _select_of(info: ModelInfo) -> tuple:
     if not info.subgraphs:
         return ()
@@ -667,6 +683,25 @@ def _is_codes(v) -> bool:
     return type(v) is list and all(map(_is_int, v))
 
 
+def _is_vars(v) -> bool:
+    """[subgraph, [[container, name, operator], ...], [[container, name], ...], bool] per invocable subgraph."""
+    return type(v) is list and all(
+        type(n) is list
+        and len(n) == 4
+        and _is_int(n[0])
+        and type(n[1]) is list
+        and all(type(r) is list and len(r) == 3 and _is_str(r[0]) and _is_str(r[1]) and _is_int(r[2]) for r in n[1])
+        and type(n[2]) is list
+        and all(type(a) is list and len(a) == 2 and _is_str(a[0]) and _is_str(a[1]) for a in n[2])
+        and type(n[3]) is bool
+        for n in v
+    )
+
+
+def _is_str(x) -> bool:
+    return type(x) is str
+
+
 def _is_slices(v) -> bool:
     """[operator, input, output, input shape, begin, size] per slice; the last three are lists of the same length."""
     return type(v) is list and all(
@@ -704,6 +739,8 @@ _ANSWERS = {
     "fed": (_fed_of, _is_fed, _freeze, _as_lists),
     # fixed_slices: fixed_slices.plan_of, the STRIDED_SLICEs written as SLICE on 2.17.
     "slices": (_slices_of, _is_slices, _freeze, _as_lists),
+    # variable_reads: variable_state.reads_before_assignment, for 2.23 with XNNPACK.
+    "vars": (_vars_of, _is_vars, _freeze, _as_lists),
 }
 
 
