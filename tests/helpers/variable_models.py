@@ -105,3 +105,49 @@ def _steps(b: SchemaModel, steps, x) -> list:
             b.op(ops.READ_VARIABLE, [handle], [read])
             reads.append(read)
     return reads
+
+
+def init_signature_model() -> bytes:
+    """Two signatures: ``main`` (subgraph 0) reads variable ``state``; ``init`` (subgraph 1) assigns its input to it.
+
+    ``main``: x [2, 6] -> read = READ_VARIABLE(VAR_HANDLE(state)) [2, 6] (x
+    is unused); ``init``: x [2, 6] -> ASSIGN_VARIABLE(VAR_HANDLE(state), x),
+    y = ADD(x, 0).  Nothing assigns the variable until ``init`` runs: the
+    user calls it first, as a converted model with an init signature asks.
+    """
+    b = SchemaModel()
+    schema = b.schema
+    ops = schema.BuiltinOperator
+
+    def handle() -> int:
+        h = b.tensor("handle", [], schema.TensorType.RESOURCE)
+        options = schema.VarHandleOptionsT()
+        options.sharedName = b"state"
+        b.op(ops.VAR_HANDLE, [], [h], schema.BuiltinOptions.VarHandleOptions, options)
+        return h
+
+    x = b.tensor("x", [2, 6])
+    read = b.tensor("read", [2, 6])
+    b.op(ops.READ_VARIABLE, [handle()], [read])
+    b.next_subgraph([x], [read])
+    x1 = b.tensor("x", [2, 6])
+    b.op(ops.ASSIGN_VARIABLE, [handle(), x1], [])
+    y = b.tensor("y", [2, 6])
+    b.op(ops.ADD, [x1, b.tensor("zero", [1], values=np.zeros(1, np.float32))], [y])
+    signatures = []
+    for key, k, ins, outs in (("main", 0, {"x": x}, {"read": read}), ("init", 1, {"x": x1}, {"y": y})):
+        sig = schema.SignatureDefT()
+        sig.signatureKey, sig.subgraphIndex = key, k
+        sig.inputs, sig.outputs = _tensor_maps(schema, ins), _tensor_maps(schema, outs)
+        signatures.append(sig)
+    b.model.signatureDefs = signatures
+    return b.build([x1], [y])
+
+
+def _tensor_maps(schema, named: dict) -> list:
+    out = []
+    for name, index in named.items():
+        m = schema.TensorMapT()
+        m.name, m.tensorIndex = name, index
+        out.append(m)
+    return out

@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 
 import opaque_ops as oo
-from opaque_ops.model import cache, checks, fed_values, fixed_slices, read_model, select_rows
+from opaque_ops.model import cache, checks, fed_values, fixed_slices, read_model, select_rows, variable_state
 from tests.helpers.child_process import run_child
 from tests.helpers.interpreter_models import join_with_signature
 from tests.helpers.locations import CORPUS, package_file
+from tests.helpers.variable_models import init_signature_model
 from tests.interpreter.test_fed_values import reverse_sequence_model
 from tests.interpreter.test_slices import fixed_slice_model
 from tests.model.test_cache_malformed_records import _plant
@@ -424,19 +425,27 @@ ANSWER_MODELS = {
             "codes": [0, 3, 18, 39, 41, 43, 53, 55, 57, 70, 73, 82, 109, 126],
             "fed": [],
             "slices": [],
+            "vars": [],
         },
     ),
     "select": (
         lambda: select_model(2, 3),
-        {"feed": None, "select": [[0, 0, 1, 2, 3]], "codes": [64], "fed": [], "slices": []},
+        {"feed": None, "select": [[0, 0, 1, 2, 3]], "codes": [64], "fed": [], "slices": [], "vars": []},
     ),
     "codes": (
         lambda: FACE.read_bytes(),
-        {"feed": None, "select": [], "codes": [0, 2, 3, 4, 6, 17, 19, 22, 34], "fed": [], "slices": []},
+        {"feed": None, "select": [], "codes": [0, 2, 3, 4, 6, 17, 19, 22, 34], "fed": [], "slices": [], "vars": []},
     ),
     "fed": (
         reverse_sequence_model,
-        {"feed": None, "select": [], "codes": [112], "fed": [[0, "REVERSE_SEQUENCE", 1, 0, 1, 0]], "slices": []},
+        {
+            "feed": None,
+            "select": [],
+            "codes": [112],
+            "fed": [[0, "REVERSE_SEQUENCE", 1, 0, 1, 0]],
+            "slices": [],
+            "vars": [],
+        },
     ),
     # (operator, input, output, input shape, begin, size): h [1, 6, 4] sliced [0:1, -3:6, 1:4]
     "slices": (
@@ -447,6 +456,19 @@ ANSWER_MODELS = {
             "codes": [22, 45],
             "fed": [],
             "slices": [[1, 1, 3, [1, 6, 4], [0, 3, 1], [1, 3, 3]]],
+            "vars": [],
+        },
+    ),
+    # (subgraph, reads that come first, names its invoke may assign, whether any other variable too)
+    "vars": (
+        init_signature_model,
+        {
+            "feed": None,
+            "select": [],
+            "codes": [0, 142, 143, 144],
+            "fed": [],
+            "slices": [],
+            "vars": [[0, [["", "state", 1]], [], False], [1, [], [["", "state"]], False]],
         },
     ),
 }
@@ -498,6 +520,17 @@ DAMAGED = {
         [[1, 1, "3", [1, 6, 4], [0, 3, 1], [1, 3, 3]]],
         [[1, 1, 3, (1, 6, 4), [0, 3, 1], [1, 3, 3]]],
     ],
+    "vars": [
+        None,
+        "READ_VARIABLE",
+        [[0, [["", "state", 1]], []]],
+        [(0, [["", "state", 1]], [], False)],
+        [[0, [["", "state"]], [], False]],
+        [[0, [["", "state", -1]], [], False]],
+        [[0, [[None, "state", 1]], [], False]],
+        [[0, [], [["", 7]], False]],
+        [[0, [], [], 0]],
+    ],
 }
 
 ANSWER_BOOMS = (
@@ -505,6 +538,7 @@ ANSWER_BOOMS = (
     (fed_values, "nodes_of"),
     (checks.type_rules, "value_dependent_feed"),
     (fixed_slices, "plan_of"),
+    (variable_state, "reads_before_assignment"),
 )
 
 
@@ -534,6 +568,7 @@ def test_each_kept_answer_is_written_as_before_and_read_back_without_the_model(v
         "codes",
         "fed",
         "slices",
+        "vars",
     ]
     assert list(doc) == keys
     assert {k: doc[k] for k in cache._ANSWERS} == want
@@ -543,12 +578,13 @@ def test_each_kept_answer_is_written_as_before_and_read_back_without_the_model(v
     # _save dumps _as_lists' fresh lists, whose scalars are shared with the
     # document's here as they are with the model's objects there.)
     ref = read_model(data)
-    feed, select, codes, fed, slices = (
+    feed, select, codes, fed, slices, variables = (
         cache.xnnpack_hazard(ref),
         cache.select_nodes(ref),
         cache.builtin_codes(ref),
         cache.fed_value_nodes(ref),
         cache.fixed_slices(ref),
+        cache.variable_reads(ref),
     )
     before = {k: v for k, v in doc.items() if k not in cache._ANSWERS}
     before["feed"] = feed
@@ -556,6 +592,9 @@ def test_each_kept_answer_is_written_as_before_and_read_back_without_the_model(v
     before["codes"] = sorted(codes)
     before["fed"] = [list(n) for n in fed]
     before["slices"] = [[*n[:3], *map(list, n[3:])] for n in slices]
+    before["vars"] = [
+        [k, [list(r) for r in reads], [list(a) for a in assigns], other] for k, reads, assigns, other in variables
+    ]
     as_before = marshal.dumps(cache._as_lists(before), cache._MARSHAL_VERSION)
     assert as_before == raw
 
@@ -570,9 +609,10 @@ def test_each_kept_answer_is_written_as_before_and_read_back_without_the_model(v
         cache.builtin_codes(info),
         cache.fed_value_nodes(info),
         cache.fixed_slices(info),
+        cache.variable_reads(info),
     )
-    assert got == (feed, select, codes, fed, slices)
-    assert [type(v) for v in got] == [type(feed), tuple, frozenset, tuple, tuple]
+    assert got == (feed, select, codes, fed, slices, variables)
+    assert [type(v) for v in got] == [type(feed), tuple, frozenset, tuple, tuple, tuple]
     assert "_source" in info.__dict__
     # Written again from what was read back: the same bytes.
     again = marshal.dumps(cache._as_lists(info.verdicts["store"].to_doc()), cache._MARSHAL_VERSION)
