@@ -151,3 +151,39 @@ def _tensor_maps(schema, named: dict) -> list:
         m.name, m.tensorIndex = name, index
         out.append(m)
     return out
+
+
+def if_assigned_model() -> bytes:
+    """Subgraph 0: x [2, 6], cond [1] (bool) -> IF(cond, VAR_HANDLE(state), x) -> y; read = READ_VARIABLE(state).
+
+    The IF's then-branch (subgraph 1) assigns x to the variable through the
+    handle it is given (a subgraph input, not a VAR_HANDLE of its own); the
+    else-branch (subgraph 2) assigns nothing.  Both give y = ADD(x, 0).
+    Outputs ``[read, y]``.
+    """
+    b = SchemaModel()
+    schema = b.schema
+    ops = schema.BuiltinOperator
+    x = b.tensor("x", [2, 6])
+    cond = b.tensor("cond", [1], schema.TensorType.BOOL)
+    handle = b.tensor("handle", [], schema.TensorType.RESOURCE)
+    var_options = schema.VarHandleOptionsT()
+    var_options.sharedName = b"state"
+    b.op(ops.VAR_HANDLE, [], [handle], schema.BuiltinOptions.VarHandleOptions, var_options)
+    y = b.tensor("y", [2, 6])
+    if_options = schema.IfOptionsT()
+    if_options.thenSubgraphIndex, if_options.elseSubgraphIndex = 1, 2
+    b.op(ops.IF, [cond, handle, x], [y], schema.BuiltinOptions.IfOptions, if_options)
+    read = b.tensor("read", [2, 6])
+    b.op(ops.READ_VARIABLE, [handle], [read])
+    b.next_subgraph([x, cond], [read, y])
+    for assign in (True, False):
+        h = b.tensor("h", [], schema.TensorType.RESOURCE)
+        xb = b.tensor("x", [2, 6])
+        yb = b.tensor("y", [2, 6])
+        if assign:
+            b.op(ops.ASSIGN_VARIABLE, [h, xb], [])
+        b.op(ops.ADD, [xb, b.tensor("zero", [1], values=np.zeros(1, np.float32))], [yb])
+        if assign:
+            b.next_subgraph([h, xb], [yb])
+    return b.build([h, xb], [yb])
