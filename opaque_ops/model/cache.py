@@ -543,6 +543,8 @@ def variable_reads(info: ModelInfo) -> tuple:
 
 
 def _vars_of(info: ModelInfo) -> tuple:
+    if BUILTIN_OPERATORS["READ_VARIABLE"] not in _codes_of(info):
+        return ()  # (as _slices_of: most models have no variables, and their first start imports no analysis)
     from .variable_state import reads_before_assignment  # (as _select_of)
 
     return reads_before_assignment(info)
