@@ -187,3 +187,17 @@ def if_assigned_model() -> bytes:
         if assign:
             b.next_subgraph([h, xb], [yb])
     return b.build([h, xb], [yb])
+
+
+def litert_allocated(data: bytes, xnnpack: bool):
+    """ai-edge-litert's interpreter of ``data``, allocated: with its default delegates (XNNPACK), or without any.
+
+    The peer's own behaviour for the same model, XNNPACK on or off, beside
+    opaque_ops' in the variable tests.
+    """
+    from ai_edge_litert import interpreter as litert
+
+    kw = {} if xnnpack else {"experimental_op_resolver_type": litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
+    it = litert.Interpreter(model_content=data, **kw)
+    it.allocate_tensors()
+    return it

@@ -28,7 +28,12 @@ from opaque_ops.model.runtime_versions import affected
 from opaque_ops.model.variable_state import reads_before_assignment
 from opaque_ops.runtime import runtime_info
 from tests.helpers.child_process import run_child_json
-from tests.helpers.variable_models import if_assigned_model, init_signature_model, named_variables_model
+from tests.helpers.variable_models import (
+    if_assigned_model,
+    init_signature_model,
+    litert_allocated,
+    named_variables_model,
+)
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
 
@@ -65,13 +70,6 @@ def _invoke(it, x=X):
     return it.get_tensor(it.get_output_details()[0]["index"])
 
 
-def _litert(data: bytes, xnnpack: bool):
-    kw = {} if xnnpack else {"experimental_op_resolver_type": litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
-    it = litert.Interpreter(model_content=data, **kw)
-    it.allocate_tensors()
-    return it
-
-
 # -- refused where the data is garbage, TFLite's error elsewhere ------------------------------------
 
 
@@ -101,7 +99,7 @@ def test_without_the_check_2_23_with_xnnpack_returns_garbage_silently(monkeypatc
     invoke then reads what the first assigned."""
     monkeypatch.setattr(model_cache, "variable_reads", lambda info: ())
     it = _interpreter(data, xnnpack)
-    peer = _litert(data, xnnpack)
+    peer = litert_allocated(data, xnnpack)
     peer.set_tensor(peer.get_input_details()[0]["index"], X)
     if _refuses(it):
         _invoke(it)  # no error: uninitialised memory
@@ -128,7 +126,7 @@ def test_an_init_signature_run_first_gives_numpys_values(xnnpack):
     np.testing.assert_array_equal(it.get_signature_runner("main")(x=X2)["read"], X)
     np.testing.assert_array_equal(_invoke(it, X2), X)
     assert it._variables is None
-    peer = _litert(init_signature_model(), xnnpack)
+    peer = litert_allocated(init_signature_model(), xnnpack)
     peer.get_signature_runner("init")(x=X)
     np.testing.assert_array_equal(peer.get_signature_runner("main")(x=X2)["read"], X)
 
@@ -160,7 +158,7 @@ def test_a_call_once_init_assigns_first_so_nothing_is_checked(xnnpack):
     assert it._variables is None and not it._prechecks
     np.testing.assert_array_equal(_invoke(it, X), init)
     np.testing.assert_array_equal(_invoke(it, X2), X)
-    peer = _litert(data, xnnpack)
+    peer = litert_allocated(data, xnnpack)
     peer.set_tensor(peer.get_input_details()[0]["index"], X)
     peer.invoke()
     np.testing.assert_array_equal(peer.get_tensor(peer.get_output_details()[0]["index"]), init)
@@ -174,7 +172,7 @@ def test_reset_all_variables_leaves_an_assigned_variable_assigned(xnnpack):
     it.get_signature_runner("init")(x=X)
     it.reset_all_variables()
     np.testing.assert_array_equal(it.get_signature_runner("main")(x=X2)["read"], X)
-    peer = _litert(init_signature_model(), xnnpack)
+    peer = litert_allocated(init_signature_model(), xnnpack)
     peer.get_signature_runner("init")(x=X)
     peer.reset_all_variables()
     np.testing.assert_array_equal(peer.get_signature_runner("main")(x=X2)["read"], X)
@@ -195,7 +193,7 @@ def test_a_read_after_control_flow_that_may_assign_is_never_refused(xnnpack):
     it.set_tensor(index["cond"], np.array([True]))
     it.invoke()
     np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), X)
-    peer = _litert(if_assigned_model(), xnnpack)
+    peer = litert_allocated(if_assigned_model(), xnnpack)
     index = {d["name"]: d["index"] for d in peer.get_input_details()}
     peer.set_tensor(index["x"], X)
     peer.set_tensor(index["cond"], np.array([True]))

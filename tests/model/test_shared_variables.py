@@ -36,7 +36,7 @@ import opaque_ops as oo
 from opaque_ops.model.checks.version_rules import affected
 from opaque_ops.runtime import runtime_info
 from tests.helpers.child_process import run_child_json
-from tests.helpers.variable_models import named_variables_model
+from tests.helpers.variable_models import litert_allocated, named_variables_model
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
 
@@ -61,13 +61,6 @@ def _invoke(it, x=X):
     it.set_tensor(it.get_input_details()[0]["index"], x)
     it.invoke()
     return [it.get_tensor(d["index"]) for d in it.get_output_details()]
-
-
-def _litert(data: bytes, xnnpack: bool):
-    kw = {} if xnnpack else {"experimental_op_resolver_type": litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
-    it = litert.Interpreter(model_content=data, **kw)
-    it.allocate_tensors()
-    return it
 
 
 # -- a CALL_ONCE init subgraph's constant -------------------------------------------------------
@@ -95,7 +88,7 @@ def test_the_refused_init_constant_is_wrong_data_without_the_rule(monkeypatch, v
     monkeypatch.setattr(graph, "check_variable_reads", lambda *a: None)
     data = init_model(GROWN, update=update)
     truncated = GROWN.ravel()[:12].reshape(2, 6)
-    for it in (oo.Interpreter(model_content=data, use_xnnpack=xnnpack), _litert(data, xnnpack)):
+    for it in (oo.Interpreter(model_content=data, use_xnnpack=xnnpack), litert_allocated(data, xnnpack)):
         if isinstance(it, oo.Interpreter):
             it.allocate_tensors()
         (out,) = _invoke(it)
@@ -139,7 +132,7 @@ def test_an_init_constant_of_the_read_shape_runs_with_numpys_values(update, xnnp
     data = init_model(SAME, update=update)
     it = oo.Interpreter(model_content=data, use_xnnpack=xnnpack)
     it.allocate_tensors()
-    ref = _litert(data, xnnpack)
+    ref = litert_allocated(data, xnnpack)
     for want in (SAME, X if update else SAME):
         (out,) = _invoke(it)
         np.testing.assert_array_equal(out, want)
@@ -153,7 +146,7 @@ def test_a_read_declared_with_rank_0_takes_the_init_constants_shape(xnnpack):
     it = oo.Interpreter(model_content=data, use_xnnpack=xnnpack)
     it.allocate_tensors()
     np.testing.assert_array_equal(_invoke(it)[0], GROWN)
-    np.testing.assert_array_equal(_invoke(_litert(data, xnnpack))[0], GROWN)
+    np.testing.assert_array_equal(_invoke(litert_allocated(data, xnnpack))[0], GROWN)
 
 
 @XNNPACK
@@ -164,7 +157,7 @@ def test_a_read_after_subgraph_0_stores_its_own_value_is_not_refused(xnnpack):
     it.allocate_tensors()
     for _ in range(2):
         np.testing.assert_array_equal(_invoke(it)[0], X)
-    np.testing.assert_array_equal(_invoke(_litert(data, xnnpack))[0], X)
+    np.testing.assert_array_equal(_invoke(litert_allocated(data, xnnpack))[0], X)
 
 
 # -- which handles are one variable -------------------------------------------------------------
@@ -184,7 +177,7 @@ def test_handles_that_tflite_keys_alike_are_one_variable(read_name, init_name, x
     it = oo.Interpreter(model_content=data, use_xnnpack=xnnpack)
     it.allocate_tensors()
     np.testing.assert_array_equal(_invoke(it)[0], GROWN)
-    np.testing.assert_array_equal(_invoke(_litert(data, xnnpack))[0], GROWN)
+    np.testing.assert_array_equal(_invoke(litert_allocated(data, xnnpack))[0], GROWN)
     with pytest.raises(oo.ModelError, match=DECLARED):
         oo.Interpreter(model_content=init_model(GROWN, read_name=read_name, init_name=init_name))
 
@@ -204,7 +197,7 @@ def test_variables_of_other_names_or_containers_are_not_mixed_up(xnnpack):
     )
     it = oo.Interpreter(model_content=data, use_xnnpack=xnnpack)
     it.allocate_tensors()
-    for got in (_invoke(it), _invoke(_litert(data, xnnpack))):
+    for got in (_invoke(it), _invoke(litert_allocated(data, xnnpack))):
         for out, want in zip(got, (X, GROWN, SAME)):
             np.testing.assert_array_equal(out, want)
 
@@ -216,7 +209,7 @@ def test_two_handles_of_one_name_in_subgraph_0_are_one_variable(xnnpack):
     data = named_variables_model([("assign", b"state", GROWN), ("read", b"state", (2, 6))])
     with pytest.raises(oo.ModelError, match=re.escape("subgraph 0 operator 3 (READ_VARIABLE) declares output shape")):
         oo.Interpreter(model_content=data, use_xnnpack=xnnpack)
-    np.testing.assert_array_equal(_invoke(_litert(data, xnnpack))[0], GROWN.ravel()[:12].reshape(2, 6))
+    np.testing.assert_array_equal(_invoke(litert_allocated(data, xnnpack))[0], GROWN.ravel()[:12].reshape(2, 6))
 
 
 STALE = re.escape("operator 3 (READ_VARIABLE) gives its output tensor 3 ('read1') the shape [2, 6] it was planned with")
