@@ -425,24 +425,6 @@ def test_a_runner_of_another_subgraph_refuses_an_axis_after_which_the_input_is_e
         ), line
 
 
-@pytest.mark.parametrize("mode", ["in-process", "isolated"])
-def test_a_runner_of_another_subgraph_refuses_top_k_of_zero_where_it_corrupts_memory(mode):
-    version = runtime_info().version
-    steps = [([2, 6], 2), ([2, 6], 0), ([2, 6], 3)]
-    lines = _run_second("top_k", mode, steps)
-    for k, n in ((0, 2), (2, 3)):
-        x = arange([2, 6])
-        assert lines[k]["out"] == {"out0": x[:, ::-1][:, :n].tolist(), "out1": [list(range(5, 5 - n, -1))] * 2}
-    if affected(version):
-        assert lines[1].get("error") == "InvalidInputError", lines
-        assert lines[1]["message"].startswith(
-            "signature 'second': invoke: input 'n' of operator 0 (TOPK_V2) of subgraph 1 holds k = 0 for rows of "
-            f"6 values (input 'x' of shape [2, 6]); TFLite {version}'s TOPK_V2 corrupts memory for k = 0"
-        ), lines[1]
-    else:
-        assert lines[1]["shapes"] == {"out0": [2, 0], "out1": [2, 0]}, lines
-
-
 def test_a_runner_of_another_subgraph_finds_its_nodes_only_where_there_are_some():
     """The nodes are found when the runner is made; a runner of a subgraph without them, and a runner
     of subgraph 0 (the interpreter's own check), get none, so their calls do nothing more."""
@@ -520,18 +502,24 @@ def test_a_runner_of_another_subgraph_refuses_an_axis_after_which_computed_data_
 
 
 @pytest.mark.parametrize("mode", ["in-process", "isolated"])
-def test_a_runner_of_another_subgraph_refuses_top_k_of_zero_on_computed_data_where_it_corrupts_memory(mode):
+@pytest.mark.parametrize(
+    "model, operator, data",
+    [("top_k", 0, "input 'x'"), ("top_k+add", 1, f"input {DATA}")],
+    ids=["named-data", "computed-data"],
+)
+def test_a_runner_of_another_subgraph_refuses_top_k_of_zero_where_it_corrupts_memory(mode, model, operator, data):
+    """k = 0 given to the runner of subgraph 1, whose TOPK_V2 reads the signature's x itself or ADD(x, 0)."""
     version = runtime_info().version
     steps = [([2, 6], 2), ([2, 6], 0), ([2, 6], 3)]
-    lines = _run_second("top_k+add", mode, steps)
+    lines = _run_second(model, mode, steps)
     for k, n in ((0, 2), (2, 3)):
         x = arange([2, 6])
         assert lines[k]["out"] == {"out0": x[:, ::-1][:, :n].tolist(), "out1": [list(range(5, 5 - n, -1))] * 2}
     if affected(version):
         assert lines[1].get("error") == "InvalidInputError", lines
         assert lines[1]["message"].startswith(
-            COMPUTED.format("TOPK_V2") + f"k = 0 for rows of 6 values (input {DATA} of shape [2, 6]); TFLite "
-            f"{version}'s TOPK_V2 corrupts memory for k = 0"
+            f"signature 'second': invoke: input 'n' of operator {operator} (TOPK_V2) of subgraph 1 holds k = 0 for "
+            f"rows of 6 values ({data} of shape [2, 6]); TFLite {version}'s TOPK_V2 corrupts memory for k = 0"
         ), lines[1]
     else:
         assert lines[1]["shapes"] == {"out0": [2, 0], "out1": [2, 0]}, lines
