@@ -27,8 +27,6 @@ every variable).
 
 from __future__ import annotations
 
-from .schema import BUILTIN_OPERATORS
-
 # StableHLO control flow runs subgraphs this analysis does not follow: after
 # one, any variable may have been assigned.
 _UNFOLLOWED_CALLERS = frozenset({"STABLEHLO_WHILE", "STABLEHLO_CASE", "STABLEHLO_COMPOSITE"})
@@ -55,17 +53,28 @@ def reads_before_assignment(info) -> tuple:
         tuple when no entry has a read that comes first, which is every
         model the converters write (a CALL_ONCE init assigns first).
     """
-    if BUILTIN_OPERATORS["READ_VARIABLE"] not in {code for code, _c, _v in info.operator_codes}:
-        return ()
+    # (model.cache asks only for a model with a READ_VARIABLE: one without has no read to find.)
     from .checks.graph import variable_names
     from .checks.options import SUBGRAPH_FIELDS, effective_options
 
     count = len(info.subgraphs)
     memo: dict[int, tuple[frozenset, bool]] = {}
 
-    def called(op) -> list[int]:
-        opts = effective_options(op)
-        return [k for f in SUBGRAPH_FIELDS[op.op_name] if 0 <= (k := opts.get(f, 0)) < count]
+    def effect(op, names: dict, seen: frozenset) -> tuple:
+        """What builtin ``op`` of a subgraph with VAR_HANDLEs ``names`` may assign: (names, whether any other too)."""
+        if op.op_name == "ASSIGN_VARIABLE" and op.inputs:
+            key = names.get(op.inputs[0])
+            return ((), True) if key is None else ((key,), False)  # (a handle from a caller: any variable)
+        if op.op_name in SUBGRAPH_FIELDS:
+            found: set = set()
+            anything = False
+            opts = effective_options(op)
+            for j in (k for f in SUBGRAPH_FIELDS[op.op_name] if 0 <= (k := opts.get(f, 0)) < count):
+                more, other = may_assign(j, seen)
+                found |= more
+                anything |= other
+            return found, anything
+        return (), op.op_name in _UNFOLLOWED_CALLERS
 
     def may_assign(k: int, seen: frozenset = frozenset()) -> tuple[frozenset, bool]:
         """What an invoke of subgraph ``k`` may assign: (names, whether any other variable too)."""
@@ -78,21 +87,10 @@ def reads_before_assignment(info) -> tuple:
         found: set = set()
         anything = False
         for op in sg.operators:
-            if op.is_custom:
-                continue
-            if op.op_name == "ASSIGN_VARIABLE" and op.inputs:
-                key = names.get(op.inputs[0])
-                if key is None:
-                    anything = True  # a handle from a caller: any variable
-                else:
-                    found.add(key)
-            elif op.op_name in SUBGRAPH_FIELDS:
-                for j in called(op):
-                    more, other = may_assign(j, seen | {k})
-                    found |= more
-                    anything |= other
-            elif op.op_name in _UNFOLLOWED_CALLERS:
-                anything = True
+            if not op.is_custom:
+                more, other = effect(op, names, seen | {k})
+                found.update(more)
+                anything |= other
         memo[k] = (frozenset(found), anything)
         return memo[k]
 
@@ -110,23 +108,14 @@ def reads_before_assignment(info) -> tuple:
                 break  # (every later read may see a value: none is certain)
             if op.is_custom:
                 continue
-            if op.op_name == "ASSIGN_VARIABLE" and op.inputs:
-                key = names.get(op.inputs[0])
-                if key is None:
-                    anything = True
-                else:
-                    assigned.add(key)
-            elif op.op_name == "READ_VARIABLE" and op.inputs:
+            if op.op_name == "READ_VARIABLE" and op.inputs:
                 key = names.get(op.inputs[0])
                 if key is not None and key not in assigned:
                     reads.append((*key, op.index))
-            elif op.op_name in SUBGRAPH_FIELDS:
-                for j in called(op):
-                    more, other = may_assign(j)
-                    assigned |= more
-                    anything |= other
-            elif op.op_name in _UNFOLLOWED_CALLERS:
-                anything = True
+            else:
+                more, other = effect(op, names, frozenset())
+                assigned.update(more)
+                anything |= other
         names_assigned, other = may_assign(k)
         entries.append((k, tuple(reads), tuple(sorted(names_assigned)), other))
     if not any(reads for _k, reads, _a, _o in entries):
