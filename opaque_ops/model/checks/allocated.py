@@ -201,7 +201,7 @@ def _check_xnnpack_variable_stores(info, sg, known, version) -> None:
     checked (the caller's condition).
     """
     stores = variable_stores(info, "ASSIGN_VARIABLE")
-    if stores is None or not stores.constants:
+    if not stores:
         return
     names = variable_names(sg)
     dynamic = {
@@ -215,7 +215,7 @@ def _check_xnnpack_variable_stores(info, sg, known, version) -> None:
         and not sg.tensors[op.outputs[0]].shape
     }
     for key, found in variable_assignments(sg, names, known).items():
-        for where, init, want in stores.constants.get(key, ()):
+        for where, init, want in stores.get(key, ()):
             if where is sg:
                 continue
             for op, shape in found:

@@ -221,7 +221,7 @@ def check_variable_reads(sg, stores) -> None:
     ----------
     sg : SubgraphInfo
         The subgraph whose reads are checked.
-    stores : VariableStores or None
+    stores : dict or None
         :func:`variable_stores` of the model (None: it has no READ_VARIABLE).
     """
     if stores is None:
@@ -236,7 +236,7 @@ def check_variable_reads(sg, stores) -> None:
         out = sg.tensors[op.outputs[0]].shape
         if not out or -1 in out:  # rank 0: dynamic, it takes the variable's shape
             continue
-        for where, assign, val in stores_seen(sg, op, names, here, stores.constants):
+        for where, assign, val in stores_seen(sg, op, names, here, stores):
             if out != val and -1 not in val:
                 value = where.tensors[assign.inputs[1]]
                 raise ModelError(
@@ -249,24 +249,7 @@ def check_variable_reads(sg, stores) -> None:
                 )
 
 
-class VariableStores:
-    """What :func:`variable_stores` finds: the constants assigned in the subgraphs that run.
-
-    Attributes
-    ----------
-    constants : dict
-        ``{(container, shared_name): [(subgraph, operator, shape), ...]}``:
-        each ASSIGN_VARIABLE of a constant, through a VAR_HANDLE, in a
-        subgraph that may run (:func:`running_subgraphs`).
-    """
-
-    __slots__ = ("constants",)
-
-    def __init__(self, constants: dict) -> None:
-        self.constants = constants
-
-
-def variable_stores(info, needs: str = "READ_VARIABLE") -> VariableStores | None:
+def variable_stores(info, needs: str = "READ_VARIABLE") -> dict | None:
     """The constant values each named variable is given in the subgraphs that run; None without ``needs``.
 
     tensorflow/lite/kernels/var_handle.cc gives a VAR_HANDLE the resource
@@ -291,7 +274,10 @@ def variable_stores(info, needs: str = "READ_VARIABLE") -> VariableStores | None
 
     Returns
     -------
-    VariableStores or None
+    dict or None
+        ``{(container, shared_name): [(subgraph, operator, shape), ...]}``:
+        each ASSIGN_VARIABLE of a constant, through a VAR_HANDLE, in a
+        subgraph that may run (:func:`running_subgraphs`); None without ``needs``.
     """
     wanted = BUILTIN_OPERATORS[needs]
     if not any(code == wanted for code, _custom, _version in info.operator_codes):
@@ -305,7 +291,7 @@ def variable_stores(info, needs: str = "READ_VARIABLE") -> VariableStores | None
         for key, found in variable_assignments(sg, names, lambda t, sg=sg: _constant_shape(sg, t)).items():
             if isinstance(key[0], str):  # (a handle of no VAR_HANDLE is known in its own subgraph only)
                 constants.setdefault(key, []).extend((sg, op, shape) for op, shape in found)
-    return VariableStores(constants)
+    return constants
 
 
 def _constant_shape(sg, t: int):
