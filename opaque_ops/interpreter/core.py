@@ -921,13 +921,24 @@ class Interpreter:
     _variables = None
     _prechecks = False
 
-    def _check_variables(self, native, subgraph: int, what: str) -> None:
+    def _check_variables(self, native, subgraph: int, what: str):
         """Just before an invoke of ``subgraph``: refuse a read of a variable nothing has assigned (see variable_state).
+
+        Called under the lock.  Returns the record to pass to
+        :meth:`_count_variables` once the invoke has succeeded (and only
+        then: a failed invoke assigns nothing that counts).
+        """
+        variables = self._variables
+        variables.before_invoke(subgraph, what, native.rt.version)
+        return variables
+
+    def _count_variables(self, variables, subgraph: int) -> None:
+        """After a successful invoke of ``subgraph`` checked by :meth:`_check_variables`: count its assignments.
 
         Called under the lock; when no read is left waiting the check is
         dropped, and the C invoke (fast_calls) may take over.
         """
-        if self._variables.before_invoke(subgraph, what, native.rt.version):
+        if variables.after_invoke(subgraph) and self._variables is variables:
             self._variables = None
             self._prechecks = bool(self._string_inputs or self._fed_values)
             self._fast_sync()
@@ -1280,6 +1291,7 @@ class Interpreter:
             moves = self._moves
             if moves:
                 self._before_moving_invoke("invoke()")
+            variables = None
             if self._prechecks:
                 if self._string_inputs:
                     from .strings import refuse_unset_strings  # (only a model with string inputs: see strings)
@@ -1290,8 +1302,8 @@ class Interpreter:
                     )
                 if self._fed_values:
                     self._refuse_fed_values(native, "invoke()")
-                if self._variables is not None:  # (last: it counts the invoke as run)
-                    self._check_variables(native, 0, "invoke()")
+                if self._variables is not None:  # (counted after the invoke, once it succeeded)
+                    variables = self._check_variables(native, 0, "invoke()")
             if self._watch or moves:
                 status, took = self._run_invoke(native, native.invoke, self._watch, moves)
                 if self._watch:
@@ -1303,6 +1315,8 @@ class Interpreter:
             # parked exception is always picked up by _check.
             if status or native.sink:
                 self._check(status, "invoke", native)
+            if variables is not None:
+                self._count_variables(variables, 0)
         finally:
             calls.owner = None
             lock.release()

@@ -245,12 +245,15 @@ class SignatureRunner:
                     if allocation is not reach.allocation:
                         reach.infer(allocation, *it._seen(native, self._graph)[:2])
                 refuse_crashing_values(native, self._fed, native.rt.version, f"{what}: invoke", reach, _AS_ARGUMENT)
-            if it._variables is not None:  # (last: it counts the invoke as run; see Interpreter._check_variables)
-                it._check_variables(native, self._graph.subgraph, f"{what}: invoke")
+            variables = None
+            if it._variables is not None:  # (counted after the invoke, once it succeeded: Interpreter._count_variables)
+                variables = it._check_variables(native, self._graph.subgraph, f"{what}: invoke")
             status, took = it._run_invoke(native, r.invoke, self._watch, moves)
             if self._watch:
                 self._watch = took > WATCH_AFTER_S
             it._check(status, f"{what}: invoke", native)
+            if variables is not None:
+                it._count_variables(variables, self._graph.subgraph)
             out = {}
             for n in self._output_names:
                 t = r.output_tensor(n)

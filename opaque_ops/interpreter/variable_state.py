@@ -42,13 +42,15 @@ class AssignedVariables:
         self._signatures = signatures
         self._assigned: set = set()
 
-    def before_invoke(self, subgraph: int, what: str, version: str) -> bool:
-        """Refuse the invoke of ``subgraph`` if it would read a variable never assigned; else count it as run.
+    def before_invoke(self, subgraph: int, what: str, version: str) -> None:
+        """Refuse the invoke of ``subgraph`` if it would read a variable never assigned.
 
-        Called just before the invoke: its assignments are counted at once,
-        so an invoke that then fails (its assignment may have run) never
-        makes a later one refused (a read of garbage after a failed invoke
-        is left to TFLite, which the refusal cannot prove).
+        Called just before the invoke; nothing is counted yet: what the
+        invoke assigns counts only once it succeeded (:meth:`after_invoke`).
+        An invoke that fails may stop before its assignment, or after it: an
+        "init" whose later operator fails is not taken as having assigned
+        anything, so a read waiting for it stays refused (garbage on 2.23
+        with XNNPACK otherwise) until an invoke that assigns it succeeds.
 
         Parameters
         ----------
@@ -58,11 +60,6 @@ class AssignedVariables:
             The call, for the message.
         version : str
             The runtime's ``TfLiteVersion()``, for the message.
-
-        Returns
-        -------
-        bool
-            True when no read is left waiting: the caller may drop this.
 
         Raises
         ------
@@ -74,6 +71,20 @@ class AssignedVariables:
         waiting = [r for r in self._reads.get(subgraph, ()) if (r[0], r[1]) not in self._assigned]
         if waiting:
             raise KernelError(self._message(subgraph, waiting[0], what, version))
+
+    def after_invoke(self, subgraph: int) -> bool:
+        """Count what a successful invoke of ``subgraph`` assigned.
+
+        Parameters
+        ----------
+        subgraph : int
+            The subgraph whose invoke has just succeeded.
+
+        Returns
+        -------
+        bool
+            True when no read is left waiting: the caller may drop this.
+        """
         names, other = self._assigns.get(subgraph, (frozenset(), False))
         if other:
             self._reads.clear()

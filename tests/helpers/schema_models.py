@@ -72,6 +72,22 @@ class SchemaModel:
         o.builtinOptionsType, o.builtinOptions = options_type, options
         self.subgraph.operators.append(o)
 
+    def custom_op(self, name: str, ins, outs) -> None:
+        """Add a custom operator ``name`` (no options), for an op the test registers."""
+        s = self.schema
+        c = s.OperatorCodeT()
+        c.builtinCode, c.deprecatedBuiltinCode, c.customCode, c.version = (
+            s.BuiltinOperator.CUSTOM,
+            s.BuiltinOperator.CUSTOM,
+            name.encode(),
+            1,
+        )
+        self.model.operatorCodes.append(c)
+        o = s.OperatorT()
+        o.opcodeIndex = len(self.model.operatorCodes) - 1
+        o.inputs, o.outputs = list(ins), list(outs)
+        self.subgraph.operators.append(o)
+
     def build(self, inputs, outputs) -> bytes:
         """The model's bytes, with ``inputs`` and ``outputs`` as the last subgraph's."""
         import flatbuffers

@@ -107,13 +107,17 @@ def _steps(b: SchemaModel, steps, x) -> list:
     return reads
 
 
-def init_signature_model() -> bytes:
+def init_signature_model(fails: str | None = None) -> bytes:
     """Two signatures: ``main`` (subgraph 0) reads variable ``state``; ``init`` (subgraph 1) assigns its input to it.
 
     ``main``: x [2, 6] -> read = READ_VARIABLE(VAR_HANDLE(state)) [2, 6] (x
     is unused); ``init``: x [2, 6] -> ASSIGN_VARIABLE(VAR_HANDLE(state), x),
     y = ADD(x, 0).  Nothing assigns the variable until ``init`` runs: the
     user calls it first, as a converted model with an init signature asks.
+    ``fails`` ("before" or "after"): init's y is instead the custom
+    operator ``FailsOnNegative`` (:func:`fails_on_negative_op`) of x, before
+    or after the assignment, so an init given a negative x[0, 0] fails
+    before it assigned, or once it did.
     """
     b = SchemaModel()
     schema = b.schema
@@ -131,9 +135,14 @@ def init_signature_model() -> bytes:
     b.op(ops.READ_VARIABLE, [handle()], [read])
     b.next_subgraph([x], [read])
     x1 = b.tensor("x", [2, 6])
-    b.op(ops.ASSIGN_VARIABLE, [handle(), x1], [])
     y = b.tensor("y", [2, 6])
-    b.op(ops.ADD, [x1, b.tensor("zero", [1], values=np.zeros(1, np.float32))], [y])
+    if fails == "before":
+        b.custom_op("FailsOnNegative", [x1], [y])
+    b.op(ops.ASSIGN_VARIABLE, [handle(), x1], [])
+    if fails == "after":
+        b.custom_op("FailsOnNegative", [x1], [y])
+    elif fails is None:
+        b.op(ops.ADD, [x1, b.tensor("zero", [1], values=np.zeros(1, np.float32))], [y])
     signatures = []
     for key, k, ins, outs in (("main", 0, {"x": x}, {"read": read}), ("init", 1, {"x": x1}, {"y": y})):
         sig = schema.SignatureDefT()
@@ -142,6 +151,19 @@ def init_signature_model() -> bytes:
         signatures.append(sig)
     b.model.signatureDefs = signatures
     return b.build([x1], [y])
+
+
+def _fails_on_negative(inputs, outputs):
+    if inputs[0].flat[0] < 0:
+        raise ValueError("FailsOnNegative: x[0, 0] is negative")
+    outputs[0][...] = inputs[0]
+
+
+def fails_on_negative_op():
+    """The Python op ``FailsOnNegative``: y = x, or an error when x's first value is negative (a failing invoke)."""
+    import opaque_ops as oo
+
+    return oo.python_op("FailsOnNegative", invoke=_fails_on_negative)
 
 
 def _tensor_maps(schema, named: dict) -> list:
