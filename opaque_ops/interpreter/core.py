@@ -921,24 +921,33 @@ class Interpreter:
     _variables = None
     _prechecks = False
 
-    def _check_variables(self, native, subgraph: int, what: str):
+    def _check_variables(self, native, subgraph: int, what: str, tensor_of) -> tuple:
         """Just before an invoke of ``subgraph``: refuse a read of a variable nothing has assigned (see variable_state).
 
-        Called under the lock.  Returns the record to pass to
-        :meth:`_count_variables` once the invoke has succeeded (and only
-        then: a failed invoke assigns nothing that counts).
+        ``tensor_of(index)``: the subgraph's input tensor ``index`` (a
+        TensorRef), or None, for the conditions of its IFs.  Called under
+        the lock.  Returns what to pass to :meth:`_count_variables` once the
+        invoke has succeeded (and only then: a failed invoke assigns nothing
+        that counts).
         """
-        variables = self._variables
-        variables.before_invoke(subgraph, what, native.rt.version)
-        return variables
 
-    def _count_variables(self, variables, subgraph: int) -> None:
+        def cond_of(index: int) -> bool | None:
+            t = tensor_of(index)
+            value = None if t is None else t.read()
+            # (if.cc reads the bool's one value; an empty or unreadable one is not known)
+            return None if value is None or value.size != 1 else bool(value.reshape(-1)[0])
+
+        variables = self._variables
+        return variables, variables.before_invoke(subgraph, what, native.rt.version, cond_of)
+
+    def _count_variables(self, checked: tuple, subgraph: int) -> None:
         """After a successful invoke of ``subgraph`` checked by :meth:`_check_variables`: count its assignments.
 
         Called under the lock; when no read is left waiting the check is
         dropped, and the C invoke (fast_calls) may take over.
         """
-        if variables.after_invoke(subgraph) and self._variables is variables:
+        variables, taken = checked
+        if variables.after_invoke(subgraph, taken) and self._variables is variables:
             self._variables = None
             self._prechecks = bool(self._string_inputs or self._fed_values)
             self._fast_sync()
@@ -1303,7 +1312,7 @@ class Interpreter:
                 if self._fed_values:
                     self._refuse_fed_values(native, "invoke()")
                 if self._variables is not None:  # (counted after the invoke, once it succeeded)
-                    variables = self._check_variables(native, 0, "invoke()")
+                    variables = self._check_variables(native, 0, "invoke()", native.tensor)
             if self._watch or moves:
                 status, took = self._run_invoke(native, native.invoke, self._watch, moves)
                 if self._watch:

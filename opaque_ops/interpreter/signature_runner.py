@@ -247,7 +247,13 @@ class SignatureRunner:
                 refuse_crashing_values(native, self._fed, native.rt.version, f"{what}: invoke", reach, _AS_ARGUMENT)
             variables = None
             if it._variables is not None:  # (counted after the invoke, once it succeeded: Interpreter._count_variables)
-                variables = it._check_variables(native, self._graph.subgraph, f"{what}: invoke")
+                named = {index: n for n, index in self._inputs.items()}
+                variables = it._check_variables(
+                    native,
+                    self._graph.subgraph,
+                    f"{what}: invoke",
+                    lambda index: r.input_tensor(named[index]) if index in named else None,
+                )
             status, took = it._run_invoke(native, r.invoke, self._watch, moves)
             if self._watch:
                 self._watch = took > WATCH_AFTER_S

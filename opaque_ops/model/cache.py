@@ -686,18 +686,39 @@ def _is_codes(v) -> bool:
 
 
 def _is_vars(v) -> bool:
-    """[subgraph, [[container, name, operator], ...], [[container, name], ...], bool] per invocable subgraph."""
+    """Per invocable subgraph: [subgraph, reads, assigns, bool, ifs, waiting] (variable_state.reads_before_assignment).
+
+    reads [[container, name, operator], ...]; assigns [[container, name],
+    ...]; ifs [[cond, assigns, assigns], ...]; waiting [[container, name,
+    operator, [if position, ...]], ...].
+    """
     return type(v) is list and all(
         type(n) is list
-        and len(n) == 4
+        and len(n) == 6
         and _is_int(n[0])
         and type(n[1]) is list
         and all(type(r) is list and len(r) == 3 and _is_str(r[0]) and _is_str(r[1]) and _is_int(r[2]) for r in n[1])
-        and type(n[2]) is list
-        and all(type(a) is list and len(a) == 2 and _is_str(a[0]) and _is_str(a[1]) for a in n[2])
+        and _is_names(n[2])
         and type(n[3]) is bool
+        and type(n[4]) is list
+        and all(type(f) is list and len(f) == 3 and _is_int(f[0]) and _is_names(f[1]) and _is_names(f[2]) for f in n[4])
+        and type(n[5]) is list
+        and all(
+            type(r) is list
+            and len(r) == 4
+            and _is_str(r[0])
+            and _is_str(r[1])
+            and _is_int(r[2])
+            and type(r[3]) is list
+            and all(type(p) is int and 0 <= p < len(n[4]) for p in r[3])
+            for r in n[5]
+        )
         for n in v
     )
+
+
+def _is_names(v) -> bool:
+    return type(v) is list and all(type(a) is list and len(a) == 2 and _is_str(a[0]) and _is_str(a[1]) for a in v)
 
 
 def _is_str(x) -> bool:

@@ -175,40 +175,98 @@ def _tensor_maps(schema, named: dict) -> list:
     return out
 
 
-def if_assigned_model() -> bytes:
-    """Subgraph 0: x [2, 6], cond [1] (bool) -> IF(cond, VAR_HANDLE(state), x) -> y; read = READ_VARIABLE(state).
+def if_assigned_model(passed: bool = True) -> bytes:
+    """Subgraph 0: x [2, 6], cond [1] (bool) -> y = IF(cond, ...); read = READ_VARIABLE(VAR_HANDLE(state)).
 
-    The IF's then-branch (subgraph 1) assigns x to the variable through the
-    handle it is given (a subgraph input, not a VAR_HANDLE of its own); the
-    else-branch (subgraph 2) assigns nothing.  Both give y = ADD(x, 0).
-    Outputs ``[read, y]``.
+    The IF's then-branch (subgraph 1) assigns x to the variable ``state``;
+    the else-branch (subgraph 2) assigns nothing.  Both give y = ADD(x, 0).
+    ``passed``: the IF is ``IF(cond, handle, x)`` and the then-branch
+    assigns through the handle it is given (a subgraph input, not a
+    VAR_HANDLE of its own); else ``IF(cond, x)`` and the then-branch has a
+    VAR_HANDLE of ``state`` of its own.  Outputs ``[read, y]``.
     """
     b = SchemaModel()
     schema = b.schema
     ops = schema.BuiltinOperator
+
+    def var_handle() -> int:
+        h = b.tensor("handle", [], schema.TensorType.RESOURCE)
+        var_options = schema.VarHandleOptionsT()
+        var_options.sharedName = b"state"
+        b.op(ops.VAR_HANDLE, [], [h], schema.BuiltinOptions.VarHandleOptions, var_options)
+        return h
+
     x = b.tensor("x", [2, 6])
     cond = b.tensor("cond", [1], schema.TensorType.BOOL)
-    handle = b.tensor("handle", [], schema.TensorType.RESOURCE)
-    var_options = schema.VarHandleOptionsT()
-    var_options.sharedName = b"state"
-    b.op(ops.VAR_HANDLE, [], [handle], schema.BuiltinOptions.VarHandleOptions, var_options)
+    handle = var_handle()
     y = b.tensor("y", [2, 6])
     if_options = schema.IfOptionsT()
     if_options.thenSubgraphIndex, if_options.elseSubgraphIndex = 1, 2
-    b.op(ops.IF, [cond, handle, x], [y], schema.BuiltinOptions.IfOptions, if_options)
+    b.op(ops.IF, [cond, handle, x] if passed else [cond, x], [y], schema.BuiltinOptions.IfOptions, if_options)
     read = b.tensor("read", [2, 6])
     b.op(ops.READ_VARIABLE, [handle], [read])
     b.next_subgraph([x, cond], [read, y])
     for assign in (True, False):
-        h = b.tensor("h", [], schema.TensorType.RESOURCE)
+        h = b.tensor("h", [], schema.TensorType.RESOURCE) if passed else None
         xb = b.tensor("x", [2, 6])
         yb = b.tensor("y", [2, 6])
         if assign:
-            b.op(ops.ASSIGN_VARIABLE, [h, xb], [])
+            b.op(ops.ASSIGN_VARIABLE, [h if passed else var_handle(), xb], [])
         b.op(ops.ADD, [xb, b.tensor("zero", [1], values=np.zeros(1, np.float32))], [yb])
+        ins = [h, xb] if passed else [xb]
         if assign:
-            b.next_subgraph([h, xb], [yb])
-    return b.build([h, xb], [yb])
+            b.next_subgraph(ins, [yb])
+    return b.build(ins, [yb])
+
+
+def if_init_signature_model() -> bytes:
+    """Signatures ``main`` (subgraph 0: x [2, 6] -> read = READ_VARIABLE(VAR_HANDLE(state))) and ``init``.
+
+    ``init`` (subgraph 1): x [2, 6], cond [1] (bool) -> y = IF(cond, x):
+    the then-branch (subgraph 2) assigns x to ``state`` through a VAR_HANDLE
+    of its own, the else-branch (subgraph 3) assigns nothing; both give
+    y = ADD(x, 0).  So ``init`` assigns the variable only when cond is true.
+    """
+    b = SchemaModel()
+    schema = b.schema
+    ops = schema.BuiltinOperator
+
+    def var_handle() -> int:
+        h = b.tensor("handle", [], schema.TensorType.RESOURCE)
+        options = schema.VarHandleOptionsT()
+        options.sharedName = b"state"
+        b.op(ops.VAR_HANDLE, [], [h], schema.BuiltinOptions.VarHandleOptions, options)
+        return h
+
+    def add_zero(x: int) -> int:
+        y = b.tensor("y", [2, 6])
+        b.op(ops.ADD, [x, b.tensor("zero", [1], values=np.zeros(1, np.float32))], [y])
+        return y
+
+    x = b.tensor("x", [2, 6])
+    read = b.tensor("read", [2, 6])
+    b.op(ops.READ_VARIABLE, [var_handle()], [read])
+    b.next_subgraph([x], [read])
+    x1 = b.tensor("x", [2, 6])
+    cond = b.tensor("cond", [1], schema.TensorType.BOOL)
+    y = b.tensor("y", [2, 6])
+    if_options = schema.IfOptionsT()
+    if_options.thenSubgraphIndex, if_options.elseSubgraphIndex = 2, 3
+    b.op(ops.IF, [cond, x1], [y], schema.BuiltinOptions.IfOptions, if_options)
+    b.next_subgraph([x1, cond], [y])
+    xb = b.tensor("x", [2, 6])
+    b.op(ops.ASSIGN_VARIABLE, [var_handle(), xb], [])
+    b.next_subgraph([xb], [add_zero(xb)])
+    xb = b.tensor("x", [2, 6])
+    yb = add_zero(xb)
+    signatures = []
+    for key, k, ins, outs in (("main", 0, {"x": x}, {"read": read}), ("init", 1, {"x": x1, "cond": cond}, {"y": y})):
+        sig = schema.SignatureDefT()
+        sig.signatureKey, sig.subgraphIndex = key, k
+        sig.inputs, sig.outputs = _tensor_maps(schema, ins), _tensor_maps(schema, outs)
+        signatures.append(sig)
+    b.model.signatureDefs = signatures
+    return b.build([xb], [yb])
 
 
 def litert_allocated(data: bytes, xnnpack: bool):

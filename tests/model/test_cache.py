@@ -459,7 +459,8 @@ ANSWER_MODELS = {
             "vars": [],
         },
     ),
-    # (subgraph, reads that come first, names its invoke may assign, whether any other variable too)
+    # (subgraph, reads that come first, names its invoke may assign, whether any other variable too,
+    # decided IFs, reads that wait on them)
     "vars": (
         init_signature_model,
         {
@@ -468,7 +469,7 @@ ANSWER_MODELS = {
             "codes": [0, 142, 143, 144],
             "fed": [],
             "slices": [],
-            "vars": [[0, [["", "state", 1]], [], False], [1, [], [["", "state"]], False]],
+            "vars": [[0, [["", "state", 1]], [], False, [], []], [1, [], [["", "state"]], False, [], []]],
         },
     ),
 }
@@ -524,12 +525,17 @@ DAMAGED = {
         None,
         "READ_VARIABLE",
         [[0, [["", "state", 1]], []]],
-        [(0, [["", "state", 1]], [], False)],
-        [[0, [["", "state"]], [], False]],
-        [[0, [["", "state", -1]], [], False]],
-        [[0, [[None, "state", 1]], [], False]],
-        [[0, [], [["", 7]], False]],
-        [[0, [], [], 0]],
+        [[0, [["", "state", 1]], [], False]],
+        [(0, [["", "state", 1]], [], False, [], [])],
+        [[0, [["", "state"]], [], False, [], []]],
+        [[0, [["", "state", -1]], [], False, [], []]],
+        [[0, [[None, "state", 1]], [], False, [], []]],
+        [[0, [], [["", 7]], False, [], []]],
+        [[0, [], [], 0, [], []]],
+        [[0, [], [], False, [[1, [["", "state"]]]], []]],
+        [[0, [], [], False, [[-1, [["", "state"]], []]], []]],
+        [[0, [], [], False, [[1, [["", "state"]], []]], [["", "state", 2, [1]]]]],
+        [[0, [], [], False, [[1, [["", "state"]], []]], [["", "state", 2]]]],
     ],
 }
 
@@ -593,7 +599,15 @@ def test_each_kept_answer_is_written_as_before_and_read_back_without_the_model(v
     before["fed"] = [list(n) for n in fed]
     before["slices"] = [[*n[:3], *map(list, n[3:])] for n in slices]
     before["vars"] = [
-        [k, [list(r) for r in reads], [list(a) for a in assigns], other] for k, reads, assigns, other in variables
+        [
+            k,
+            [list(r) for r in reads],
+            [list(a) for a in assigns],
+            other,
+            [[cond, [list(a) for a in then], [list(a) for a in orelse]] for cond, then, orelse in ifs],
+            [[*r[:3], list(r[3])] for r in waiting],
+        ]
+        for k, reads, assigns, other, ifs, waiting in variables
     ]
     as_before = marshal.dumps(cache._as_lists(before), cache._MARSHAL_VERSION)
     assert as_before == raw
