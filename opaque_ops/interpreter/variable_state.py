@@ -164,7 +164,8 @@ class AssignedVariables:
                         for p in after
                     )
                     + " before the read runs a branch that does not assign it, with the condition given to "
-                    "this invoke (the runtimes whose kernel checks the read fail this invoke). "
+                    "this invoke (the runtimes whose kernel checks the read fail this invoke). Invoke first with "
+                    "a condition whose branch assigns it; or: "
                     if after
                     else f"Subgraph {subgraph} assigns it only after this read, so no invoke of it can be the first "
                     "(the runtimes whose kernel checks the read fail every invoke). "

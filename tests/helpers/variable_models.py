@@ -175,7 +175,7 @@ def _tensor_maps(schema, named: dict) -> list:
     return out
 
 
-def if_assigned_model(passed: bool = True) -> bytes:
+def if_assigned_model(passed: bool = True, computed: bool = False) -> bytes:
     """Subgraph 0: x [2, 6], cond [1] (bool) -> y = IF(cond, ...); read = READ_VARIABLE(VAR_HANDLE(state)).
 
     The IF's then-branch (subgraph 1) assigns x to the variable ``state``;
@@ -183,7 +183,9 @@ def if_assigned_model(passed: bool = True) -> bytes:
     ``passed``: the IF is ``IF(cond, handle, x)`` and the then-branch
     assigns through the handle it is given (a subgraph input, not a
     VAR_HANDLE of its own); else ``IF(cond, x)`` and the then-branch has a
-    VAR_HANDLE of ``state`` of its own.  Outputs ``[read, y]``.
+    VAR_HANDLE of ``state`` of its own.  ``computed``: the IF's condition
+    is LOGICAL_NOT(cond), which the model computes (then-branch on a false
+    cond).  Outputs ``[read, y]``.
     """
     b = SchemaModel()
     schema = b.schema
@@ -202,7 +204,11 @@ def if_assigned_model(passed: bool = True) -> bytes:
     y = b.tensor("y", [2, 6])
     if_options = schema.IfOptionsT()
     if_options.thenSubgraphIndex, if_options.elseSubgraphIndex = 1, 2
-    b.op(ops.IF, [cond, handle, x] if passed else [cond, x], [y], schema.BuiltinOptions.IfOptions, if_options)
+    picks = cond
+    if computed:
+        picks = b.tensor("not_cond", [1], schema.TensorType.BOOL)
+        b.op(ops.LOGICAL_NOT, [cond], [picks])
+    b.op(ops.IF, [picks, handle, x] if passed else [picks, x], [y], schema.BuiltinOptions.IfOptions, if_options)
     read = b.tensor("read", [2, 6])
     b.op(ops.READ_VARIABLE, [handle], [read])
     b.next_subgraph([x, cond], [read, y])
