@@ -131,7 +131,7 @@ class AssignedVariables:
             self._reads.clear()
             return True
         self._assigned |= names
-        for (_cond, then, other_branch), branch in zip(self._ifs.get(subgraph, ()), taken, strict=True):
+        for (_cond, then, other_branch), branch in zip(self._ifs.get(subgraph, ()), taken):
             if branch is not False:
                 self._assigned |= then
             if branch is not True:

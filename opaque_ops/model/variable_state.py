@@ -123,7 +123,7 @@ def reads_before_assignment(info) -> tuple:
         if k in seen:  # (a cycle, refused by check_call_graph: nothing more to add)
             return frozenset(), False, frozenset()
         sg = info.subgraphs[k]
-        names = {**{t: key for t, key in zip(sg.inputs, passed, strict=False) if key is not None}, **variable_names(sg)}
+        names = {**{t: key for t, key in zip(sg.inputs, passed) if key is not None}, **variable_names(sg)}
         found: set = set()
         must: set = set()
         anything = False
