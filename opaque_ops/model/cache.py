@@ -234,6 +234,9 @@ def check_allocated(info: ModelInfo, shape_of, config=(), planned=None, record: 
       kernel copies the output's planned size out of the variable: wrong
       values, or a read past its end), except on 2.23 with XNNPACK, whose
       delegate reads the variable in its own shape.
+    - an ADD, SUB or MUL of more than 8 dimensions, and on a runtime older
+      than 2.23 (or not known) one that broadcasts through more than
+      MAX_RANK (:func:`~opaque_ops.model.checks.version_rules.check_deep_elementwise`);
     - on a runtime older than 2.23, the shapes and constants 2.17.1's
       BROADCAST_TO, TOPK_V2, CONV_3D and SELECT_V2 crash on in Eval
       (:mod:`~opaque_ops.model.checks.version_rules`), there too in the

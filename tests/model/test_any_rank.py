@@ -29,6 +29,7 @@ from tests.helpers.deep_ops import CASES as DEEP_OPS
 from tests.helpers.deep_ops import SIX as DEEP_SIX
 from tests.helpers.deep_ops import A as DEEP_A
 from tests.helpers.deep_ops import case as deep_op_case
+from tests.helpers.locations import package_file
 
 pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is a test dependency")
 
@@ -80,7 +81,8 @@ def test_gather_nd_deeper_than_six_dimensions_runs_as_the_reference():
 
 
 def test_a_deep_tensor_another_operator_reads_is_still_refused():
-    # ADD's and XNNPACK's shape arrays stop at 6 dimensions (model.checks.limits).
+    # RELU's and XNNPACK's shape arrays stop at 6 dimensions (model.checks.limits).  (An ADD of
+    # two inputs of one shape reads it now: test_deep_add_sub_mul_run_as_numpy_on_2_23...)
     _, params, indices = case("rank-7 output of rank-6 params")
     b = ModelBuilder()
     p = b.add_tensor("p", list(params.shape), np.float32)
@@ -88,7 +90,7 @@ def test_a_deep_tensor_another_operator_reads_is_still_refused():
     g = b.add_tensor("g", list(reference(params, indices).shape), np.float32)
     y = b.add_tensor("y", list(reference(params, indices).shape), np.float32)
     b.add_op("GATHER_ND", [p, i], [g])
-    b.add_op("ADD", [g, g], [y])
+    b.add_op("RELU", [g], [y])
     b.set_inputs([p])
     b.set_outputs([y])
     with pytest.raises(oo.ModelError, match=r"tensor 2 \('g'\) has rank 7; the runtime supports at most 6 dimensions"):
@@ -423,8 +425,6 @@ def test_a_squeeze_of_nine_dimensions_fails_with_tflites_message():
 
 # name: (resized, the message); each crashes or gives wrong data on some runtime without the refusal.
 STILL_REFUSED = {
-    "ADD broadcast": (False, r"tensor 0 \('x0'\) has rank 7; the runtime supports at most 6 dimensions"),
-    "MUL broadcast": (False, r"tensor 0 \('x0'\) has rank 7; the runtime supports at most 6 dimensions"),
     "TRANSPOSE": (False, r"tensor 0 \('x0'\) has rank 7; the runtime supports at most 6 dimensions"),
     "CONCATENATION": (False, r"tensor 0 \('x0'\) has rank 7; the runtime supports at most 6 dimensions"),
     "QUANTIZE": (
@@ -450,9 +450,9 @@ _UNGUARDED_CHILD = """
     import sys
     import numpy as np
     import opaque_ops as oo
-    from opaque_ops.model.checks import limits
+    from opaque_ops.model.checks import version_rules
     from tests.helpers.deep_ops import case
-    limits.ANY_RANK_OPS = limits.ANY_RANK_OPS | {"ADD", "SUB", "MUL"}
+    version_rules.check_deep_elementwise = lambda *args: None
     model, inputs, wants = case(sys.argv[1])
     it = oo.Interpreter(model_content=model, use_xnnpack=False)
     it.allocate_tensors()
@@ -465,8 +465,9 @@ _UNGUARDED_CHILD = """
 
 @pytest.mark.parametrize("name", ["ADD broadcast", "SUB broadcast", "MUL broadcast"])
 def test_a_rank_7_broadcast_without_the_refusal_is_wrong_or_crashes_on_2_17(name, tmp_path):
-    """Why ADD, SUB and MUL stay refused: their rank-7 broadcast, let through, gives wrong values
-    (ADD, SUB) or aborts (MUL) on 2.17.1, XNNPACK off (the node is TFLite's own); 2.23.0 runs it.
+    """Why ADD, SUB and MUL broadcasts stay refused before 2.23: their rank-7 broadcast, let through
+    (version_rules.check_deep_elementwise off), gives wrong values (ADD, SUB) or aborts (MUL) on
+    2.17.1, XNNPACK off (the node is TFLite's own); 2.23.0 runs it.
     (The child's caches are its own: the model passes its check there.)"""
     from opaque_ops.runtime import runtime_info
 
@@ -481,6 +482,132 @@ def test_a_rank_7_broadcast_without_the_refusal_is_wrong_or_crashes_on_2_17(name
     else:
         assert p.returncode == 0, crashed(p)
         assert p.stdout.split("\n")[-2] == "True", p.stdout
+
+
+# -- ADD, SUB and MUL deeper than six dimensions: the runtime's version decides -------------------
+#
+# Their tensors are let through the model's checks up to 8 dimensions (limits.DEEP_ELEMENTWISE_OPS)
+# and judged on the planned shapes (version_rules.check_deep_elementwise): inputs of one shape run
+# everywhere; a broadcast runs from 2.23 on and is refused on 2.17.1, where it gives wrong values
+# or aborts (the test above).  Each runtime is asserted on its own behaviour: the test branches on
+# the loaded runtime's version and skips nothing.
+
+ELEMENTWISE = [name for name, spec in DEEP_OPS.items() if spec[0] in {"ADD", "SUB", "MUL"} and "rank 9" not in name]
+ELEMENTWISE_TOO_DEEP = ["ADD broadcast rank 9", "MUL same shape rank 9"]
+
+_ELEMENTWISE_CHILD = """
+    import json, sys
+    import opaque_ops as oo
+    from ai_edge_litert.interpreter import Interpreter as Ref, OpResolverType
+    from opaque_ops.runtime import runtime_info
+    from tests.helpers.deep_ops import case
+
+    def run(it, inputs):
+        try:
+            it.allocate_tensors()
+        except oo.ModelError as e:
+            return "refused: " + str(e)
+        for d, x in zip(it.get_input_details(), inputs):
+            it.set_tensor(d["index"], x)
+        it.invoke()
+        return [[str(o.dtype), list(o.shape), o.ravel().tolist()] for o in
+                (it.get_tensor(d["index"]) for d in it.get_output_details())]
+
+    out = {"version": runtime_info().version}
+    for name in sys.argv[1:]:
+        model, inputs, _ = case(name)
+        got = out[name] = {}
+        for xnnpack in (False, True):
+            got[f"xnnpack={xnnpack}"] = run(oo.Interpreter(model_content=model, use_xnnpack=xnnpack), inputs)
+        got["litert"] = run(Ref(model_content=model), inputs)
+        plain = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        got["litert without XNNPACK"] = run(Ref(model_content=model, experimental_op_resolver_type=plain), inputs)
+    print(json.dumps(out))
+"""
+
+
+def _broadcasts(name: str) -> bool:
+    """Whether the case's two operands (graph inputs, then constants) have two shapes."""
+    _, ins, consts, _, _, _ = DEEP_OPS[name]
+    x, y = [tuple(shape) for shape, _, _ in ins] + [c.shape for c in consts]
+    return x != y
+
+
+def _assert_outputs(got, wants, where: str) -> None:
+    assert not isinstance(got, str), f"{where}: {got}"
+    assert len(got) == len(wants), where
+    for (dtype, shape, values), want in zip(got, wants):
+        assert (dtype, tuple(shape)) == (str(want.dtype), want.shape), where
+        np.testing.assert_array_equal(np.asarray(values, want.dtype).reshape(shape), want, err_msg=where)
+
+
+def test_deep_add_sub_mul_run_as_numpy_on_2_23_and_their_broadcasts_are_refused_before():
+    # Each case was refused on every runtime ("tensor 0 ('x0') has rank 7; the runtime supports at
+    # most 6 dimensions").  ai-edge-litert (TFLite 2.23's kernels) runs every one as numpy does.
+    from opaque_ops.model.runtime_versions import affected
+
+    p = run_child(_ELEMENTWISE_CHILD, *ELEMENTWISE, timeout=300)
+    assert p.returncode == 0, crashed(p)
+    results = json.loads(p.stdout.strip().splitlines()[-1])
+    version = results.pop("version")
+    assert version.startswith(("2.17.", "2.23.")), version
+    refused = {name for name in ELEMENTWISE if affected(version) and _broadcasts(name)}
+    # (Both kinds are among the cases: a runtime that refused all or none would not pass.)
+    assert {_broadcasts(name) for name in ELEMENTWISE} == {True, False}
+    for name in ELEMENTWISE:
+        _, _, wants = deep_op_case(name)
+        for runner, got in results[name].items():
+            where = f"TFLite {version}, {name}, {runner}"
+            if name in refused and not runner.startswith("litert"):
+                assert isinstance(got, str) and got.startswith("refused: "), f"{where}: {got}"
+                op = DEEP_OPS[name][0]
+                assert f"TFLite {version}'s {op} broadcasts through at most 6" in got, where
+                assert "or use TFLite 2.23" in got, where
+            else:
+                _assert_outputs(got, wants, where)
+
+
+@pytest.mark.parametrize("name", ELEMENTWISE_TOO_DEEP)
+def test_add_sub_mul_deeper_than_eight_dimensions_are_refused_on_every_runtime(name):
+    # TFLite 2.23's broadcasts take 8 dimensions and abort the process in Eval on 9 (2.17.1's take
+    # 6); the refusal comes from the model's checks, before any kernel runs (nothing is invoked here).
+    model, _, _ = deep_op_case(name)
+    with pytest.raises(oo.ModelError, match=r"has rank 9; ADD, MUL, SUB take at most 8 dimensions .* Reshape it"):
+        with oo.Interpreter(model_content=model) as it:
+            it.allocate_tensors()
+
+
+_ONE_RUNTIME_CHILD = """
+    import sys
+    import opaque_ops as oo
+    from opaque_ops.runtime import runtime_info
+    from tests.helpers.deep_ops import case
+    model, inputs, _ = case("MUL broadcast")
+    it = oo.Interpreter(model_content=model)
+    try:
+        it.allocate_tensors()
+    except oo.ModelError as e:
+        print(runtime_info().version, "refused")
+    else:
+        print(runtime_info().version, "ran")
+"""
+
+
+def test_a_deep_broadcasts_verdict_is_kept_per_runtime(tmp_path):
+    """One verdict cache, the 2.17.1 runtime then 2.23.0 then 2.17.1 again: each gets its own
+    verdict (check_allocated's records are keyed by the runtime), not the other's."""
+    from tests.helpers.runtime_libraries import wheel_library
+
+    lib_223 = package_file("litert_lm", "liblitert-lm.so")
+    assert lib_223.is_file(), "litert-lm-api (the TFLite 2.23 C library) is a test dependency"
+    env = {"OPAQUE_OPS_CACHE_DIR": str(tmp_path / "cache"), "OPAQUE_OPS_VERDICT_CACHE": str(tmp_path / "verdicts")}
+    seen = []
+    for lib in (wheel_library(), lib_223, wheel_library()):
+        p = run_child(_ONE_RUNTIME_CHILD, env={**env, "OPAQUE_OPS_TFLITE_LIB": str(lib)})
+        assert p.returncode == 0, crashed(p)
+        seen.append(p.stdout.strip().splitlines()[-1])
+    assert [line.split()[1] for line in seen] == ["refused", "ran", "refused"], seen
+    assert seen[0].startswith("2.17.") and seen[1].startswith("2.23."), seen
 
 
 def reshape_to_seven_model(how: str) -> bytes:

@@ -6,7 +6,7 @@ import numpy as np
 
 from ...errors import ModelError
 from . import messages
-from .limits import MAX_ELEMENTS, MAX_RANK, any_rank_tensors, elements
+from .limits import DEEP_ELEMENTWISE_MAX_RANK, DEEP_ELEMENTWISE_OPS, MAX_ELEMENTS, MAX_RANK, any_rank_tensors, elements
 
 # Element sizes of the fixed-size types numpy has no dtype for (sub-byte
 # types are packed and left out).
@@ -56,18 +56,30 @@ def check_tensor(sg, t, any_rank=None) -> None:
 
 
 def deeper_allowed(info, sg):
-    """``any_rank(tensor index) -> bool`` for :func:`check_tensor` on ``sg``'s tensors.
+    """``any_rank(tensor index, rank=None) -> bool`` for :func:`check_tensor` on ``sg``'s tensors.
 
+    True for a tensor that may have more than :data:`MAX_RANK` dimensions:
+    one that only builtins of :data:`~.limits.ANY_RANK_OPS` touch, at any
+    rank, or that :data:`~.limits.DEEP_ELEMENTWISE_OPS` touch too, when
+    ``rank`` is at most :data:`~.limits.DEEP_ELEMENTWISE_MAX_RANK` or not
+    given (the planned shapes: the runtime's rule judges those,
+    :func:`~.version_rules.check_deep_elementwise`) and the model declares
+    it deeper than MAX_RANK.  (Declared shallower, its node may be one the
+    XNNPACK delegate kept when the interpreter was created, and it fails to
+    prepare it deeper, or overruns its arrays: see :mod:`.limits`.)
     :func:`~.limits.any_rank_tensors` runs on the first question only: most
     models have no tensor deeper than :data:`MAX_RANK`.
     """
     found = None
 
-    def any_rank(t: int) -> bool:
+    def any_rank(t: int, rank: int | None = None) -> bool:
         nonlocal found
         if found is None:
-            found = any_rank_tensors(info, sg)
-        return t in found
+            found = (any_rank_tensors(info, sg), any_rank_tensors(info, sg, elementwise=True))
+        if t in found[0]:
+            return True
+        deep = t in found[1] and len(sg.tensors[t].shape) > MAX_RANK
+        return deep and (rank is None or rank <= DEEP_ELEMENTWISE_MAX_RANK)
 
     return any_rank
 
@@ -75,9 +87,15 @@ def deeper_allowed(info, sg):
 def _check_shape(sg, t, any_rank) -> int:
     """Rank, signs and element count of the stored shape; returns the count."""
     shape, sig = t.shape, t.shape_signature
-    if (len(shape) > MAX_RANK or (sig is not None and len(sig) > MAX_RANK)) and not (
-        any_rank is not None and any_rank(t.index)
-    ):
+    rank = max(len(shape), len(sig) if sig is not None else 0)
+    if rank > MAX_RANK and not (any_rank is not None and any_rank(t.index, rank)):
+        if rank > DEEP_ELEMENTWISE_MAX_RANK and any_rank is not None and any_rank(t.index):
+            ops = ", ".join(sorted(DEEP_ELEMENTWISE_OPS))
+            raise ModelError(
+                f"{messages.tensor(sg, t)} has rank {rank}; {ops} take at most {DEEP_ELEMENTWISE_MAX_RANK} "
+                f"dimensions (TFLite 2.23's broadcasts abort the process on more). Reshape it to at most "
+                f"{DEEP_ELEMENTWISE_MAX_RANK} dimensions"
+            )
         raise ModelError(
             f"{messages.tensor(sg, t)} has rank {len(shape)}; the runtime supports at most {MAX_RANK} dimensions"
         )

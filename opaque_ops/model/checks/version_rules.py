@@ -27,6 +27,7 @@ from ..runtime_versions import broadcast_writes_into_empty as broadcast_writes_i
 from ..select_rows import SELECT_V2_BROADCAST_RANK
 from . import messages
 from .called import follow_called
+from .limits import DEEP_ELEMENTWISE_MAX_RANK, DEEP_ELEMENTWISE_OPS, MAX_RANK
 from .options import effective_options
 
 
@@ -40,14 +41,71 @@ def check_version_rules(sg, known, version: str | None) -> None:
     known : callable
         ``known(tensor index) -> tuple or None``: the shape the rules infer.
     version : str or None
-        The runtime's ``TfLiteVersion()``; None: not known, nothing refused.
+        The runtime's ``TfLiteVersion()``; None: not known, nothing refused
+        but what :func:`check_deep_elementwise` refuses.
     """
+    check_deep_elementwise(sg, known, version)
     if not affected(version):
         return
     for op in sg.operators:
         rule = None if op.is_custom else _RULES.get(op.op_name)
         if rule is not None and len(op.inputs) >= 2 and min(op.inputs[:2]) >= 0:
             rule(sg, op, known, version)
+
+
+def check_deep_elementwise(sg, known, version: str | None) -> None:
+    """Refuse an ADD, SUB or MUL of subgraph 0 deeper than :data:`~.limits.MAX_RANK` that the runtime gets wrong.
+
+    Parameters
+    ----------
+    sg : SubgraphInfo
+        Subgraph 0.
+    known : callable
+        ``known(tensor index) -> tuple or None``: the shape the rules infer.
+    version : str or None
+        The runtime's ``TfLiteVersion()``; None: not known, and a deep
+        broadcast is refused as on the oldest runtime.
+
+    Notes
+    -----
+    The declared shapes let these operators' tensors through up to
+    :data:`~.limits.DEEP_ELEMENTWISE_MAX_RANK` dimensions
+    (:func:`~.tensor_rules.deeper_allowed`); the kernels fail in Eval, after
+    these planned shapes are known (measurements: :mod:`.limits`).  Inputs
+    of one shape take the elementwise path at any rank on every runtime
+    measured; a broadcast deeper than MAX_RANK runs right from TFLite 2.23
+    on, up to DEEP_ELEMENTWISE_MAX_RANK dimensions.
+    """
+    for op in sg.operators:
+        if op.is_custom or op.op_name not in DEEP_ELEMENTWISE_OPS or len(op.inputs) < 2 or not op.outputs:
+            continue
+        x, y, out = (known(t) if t >= 0 else None for t in (*op.inputs[:2], op.outputs[0]))
+        if x is None or y is None or out is None:
+            continue
+        rank = max(len(x), len(y), len(out))
+        if rank <= MAX_RANK:
+            continue
+        if rank > DEEP_ELEMENTWISE_MAX_RANK:
+            # tensorflow/lite/kernels/internal/reference/add.h, mul.h (2.23): the
+            # broadcast helpers take 8 dimensions and abort on more.
+            raise ModelError(
+                f"{messages.planned_operator(sg, op)} would take {list(x)} and {list(y)} to {list(out)}: "
+                f"{rank} dimensions; TFLite's {op.op_name} takes at most {DEEP_ELEMENTWISE_MAX_RANK} (2.23; "
+                f"{MAX_RANK} before) and aborts the process on more. Reshape its inputs to at most "
+                f"{DEEP_ELEMENTWISE_MAX_RANK} dimensions"
+            )
+        if tuple(x) != tuple(y) and (version is None or affected(version)):
+            # tensorflow/lite/kernels/add.cc, sub.cc, mul.cc: inputs of two shapes
+            # broadcast, and 2.17.1's helpers (BroadcastAdd6DSlow,
+            # kMaxMulBroadcastDim in internal/reference/add.h, mul.h) stop at 6.
+            runtime = f"TFLite {version}" if version else "this TFLite runtime (its version is not known)"
+            raise ModelError(
+                f"{messages.planned_operator(sg, op)} broadcasts {list(x)} and {list(y)} to {list(out)}, "
+                f"{rank} dimensions; {runtime}'s {op.op_name} broadcasts through at most {MAX_RANK} "
+                "(deeper, ADD and SUB give wrong values and MUL aborts the process; TFLite 2.23 runs up to "
+                f"{DEEP_ELEMENTWISE_MAX_RANK}). Give both inputs one shape, or at most {MAX_RANK} dimensions, "
+                "or use TFLite 2.23"
+            )
 
 
 def _select_v2(sg, op, known, version) -> None:
