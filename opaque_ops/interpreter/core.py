@@ -48,6 +48,7 @@ from ..model import cache as model_cache
 from ..model import check_allocated
 from ..model.cache import checked_model
 from ..model.reader import unusable_model
+from ..model.runtime_versions import affected as _runtime_affected
 from ..model.schema import BUILTIN_OPERATORS
 from ..ops.provider import OpProvider, not_an_op_provider
 from . import fast_calls as _fast
@@ -432,6 +433,21 @@ class Interpreter:
         # would otherwise import modules it never runs.
         codes = model_cache.builtin_codes(self._info)
         version = _native.load_runtime().version
+        if BUILTIN_OPERATORS["TRANSPOSE"] in codes and _runtime_affected(version):
+            # Before 2.23, TRANSPOSE takes at most 6 dimensions (tensorflow/lite/kernels/transpose.cc),
+            # and the XNNPACK delegate copies a permutation into a 6-entry array while the interpreter
+            # is created (overrunning it; from 15 entries on, measured on 2.17.1, SIGSEGV).  The
+            # model's checks let 8 entries through, for 2.23 (model.checks.limits.DEEP_OPS_2_23).
+            for sg_index, op_index, entries in model_cache.deep_transposes(self._info)[:1]:
+                raise unusable_model(
+                    self._model_name,
+                    ModelError(
+                        f"subgraph {sg_index} operator {op_index} (TRANSPOSE) permutes {entries} dimensions; "
+                        f"TFLite {version}'s TRANSPOSE takes at most 6 (and its XNNPACK delegate overruns an array "
+                        "of 6 while the interpreter is created; TFLite 2.23 takes 8). Reshape to at most 6 "
+                        "dimensions around the TRANSPOSE, or use TFLite 2.23"
+                    ),
+                )
         if BUILTIN_OPERATORS["BATCH_MATMUL"] in codes:
             from . import matmul as _matmul
 

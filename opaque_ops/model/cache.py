@@ -530,6 +530,20 @@ def fixed_slices(info: ModelInfo) -> tuple:
     return _kept(info, "slices")
 
 
+def deep_transposes(info: ModelInfo) -> tuple:
+    """The TRANSPOSEs of ``info`` whose permutation has more than MAX_RANK entries, kept with its verdicts.
+
+    Returns
+    -------
+    tuple
+        ``(subgraph, operator, entries)`` for each (indices, and the
+        permutation's declared length).  Asked at each start on a runtime
+        older than 2.23 of a model with a TRANSPOSE: a later start reads no
+        operators for it.
+    """
+    return _kept(info, "transposes")
+
+
 def _holds(info: ModelInfo) -> bool:
     store = info.verdicts.get("store")
     return store is not None and store.owner() is info
@@ -578,6 +592,14 @@ def _slices_of(info: ModelInfo) -> tuple:
     from .fixed_slices import plan_of
 
     return plan_of(info)
+
+
+def _transposes_of(info: ModelInfo) -> tuple:
+    if BUILTIN_OPERATORS["TRANSPOSE"] not in _codes_of(info):
+        return ()  # (as _slices_of)
+    from .checks.limits import deep_transposes  # (a first read; later starts take it from the record)
+
+    return deep_transposes(info)
 
 
 def _feed_of(info: ModelInfo):
@@ -728,6 +750,11 @@ def _is_str(x) -> bool:
     return type(x) is str
 
 
+def _is_transposes(v) -> bool:
+    """[subgraph, operator, entries] per TRANSPOSE."""
+    return type(v) is list and all(type(n) is list and len(n) == 3 and all(map(_is_int, n)) for n in v)
+
+
 def _is_slices(v) -> bool:
     """[operator, input, output, input shape, begin, size] per slice; the last three are lists of the same length."""
     return type(v) is list and all(
@@ -767,6 +794,8 @@ _ANSWERS = {
     "slices": (_slices_of, _is_slices, _freeze, _as_lists),
     # variable_reads: variable_state.reads_before_assignment, for 2.23 with XNNPACK.
     "vars": (_vars_of, _is_vars, _freeze, _as_lists),
+    # deep_transposes: the TRANSPOSEs a runtime older than 2.23 cannot take (interpreter/core.py).
+    "transposes": (_transposes_of, _is_transposes, _freeze, _as_lists),
 }
 
 

@@ -23,6 +23,7 @@ import pytest
 
 import opaque_ops as oo
 from opaque_ops.model import ModelBuilder
+from opaque_ops.model.runtime_versions import affected
 from tests.helpers.child_process import crashed, run_child
 from tests.helpers.deep_gather import CASES, case, reference
 from tests.helpers.deep_ops import CASES as DEEP_OPS
@@ -425,7 +426,6 @@ def test_a_squeeze_of_nine_dimensions_fails_with_tflites_message():
 
 # name: (resized, the message); each crashes or gives wrong data on some runtime without the refusal.
 STILL_REFUSED = {
-    "TRANSPOSE": (False, r"tensor 0 \('x0'\) has rank 7; the runtime supports at most 6 dimensions"),
     "CONCATENATION": (False, r"tensor 0 \('x0'\) has rank 7; the runtime supports at most 6 dimensions"),
     "QUANTIZE": (
         True,
@@ -486,14 +486,15 @@ def test_a_rank_7_broadcast_without_the_refusal_is_wrong_or_crashes_on_2_17(name
 
 # -- ADD, SUB and MUL deeper than six dimensions: the runtime's version decides -------------------
 #
-# Their tensors are let through the model's checks up to 8 dimensions (limits.DEEP_ELEMENTWISE_OPS)
+# Their tensors are let through the model's checks up to 8 dimensions (limits.DEEP_OPS_2_23)
 # and judged on the planned shapes (version_rules.check_deep_elementwise): inputs of one shape run
 # everywhere; a broadcast runs from 2.23 on and is refused on 2.17.1, where it gives wrong values
 # or aborts (the test above).  Each runtime is asserted on its own behaviour: the test branches on
 # the loaded runtime's version and skips nothing.
 
 ELEMENTWISE = [name for name, spec in DEEP_OPS.items() if spec[0] in {"ADD", "SUB", "MUL"} and "rank 9" not in name]
-ELEMENTWISE_TOO_DEEP = ["ADD broadcast rank 9", "MUL same shape rank 9"]
+TRANSPOSES = [name for name, spec in DEEP_OPS.items() if spec[0] == "TRANSPOSE" and "rank 9" not in name]
+ELEMENTWISE_TOO_DEEP = ["ADD broadcast rank 9", "MUL same shape rank 9", "TRANSPOSE rank 9"]
 
 _ELEMENTWISE_CHILD = """
     import json, sys
@@ -518,7 +519,12 @@ _ELEMENTWISE_CHILD = """
         model, inputs, _ = case(name)
         got = out[name] = {}
         for xnnpack in (False, True):
-            got[f"xnnpack={xnnpack}"] = run(oo.Interpreter(model_content=model, use_xnnpack=xnnpack), inputs)
+            try:
+                it = oo.Interpreter(model_content=model, use_xnnpack=xnnpack)
+            except oo.ModelError as e:
+                got[f"xnnpack={xnnpack}"] = "refused: " + str(e)
+                continue
+            got[f"xnnpack={xnnpack}"] = run(it, inputs)
         got["litert"] = run(Ref(model_content=model), inputs)
         plain = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
         got["litert without XNNPACK"] = run(Ref(model_content=model, experimental_op_resolver_type=plain), inputs)
@@ -544,13 +550,7 @@ def _assert_outputs(got, wants, where: str) -> None:
 def test_deep_add_sub_mul_run_as_numpy_on_2_23_and_their_broadcasts_are_refused_before():
     # Each case was refused on every runtime ("tensor 0 ('x0') has rank 7; the runtime supports at
     # most 6 dimensions").  ai-edge-litert (TFLite 2.23's kernels) runs every one as numpy does.
-    from opaque_ops.model.runtime_versions import affected
-
-    p = run_child(_ELEMENTWISE_CHILD, *ELEMENTWISE, timeout=300)
-    assert p.returncode == 0, crashed(p)
-    results = json.loads(p.stdout.strip().splitlines()[-1])
-    version = results.pop("version")
-    assert version.startswith(("2.17.", "2.23.")), version
+    results, version = _run_deep(ELEMENTWISE)
     refused = {name for name in ELEMENTWISE if affected(version) and _broadcasts(name)}
     # (Both kinds are among the cases: a runtime that refused all or none would not pass.)
     assert {_broadcasts(name) for name in ELEMENTWISE} == {True, False}
@@ -567,12 +567,41 @@ def test_deep_add_sub_mul_run_as_numpy_on_2_23_and_their_broadcasts_are_refused_
                 _assert_outputs(got, wants, where)
 
 
+def test_a_deep_transpose_runs_as_numpy_on_2_23_and_is_refused_before_the_creation_on_2_17():
+    # Each case was refused on every runtime (rank 7; a permutation of more than 6 entries).  On
+    # 2.17.1 TRANSPOSE takes at most 6 dimensions and its XNNPACK delegate overruns a 6-entry array
+    # with the permutation while the interpreter is created: refused there before the creation.
+    results, version = _run_deep(TRANSPOSES)
+    for name in TRANSPOSES:
+        _, _, wants = deep_op_case(name)
+        for runner, got in results[name].items():
+            where = f"TFLite {version}, {name}, {runner}"
+            if affected(version) and not runner.startswith("litert"):
+                assert isinstance(got, str) and got.startswith("refused: "), f"{where}: {got}"
+                want = rf"operator 0 \(TRANSPOSE\) permutes [78] dimensions; TFLite {re.escape(version)}'s TRANSPOSE "
+                assert re.search(want + r"takes at most 6 .* or use TFLite 2\.23", got), f"{where}: {got}"
+            else:
+                _assert_outputs(got, wants, where)
+
+
+def _run_deep(names):
+    """The child's results for ``names`` and the loaded runtime's version (2.17 or 2.23: each is asserted)."""
+    p = run_child(_ELEMENTWISE_CHILD, *names, timeout=300)
+    assert p.returncode == 0, crashed(p)
+    results = json.loads(p.stdout.strip().splitlines()[-1])
+    version = results.pop("version")
+    assert version.startswith(("2.17.", "2.23.")), version
+    return results, version
+
+
 @pytest.mark.parametrize("name", ELEMENTWISE_TOO_DEEP)
 def test_add_sub_mul_deeper_than_eight_dimensions_are_refused_on_every_runtime(name):
     # TFLite 2.23's broadcasts take 8 dimensions and abort the process in Eval on 9 (2.17.1's take
     # 6); the refusal comes from the model's checks, before any kernel runs (nothing is invoked here).
     model, _, _ = deep_op_case(name)
-    with pytest.raises(oo.ModelError, match=r"has rank 9; ADD, MUL, SUB take at most 8 dimensions .* Reshape it"):
+    with pytest.raises(
+        oo.ModelError, match=r"has rank 9; ADD, MUL, SUB, TRANSPOSE take at most 8 dimensions .* Reshape it"
+    ):
         with oo.Interpreter(model_content=model) as it:
             it.allocate_tensors()
 

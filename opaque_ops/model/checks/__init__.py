@@ -70,8 +70,8 @@ def check_model(info: ModelInfo, registered=()) -> None:
     - at least one subgraph; constant data no longer than its shape says;
       at most :data:`MAX_RANK` dimensions (more only where operators of
       any rank, such as GATHER_ND, alone read and write the tensor:
-      :data:`~.limits.ANY_RANK_OPS`, and up to 8 where ADD, SUB and MUL
-      read it too: :data:`~.limits.DEEP_ELEMENTWISE_OPS`, whose planned
+      :data:`~.limits.ANY_RANK_OPS`, and up to 8 where ADD, SUB, MUL and TRANSPOSE
+      read it too: :data:`~.limits.DEEP_OPS_2_23`, whose planned
       shapes the runtime's rule judges) and :data:`MAX_ELEMENTS` elements;
     - quantization scales finite, positive and normal; zero points inside
       the tensor type's range; sparsity parameters that describe the data;

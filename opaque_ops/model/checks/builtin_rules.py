@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...errors import ModelError
 from ..schema import _OP_OPTIONS
 from . import messages
-from .limits import MAX_ELEMENTS, MAX_RANK, MAX_WINDOW_PARAM, elements
+from .limits import MAX_ELEMENTS, MAX_RANK, MAX_RANK_2_23, MAX_WINDOW_PARAM, elements
 from .options import SUBGRAPH_FIELDS, effective_options, has_own_options
 
 # Fewest inputs each builtin takes (the ones the XNNPACK delegate handles).
@@ -153,16 +153,19 @@ def _split(info, sg, op, producer, opts) -> None:
 def _transpose(info, sg, op, producer, opts) -> None:
     if len(op.inputs) < 2 or op.inputs[1] < 0:
         return
-    # The XNNPACK delegate copies the permutation into a fixed array of
-    # XNN_MAX_TENSOR_DIMS entries while the interpreter is created: a longer
-    # one overruns the stack.  The reference kernel takes a 1-D integer
-    # permutation of at most 6 entries (one per input dimension).
+    # 2.17.1's XNNPACK delegate copies the permutation into a fixed array of
+    # XNN_MAX_TENSOR_DIMS (6) entries while the interpreter is created: a
+    # longer one overruns the stack (from 15 entries, SIGSEGV).  The reference
+    # kernel (tensorflow/lite/kernels/transpose.cc) takes a 1-D integer
+    # permutation, one entry per input dimension: at most 6 before 2.23, 8
+    # from 2.23 on.  Up to 8 pass here; more than 6 are refused before the
+    # creation on an older runtime (interpreter/core.py).
     perm = sg.tensors[op.inputs[1]]
-    if perm.type_name not in ("INT32", "INT64") or len(perm.shape) != 1 or perm.shape[0] > MAX_RANK:
+    if perm.type_name not in ("INT32", "INT64") or len(perm.shape) != 1 or perm.shape[0] > MAX_RANK_2_23:
         raise ModelError(
             f"{messages.operator(sg, op)} takes its permutation from tensor {op.inputs[1]}, a {perm.type_name} "
             f"of shape {list(perm.shape)}; it must be a 1-D INT32 or INT64 tensor of at most "
-            f"{MAX_RANK} entries"
+            f"{MAX_RANK_2_23} entries (at most {MAX_RANK} before TFLite 2.23)"
         )
 
 

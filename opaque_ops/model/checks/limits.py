@@ -46,15 +46,11 @@ MAX_RANK = 6
 # (:func:`any_rank_tensors`, called.py).
 #
 # Not here, measured the same way (tests/helpers/deep_ops.py), the refusal
-# stays for each: TRANSPOSE fails to prepare on 2.17.1 (transpose.cc:
-# "1D-6D"), runs on 2.23.0 up to 8 dimensions ("1D-8D"), but XNNPACK
-# copies its permutation into a 6-entry array at creation
-# (builtin_rules._transpose), a rule that cannot know the runtime.
-# RESHAPE, CONCATENATION, QUANTIZE and DEQUANTIZE run right when their
-# tensors are declared deep (XNNPACK then leaves the node to TFLite's
-# kernel).  Declared at rank 6 or less and resized to rank 7, XNNPACK keeps
-# the node: RESHAPE and ADD then fail to prepare (an error), but
-# CONCATENATION, QUANTIZE and DEQUANTIZE return a wrong shape on 2.17.1
+# stays for each: RESHAPE, CONCATENATION, QUANTIZE and DEQUANTIZE run right
+# when their tensors are declared deep (XNNPACK then leaves the node to
+# TFLite's kernel).  Declared at rank 6 or less and resized to rank 7,
+# XNNPACK keeps the node: RESHAPE and ADD then fail to prepare (an error),
+# but CONCATENATION, QUANTIZE and DEQUANTIZE return a wrong shape on 2.17.1
 # (QUANTIZE: [2, 1, 2, 1, 2, 1, 768] for [2, 1, 2, 1, 2, 1, 3]; 2.23.0
 # fails to prepare), and a RESHAPE to a new shape of 7 entries whose output
 # is declared shallower takes the process down at creation (refused by
@@ -62,27 +58,34 @@ MAX_RANK = 6
 # shapes and the runtime.
 ANY_RANK_OPS = frozenset({"GATHER_ND", "GATHER", "SQUEEZE", "EXPAND_DIMS", "CAST", "PACK", "UNPACK"})
 
-# Elementwise arithmetic whose deep tensors depend on the runtime, so the
-# model's tensors may be declared up to DEEP_ELEMENTWISE_MAX_RANK deep and the
-# decision is taken on the planned shapes, where the runtime is known
-# (version_rules.check_deep_elementwise).  tensorflow/lite/kernels/add.cc,
-# sub.cc and mul.cc take the elementwise path when both inputs have one
-# shape (a flat loop: any rank) and broadcast otherwise.  2.17.1's broadcast
-# helpers handle at most 6 dimensions (BroadcastAdd6DSlow, kMaxMulBroadcastDim
-# in tensorflow/lite/kernels/internal/reference/add.h, mul.h): a rank-7
+# Builtins whose deep tensors depend on the runtime, so the model's tensors
+# may be declared up to MAX_RANK_2_23 deep and the decision is
+# taken where the runtime is known.  tensorflow/lite/kernels/add.cc, sub.cc
+# and mul.cc take the elementwise path when both inputs have one shape (a
+# flat loop: any rank) and broadcast otherwise.  2.17.1's broadcast helpers
+# handle at most 6 dimensions (BroadcastAdd6DSlow, kMaxMulBroadcastDim in
+# tensorflow/lite/kernels/internal/reference/add.h, mul.h): a rank-7
 # broadcast gives wrong values (ADD, SUB) or aborts the process (MUL), in
 # Eval, XNNPACK on or off.  2.23.0's broadcasts take 8 dimensions and abort
-# in Eval on 9.  Measured in child processes, float32, each as the only
-# operator: one shape or a broadcast at ranks 7 and 8 declared deep give
+# in Eval on 9: those are judged on the planned shapes
+# (version_rules.check_deep_elementwise).  TRANSPOSE (transpose.cc) takes
+# "1D-6D" on 2.17.1 and "1D-8D" on 2.23.0, failing to prepare beyond (an
+# error); 2.17.1's XNNPACK delegate copies the permutation into a 6-entry
+# array while the interpreter is created (from 15 entries on, SIGSEGV), so
+# a permutation of more than 6 entries is refused before the creation there
+# (interpreter/core.py, model.cache.deep_transposes), and of more than 8 on
+# every runtime (builtin_rules._transpose).  Measured in child processes,
+# float32 (and int32 for ADD and MUL), each as the only operator: one shape or a broadcast, and
+# TRANSPOSE (a reversal, a rotation), at ranks 7 and 8 declared deep give
 # numpy's values on 2.23.0 and ai-edge-litert, XNNPACK on and off (XNNPACK
-# leaves a node deeper than 6 dimensions to TFLite's kernel), and on
-# 2.17.1 when both inputs have one shape (tests/model/test_any_rank.py).
+# leaves a node deeper than 6 dimensions to TFLite's kernel), and on 2.17.1
+# the ADD, SUB and MUL whose inputs have one shape (tests/model/test_any_rank.py).
 # A graph input declared at rank 6 or less and resized deeper stays refused
 # (check_resize asks any_rank_tensors without these): XNNPACK then keeps the
 # node, fails to prepare it at ranks 7 to 11 and overruns its fixed arrays
 # from rank 12 on (SIGSEGV, 2.23.0).
-DEEP_ELEMENTWISE_OPS = frozenset({"ADD", "SUB", "MUL"})
-DEEP_ELEMENTWISE_MAX_RANK = 8
+DEEP_OPS_2_23 = frozenset({"ADD", "SUB", "MUL", "TRANSPOSE"})
+MAX_RANK_2_23 = 8
 
 # TFLite's kernels count elements in an ``int`` (RuntimeShape::FlatSize,
 # NumElements used as int): beyond this the count wraps and they index
@@ -101,7 +104,7 @@ def elements(shape) -> int:
     return math.prod(map(int, shape))
 
 
-def any_rank_tensors(info, sg, elementwise: bool = False) -> frozenset[int]:
+def any_rank_tensors(info, sg, from_2_23: bool = False) -> frozenset[int]:
     """The tensors of ``sg`` that may have more than :data:`MAX_RANK` dimensions.
 
     Parameters
@@ -111,8 +114,8 @@ def any_rank_tensors(info, sg, elementwise: bool = False) -> frozenset[int]:
     sg : SubgraphInfo
         One of its subgraphs (``info.subgraphs[0]`` may be another subgraph
         moved there: ``sg.index`` is its index in the model as stored).
-    elementwise : bool, optional
-        Count the builtins of :data:`DEEP_ELEMENTWISE_OPS` with those of
+    from_2_23 : bool, optional
+        Count the builtins of :data:`DEEP_OPS_2_23` with those of
         :data:`ANY_RANK_OPS` (for the declared and planned shapes, whose
         depth the runtime's rule then judges; not for a resize, which
         XNNPACK would see in a node it kept).
@@ -121,8 +124,8 @@ def any_rank_tensors(info, sg, elementwise: bool = False) -> frozenset[int]:
     -------
     frozenset of int
         The tensors some operator of ``sg`` reads or writes and that only
-        builtins of :data:`ANY_RANK_OPS` (and :data:`DEEP_ELEMENTWISE_OPS`,
-        with ``elementwise``) read and write; none in a subgraph that WHILE,
+        builtins of :data:`ANY_RANK_OPS` (and :data:`DEEP_OPS_2_23`,
+        with ``from_2_23``) read and write; none in a subgraph that WHILE,
         IF or CALL_ONCE call.
 
     Notes
@@ -143,8 +146,34 @@ def any_rank_tensors(info, sg, elementwise: bool = False) -> frozenset[int]:
                     return frozenset()
     used: set[int] = set()
     refused: set[int] = set()
-    allowed = ANY_RANK_OPS | DEEP_ELEMENTWISE_OPS if elementwise else ANY_RANK_OPS
+    allowed = ANY_RANK_OPS | DEEP_OPS_2_23 if from_2_23 else ANY_RANK_OPS
     for op in sg.operators:
         into = used if op.op_name in allowed and not op.is_custom else refused
         into.update(t for t in (*op.inputs, *op.outputs) if t >= 0)
     return frozenset(used - refused)
+
+
+def deep_transposes(info) -> tuple:
+    """The TRANSPOSEs of ``info`` whose permutation has more than :data:`MAX_RANK` entries.
+
+    Parameters
+    ----------
+    info : ModelInfo
+        The model (every subgraph).
+
+    Returns
+    -------
+    tuple
+        ``(subgraph, operator, entries)`` for each: indices, and the
+        permutation's declared length.  A runtime older than 2.23 refuses
+        them before its interpreter is created (see :data:`DEEP_OPS_2_23`);
+        kept in the model's record by :func:`opaque_ops.model.cache.deep_transposes`.
+    """
+    found = []
+    for sg in info.subgraphs:
+        for op in sg.operators:
+            if op.op_name == "TRANSPOSE" and not op.is_custom and len(op.inputs) >= 2 and op.inputs[1] >= 0:
+                perm = sg.tensors[op.inputs[1]].shape
+                if len(perm) == 1 and perm[0] > MAX_RANK:
+                    found.append((sg.index, op.index, int(perm[0])))
+    return tuple(found)

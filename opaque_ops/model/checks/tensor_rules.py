@@ -6,7 +6,7 @@ import numpy as np
 
 from ...errors import ModelError
 from . import messages
-from .limits import DEEP_ELEMENTWISE_MAX_RANK, DEEP_ELEMENTWISE_OPS, MAX_ELEMENTS, MAX_RANK, any_rank_tensors, elements
+from .limits import DEEP_OPS_2_23, MAX_ELEMENTS, MAX_RANK, MAX_RANK_2_23, any_rank_tensors, elements
 
 # Element sizes of the fixed-size types numpy has no dtype for (sub-byte
 # types are packed and left out).
@@ -60,8 +60,8 @@ def deeper_allowed(info, sg):
 
     True for a tensor that may have more than :data:`MAX_RANK` dimensions:
     one that only builtins of :data:`~.limits.ANY_RANK_OPS` touch, at any
-    rank, or that :data:`~.limits.DEEP_ELEMENTWISE_OPS` touch too, when
-    ``rank`` is at most :data:`~.limits.DEEP_ELEMENTWISE_MAX_RANK` or not
+    rank, or that :data:`~.limits.DEEP_OPS_2_23` touch too, when
+    ``rank`` is at most :data:`~.limits.MAX_RANK_2_23` or not
     given (the planned shapes: the runtime's rule judges those,
     :func:`~.version_rules.check_deep_elementwise`) and the model declares
     it deeper than MAX_RANK.  (Declared shallower, its node may be one the
@@ -75,11 +75,11 @@ def deeper_allowed(info, sg):
     def any_rank(t: int, rank: int | None = None) -> bool:
         nonlocal found
         if found is None:
-            found = (any_rank_tensors(info, sg), any_rank_tensors(info, sg, elementwise=True))
+            found = (any_rank_tensors(info, sg), any_rank_tensors(info, sg, from_2_23=True))
         if t in found[0]:
             return True
         deep = t in found[1] and len(sg.tensors[t].shape) > MAX_RANK
-        return deep and (rank is None or rank <= DEEP_ELEMENTWISE_MAX_RANK)
+        return deep and (rank is None or rank <= MAX_RANK_2_23)
 
     return any_rank
 
@@ -89,12 +89,12 @@ def _check_shape(sg, t, any_rank) -> int:
     shape, sig = t.shape, t.shape_signature
     rank = max(len(shape), len(sig) if sig is not None else 0)
     if rank > MAX_RANK and not (any_rank is not None and any_rank(t.index, rank)):
-        if rank > DEEP_ELEMENTWISE_MAX_RANK and any_rank is not None and any_rank(t.index):
-            ops = ", ".join(sorted(DEEP_ELEMENTWISE_OPS))
+        if rank > MAX_RANK_2_23 and any_rank is not None and any_rank(t.index):
+            ops = ", ".join(sorted(DEEP_OPS_2_23))
             raise ModelError(
-                f"{messages.tensor(sg, t)} has rank {rank}; {ops} take at most {DEEP_ELEMENTWISE_MAX_RANK} "
-                f"dimensions (TFLite 2.23's broadcasts abort the process on more). Reshape it to at most "
-                f"{DEEP_ELEMENTWISE_MAX_RANK} dimensions"
+                f"{messages.tensor(sg, t)} has rank {rank}; {ops} take at most {MAX_RANK_2_23} "
+                f"dimensions (TFLite 2.23's kernels; ADD, SUB and MUL abort the process on more). Reshape it to at most "
+                f"{MAX_RANK_2_23} dimensions"
             )
         raise ModelError(
             f"{messages.tensor(sg, t)} has rank {len(shape)}; the runtime supports at most {MAX_RANK} dimensions"

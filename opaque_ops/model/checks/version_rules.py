@@ -27,7 +27,7 @@ from ..runtime_versions import broadcast_writes_into_empty as broadcast_writes_i
 from ..select_rows import SELECT_V2_BROADCAST_RANK
 from . import messages
 from .called import follow_called
-from .limits import DEEP_ELEMENTWISE_MAX_RANK, DEEP_ELEMENTWISE_OPS, MAX_RANK
+from .limits import DEEP_OPS_2_23, MAX_RANK, MAX_RANK_2_23
 from .options import effective_options
 
 
@@ -53,6 +53,12 @@ def check_version_rules(sg, known, version: str | None) -> None:
             rule(sg, op, known, version)
 
 
+# The builtins of limits.DEEP_OPS_2_23 that broadcast (TRANSPOSE is the other:
+# its permutation is checked before the interpreter is created, and its kernel
+# refuses more than 8 dimensions in Prepare).
+_DEEP_BROADCASTS = DEEP_OPS_2_23 - {"TRANSPOSE"}
+
+
 def check_deep_elementwise(sg, known, version: str | None) -> None:
     """Refuse an ADD, SUB or MUL of subgraph 0 deeper than :data:`~.limits.MAX_RANK` that the runtime gets wrong.
 
@@ -69,15 +75,15 @@ def check_deep_elementwise(sg, known, version: str | None) -> None:
     Notes
     -----
     The declared shapes let these operators' tensors through up to
-    :data:`~.limits.DEEP_ELEMENTWISE_MAX_RANK` dimensions
+    :data:`~.limits.MAX_RANK_2_23` dimensions
     (:func:`~.tensor_rules.deeper_allowed`); the kernels fail in Eval, after
     these planned shapes are known (measurements: :mod:`.limits`).  Inputs
     of one shape take the elementwise path at any rank on every runtime
     measured; a broadcast deeper than MAX_RANK runs right from TFLite 2.23
-    on, up to DEEP_ELEMENTWISE_MAX_RANK dimensions.
+    on, up to MAX_RANK_2_23 dimensions.
     """
     for op in sg.operators:
-        if op.is_custom or op.op_name not in DEEP_ELEMENTWISE_OPS or len(op.inputs) < 2 or not op.outputs:
+        if op.is_custom or op.op_name not in _DEEP_BROADCASTS or len(op.inputs) < 2 or not op.outputs:
             continue
         x, y, out = (known(t) if t >= 0 else None for t in (*op.inputs[:2], op.outputs[0]))
         if x is None or y is None or out is None:
@@ -85,14 +91,14 @@ def check_deep_elementwise(sg, known, version: str | None) -> None:
         rank = max(len(x), len(y), len(out))
         if rank <= MAX_RANK:
             continue
-        if rank > DEEP_ELEMENTWISE_MAX_RANK:
+        if rank > MAX_RANK_2_23:
             # tensorflow/lite/kernels/internal/reference/add.h, mul.h (2.23): the
             # broadcast helpers take 8 dimensions and abort on more.
             raise ModelError(
                 f"{messages.planned_operator(sg, op)} would take {list(x)} and {list(y)} to {list(out)}: "
-                f"{rank} dimensions; TFLite's {op.op_name} takes at most {DEEP_ELEMENTWISE_MAX_RANK} (2.23; "
+                f"{rank} dimensions; TFLite's {op.op_name} takes at most {MAX_RANK_2_23} (2.23; "
                 f"{MAX_RANK} before) and aborts the process on more. Reshape its inputs to at most "
-                f"{DEEP_ELEMENTWISE_MAX_RANK} dimensions"
+                f"{MAX_RANK_2_23} dimensions"
             )
         if tuple(x) != tuple(y) and (version is None or affected(version)):
             # tensorflow/lite/kernels/add.cc, sub.cc, mul.cc: inputs of two shapes
@@ -103,7 +109,7 @@ def check_deep_elementwise(sg, known, version: str | None) -> None:
                 f"{messages.planned_operator(sg, op)} broadcasts {list(x)} and {list(y)} to {list(out)}, "
                 f"{rank} dimensions; {runtime}'s {op.op_name} broadcasts through at most {MAX_RANK} "
                 "(deeper, ADD and SUB give wrong values and MUL aborts the process; TFLite 2.23 runs up to "
-                f"{DEEP_ELEMENTWISE_MAX_RANK}). Give both inputs one shape, or at most {MAX_RANK} dimensions, "
+                f"{MAX_RANK_2_23}). Give both inputs one shape, or at most {MAX_RANK} dimensions, "
                 "or use TFLite 2.23"
             )
 
