@@ -748,6 +748,110 @@ def test_a_chain_of_copying_ops_through_rank_7_runs_and_another_reader_is_refuse
     assert p.stdout.splitlines()[-2:] == [refused, refused], p.stdout
 
 
+_RESIZED_CHAIN_CHILD = """
+    import sys
+    import numpy as np
+    import opaque_ops as oo
+    from tests.model.test_any_rank import deep_chain_model
+    from tests.helpers.deep_ops import SIX
+    rank = int(sys.argv[2])
+    shape = [1] * (rank - len(SIX)) + list(SIX)
+    x = (np.arange(np.prod(SIX)).reshape(shape) % 13 - 6).astype(np.float32)
+    for xnnpack in (False, True):
+        with oo.Interpreter(model_content=deep_chain_model(sys.argv[1] or None), use_xnnpack=xnnpack) as it:
+            try:
+                it.resize_tensor_input(0, shape)
+            except oo.ResizeError as e:
+                print("refused:", e)
+                continue
+            it.allocate_tensors()
+            it.set_tensor(0, x)
+            it.invoke()
+            out = it.get_tensor(it.get_output_details()[0]["index"])
+        want = np.take(x[None].astype(np.int32), [1, 1, 0], axis=3)[0]  # (the model's axis, counted from the front)
+        print("ran", out.shape == want.shape and bool(np.array_equal(out, want)))
+"""
+
+
+@pytest.mark.parametrize("rank", [7, 12])
+def test_a_deep_resize_that_an_any_rank_op_passes_on_to_another_reader_is_refused_before_the_allocation(rank):
+    """x resized deep feeds only EXPAND_DIMS (of any rank), so the input itself may be deep; but the
+    EXPAND_DIMS output, one dimension deeper, is read by ADD.  Allocating ran ADD's prepare at that
+    depth before any allocated-shape rule could look: measured on TFLite 2.23.0 with XNNPACK, a rank-12
+    input (ADD at rank 13) took the process down with SIGSEGV.  The resize is now refused, with the
+    operator named, on every runtime (ADD supports 6 dimensions, tensorflow/lite/kernels/add.cc's
+    broadcast form); the chain whose deep tensors only copying ops read still runs as numpy at the
+    same depth (rank 7 in, rank 7 out: SQUEEZE drops the added axis).  In a child: without the
+    rule the 2.23 case crashes."""
+    p = run_child(_RESIZED_CHAIN_CHILD, "ADD", str(rank))
+    assert p.returncode == 0, crashed(p)
+    refused = (
+        f"refused: cannot resize input 0 to rank {rank} (shape {([1] * (rank - 6) + list(DEEP_SIX))[:8]}...): it "
+        f"would give operator 1 (ADD) an input of rank {rank + 1} (tensor 1), and that operator supports at most 6 "
+        "dimensions; resize it to at most 5 dimensions"
+    )
+    assert p.stdout.splitlines()[-2:] == [refused, refused], p.stdout
+    if rank == 7:  # (at 12 the chain's SQUEEZE, at 13, fails to prepare cleanly: squeeze.cc takes at most 8)
+        p = run_child(_RESIZED_CHAIN_CHILD, "", str(rank))
+        assert p.returncode == 0, crashed(p)
+        assert p.stdout.splitlines()[-2:] == ["ran True", "ran True"], p.stdout
+
+
+def expand_chain_model(count: int, declared: list) -> bytes:
+    """x (declared ``declared``) through ``count`` EXPAND_DIMS on axis 0, every output declared [2, 3]
+    whatever its real rank, into ADD(e, e)."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", declared, np.float32)
+    cur = x
+    for i in range(count):
+        e = b.add_tensor(f"e{i}", [2, 3], np.float32)
+        b.add_op("EXPAND_DIMS", [cur, b.add_constant(f"axis{i}", np.array([0], np.int32))], [e])
+        cur = e
+    y = b.add_tensor("y", [2, 3], np.float32)
+    b.add_op("ADD", [cur, cur], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    return b.build()
+
+
+_EXPAND_CHAIN_CHILD = """
+    import sys
+    import opaque_ops as oo
+    from tests.model.test_any_rank import expand_chain_model
+    count, rank = int(sys.argv[1]), int(sys.argv[2])
+    data = expand_chain_model(count, [1] * (rank - 2) + [2, 3])
+    for xnnpack in (True, False):
+        try:
+            oo.Interpreter(model_content=data, use_xnnpack=xnnpack).allocate_tensors()
+            print("allocated")
+        except oo.ModelError as e:
+            print("refused:", e)
+"""
+
+
+@pytest.mark.parametrize(
+    ("count", "rank"), [(10, 2), (1, 12), (1, 7)], ids=["ten-expands-from-rank-2", "rank-12-input", "rank-7-input"]
+)
+def test_a_model_whose_expand_dims_reach_another_reader_deep_is_refused_before_the_allocation(count, rank):
+    """The declared shapes hide the depth: each EXPAND_DIMS output is declared [2, 3], but the runtime
+    plans it one dimension deeper than its input, and ADD reads the last one.  Measured on TFLite 2.23.0
+    with XNNPACK: ADD at rank 12 or more took the process down (SIGSEGV) while allocating, before any
+    allocated-shape rule could see it (ten EXPAND_DIMS from a rank-2 input, or one from a rank-12 input
+    that only EXPAND_DIMS reads).  The model check now follows the shapes and refuses it on every runtime,
+    before the interpreter is created; at rank 7 it did so after the allocation (the same refusal, earlier
+    now).  In a child: without the rule the 2.23 cases crash."""
+    p = run_child(_EXPAND_CHAIN_CHILD, str(count), str(rank))
+    assert p.returncode == 0, crashed(p)
+    tensor = 2 * count - 1  # (x, then an axis constant and an output per EXPAND_DIMS)
+    refused = (
+        f"refused: <model_content> is not a usable TFLite model: subgraph 0 operator {count} (ADD) would get "
+        f"subgraph 0 tensor {tensor} ('e{count - 1}') at rank {rank + count} (declared 2: the operators before it "
+        "make it that deep), more dimensions than it takes (at most 6 here); give the model inputs of fewer "
+        "dimensions"
+    )
+    assert p.stdout.splitlines()[-2:] == [refused, refused], p.stdout
+
+
 def high_rank_model(op: str) -> bytes:
     """One ``op`` on x declared [2, 3] (XNNPACK sees the node at rank 2 when the interpreter is
     created), for an input resized to [2, 3, 1, ..., 1] of HIGH_RANK dimensions."""

@@ -39,8 +39,8 @@ from ...errors import ModelError
 from ..metadata import check_metadata
 from ..reader import ModelInfo
 from ..runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op
-from . import builtin_rules, graph, type_rules
-from .allocated import check_allocated_shapes, check_resize
+from . import builtin_rules, graph, messages, type_rules
+from .allocated import check_allocated_shapes, check_resize, deep_reach
 from .limits import MAX_ELEMENTS, MAX_RANK, MAX_WINDOW_PARAM
 from .options import effective_options
 from .tensor_rules import HANDLE_TYPES, check_subgraph_inputs, check_tensor, deeper_allowed
@@ -144,6 +144,48 @@ def check_model(info: ModelInfo, registered=()) -> None:
     graph.check_call_graph(info)
     graph.check_select_in_control_flow(info)
     graph.check_signatures(info)
+    _check_deep_reach(info)
+
+
+# Operators of any rank (limits.ANY_RANK_OPS) whose output may have more
+# dimensions than any of their inputs.
+_ADDS_DIMENSIONS = frozenset({"EXPAND_DIMS", "PACK", "GATHER", "GATHER_ND"})
+
+
+def _check_deep_reach(info) -> None:
+    """A subgraph a caller invokes, with a tensor declared deep: no operator may get more dimensions than it takes.
+
+    The declared shapes of the other tensors need not be what the runtime
+    plans (an EXPAND_DIMS output declared at rank 6 is planned one deeper),
+    and the allocation prepares each operator at the planned depth before
+    the allocated-shape rules can look (:func:`~.allocated.deep_reach`).
+    Only subgraphs that hold such a tensor, or an operator that adds
+    dimensions (a chain of ten EXPAND_DIMS from a rank-2 input, every
+    output declared [2, 3], also reached ADD at rank 12: SIGSEGV on 2.23.0
+    with XNNPACK), are followed: most models have neither.
+    """
+    invoked = sorted({0} | {s.subgraph_index for s in info.signatures if 0 <= s.subgraph_index < len(info.subgraphs)})
+    for k in invoked:
+        sg = info.subgraphs[k]
+        if all(len(t.shape) <= MAX_RANK for t in sg.tensors) and not any(
+            op.op_name in _ADDS_DIMENSIONS and not op.is_custom for op in sg.operators
+        ):
+            continue
+        rooted = info
+        if k:
+            import dataclasses  # (rarely needed: not at start-up)
+
+            sgs = list(info.subgraphs)
+            sgs[0], sgs[k] = sgs[k], sgs[0]
+            rooted = dataclasses.replace(info, subgraphs=sgs)  # (as Interpreter._rooted plans a runner's)
+        reach = deep_reach(rooted, lambda t, sg=sg: tuple(sg.tensors[t].shape))
+        if reach is not None:
+            op, t, rank = reach
+            raise ModelError(
+                f"{messages.operator(sg, op)} would get {messages.tensor(sg, sg.tensors[t])} at rank {rank} "
+                f"(declared {len(sg.tensors[t].shape)}: the operators before it make it that deep), more "
+                f"dimensions than it takes (at most {MAX_RANK} here); give the model inputs of fewer dimensions"
+            )
 
 
 def _check_operator(info, sg, op, producer, registered) -> None:

@@ -37,19 +37,80 @@ def check_resize(info, tensor_index: int, shape) -> None:
     Only what is wrong whatever the model does is refused here: more than
     :data:`MAX_RANK` dimensions (unless only operators of any rank, such as
     GATHER_ND, read the input: :func:`~.limits.any_rank_tensors`), more
-    than :data:`MAX_ELEMENTS` elements.
-    Whether the model's operators accept the shape is decided after the
-    allocation, on the shapes TFLite plans (:func:`check_allocated_shapes`).
+    than :data:`MAX_ELEMENTS` elements; and a deep shape that those
+    operators pass on to one that takes fewer dimensions (:func:`deep_reach`:
+    the allocation would prepare it at that depth first).
+    Whether the model's operators accept the shape is otherwise decided
+    after the allocation, on the shapes TFLite plans
+    (:func:`check_allocated_shapes`).
     """
-    if len(shape) > MAX_RANK and tensor_index not in any_rank_tensors(info, info.subgraphs[0]):
-        raise InvalidInputError(
-            f"cannot resize {_input(info, tensor_index)} to rank {len(shape)} (shape {list(shape)[:8]}...): "
-            f"the runtime supports at most {MAX_RANK} dimensions"
-        )
+    if len(shape) > MAX_RANK:
+        deep = any_rank_tensors(info, info.subgraphs[0])
+        if tensor_index not in deep:
+            raise InvalidInputError(
+                f"cannot resize {_input(info, tensor_index)} to rank {len(shape)} (shape {list(shape)[:8]}...): "
+                f"the runtime supports at most {MAX_RANK} dimensions"
+            )
+        sg = info.subgraphs[0]
+        reach = deep_reach(info, lambda t: tuple(shape) if t == tensor_index else tuple(sg.tensors[t].shape))
+        if reach is not None:
+            op, t, rank = reach
+            raise InvalidInputError(
+                f"cannot resize {_input(info, tensor_index)} to rank {len(shape)} (shape {list(shape)[:8]}...): "
+                f"{messages.planned_operator(sg, op)} would get an input of rank {rank} (tensor {t}), more "
+                f"dimensions than it takes (at most {MAX_RANK} here); resize it to at most "
+                f"{len(shape) - (rank - MAX_RANK)} dimensions"
+            )
     if elements(shape) > MAX_ELEMENTS:
         raise InvalidInputError(
             f"cannot resize {_input(info, tensor_index)} to {list(shape)}: more than {MAX_ELEMENTS} elements"
         )
+
+
+def deep_reach(info, shape_of) -> tuple | None:
+    """The first operator that a deep tensor's depth reaches though it takes at most :data:`MAX_RANK` dimensions.
+
+    A tensor may be deep where only operators of any rank read it
+    (:func:`~.limits.any_rank_tensors`), but what they make of it may be
+    deep too: EXPAND_DIMS and PACK add a dimension, and a tensor declared
+    shallow that another operator reads is planned at the depth they give.
+    The allocation then runs that operator's prepare at that depth before
+    :func:`check_allocated_shapes` can look: measured on TFLite 2.23.0 with
+    XNNPACK, EXPAND_DIMS of a rank-12 input into ADD (rank 13) takes the
+    process down with SIGSEGV while allocating, whether the input was
+    declared deep or resized deep.  So the shapes are followed from the
+    inputs' before any allocation.
+
+    Parameters
+    ----------
+    info : ModelInfo
+        The model; its subgraph 0 is the one followed.
+    shape_of : callable
+        ``shape_of(tensor index)``: the shape of an input (or variable) of
+        subgraph 0 for the next allocation.
+
+    Returns
+    -------
+    tuple or None
+        ``(operator, tensor index, rank)``: the first operator that would
+        read a tensor deeper than it takes (as
+        :func:`~.tensor_rules.deeper_allowed` judges the declared shapes);
+        None when there is none, or when the shapes cannot be followed
+        (shapes that do not fit fail the allocation cleanly, and a
+        value-dependent output's shape is left to the allocation, as before).
+    """
+    sg = info.subgraphs[0]
+    try:
+        shapes = infer_shapes(info, shape_of)
+    except ModelError:
+        return None
+    allowed = deeper_allowed(info, sg)
+    for op in sg.operators:
+        for t in op.inputs:
+            found = shapes.get(t) if t >= 0 else None
+            if found is not None and len(found) > MAX_RANK and not allowed(t, len(found)):
+                return op, t, len(found)
+    return None
 
 
 def _input(info, tensor_index: int) -> str:
