@@ -23,7 +23,7 @@ from ..select_rows import SELECT_V2_BROADCAST_RANK
 from ..shapes import infer_shapes
 from . import messages
 from .limits import MAX_RANK
-from .options import SUBGRAPH_FIELDS, effective_options
+from .options import called_subgraphs
 
 # The WHILE turns followed before a loop whose loop variables keep changing
 # shape (and rank) counts as one whose shapes are not known.
@@ -133,10 +133,9 @@ def _follow_callers(found: Followed, sg, shape_of) -> dict:
     """
     outputs: dict = {}
     for op in sg.operators:
-        if op.is_custom or op.op_name not in SUBGRAPH_FIELDS:
+        called = [] if op.is_custom else called_subgraphs(op)  # (every index: one out of range skips it)
+        if not called:
             continue
-        options = effective_options(op)
-        called = [options.get(f, 0) for f in SUBGRAPH_FIELDS[op.op_name]]
         if not all(k in found.subgraphs and k != sg.index for k in called):
             continue  # (refused by check_model's control-flow rules)
         for k in called:

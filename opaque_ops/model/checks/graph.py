@@ -6,7 +6,7 @@ from ...errors import ModelError
 from ..schema import BUILTIN_OPERATORS
 from ..select_rows import nodes_of
 from . import messages
-from .options import SUBGRAPH_FIELDS, effective_options
+from .options import called_subgraphs, effective_options
 
 # Builtins whose outputs may be RESOURCE or VARIANT handles (the control-flow
 # ops pass their subgraphs' handles through).
@@ -371,22 +371,15 @@ def running_subgraphs(info) -> set:
             continue
         seen.add(k)
         for op in info.subgraphs[k].operators:
-            if op.op_name in SUBGRAPH_FIELDS and not op.is_custom:
-                opts = effective_options(op)
-                todo.extend(opts.get(f, 0) for f in SUBGRAPH_FIELDS[op.op_name])
+            if not op.is_custom:
+                todo.extend(called_subgraphs(op, count))
     return seen
 
 
 def check_call_graph(info) -> None:
     """Subgraphs calling each other in a cycle recurse until the stack overflows."""
-    calls = {}
-    for sg in info.subgraphs:
-        calls[sg.index] = {
-            effective_options(op).get(f, 0)
-            for op in sg.operators
-            if op.op_name in SUBGRAPH_FIELDS
-            for f in SUBGRAPH_FIELDS[op.op_name]
-        }
+    count = len(info.subgraphs)
+    calls = {sg.index: {k for op in sg.operators for k in called_subgraphs(op, count)} for sg in info.subgraphs}
     state: dict[int, int] = {}
 
     def visit(n, path):
@@ -426,12 +419,11 @@ def check_select_in_control_flow(info) -> None:
     for sg in info.subgraphs:
         for op in sg.operators:
             if op.op_name in _RERUNNING_CALLERS:
-                options = effective_options(op)
-                for field in SUBGRAPH_FIELDS[op.op_name]:
-                    callers.setdefault(options.get(field, 0), messages.operator(sg, op))
+                for k in called_subgraphs(op, len(info.subgraphs)):
+                    callers.setdefault(k, messages.operator(sg, op))
     for k, caller in sorted(callers.items()):
-        if not 0 < k < len(info.subgraphs):
-            continue  # (refused before, by the control-flow rule)
+        if k == 0:
+            continue  # (refused before, by the control-flow rule, as is an index out of range)
         sg = info.subgraphs[k]
         for index, c, *_ in nodes_of(sg):
             if sg.tensors[c].data is not None:

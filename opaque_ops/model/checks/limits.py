@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .options import SUBGRAPH_FIELDS, effective_options
+from .options import called_subgraphs
 
 # XNNPACK's tensors have at most XNN_MAX_TENSOR_DIMS (6) dimensions; a deeper
 # shape overruns its fixed-size shape arrays (rank 64 crashes the process, a
@@ -141,9 +141,8 @@ def any_rank_tensors(info, sg, from_2_23: bool = False) -> frozenset[int]:
     """
     for other in info.subgraphs:
         for op in other.operators:
-            if op.op_name in SUBGRAPH_FIELDS:
-                if sg.index in {effective_options(op).get(f, 0) for f in SUBGRAPH_FIELDS[op.op_name]}:
-                    return frozenset()
+            if sg.index in called_subgraphs(op):
+                return frozenset()
     used: set[int] = set()
     refused: set[int] = set()
     allowed = ANY_RANK_OPS | DEEP_OPS_2_23 if from_2_23 else ANY_RANK_OPS

@@ -15,6 +15,35 @@ SUBGRAPH_FIELDS = {
 }
 
 
+def called_subgraphs(op, count: int | None = None) -> list[int]:
+    """The subgraphs that a WHILE, IF or CALL_ONCE ``op`` calls, read from its effective options.
+
+    Parameters
+    ----------
+    op : OpInfo
+        Any operator; one whose name is not in :data:`SUBGRAPH_FIELDS` calls
+        none.  Its ``is_custom`` is not looked at (a custom operator may
+        carry one of those names): that is the caller's to decide.
+    count : int, optional
+        The model's number of subgraphs: an index outside ``0 .. count - 1``
+        is left out.  None keeps every index as the options give it, for a
+        caller that must know one is out of range.
+
+    Returns
+    -------
+    list of int
+        The indexes in the order of the operator's fields in
+        :data:`SUBGRAPH_FIELDS` (a WHILE's cond before its body, an IF's
+        then before its else), an index named by two fields twice.
+    """
+    fields = SUBGRAPH_FIELDS.get(op.op_name)
+    if fields is None:
+        return []
+    options = effective_options(op)
+    called = [options.get(f, 0) for f in fields]
+    return called if count is None else [k for k in called if 0 <= k < count]
+
+
 def effective_options(op) -> dict:
     """The builtin options the runtime will use for ``op``.
 
