@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, ShapeError
 
 
 def refuse_crashing_values(
@@ -169,18 +169,13 @@ class MadeShapes:
         """infer_shapes up to operator ``index``, with the values of the ``seeds`` read as constants."""
         import numpy as np
 
-        from ..errors import ShapeError
-        from ..model.shapes import infer_shapes
-
         values = {
             t: np.frombuffer(raw, r.dtype).tolist()
             for t, r, raw in zip(seeds, refs, raws)
             if raw is not None and r.dtype is not None
         }
-        try:
-            return infer_shapes(self._info, shape_of, values=values, until=index)
-        except ShapeError:
-            return {}  # (shapes the rules refuse before the node: not told, the node stays unchecked)
+        # (Shapes the rules refuse before the node: not told, the node stays unchecked.)
+        return _shapes(self._info, shape_of, values=values, until=index)
 
 
 class SignatureTensors:
@@ -271,14 +266,8 @@ class SignatureTensors:
             ``shape_of(tensor index)``: the planned shape of a tensor the
             signature names, else None.
         """
-        from ..errors import ShapeError
-        from ..model.shapes import infer_shapes
-
         if self.unnamed:
-            try:
-                shapes = infer_shapes(info, shape_of)
-            except ShapeError:
-                shapes = {}  # (the allocation's checks refuse these shapes)
+            shapes = _shapes(info, shape_of)  # (where the rules refuse the shapes, so do the allocation's checks)
             self._inferred = {t: shapes.get(t) for t in self.unnamed}
         if self.made is None:
             self.made = MadeShapes(info, self._allocations, self._subgraph)
@@ -323,6 +312,21 @@ class SignatureTensors:
     def where(self, what: str, value_t: int, index: int, op: str) -> str:
         """The start of a refusal's message: the call, the signature input and the operator."""
         return f"{what}: input {self._names[value_t]!r} of operator {index} ({op}) of subgraph {self._subgraph}"
+
+
+def _shapes(info, shape_of, **given) -> dict:
+    """:func:`~opaque_ops.model.shapes.infer_shapes` with ``given``, or ``{}`` where its rules refuse the shapes.
+
+    Both users (:class:`MadeShapes`, :meth:`SignatureTensors.infer`) only
+    look shapes up: shapes that the rules refuse tell them none, and a node
+    whose data tensor's shape is not told stays unchecked.
+    """
+    from ..model.shapes import infer_shapes
+
+    try:
+        return infer_shapes(info, shape_of, **given)
+    except ShapeError:
+        return {}
 
 
 def _reverse_sequence(where, v, x, data_t, s, b, how, fed=False) -> None:
