@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from ...errors import InvalidInputError, ModelError
 from ..flex import decode_flex_options
 from ..runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op_shapes
@@ -171,15 +173,46 @@ def check_allocated_shapes(info, shape_of, planned=None, version=None, xnnpack=F
     found = follow_called(info, known) if affected(version) else None
     if found is not None and xnnpack:
         _check_called_sizes(found, version)
-    _check_variable_reads(sg, shape_of, known, through_others_only=xnnpack and not affected(version))
+    variables = _Variables(sg, known)
+    _check_variable_reads(sg, shape_of, variables, through_others_only=xnnpack and not affected(version))
     if xnnpack and not affected(version) and len(info.subgraphs) > 1:
-        _check_xnnpack_variable_stores(info, sg, known, version)
+        _check_xnnpack_variable_stores(info, sg, variables, version)
     check_version_rules(sg, known, version)
     if found is not None:
         check_select_v2_in_control_flow(info, known, version, found)
 
 
-def _check_variable_reads(sg, shape_of, known, through_others_only: bool = False) -> None:
+class _Variables:
+    """Subgraph 0's variables and the values it assigns them, for the two variable rules below.
+
+    Each is worked out when a rule first asks, once for both: most models
+    have no variable, and neither rule asks then.
+
+    Parameters
+    ----------
+    sg : SubgraphInfo
+        Subgraph 0.
+    known : callable
+        ``known(tensor index)``: the shape the allocation gives the tensor,
+        or None.
+    """
+
+    def __init__(self, sg, known) -> None:
+        self._sg = sg
+        self._known = known
+
+    @cached_property
+    def names(self) -> dict:
+        """:func:`~.graph.variable_names` of the subgraph."""
+        return variable_names(self._sg)
+
+    @cached_property
+    def assigned(self) -> dict:
+        """:func:`~.graph.variable_assignments` of the subgraph, with the allocation's shapes."""
+        return variable_assignments(self._sg, self.names, self._known)
+
+
+def _check_variable_reads(sg, shape_of, variables: _Variables, through_others_only: bool = False) -> None:
     """READ_VARIABLE's planned output has the shape ASSIGN_VARIABLE stores in its variable after this allocation.
 
     tensorflow/lite/kernels/read_variable.cc: Prepare makes the output
@@ -215,8 +248,7 @@ def _check_variable_reads(sg, shape_of, known, through_others_only: bool = False
     reads = [op for op in sg.operators if op.op_name == "READ_VARIABLE" and not op.is_custom]
     if not reads:
         return
-    names = variable_names(sg)
-    here = variable_assignments(sg, names, known)
+    names, here = variables.names, variables.assigned
     for op in reads:
         if not op.inputs or not op.outputs or min(op.outputs) < 0 or op.inputs[0] < 0:
             continue
@@ -239,7 +271,7 @@ def _check_variable_reads(sg, shape_of, known, through_others_only: bool = False
                 )
 
 
-def _check_xnnpack_variable_stores(info, sg, known, version) -> None:
+def _check_xnnpack_variable_stores(info, sg, variables: _Variables, version) -> None:
     """With 2.23's XNNPACK, no ASSIGN_VARIABLE outgrows, or reshapes under a dynamic read, another subgraph's constant.
 
     The variables of the converters' common form are given their first
@@ -264,7 +296,7 @@ def _check_xnnpack_variable_stores(info, sg, known, version) -> None:
     stores = variable_stores(info, "ASSIGN_VARIABLE")
     if not stores:
         return
-    names = variable_names(sg)
+    names = variables.names
     dynamic = {
         names.get(op.inputs[0]) or (sg.index, op.inputs[0])
         for op in sg.operators
@@ -275,7 +307,7 @@ def _check_xnnpack_variable_stores(info, sg, known, version) -> None:
         and min(op.outputs) >= 0
         and not sg.tensors[op.outputs[0]].shape
     }
-    for key, found in variable_assignments(sg, names, known).items():
+    for key, found in variables.assigned.items():
         for where, init, want in stores.get(key, ()):
             if where is sg:
                 continue
