@@ -227,32 +227,48 @@ def test_a_fed_broadcast_shape_is_refused_where_it_corrupts_memory(mode):
         assert lines[2]["shapes"] == [[0, 5, 3]], lines
 
 
-# REVERSE_SEQUENCE with x resized between invokes: argv the way it is run,
-# then [x's shape, lengths] pairs as JSON (x = arange of that shape).
-CHILD_SHAPES = """
+def stepped_model(name: str) -> tuple:
+    """For CHILD_STEPS: the model ``name`` names, its inputs' signature names and types in input order,
+    the inputs resized when a step changes their shapes, and the output the runner returns.
+
+    "reverse_sequence": reverse_sequence_model's x and n (both resized); "tiled-<lengths' dtype>":
+    tiled_model's x, multiples and lengths (the multiples keep their shape [2])."""
+    if name == "reverse_sequence":
+        return reverse_sequence_model("run"), (("x", f32), ("n", i32)), (0, 1), "out0"
+    lengths = np.dtype(name.removeprefix("tiled-")).type
+    return tiled_model(lengths), (("x", f32), ("multiples", i32), ("lengths", lengths)), (0, 2), "out"
+
+
+# A model that stepped_model names, run with its inputs changed between invokes: argv
+# the way it is run, the model's name, then the steps as JSON, each x's shape
+# and the other inputs' values in input order (x = arange of that shape).  The
+# interpreter resizes the inputs stepped_model names and allocates again when
+# a step changes their shapes; a runner is given the inputs by name.
+CHILD_STEPS = """
 import json, sys
 import numpy as np
 import opaque_ops as oo
 from tests.interpreter import test_fed_values as t
 
-mode, steps = sys.argv[1], json.loads(sys.argv[2])
-it = oo.Interpreter(model_content=t.reverse_sequence_model("run"), isolate=mode.startswith("isolated"))
+mode, steps = sys.argv[1], json.loads(sys.argv[3])
+model, inputs, resized, output = t.stepped_model(sys.argv[2])
+it = oo.Interpreter(model_content=model, isolate=mode.startswith("isolated"))
 runner = it.get_signature_runner("run") if mode.endswith("signature") else None
-shape = None
-for shape_now, n in steps:
-    x, n = t.arange(shape_now), np.array(n, np.int32)
+shapes = None
+for shape, *rest in steps:
+    values = [t.arange(shape)] + [np.array(v, dtype) for v, (_, dtype) in zip(rest, inputs[1:])]
     try:
         if runner is not None:
-            out = runner(x=x, n=n)["out0"]
+            out = runner(**{name: v for (name, _), v in zip(inputs, values)})[output]
         else:
-            if shape_now != shape:
-                shape = None
-                it.resize_tensor_input(0, shape_now)
-                it.resize_tensor_input(1, [len(n)])
+            if shapes != [values[i].shape for i in resized]:
+                shapes = None
+                for i in resized:
+                    it.resize_tensor_input(i, values[i].shape)
                 it.allocate_tensors()
-                shape = shape_now
-            it.set_tensor(0, x)
-            it.set_tensor(1, n)
+                shapes = [values[i].shape for i in resized]
+            for i, v in enumerate(values):
+                it.set_tensor(i, v)
             it.invoke()
             out = it.get_tensor(it.get_output_details()[0]["index"])
     except oo.OpaqueOpsError as exc:
@@ -276,7 +292,7 @@ def test_fed_lengths_past_an_empty_sequence_run_and_an_empty_batch_is_refused(mo
         ([2, 0], [0, 5]),
         ([2, 3], [2, 3]),
     ]
-    p = run_child(CHILD_SHAPES, mode, json.dumps(steps), timeout=180)
+    p = run_child(CHILD_STEPS, mode, "reverse_sequence", json.dumps(steps), timeout=180)
     assert p.returncode == 0, crashed(p)
     lines = [json.loads(line) for line in p.stdout.splitlines()]
     for k in (0, 1, 4, 5):
@@ -687,42 +703,6 @@ def tile_reference(x, multiples):
     return x[np.ix_(*[np.arange(d * k) % d for d, k in zip(x.shape, multiples)])]
 
 
-# argv: the way it is run, the lengths' dtype, then [x's shape, multiples,
-# lengths] triples as JSON (x = arange of that shape; the interpreter resizes
-# x and lengths when their shapes change).
-CHILD_TILED = """
-import json, sys
-import numpy as np
-import opaque_ops as oo
-from tests.interpreter import test_fed_values as t
-
-mode, dtype, steps = sys.argv[1], np.dtype(sys.argv[2]), json.loads(sys.argv[3])
-it = oo.Interpreter(model_content=t.tiled_model(dtype.type), isolate=mode.startswith("isolated"))
-runner = it.get_signature_runner("run") if mode.endswith("signature") else None
-shapes = None
-for shape, m, n in steps:
-    x, m, n = t.arange(shape), np.array(m, np.int32), np.array(n, dtype)
-    try:
-        if runner is not None:
-            out = runner(x=x, multiples=m, lengths=n)["out"]
-        else:
-            if shapes != (shape, n.shape):
-                shapes = None
-                it.resize_tensor_input(0, shape)
-                it.resize_tensor_input(2, n.shape)
-                it.allocate_tensors()
-                shapes = (shape, n.shape)
-            it.set_tensor(0, x)
-            it.set_tensor(1, m)
-            it.set_tensor(2, n)
-            it.invoke()
-            out = it.get_tensor(it.get_output_details()[0]["index"])
-    except oo.OpaqueOpsError as exc:
-        print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
-    else:
-        print(json.dumps({"out": out.tolist(), "shape": out.shape}), flush=True)
-"""
-
 TILED_STEPS = [
     ([2, 3], [1, 1], [2, 3]),
     ([2, 3], [1, 1], [2, 3]),
@@ -751,7 +731,9 @@ def test_lengths_past_a_sequence_that_fed_multiples_make_are_refused(mode, dtype
     Lengths past the tiled sequence and the empty batch of multiples [0, 1] are refused; valid lengths,
     those past x's sequence but not the tiled one's included, give numpy's and ai-edge-litert's values,
     before and after each refusal."""
-    p = run_child(CHILD_TILED, mode, dtype, json.dumps(TILED_STEPS), env={"OPAQUE_OPS_FASTCALLS": fast}, timeout=180)
+    p = run_child(
+        CHILD_STEPS, mode, f"tiled-{dtype}", json.dumps(TILED_STEPS), env={"OPAQUE_OPS_FASTCALLS": fast}, timeout=180
+    )
     assert p.returncode == 0, crashed(p)
     lines = [json.loads(line) for line in p.stdout.splitlines()]
     assert len(lines) == len(TILED_STEPS), lines
