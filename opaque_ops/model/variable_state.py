@@ -77,14 +77,10 @@ def reads_before_assignment(info) -> tuple:
     """
     # (model.cache asks only for a model with a READ_VARIABLE: one without has no read to find.)
     from .checks.graph import variable_names
-    from .checks.options import SUBGRAPH_FIELDS, effective_options
+    from .checks.options import SUBGRAPH_FIELDS, called_subgraphs
 
     count = len(info.subgraphs)
     memo: dict[tuple, tuple[frozenset, bool, frozenset]] = {}
-
-    def branches(op) -> list:
-        opts = effective_options(op)
-        return [opts.get(f, 0) for f in SUBGRAPH_FIELDS[op.op_name]]
 
     def effect(op, names: dict, seen: frozenset) -> tuple[frozenset, bool, frozenset]:
         """What builtin ``op`` of a subgraph with handles ``names`` may assign, whether any other, what it must."""
@@ -96,7 +92,7 @@ def reads_before_assignment(info) -> tuple:
             # handle passed on is the caller's variable.  (Not WHILE's: its
             # body's outputs become the next iteration's inputs.)
             passed = tuple(names.get(t) for t in op.inputs[1:]) if op.op_name == "IF" else ()
-            runs = [summary(j, passed, seen) if 0 <= j < count else None for j in branches(op)]
+            runs = [summary(j, passed, seen) if 0 <= j < count else None for j in called_subgraphs(op)]
             found: set = set()
             anything = False
             for r in runs:
@@ -145,7 +141,7 @@ def reads_before_assignment(info) -> tuple:
             return None  # (if.cc takes one bool: anything else is refused before any invoke)
         passed = tuple(names.get(t) for t in op.inputs[1:])
         out = []
-        for j in branches(op):
+        for j in called_subgraphs(op):  # (each field's, in range or not: an IF's then and else)
             if not 0 <= j < count:
                 return None
             may, other, must = summary(j, passed)

@@ -914,3 +914,26 @@ def test_melspectrogram_with_xnnpack_at_declared_size_is_refused_then_runs_resiz
     last = p.stdout.strip().splitlines()[-1].split()
     assert last[1:5] == ["(1,", "1,", "8,", "32)"]
     assert float(last[-1]) < 1e-3
+
+
+@pytest.mark.parametrize("name", ["IF", "WHILE", "CALL_ONCE"])
+def test_a_custom_operator_named_like_a_control_flow_builtin_calls_no_subgraph(name):
+    """A custom operator's custom code may be any name, "IF" included; it is the kernel registered under it
+    and calls no subgraph.  The rules read its options as the builtin's, all zeros: a call of subgraph 0
+    from subgraph 0, refused as a cycle (a false refusal).  Now it runs, with the Python kernel's values
+    (numpy: x * 2)."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [4], np.float32)
+    y = b.add_tensor("y", [4], np.float32)
+    b.add_custom_op(name, [x], [y])
+    b.set_inputs([x])
+    b.set_outputs([y])
+    data = b.build()
+    check_model(read_model(data), registered={name})
+    twice = oo.python_op(name, invoke=lambda ins, outs: np.multiply(ins[0], np.float32(2), out=outs[0]))
+    with oo.Interpreter(model_content=data, custom_ops=[twice]) as it:
+        it.allocate_tensors()
+        value = np.array([1.5, -2.0, 0.0, 3.25], np.float32)
+        it.set_tensor(it.get_input_details()[0]["index"], value)
+        it.invoke()
+        np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), value * 2)

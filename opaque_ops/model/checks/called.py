@@ -133,7 +133,7 @@ def _follow_callers(found: Followed, sg, shape_of) -> dict:
     """
     outputs: dict = {}
     for op in sg.operators:
-        called = [] if op.is_custom else called_subgraphs(op)  # (every index: one out of range skips it)
+        called = called_subgraphs(op)  # (every index: one out of range skips it)
         if not called:
             continue
         if not all(k in found.subgraphs and k != sg.index for k in called):

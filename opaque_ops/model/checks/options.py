@@ -22,8 +22,10 @@ def called_subgraphs(op, count: int | None = None) -> list[int]:
     ----------
     op : OpInfo
         Any operator; one whose name is not in :data:`SUBGRAPH_FIELDS` calls
-        none.  Its ``is_custom`` is not looked at (a custom operator may
-        carry one of those names): that is the caller's to decide.
+        none, and nor does a custom operator whose custom code is one of
+        those names (it is the kernel registered under that name; its
+        options, read as the builtin's, would be all zeros: a call of
+        subgraph 0, which the call-graph rule refused as a cycle).
     count : int, optional
         The model's number of subgraphs: an index outside ``0 .. count - 1``
         is left out.  None keeps every index as the options give it, for a
@@ -37,7 +39,7 @@ def called_subgraphs(op, count: int | None = None) -> list[int]:
         then before its else), an index named by two fields twice.
     """
     fields = SUBGRAPH_FIELDS.get(op.op_name)
-    if fields is None:
+    if fields is None or op.is_custom:
         return []
     options = effective_options(op)
     called = [options.get(f, 0) for f in fields]
