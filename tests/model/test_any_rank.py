@@ -738,13 +738,18 @@ _CHAIN_CHILD = """
 def test_a_chain_of_copying_ops_through_rank_7_runs_and_another_reader_is_refused():
     """Tensors of 7 dimensions that only the copying ops touch, declared at rank 6 (each planned
     deeper by the runtime): numpy's values, XNNPACK on and off.  An ADD of the EXPAND_DIMS output
-    is refused at the allocation (ADD's rank-7 broadcast is wrong or aborts on 2.17.1)."""
+    is refused (ADD's rank-7 broadcast is wrong or aborts on 2.17.1): by the model check, which follows
+    the shapes (checks.allocated.deep_reach), before the interpreter is created."""
     p = run_child(_CHAIN_CHILD, "")
     assert p.returncode == 0, crashed(p)
     assert p.stdout.splitlines()[-2:] == ["ran True", "ran True"], p.stdout
     p = run_child(_CHAIN_CHILD, "ADD")
     assert p.returncode == 0, crashed(p)
-    refused = "refused: tensor 1 ('e') would have rank 7; the runtime supports at most 6 dimensions"
+    refused = (
+        "refused: <model_content> is not a usable TFLite model: subgraph 0 operator 1 (ADD) would get subgraph 0 "
+        "tensor 1 ('e') at rank 7 (declared 6: the operators before it make it that deep), more dimensions than it "
+        "takes (at most 6 here); give the model inputs of fewer dimensions"
+    )
     assert p.stdout.splitlines()[-2:] == [refused, refused], p.stdout
 
 

@@ -39,6 +39,7 @@ from ...errors import ModelError
 from ..metadata import check_metadata
 from ..reader import ModelInfo
 from ..runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op
+from ..schema import BUILTIN_OPERATORS
 from . import builtin_rules, graph, messages, type_rules
 from .allocated import check_allocated_shapes, check_resize, deep_reach
 from .limits import MAX_ELEMENTS, MAX_RANK, MAX_WINDOW_PARAM
@@ -129,11 +130,14 @@ def check_model(info: ModelInfo, registered=()) -> None:
         raise ModelError("the model has no subgraphs")
     check_metadata(info)
     variables = graph.variable_stores(info)
+    deep = set()  # the subgraphs with a tensor declared deeper than MAX_RANK (that check_tensor allows)
     for sg in info.subgraphs:
         check_subgraph_inputs(sg)
         any_rank = deeper_allowed(info, sg)
         for t in sg.tensors:
             check_tensor(sg, t, any_rank)
+            if len(t.shape) > MAX_RANK:
+                deep.add(sg.index)
         handles = {t.index for t in sg.tensors if t.type_name in HANDLE_TYPES}
         producer = graph.check_writes(sg, handles)
         for op in sg.operators:
@@ -144,32 +148,33 @@ def check_model(info: ModelInfo, registered=()) -> None:
     graph.check_call_graph(info)
     graph.check_select_in_control_flow(info)
     graph.check_signatures(info)
-    _check_deep_reach(info)
+    _check_deep_reach(info, deep)
 
 
 # Operators of any rank (limits.ANY_RANK_OPS) whose output may have more
 # dimensions than any of their inputs.
-_ADDS_DIMENSIONS = frozenset({"EXPAND_DIMS", "PACK", "GATHER", "GATHER_ND"})
+_ADDS_DIMENSIONS = frozenset(BUILTIN_OPERATORS[name] for name in ("EXPAND_DIMS", "PACK", "GATHER", "GATHER_ND"))
 
 
-def _check_deep_reach(info) -> None:
+def _check_deep_reach(info, deep: set) -> None:
     """A subgraph a caller invokes, with a tensor declared deep: no operator may get more dimensions than it takes.
 
     The declared shapes of the other tensors need not be what the runtime
     plans (an EXPAND_DIMS output declared at rank 6 is planned one deeper),
     and the allocation prepares each operator at the planned depth before
     the allocated-shape rules can look (:func:`~.allocated.deep_reach`).
-    Only subgraphs that hold such a tensor, or an operator that adds
-    dimensions (a chain of ten EXPAND_DIMS from a rank-2 input, every
-    output declared [2, 3], also reached ADD at rank 12: SIGSEGV on 2.23.0
-    with XNNPACK), are followed: most models have neither.
+    Only subgraphs that hold such a tensor (``deep``: their indexes), and
+    every subgraph of a model with an operator that adds dimensions (a chain
+    of ten EXPAND_DIMS from a rank-2 input, every output declared [2, 3],
+    also reached ADD at rank 12: SIGSEGV on 2.23.0 with XNNPACK), are
+    followed: most models have neither, and pay for a look at their
+    operator codes.
     """
+    adds = any(code in _ADDS_DIMENSIONS for code, _custom, _version in info.operator_codes)
     invoked = sorted({0} | {s.subgraph_index for s in info.signatures if 0 <= s.subgraph_index < len(info.subgraphs)})
     for k in invoked:
         sg = info.subgraphs[k]
-        if all(len(t.shape) <= MAX_RANK for t in sg.tensors) and not any(
-            op.op_name in _ADDS_DIMENSIONS and not op.is_custom for op in sg.operators
-        ):
+        if not adds and k not in deep:
             continue
         rooted = info
         if k:
