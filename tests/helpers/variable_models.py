@@ -14,6 +14,16 @@ STATE = np.arange(12, dtype=np.float32).reshape(2, 6)
 BEGIN, END = [0, -3], [2, 6]
 
 
+def var_handle(b: SchemaModel, name: str = "handle") -> int:
+    """A VAR_HANDLE of the variable ``state`` (no container) in ``b``'s current subgraph: its RESOURCE output."""
+    schema = b.schema
+    h = b.tensor(name, [], schema.TensorType.RESOURCE)
+    options = schema.VarHandleOptionsT()
+    options.sharedName = b"state"
+    b.op(schema.BuiltinOperator.VAR_HANDLE, [], [h], schema.BuiltinOptions.VarHandleOptions, options)
+    return h
+
+
 def variable_model(*, assign_input: bool = True, sliced: bool = True) -> bytes:
     """x [2, 6] -> y = ADD(x, 0); ASSIGN_VARIABLE(v, x, or :data:`STATE` as a constant); read = READ_VARIABLE(v).
 
@@ -26,10 +36,7 @@ def variable_model(*, assign_input: bool = True, sliced: bool = True) -> bytes:
     x = b.tensor("x", [2, 6])
     y = b.tensor("y", [2, 6])
     b.op(ops.ADD, [x, b.tensor("zero", [1], values=np.zeros(1, np.float32))], [y])
-    handle = b.tensor("handle", [], schema.TensorType.RESOURCE)
-    var_options = schema.VarHandleOptionsT()
-    var_options.sharedName = b"state"
-    b.op(ops.VAR_HANDLE, [], [handle], schema.BuiltinOptions.VarHandleOptions, var_options)
+    handle = var_handle(b)
     value = x if assign_input else b.tensor("init", [2, 6], values=STATE)
     read = b.tensor("read", [2, 6])
     b.op(ops.ASSIGN_VARIABLE, [handle, value], [])
@@ -123,22 +130,15 @@ def init_signature_model(fails: str | None = None) -> bytes:
     schema = b.schema
     ops = schema.BuiltinOperator
 
-    def handle() -> int:
-        h = b.tensor("handle", [], schema.TensorType.RESOURCE)
-        options = schema.VarHandleOptionsT()
-        options.sharedName = b"state"
-        b.op(ops.VAR_HANDLE, [], [h], schema.BuiltinOptions.VarHandleOptions, options)
-        return h
-
     x = b.tensor("x", [2, 6])
     read = b.tensor("read", [2, 6])
-    b.op(ops.READ_VARIABLE, [handle()], [read])
+    b.op(ops.READ_VARIABLE, [var_handle(b)], [read])
     b.next_subgraph([x], [read])
     x1 = b.tensor("x", [2, 6])
     y = b.tensor("y", [2, 6])
     if fails == "before":
         b.custom_op("FailsOnNegative", [x1], [y])
-    b.op(ops.ASSIGN_VARIABLE, [handle(), x1], [])
+    b.op(ops.ASSIGN_VARIABLE, [var_handle(b), x1], [])
     if fails == "after":
         b.custom_op("FailsOnNegative", [x1], [y])
     elif fails is None:
@@ -191,16 +191,9 @@ def if_assigned_model(passed: bool = True, computed: bool = False) -> bytes:
     schema = b.schema
     ops = schema.BuiltinOperator
 
-    def var_handle() -> int:
-        h = b.tensor("handle", [], schema.TensorType.RESOURCE)
-        var_options = schema.VarHandleOptionsT()
-        var_options.sharedName = b"state"
-        b.op(ops.VAR_HANDLE, [], [h], schema.BuiltinOptions.VarHandleOptions, var_options)
-        return h
-
     x = b.tensor("x", [2, 6])
     cond = b.tensor("cond", [1], schema.TensorType.BOOL)
-    handle = var_handle()
+    handle = var_handle(b)
     y = b.tensor("y", [2, 6])
     if_options = schema.IfOptionsT()
     if_options.thenSubgraphIndex, if_options.elseSubgraphIndex = 1, 2
@@ -217,7 +210,7 @@ def if_assigned_model(passed: bool = True, computed: bool = False) -> bytes:
         xb = b.tensor("x", [2, 6])
         yb = b.tensor("y", [2, 6])
         if assign:
-            b.op(ops.ASSIGN_VARIABLE, [h if passed else var_handle(), xb], [])
+            b.op(ops.ASSIGN_VARIABLE, [h if passed else var_handle(b), xb], [])
         b.op(ops.ADD, [xb, b.tensor("zero", [1], values=np.zeros(1, np.float32))], [yb])
         ins = [h, xb] if passed else [xb]
         if assign:
@@ -237,13 +230,6 @@ def if_init_signature_model() -> bytes:
     schema = b.schema
     ops = schema.BuiltinOperator
 
-    def var_handle() -> int:
-        h = b.tensor("handle", [], schema.TensorType.RESOURCE)
-        options = schema.VarHandleOptionsT()
-        options.sharedName = b"state"
-        b.op(ops.VAR_HANDLE, [], [h], schema.BuiltinOptions.VarHandleOptions, options)
-        return h
-
     def add_zero(x: int) -> int:
         y = b.tensor("y", [2, 6])
         b.op(ops.ADD, [x, b.tensor("zero", [1], values=np.zeros(1, np.float32))], [y])
@@ -251,7 +237,7 @@ def if_init_signature_model() -> bytes:
 
     x = b.tensor("x", [2, 6])
     read = b.tensor("read", [2, 6])
-    b.op(ops.READ_VARIABLE, [var_handle()], [read])
+    b.op(ops.READ_VARIABLE, [var_handle(b)], [read])
     b.next_subgraph([x], [read])
     x1 = b.tensor("x", [2, 6])
     cond = b.tensor("cond", [1], schema.TensorType.BOOL)
@@ -261,7 +247,7 @@ def if_init_signature_model() -> bytes:
     b.op(ops.IF, [cond, x1], [y], schema.BuiltinOptions.IfOptions, if_options)
     b.next_subgraph([x1, cond], [y])
     xb = b.tensor("x", [2, 6])
-    b.op(ops.ASSIGN_VARIABLE, [var_handle(), xb], [])
+    b.op(ops.ASSIGN_VARIABLE, [var_handle(b), xb], [])
     b.next_subgraph([xb], [add_zero(xb)])
     xb = b.tensor("x", [2, 6])
     yb = add_zero(xb)
