@@ -799,8 +799,12 @@ class Interpreter:
             if resized:
                 # The guard and the failed-allocation explanation are imported
                 # when first needed (a resize, a failure), not at every start.
+                from ..model.checks import check_resized_reach
                 from . import arena_guard
 
+                # The inputs together, as resized: what any-rank operators make of them must not reach
+                # an operator deeper than it takes (the allocation prepares it there first).
+                check_resized_reach(self._rooted(graph.subgraph), self._input_shapes_now(native, graph))
                 arena_guard.refuse_unaffordable(self, native, graph, resized, what)
         status = graph.allocate()
         stale = self._select_row_mode(native, graph, status)

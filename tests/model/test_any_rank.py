@@ -924,3 +924,97 @@ def test_copying_ops_up_to_64_dimensions_resized_from_rank_2_run_as_the_referenc
             got_shape, values = results[f"{op}, xnnpack={xnnpack}"]
             assert tuple(got_shape) == want.shape, (op, xnnpack, got_shape)
             np.testing.assert_array_equal(np.asarray(values, want.dtype).reshape(want.shape), want, err_msg=op)
+
+
+def gather_reach_model(indices_input: bool) -> bytes:
+    """GATHER(x, indices) on axis 0, EXPAND_DIMS, then ADD(e, e); x declared [2], every other tensor
+    declared shallow ([2], [2, 3]).  The indices are a second graph input (int32, declared [2]) or
+    CAST(x), so that both follow the inputs' resize: GATHER's output has rank(x) - 1 + rank(indices)
+    dimensions, EXPAND_DIMS one more."""
+    b = ModelBuilder()
+    x = b.add_tensor("x", [2], np.float32)
+    inputs = [x]
+    if indices_input:
+        i = b.add_tensor("i", [2], np.int32)
+        inputs.append(i)
+    else:
+        i = b.add_tensor("i", [2], np.int32)
+        b.add_op("CAST", [x], [i])
+    g = b.add_tensor("g", [2, 3], np.float32)
+    b.add_op("GATHER", [x, i], [g], {"axis": 0})
+    e = b.add_tensor("e", [2, 3], np.float32)
+    b.add_op("EXPAND_DIMS", [g, b.add_constant("axis", np.array([0], np.int32))], [e])
+    y = b.add_tensor("y", [2, 3], np.float32)
+    b.add_op("ADD", [e, e], [y])
+    b.set_inputs(inputs)
+    b.set_outputs([y])
+    return b.build()
+
+
+_GATHER_REACH_CHILD = """
+    import sys
+    import numpy as np
+    import opaque_ops as oo
+    from tests.model.test_any_rank import gather_reach_model
+    indices_input, shape = sys.argv[1] == "input", [int(d) for d in sys.argv[2].split(",")]
+    x = np.zeros(shape, np.float32)  # (with CAST, x indexes its own first dimension)
+    x.flat[0] = 0.5  # (CAST truncates it to the index 0)
+    i = np.zeros(shape, np.int32)
+    for xnnpack in (True, False):
+        with oo.Interpreter(model_content=gather_reach_model(indices_input), use_xnnpack=xnnpack) as it:
+            for d in it.get_input_details():
+                it.resize_tensor_input(d["index"], shape)
+            try:
+                it.allocate_tensors()
+            except oo.ModelError as e:
+                print("refused:", e)
+                continue
+            for d in it.get_input_details():
+                it.set_tensor(d["index"], x if d["dtype"] == np.float32 else i)
+            it.invoke()
+            out = it.get_tensor(it.get_output_details()[0]["index"])
+        want = np.expand_dims(np.take(x, i if indices_input else x.astype(np.int32), axis=0), 0) * 2
+        print("ran", out.shape == want.shape and bool(np.array_equal(out, want)))
+"""
+
+
+@pytest.mark.parametrize("indices", ["input", "cast"])
+def test_inputs_resized_within_six_dimensions_that_gather_makes_deep_are_refused_before_the_allocation(indices):
+    """Found by tools/fuzz_deep_shapes.py's deepening chains.  Each input is resized to 6 dimensions or
+    fewer, so check_resize (which follows the shapes only for a deeper resize, one input at a time) let
+    it through; but GATHER of a rank-6 x by rank-6 indices has 11 dimensions and EXPAND_DIMS makes 12,
+    and ADD reads that (declared [2, 3]: the XNNPACK delegate kept the node when the interpreter was
+    created).  The allocation prepares ADD at rank 12 before the allocated-shape rules can look:
+    on TFLite 2.23.0 with XNNPACK the process died with SIGSEGV (rc 139); on 2.17.1, and on 2.23.0
+    without XNNPACK, the allocated-shape rules refused the rank-12 tensor afterwards.  The inputs as
+    resized are now followed together before every allocation after a resize
+    (checks.allocated.check_resized_reach): the same refusal, before the runtime is asked, on every
+    runtime.  Resized to [1, 2] (GATHER at rank 3, ADD at rank 4) the model runs as numpy."""
+    p = run_child(_GATHER_REACH_CHILD, indices, "1,1,1,1,1,2")
+    assert p.returncode == 0, crashed(p)
+    inputs = "input 0: [1, 1, 1, 1, 1, 2]" + (", input 1: [1, 1, 1, 1, 1, 2]" if indices == "input" else "")
+    add = 2 if indices == "input" else 3  # (after the CAST)
+    refused = (
+        f"refused: with the inputs as resized ({inputs}), operator {add} (ADD) would get an input of rank 12 "
+        "(tensor 3 ('e')), more dimensions than it takes (at most 6 here); resize the inputs to fewer dimensions"
+    )
+    assert p.stdout.splitlines()[-2:] == [refused, refused], p.stdout
+    p = run_child(_GATHER_REACH_CHILD, indices, "1,2")
+    assert p.returncode == 0, crashed(p)
+    assert p.stdout.splitlines()[-2:] == ["ran True", "ran True"], p.stdout
+
+
+def test_the_shape_lie_fuzzer_runs_a_short_run_without_findings(tmp_path):
+    """tools/fuzz_deep_shapes.py stays working: a fixed seed's first cases, in a child process, on
+    whichever runtime is loaded, with no death, no exception that is not an OpaqueOpsError and no
+    output that differs from ai-edge-litert's (but for the sign of zeros, see SIGNED_ZEROS)."""
+    from tools import fuzz_deep_shapes
+
+    n = 60
+    totals = fuzz_deep_shapes.run(n, seed=20261129, workdir=tmp_path, chunk=n, workers=1)
+    assert totals["crashes"] == [], totals["crashes"]
+    assert totals["findings"] == [], totals["findings"]
+    assert totals["ok"] + totals["refused"] == n, totals
+    # Both outcomes are reached, and the cases that run are compared with the reference.
+    assert totals["ok"] > 10 and totals["refused"] > 10, totals
+    assert totals["compared"] > 10, totals

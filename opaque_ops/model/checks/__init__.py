@@ -41,8 +41,8 @@ from ..reader import ModelInfo
 from ..runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op
 from ..schema import BUILTIN_OPERATORS
 from . import builtin_rules, graph, messages, type_rules
-from .allocated import check_allocated_shapes, check_resize, deep_reach
-from .limits import MAX_ELEMENTS, MAX_RANK, MAX_WINDOW_PARAM
+from .allocated import check_allocated_shapes, check_resize, check_resized_reach, deep_reach
+from .limits import ADDS_DIMENSIONS, MAX_ELEMENTS, MAX_RANK, MAX_WINDOW_PARAM
 from .options import effective_options
 from .tensor_rules import HANDLE_TYPES, check_subgraph_inputs, check_tensor, deeper_allowed
 
@@ -53,6 +53,7 @@ __all__ = [
     "check_allocated_shapes",
     "check_model",
     "check_resize",
+    "check_resized_reach",
     "effective_options",
 ]
 
@@ -151,9 +152,8 @@ def check_model(info: ModelInfo, registered=()) -> None:
     _check_deep_reach(info, deep)
 
 
-# Operators of any rank (limits.ANY_RANK_OPS) whose output may have more
-# dimensions than any of their inputs.
-_ADDS_DIMENSIONS = frozenset(BUILTIN_OPERATORS[name] for name in ("EXPAND_DIMS", "PACK", "GATHER", "GATHER_ND"))
+# The operator codes of limits.ADDS_DIMENSIONS.
+_ADDS_DIMENSIONS = frozenset(BUILTIN_OPERATORS[name] for name in ADDS_DIMENSIONS)
 
 
 def _check_deep_reach(info, deep: set) -> None:

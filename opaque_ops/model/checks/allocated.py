@@ -12,7 +12,7 @@ from . import messages
 from .builtin_rules import SPLIT_AXIS
 from .called import follow_called
 from .graph import stores_seen, variable_assignments, variable_names, variable_stores
-from .limits import MAX_ELEMENTS, MAX_RANK, any_rank_tensors, elements
+from .limits import MAX_ELEMENTS, MAX_RANK, adds_dimensions, any_rank_tensors, elements
 from .tensor_rules import deeper_allowed
 from .version_rules import affected, check_select_v2_in_control_flow, check_version_rules
 
@@ -44,7 +44,9 @@ def check_resize(info, tensor_index: int, shape) -> None:
     the allocation would prepare it at that depth first).
     Whether the model's operators accept the shape is otherwise decided
     after the allocation, on the shapes TFLite plans
-    (:func:`check_allocated_shapes`).
+    (:func:`check_allocated_shapes`); the inputs' shapes together, before it
+    (:func:`check_resized_reach`: a resize within :data:`MAX_RANK` may still
+    make a deep tensor, one input with another).
     """
     if len(shape) > MAX_RANK:
         deep = any_rank_tensors(info, info.subgraphs[0])
@@ -113,6 +115,57 @@ def deep_reach(info, shape_of) -> tuple | None:
             if found is not None and len(found) > MAX_RANK and not allowed(t, len(found)):
                 return op, t, len(found)
     return None
+
+
+def check_resized_reach(info, input_shapes: dict) -> None:
+    """Before an allocation after a resize: refuse the inputs' shapes, together, when their depth reaches too far.
+
+    :func:`check_resize` judges one input at a time, with the others at
+    their declared shapes, and follows the shapes only for a resize deeper
+    than :data:`MAX_RANK`.  Operators of any rank that add dimensions
+    (:data:`~.limits.ADDS_DIMENSIONS`) make a deep tensor from shallow
+    inputs too: GATHER of an input resized to 6 dimensions by indices of 6
+    dimensions gives 11, EXPAND_DIMS one more, and an ADD that reads it
+    (declared [2, 3], so the XNNPACK delegate kept the node when the
+    interpreter was created) was prepared at rank 12 inside the allocation:
+    SIGSEGV on TFLite 2.23.0 with XNNPACK (found by
+    tools/fuzz_deep_shapes.py), before :func:`check_allocated_shapes`
+    could refuse the rank-12 tensor, as it does on every other runtime.
+
+    Parameters
+    ----------
+    info : ModelInfo
+        The model; its subgraph 0 is the one about to be allocated.
+    input_shapes : dict
+        ``{tensor index: shape}`` of subgraph 0's inputs as the allocation
+        will see them (resized or not); a tensor left out keeps its
+        declared shape.
+
+    Raises
+    ------
+    ModelError
+        The operator that would get too deep a tensor, the inputs' shapes
+        and the fix.  Only what :func:`check_allocated_shapes` would refuse
+        after the allocation is refused (the same depth rule,
+        :func:`~.tensor_rules.deeper_allowed`), so nothing that runs is.
+    """
+    sg = info.subgraphs[0]
+    if all(s is None or len(s) <= MAX_RANK for s in input_shapes.values()) and not adds_dimensions(sg):
+        return  # (no tensor deeper than its inputs: most models)
+
+    def shape_of(t):
+        given = input_shapes.get(t)
+        return tuple(given) if given is not None else tuple(sg.tensors[t].shape)
+
+    reach = deep_reach(info, shape_of)
+    if reach is not None:
+        op, t, rank = reach
+        shapes = ", ".join(f"{_input(info, i)}: {list(shape_of(i))}" for i in sg.inputs if i >= 0)
+        raise ModelError(
+            f"with the inputs as resized ({shapes}), {messages.planned_operator(sg, op)} would get an input of "
+            f"rank {rank} ({messages.planned_tensor(sg, t)}), more dimensions than it takes (at most {MAX_RANK} "
+            "here); resize the inputs to fewer dimensions"
+        )
 
 
 def _input(info, tensor_index: int) -> str:

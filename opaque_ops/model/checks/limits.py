@@ -58,6 +58,13 @@ MAX_RANK = 6
 # shapes and the runtime.
 ANY_RANK_OPS = frozenset({"GATHER_ND", "GATHER", "SQUEEZE", "EXPAND_DIMS", "CAST", "PACK", "UNPACK"})
 
+# Operators of any rank whose output may have more dimensions than any of
+# their inputs (EXPAND_DIMS and PACK add one; GATHER's output has
+# rank(params) - 1 + rank(indices), GATHER_ND's rank(indices) - 1 +
+# rank(params) - depth): from inputs of 6 dimensions or less they can make a
+# deep tensor (see allocated.deep_reach).
+ADDS_DIMENSIONS = frozenset({"EXPAND_DIMS", "PACK", "GATHER", "GATHER_ND"})
+
 # Builtins whose deep tensors depend on the runtime, so the model's tensors
 # may be declared up to MAX_RANK_2_23 deep and the decision is
 # taken where the runtime is known.  tensorflow/lite/kernels/add.cc, sub.cc
@@ -102,6 +109,11 @@ MAX_WINDOW_PARAM = 4096
 def elements(shape) -> int:
     """The element count of ``shape`` (Python ints: no overflow)."""
     return math.prod(map(int, shape))
+
+
+def adds_dimensions(sg) -> bool:
+    """Whether a builtin of :data:`ADDS_DIMENSIONS` is among ``sg``'s operators (one pass)."""
+    return any(op.op_name in ADDS_DIMENSIONS and not op.is_custom for op in sg.operators)
 
 
 def any_rank_tensors(info, sg, from_2_23: bool = False) -> frozenset[int]:
