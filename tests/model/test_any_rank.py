@@ -980,7 +980,7 @@ _GATHER_REACH_CHILD = """
 
 @pytest.mark.parametrize("indices", ["input", "cast"])
 def test_inputs_resized_within_six_dimensions_that_gather_makes_deep_are_refused_before_the_allocation(indices):
-    """Found by tools/fuzz_deep_shapes.py's deepening chains.  Each input is resized to 6 dimensions or
+    """Found while writing tools/fuzz_deep_shapes.py (its deepening chains aim at it).  Each input is resized to 6 dimensions or
     fewer, so check_resize (which follows the shapes only for a deeper resize, one input at a time) let
     it through; but GATHER of a rank-6 x by rank-6 indices has 11 dimensions and EXPAND_DIMS makes 12,
     and ADD reads that (declared [2, 3]: the XNNPACK delegate kept the node when the interpreter was

@@ -128,8 +128,8 @@ def check_resized_reach(info, input_shapes: dict) -> None:
     dimensions gives 11, EXPAND_DIMS one more, and an ADD that reads it
     (declared [2, 3], so the XNNPACK delegate kept the node when the
     interpreter was created) was prepared at rank 12 inside the allocation:
-    SIGSEGV on TFLite 2.23.0 with XNNPACK (found by
-    tools/fuzz_deep_shapes.py), before :func:`check_allocated_shapes`
+    SIGSEGV on TFLite 2.23.0 with XNNPACK (found while writing
+    tools/fuzz_deep_shapes.py, whose deepening chains aim at it), before :func:`check_allocated_shapes`
     could refuse the rank-12 tensor, as it does on every other runtime.
 
     Parameters
