@@ -28,6 +28,7 @@ XNNPACK, store and read the value as numpy says).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -339,3 +340,82 @@ def test_storing_a_larger_value_than_the_init_constant_corrupts_the_heap_on_2_23
     else:
         # (Either is the defect the rule refuses; which one a run shows is the allocator's choice.)
         assert p.returncode != 0 or "(2, 3)\nclosed" in p.stdout, crashed(p)
+
+
+# Found by tools/fuzz_variables.py (2.23.0, seed 2, cases 853 and others): subgraph 0 alone, no init subgraph.
+SMALL = np.arange(6, dtype=np.float32).reshape(1, 6) + 100
+FIRST_SMALL = [("assign", b"state", SMALL), ("assign", b"state", "x"), ("read", b"state", (2, 6))]
+FIRST_BUFFER = re.escape("operator 3 (ASSIGN_VARIABLE) stores 'x' of shape [2, 6] in a variable that subgraph 0 ")
+
+
+@XNNPACK
+def test_a_store_larger_than_subgraph_0s_first_is_refused_on_2_23_with_xnnpack_only(xnnpack):
+    """Subgraph 0 stores a [1, 6] constant, then x [2, 6], and reads x back: numpy's read is x, which 2.17.1 and
+    every runtime without XNNPACK give.  2.23's XNNPACK keeps the first value's buffer and writes x past it (a
+    child process below), so the allocation is refused there (before any invoke: safe in this process)."""
+    it = oo.Interpreter(model_content=named_variables_model(FIRST_SMALL), use_xnnpack=xnnpack)
+    if _xnnpack_2_23(it):
+        with pytest.raises(oo.ModelError, match=FIRST_BUFFER) as err:
+            it.allocate_tensors()
+        assert "first gives 'value0' of shape [1, 6]" in str(err.value)
+        return
+    it.allocate_tensors()
+    for k in range(3):
+        np.testing.assert_array_equal(_invoke(it, X + k)[0], X + k)
+
+
+@XNNPACK
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [("assign", b"state", "x"), ("assign", b"state", SMALL), ("read", b"state", (1, 6))],
+        [("assign", b"state", SAME), ("assign", b"state", SMALL), ("read", b"state", (1, 6))],
+    ],
+    ids=["x-then-smaller", "larger-then-smaller"],
+)
+def test_stores_no_larger_than_subgraph_0s_first_run_everywhere(steps, xnnpack):
+    """The largest value first, then a smaller one: 2.23's XNNPACK writes inside the first buffer and reads the
+    smaller value back right (measured in child processes), as every runtime does; not refused."""
+    it = oo.Interpreter(model_content=named_variables_model(steps), use_xnnpack=xnnpack)
+    it.allocate_tensors()
+    for k in range(3):
+        np.testing.assert_array_equal(_invoke(it, X + k)[0], SMALL)
+
+
+_FIRST_STORE_CHILD = """
+import numpy as np
+import opaque_ops as oo
+from opaque_ops.model.checks import allocated
+from tests.helpers.variable_models import named_variables_model
+from tests.model.test_shared_variables import FIRST_SMALL
+
+allocated._check_xnnpack_first_store = lambda *a: None
+it = oo.Interpreter(model_content=named_variables_model(FIRST_SMALL), use_xnnpack=True)
+it.allocate_tensors()
+for k in range(5):
+    it.set_tensor(it.get_input_details()[0]["index"], np.arange(12, dtype=np.float32).reshape(2, 6) + k)
+    it.invoke()
+    out = it.get_tensor(it.get_output_details()[0]["index"])
+print(out.shape, flush=True)
+del it
+print("closed", flush=True)
+"""
+
+
+def test_a_store_larger_than_subgraph_0s_first_corrupts_the_heap_on_2_23_with_xnnpack(tmp_path):
+    """Without the rule, in a child process: on 2.23 with XNNPACK x [2, 6] goes into the [1, 6] constant's
+    buffer and glibc aborts ("corrupted size vs. prev_size", "free(): invalid pointer"); on 2.17.1 the child
+    reads x back whole."""
+    from tests.helpers.child_process import crashed, run_child
+
+    env = {"OPAQUE_OPS_VERDICT_CACHE": str(tmp_path)}
+    # glibc's checking allocator catches the overrun at the next free: without it the abort is the heap layout's
+    # choice (about one run in two).
+    debug = Path("/lib/x86_64-linux-gnu/libc_malloc_debug.so.0")
+    if debug.is_file():
+        env.update(LD_PRELOAD=str(debug), GLIBC_TUNABLES="glibc.malloc.check=3")
+    p = run_child(_FIRST_STORE_CHILD, env=env)
+    if affected(runtime_info().version):
+        assert p.returncode == 0 and "(2, 6)\nclosed" in p.stdout, crashed(p)
+    else:
+        assert p.returncode != 0, crashed(p)

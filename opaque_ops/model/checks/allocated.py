@@ -228,7 +228,7 @@ def check_allocated_shapes(info, shape_of, planned=None, version=None, xnnpack=F
         _check_called_sizes(found, version)
     variables = _Variables(sg, known)
     _check_variable_reads(sg, shape_of, variables, through_others_only=xnnpack and not affected(version))
-    if xnnpack and not affected(version) and len(info.subgraphs) > 1:
+    if xnnpack and not affected(version):
         _check_xnnpack_variable_stores(info, sg, variables, version)
     check_version_rules(sg, known, version)
     if found is not None:
@@ -346,7 +346,8 @@ def _check_xnnpack_variable_stores(info, sg, variables: _Variables, version) -> 
     XNNPACK store and read x as numpy says: only 2.23 with XNNPACK is
     checked (the caller's condition).
     """
-    stores = variable_stores(info, "ASSIGN_VARIABLE")
+    stores = (variable_stores(info, "ASSIGN_VARIABLE") if len(info.subgraphs) > 1 else None) or {}
+    _check_xnnpack_first_store(sg, variables, stores, version)
     if not stores:
         return
     names = variables.names
@@ -376,6 +377,38 @@ def _check_xnnpack_variable_stores(info, sg, variables: _Variables, version) -> 
                     f"TFLite {version}'s XNNPACK delegate would keep the variable's first shape and buffer ({how}). "
                     f"Turn XNNPACK off (use_xnnpack=False), or resize the inputs so that {value.name!r} keeps "
                     f"the shape {list(want)}"
+                )
+
+
+def _check_xnnpack_first_store(sg, variables: _Variables, stores: dict, version) -> None:
+    """With 2.23's XNNPACK, no later ASSIGN_VARIABLE of subgraph 0 outgrows the first one of its variable there.
+
+    Without a constant from another subgraph (:func:`_check_xnnpack_variable_stores`
+    covers those), the delegate gives the variable the buffer of the first
+    value subgraph 0 stores in it, in operator order.  Measured in child
+    processes on 2.23.0 with XNNPACK (found by tools/fuzz_variables.py):
+    ASSIGN_VARIABLE of a [1, 6] constant, then of x [2, 6] (or of a [2, 6]
+    constant), then a READ_VARIABLE, corrupts the heap (glibc aborts:
+    "corrupted size vs. prev_size"); x first and then a smaller constant, or
+    the larger constant first, run cleanly, and without XNNPACK all of them
+    run as TFLite's builtin kernels (tensorflow/lite/kernels/assign_variable.cc
+    sizes the variable to each value it stores).  So a store larger than the
+    variable's first one in this subgraph is refused.
+    """
+    for key, found in variables.assigned.items():
+        if stores.get(key) or len(found) < 2:
+            continue
+        first, first_shape = found[0]
+        limit = _bytes(sg.tensors[first.inputs[1]], first_shape)
+        for op, shape in found[1:]:
+            value = sg.tensors[op.inputs[1]]
+            if _bytes(value, shape) > limit:
+                raise ModelError(
+                    f"{messages.planned_operator(sg, op)} stores {value.name!r} of shape {list(shape)} in a "
+                    f"variable that {messages.operator(sg, first)} first gives "
+                    f"{sg.tensors[first.inputs[1]].name!r} of shape {list(first_shape)}; TFLite {version}'s XNNPACK "
+                    "delegate would keep the variable's first buffer (a write past its end). Turn XNNPACK off "
+                    "(use_xnnpack=False), or store the largest value first"
                 )
 
 
