@@ -419,3 +419,71 @@ def test_a_store_larger_than_subgraph_0s_first_corrupts_the_heap_on_2_23_with_xn
         assert p.returncode == 0 and "(2, 6)\nclosed" in p.stdout, crashed(p)
     else:
         assert p.returncode != 0, crashed(p)
+
+
+def _if_store_model(branch_value) -> bytes:
+    """x [2, 6], cond [1] -> ASSIGN_VARIABLE(state, x); IF(cond): the then-branch stores ``branch_value``; read [2, 6]."""
+    from tools.fuzz_variables import build
+
+    program = {
+        "names": [[None, "state"]],
+        "main": [["assign", 0, "x"], ["if", False, [["assign", 0, branch_value.tolist()]], []], ["read", 0, [2, 6]]],
+        "call_once": [],
+        "init": None,
+    }
+    return build(program)
+
+
+def _if_store_invoke(it, cond: bool, x=X):
+    details = it.get_input_details()
+    it.set_tensor(details[0]["index"], x)
+    it.set_tensor(details[1]["index"], np.array([cond]))
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+@XNNPACK
+def test_a_smaller_constant_an_if_branch_stores_before_the_read_is_refused(xnnpack):
+    """Subgraph 0 stores x [2, 6], an IF's then-branch stores a [1, 6] constant over it, and the read after the IF
+    is declared [2, 6]: with cond true it copies 12 values out of the branch's 6 (read_variable.cc), on every
+    runtime (ai-edge-litert's below).  Found by tools/fuzz_variables.py (1:96, 3:503, 4:1089): the rule looked at
+    x's assignment alone, the last one in subgraph 0 before the read."""
+    with pytest.raises(oo.ModelError, match=re.escape("declares output shape [2, 6], but subgraph 1 operator 1")):
+        oo.Interpreter(model_content=_if_store_model(SMALL), use_xnnpack=xnnpack).allocate_tensors()
+
+
+@XNNPACK
+def test_a_constant_of_the_read_shape_an_if_branch_stores_runs(xnnpack):
+    """The same IF storing a [2, 6] constant: not refused; the read is the constant when cond is true, x else."""
+    it = oo.Interpreter(model_content=_if_store_model(SAME), use_xnnpack=xnnpack)
+    it.allocate_tensors()
+    np.testing.assert_array_equal(_if_store_invoke(it, True)[-1], SAME)
+    np.testing.assert_array_equal(_if_store_invoke(it, False)[-1], X)
+
+
+_IF_OVER_READ_CHILD = """
+import json
+import numpy as np
+from ai_edge_litert import interpreter as litert
+from tests.model.test_shared_variables import SMALL, X, _if_store_model
+
+it = litert.Interpreter(
+    model_content=_if_store_model(SMALL),
+    experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+)
+it.allocate_tensors()
+d = it.get_input_details()
+it.set_tensor(d[0]["index"], X)
+it.set_tensor(d[1]["index"], np.array([True]))
+it.invoke()
+print(json.dumps(it.get_tensor(it.get_output_details()[-1]["index"]).tolist()))
+"""
+
+
+def test_the_refused_if_branch_store_is_read_past_its_end_by_the_reference():
+    """ai-edge-litert without delegates (in a child: it reads past a heap buffer): the read of shape [2, 6] gives
+    the branch's 6 values, then 6 that are not the variable's (it holds [1, 6])."""
+    _p, found = run_child_json(_IF_OVER_READ_CHILD)
+    read = np.asarray(found, np.float32)
+    assert read.shape == (2, 6)
+    np.testing.assert_array_equal(read.ravel()[:6], SMALL.ravel())

@@ -336,18 +336,30 @@ def variable_assignments(sg, names, shape_of) -> dict:
 def stores_seen(sg, read, names, here, constants) -> list:
     """``[(subgraph, ASSIGN_VARIABLE, shape)]``: the stored values ``read`` (a READ_VARIABLE of ``sg``) may read.
 
-    An assignment of its variable earlier in ``sg`` is what it reads, every
-    time (the operators run in order).  Without one it reads what was
-    stored last: by an assignment later in ``sg`` (at an earlier invoke) or
-    in another subgraph that runs (``constants``: a CALL_ONCE init
-    subgraph's before the first invoke).
+    An assignment of its variable earlier in ``sg`` is what it reads, or a
+    constant that a subgraph called by an operator between the two (an IF's
+    branch, a WHILE's body) stores over it (the operators run in order).
+    Without one it reads what was stored last: by an assignment later in
+    ``sg`` (at an earlier invoke) or in another subgraph that runs
+    (``constants``: a CALL_ONCE init subgraph's before the first invoke).
     """
     key = names.get(read.inputs[0]) or (sg.index, read.inputs[0])
     mine = here.get(key, ())
     before = [(sg, op, shape) for op, shape in mine if op.index < read.index]
-    if before:
-        return before[-1:]
     others = [c for c in constants.get(key, ()) if c[0] is not sg]
+    if before:
+        # An IF's branch that stores a [1, 6] constant between x [2, 6] and a read declared [2, 6]: the read
+        # copies 12 values out of the branch's 6 (found by tools/fuzz_variables.py; ai-edge-litert reads past the
+        # value too).  The operator's own callees only: a constant stored deeper is not looked for.
+        last = before[-1][1].index
+        count = 1 + max((c[0].index for c in others), default=0)
+        called = {
+            k
+            for op in sg.operators
+            if last < op.index < read.index and not op.is_custom
+            for k in called_subgraphs(op, count)
+        }
+        return before[-1:] + [c for c in others if c[0].index in called]
     return [(sg, op, shape) for op, shape in mine] + others
 
 
