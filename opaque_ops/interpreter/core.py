@@ -47,7 +47,7 @@ from ..errors import (
 from ..model import cache as model_cache
 from ..model import check_allocated
 from ..model.cache import checked_model
-from ..model.reader import unusable_model
+from ..model.reader import rooted, unusable_model
 from ..model.runtime_versions import affected as _runtime_affected
 from ..model.schema import BUILTIN_OPERATORS
 from ..ops.provider import OpProvider, not_an_op_provider
@@ -1085,11 +1085,7 @@ class Interpreter:
             return self._info
         info = self._rerooted.get(subgraph)
         if info is None:
-            sgs = list(self._info.subgraphs)
-            sgs[0], sgs[subgraph] = sgs[subgraph], sgs[0]
-            import dataclasses  # not at start-up (model.reader)
-
-            info = self._rerooted[subgraph] = dataclasses.replace(self._info, subgraphs=sgs)
+            info = self._rerooted[subgraph] = rooted(self._info, subgraph)
         return info
 
     def _check_resize(self, subgraph: int, index: int, shape) -> None:

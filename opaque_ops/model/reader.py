@@ -200,6 +200,22 @@ def _read(buf: bytes, later: bool = False) -> ModelInfo:
     return model
 
 
+def rooted(info: ModelInfo, subgraph: int) -> ModelInfo:
+    """``info`` with ``subgraph`` moved to index 0, where the checks look (a signature runner's plan).
+
+    The two subgraphs trade places; each keeps its own ``index``, so the
+    checks' messages still name the subgraph as stored.  ``info`` itself
+    when ``subgraph`` is 0.
+    """
+    if subgraph == 0:
+        return info
+    import dataclasses  # not at start-up (a start's records need none)
+
+    sgs = list(info.subgraphs)
+    sgs[0], sgs[subgraph] = sgs[subgraph], sgs[0]
+    return dataclasses.replace(info, subgraphs=sgs)
+
+
 def unusable_model(where: str, exc: ModelError) -> ModelError:
     """The ModelError that names the model (``where``: its path) for a read that raised ``exc``.
 

@@ -37,12 +37,11 @@ from __future__ import annotations
 
 from ...errors import ModelError
 from ..metadata import check_metadata
-from ..reader import ModelInfo
+from ..reader import ModelInfo, rooted
 from ..runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op
-from ..schema import BUILTIN_OPERATORS
 from . import builtin_rules, graph, messages, type_rules
 from .allocated import check_allocated_shapes, check_resize, check_resized_reach, deep_reach
-from .limits import ADDS_DIMENSIONS, MAX_ELEMENTS, MAX_RANK, MAX_WINDOW_PARAM
+from .limits import MAX_ELEMENTS, MAX_RANK, MAX_WINDOW_PARAM, adds_dimensions
 from .options import effective_options
 from .tensor_rules import HANDLE_TYPES, check_subgraph_inputs, check_tensor, deeper_allowed
 
@@ -152,10 +151,6 @@ def check_model(info: ModelInfo, registered=()) -> None:
     _check_deep_reach(info, deep)
 
 
-# The operator codes of limits.ADDS_DIMENSIONS.
-_ADDS_DIMENSIONS = frozenset(BUILTIN_OPERATORS[name] for name in ADDS_DIMENSIONS)
-
-
 def _check_deep_reach(info, deep: set) -> None:
     """A subgraph a caller invokes, with a tensor declared deep: no operator may get more dimensions than it takes.
 
@@ -170,20 +165,13 @@ def _check_deep_reach(info, deep: set) -> None:
     followed: most models have neither, and pay for a look at their
     operator codes.
     """
-    adds = any(code in _ADDS_DIMENSIONS for code, _custom, _version in info.operator_codes)
+    adds = adds_dimensions(info)
     invoked = sorted({0} | {s.subgraph_index for s in info.signatures if 0 <= s.subgraph_index < len(info.subgraphs)})
     for k in invoked:
         sg = info.subgraphs[k]
         if not adds and k not in deep:
             continue
-        rooted = info
-        if k:
-            import dataclasses  # (rarely needed: not at start-up)
-
-            sgs = list(info.subgraphs)
-            sgs[0], sgs[k] = sgs[k], sgs[0]
-            rooted = dataclasses.replace(info, subgraphs=sgs)  # (as Interpreter._rooted plans a runner's)
-        reach = deep_reach(rooted, lambda t, sg=sg: tuple(sg.tensors[t].shape))
+        reach = deep_reach(rooted(info, k), lambda t, sg=sg: tuple(sg.tensors[t].shape))  # (as a runner's plan)
         if reach is not None:
             op, t, rank = reach
             raise ModelError(

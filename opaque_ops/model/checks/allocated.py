@@ -150,7 +150,7 @@ def check_resized_reach(info, input_shapes: dict) -> None:
         :func:`~.tensor_rules.deeper_allowed`), so nothing that runs is.
     """
     sg = info.subgraphs[0]
-    if all(s is None or len(s) <= MAX_RANK for s in input_shapes.values()) and not adds_dimensions(sg):
+    if all(s is None or len(s) <= MAX_RANK for s in input_shapes.values()) and not adds_dimensions(info):
         return  # (no tensor deeper than its inputs: most models)
 
     def shape_of(t):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ..schema import BUILTIN_OPERATORS
 from .options import called_subgraphs
 
 # XNNPACK's tensors have at most XNN_MAX_TENSOR_DIMS (6) dimensions; a deeper
@@ -111,9 +112,14 @@ def elements(shape) -> int:
     return math.prod(map(int, shape))
 
 
-def adds_dimensions(sg) -> bool:
-    """Whether a builtin of :data:`ADDS_DIMENSIONS` is among ``sg``'s operators (one pass)."""
-    return any(op.op_name in ADDS_DIMENSIONS and not op.is_custom for op in sg.operators)
+# Their operator codes: the model's operator codes say whether one is used,
+# without a pass over the operators.
+_ADDS_DIMENSIONS_CODES = frozenset(BUILTIN_OPERATORS[name] for name in ADDS_DIMENSIONS)
+
+
+def adds_dimensions(info) -> bool:
+    """Whether a builtin of :data:`ADDS_DIMENSIONS` is among the operator codes of ``info`` (any subgraph)."""
+    return any(code in _ADDS_DIMENSIONS_CODES for code, _custom, _version in info.operator_codes)
 
 
 def any_rank_tensors(info, sg, from_2_23: bool = False) -> frozenset[int]:
