@@ -10,5 +10,7 @@
 - :mod:`.xnnpack` -- when XNNPACK is applied and which nodes it takes;
 - :mod:`.call_lock` -- the per-interpreter call lock and its owner;
 - :mod:`.fork_guard` -- what an interpreter is after ``fork()``;
+- :mod:`.variable_state`, :mod:`.variable_buffers` -- resource variables on 2.23 with XNNPACK: reads
+  before any assignment, and stores past the buffer of a variable's first value;
 - :mod:`.sigint` -- Ctrl-C during ``invoke()``.
 """

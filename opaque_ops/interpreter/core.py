@@ -216,6 +216,21 @@ _SELECTS = frozenset({BUILTIN_OPERATORS["SELECT"], _SELECT_V2})
 _CALLING = _RERUNNING | {BUILTIN_OPERATORS["CALL_ONCE"]}
 
 
+def _cond_reader(tensor_of):
+    """``cond_of(index)``: the value of an IF's condition, input tensor ``index`` (``tensor_of(index)``: a TensorRef or None).
+
+    True, False, or None when it is not known: if.cc reads the bool's one
+    value, and an empty or unreadable one decides nothing here.
+    """
+
+    def cond_of(index: int) -> bool | None:
+        t = tensor_of(index)
+        value = None if t is None else t.read()
+        return None if value is None or value.size != 1 else bool(value.reshape(-1)[0])
+
+    return cond_of
+
+
 class Interpreter:
     """Run a TFLite model, including custom ops from C or Python.
 
@@ -533,9 +548,18 @@ class Interpreter:
                 for sig in self._info.signatures:
                     signatures.setdefault(sig.subgraph_index, []).append(sig.key)
                 self._variables = AssignedVariables(found, signatures)
+        # On 2.23 with XNNPACK a variable's buffer is the size of the first
+        # value stored in it, for the interpreter's life: each allocation's
+        # stores are checked against what earlier invokes may have stored,
+        # and the first invoke after it counts what it may store
+        # (variable_buffers).  Other models and runtimes pay this one test.
+        if BUILTIN_OPERATORS["ASSIGN_VARIABLE"] in codes and self.xnnpack and not _runtime_affected(version):
+            from .variable_buffers import VariableBuffers
+
+            self._buffers = VariableBuffers(self._info, version)
         # Whether invoke() has anything to check before it runs (string
         # inputs, fed values, variables): one test on the common path.
-        self._prechecks = bool(self._string_inputs or self._fed_values or self._variables)
+        self._set_prechecks()
         self._main = _Graph(0, dict(self._input_positions), native.resize_input, native.allocate, native.input_tensor)
         # Whether subgraph 0 is planned (allocated since the last change, and
         # the model checks passed on what was planned); other subgraphs that
@@ -833,6 +857,9 @@ class Interpreter:
             self._check_allocated(native, graph, planned)
             if stale is not None:
                 raise stale
+            if self._buffers is not None and status == 0:
+                self._buffers.allocated(graph.subgraph, self._seen(native, graph)[1])
+                self._set_prechecks()  # (the first invoke after it counts its stores: _fast_sync below)
         except ModelError as err:
             native.sink.take()
             pending = _native.pop_pending_exception()
@@ -940,6 +967,30 @@ class Interpreter:
     # read a variable before anything assigns it); _prechecks as set in __init__.
     _variables = None
     _prechecks = False
+    # The variables' buffers on 2.23 with XNNPACK (variable_buffers), None on
+    # every other runtime and for a model that stores in no variable.
+    _buffers = None
+
+    def _set_prechecks(self) -> None:
+        """Set :attr:`_prechecks`: whether invoke() has anything to check before it runs (see __init__)."""
+        buffers = self._buffers
+        self._prechecks = bool(
+            self._string_inputs or self._fed_values or self._variables or (buffers is not None and buffers.unchecked)
+        )
+
+    def _check_buffers(self, subgraph: int, what: str, tensor_of) -> tuple | None:
+        """Just before an invoke of ``subgraph``: refuse a store past a variable's buffer (see variable_buffers).
+
+        Called under the lock, when ``subgraph`` is in the buffers'
+        ``unchecked``; ``tensor_of`` as for :meth:`_check_variables`.
+        Returns what to pass to the buffers' ``after_invoke`` once the invoke
+        has succeeded.  Once no subgraph is left to check, the C invoke
+        (fast_calls) may take over again.
+        """
+        stores = self._buffers.before_invoke(subgraph, what, _cond_reader(tensor_of))
+        self._set_prechecks()
+        self._fast_sync()
+        return stores
 
     def _check_variables(self, native, subgraph: int, what: str, tensor_of) -> tuple:
         """Just before an invoke of ``subgraph``: refuse a read of a variable nothing has assigned (see variable_state).
@@ -951,14 +1002,8 @@ class Interpreter:
         that counts).
         """
 
-        def cond_of(index: int) -> bool | None:
-            t = tensor_of(index)
-            value = None if t is None else t.read()
-            # (if.cc reads the bool's one value; an empty or unreadable one is not known)
-            return None if value is None or value.size != 1 else bool(value.reshape(-1)[0])
-
         variables = self._variables
-        return variables, variables.before_invoke(subgraph, what, native.rt.version, cond_of)
+        return variables, variables.before_invoke(subgraph, what, native.rt.version, _cond_reader(tensor_of))
 
     def _count_variables(self, checked: tuple, subgraph: int) -> None:
         """After a successful invoke of ``subgraph`` checked by :meth:`_check_variables`: count its assignments.
@@ -969,7 +1014,7 @@ class Interpreter:
         variables, taken = checked
         if variables.after_invoke(subgraph, taken) and self._variables is variables:
             self._variables = None
-            self._prechecks = bool(self._string_inputs or self._fed_values)
+            self._set_prechecks()
             self._fast_sync()
 
     def _run_invoke(self, native, invoke, watched: bool, moves: bool) -> tuple[int, float | None]:
@@ -1316,7 +1361,7 @@ class Interpreter:
             moves = self._moves
             if moves:
                 self._before_moving_invoke("invoke()")
-            variables = None
+            variables = stores = None
             if self._prechecks:
                 if self._string_inputs:
                     from .strings import refuse_unset_strings  # (only a model with string inputs: see strings)
@@ -1329,6 +1374,8 @@ class Interpreter:
                     self._refuse_fed_values(native, "invoke()")
                 if self._variables is not None:  # (counted after the invoke, once it succeeded)
                     variables = self._check_variables(native, 0, "invoke()", native.tensor)
+                if self._buffers is not None and 0 in self._buffers.unchecked:
+                    stores = self._check_buffers(0, "invoke()", native.tensor)
             if self._watch or moves:
                 status, took = self._run_invoke(native, native.invoke, self._watch, moves)
                 if self._watch:
@@ -1342,6 +1389,8 @@ class Interpreter:
                 self._check(status, "invoke", native)
             if variables is not None:
                 self._count_variables(variables, 0)
+            if stores is not None:
+                self._buffers.after_invoke(stores)
         finally:
             calls.owner = None
             lock.release()

@@ -245,21 +245,27 @@ class SignatureRunner:
                     if allocation is not reach.allocation:
                         reach.infer(allocation, *it._seen(native, self._graph)[:2])
                 refuse_crashing_values(native, self._fed, native.rt.version, f"{what}: invoke", reach, _AS_ARGUMENT)
-            variables = None
-            if it._variables is not None:  # (counted after the invoke, once it succeeded: Interpreter._count_variables)
+            variables = stores = None
+            buffers = it._buffers is not None and self._graph.subgraph in it._buffers.unchecked
+            if it._variables is not None or buffers:
+                # (Counted after the invoke, once it succeeded: Interpreter._count_variables, VariableBuffers.)
                 named = {index: n for n, index in self._inputs.items()}
-                variables = it._check_variables(
-                    native,
-                    self._graph.subgraph,
-                    f"{what}: invoke",
-                    lambda index: r.input_tensor(named[index]) if index in named else None,
-                )
+
+                def tensor_of(index):
+                    return r.input_tensor(named[index]) if index in named else None
+
+                if it._variables is not None:
+                    variables = it._check_variables(native, self._graph.subgraph, f"{what}: invoke", tensor_of)
+                if buffers:
+                    stores = it._check_buffers(self._graph.subgraph, f"{what}: invoke", tensor_of)
             status, took = it._run_invoke(native, r.invoke, self._watch, moves)
             if self._watch:
                 self._watch = took > WATCH_AFTER_S
             it._check(status, f"{what}: invoke", native)
             if variables is not None:
                 it._count_variables(variables, self._graph.subgraph)
+            if stores is not None:
+                it._buffers.after_invoke(stores)
             out = {}
             for n in self._output_names:
                 t = r.output_tensor(n)
@@ -294,7 +300,11 @@ class SignatureRunner:
         the runner, as the full path reads them.
         """
         it = self._interpreter
-        if it._prechecks and (it._variables is not None or (it._fed_values and self._graph.subgraph == 0)):
+        if it._prechecks and (
+            it._variables is not None
+            or (it._fed_values and self._graph.subgraph == 0)
+            or (it._buffers is not None and self._graph.subgraph in it._buffers.unchecked)
+        ):
             return None  # the full path checks the variables, and the fed values, before its invoke
         calls, lock = it._calls, it._lock
         if not calls.try_acquire():

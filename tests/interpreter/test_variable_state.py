@@ -192,8 +192,10 @@ def test_a_call_once_init_assigns_first_so_nothing_is_checked(xnnpack):
     init = np.arange(12, dtype=np.float32).reshape(2, 6) * 3
     data = named_variables_model([("read", b"state", (2, 6)), ("assign", b"state", "x")], [("assign", b"state", init)])
     it = _interpreter(data, xnnpack)
-    assert it._variables is None and not it._prechecks
+    assert it._variables is None
     np.testing.assert_array_equal(_invoke(it, X), init)
+    # (The first invoke after an allocation counts the values it stores on 2.23 with XNNPACK: variable_buffers.)
+    assert not it._prechecks
     np.testing.assert_array_equal(_invoke(it, X2), X)
     peer = litert_allocated(data, xnnpack)
     peer.set_tensor(peer.get_input_details()[0]["index"], X)

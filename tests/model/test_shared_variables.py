@@ -290,9 +290,12 @@ def test_storing_another_shape_than_the_init_constant_is_refused_on_2_23_with_xn
 def test_storing_a_smaller_value_than_the_init_constant_is_wrong_data_without_the_rule(monkeypatch, verdicts, xnnpack):
     """x resized to [2, 3] in a variable a [2, 6] constant initialized: 2.23's XNNPACK reads back [2, 6] (the
     rule turned off), every other runtime x (numpy).  (Safe in this process: x is the smaller.)"""
+    from opaque_ops.interpreter import variable_buffers
     from opaque_ops.model.checks import allocated
 
     monkeypatch.setattr(allocated, "_check_xnnpack_variable_stores", lambda *a: None)
+    # (The run-time rule on the same defect: tests/interpreter/test_variable_buffers.py.)
+    monkeypatch.setattr(variable_buffers.VariableBuffers, "allocated", lambda *a: None)
     data = named_variables_model([("assign", b"state", "x"), ("read", b"state", ())], [("assign", b"state", SAME)])
     it = oo.Interpreter(model_content=data, use_xnnpack=xnnpack)
     it.resize_tensor_input(0, [2, 3])
@@ -310,10 +313,12 @@ _CORRUPTION_CHILD = """
 import sys
 import numpy as np
 import opaque_ops as oo
+from opaque_ops.interpreter import variable_buffers
 from opaque_ops.model.checks import allocated
 from tests.helpers.variable_models import named_variables_model
 
 allocated._check_xnnpack_variable_stores = lambda *a: None
+variable_buffers.VariableBuffers.allocated = lambda *a: None  # (the run-time rule on the same defect)
 init = np.arange(6, dtype=np.float32).reshape(2, 3)
 data = named_variables_model([("assign", b"state", "x"), ("read", b"state", ())], [("assign", b"state", init)])
 it = oo.Interpreter(model_content=data, use_xnnpack=True)
@@ -373,10 +378,16 @@ def test_a_store_larger_than_subgraph_0s_first_is_refused_on_2_23_with_xnnpack_o
     ],
     ids=["x-then-smaller", "larger-then-smaller"],
 )
-def test_stores_no_larger_than_subgraph_0s_first_run_everywhere(steps, xnnpack):
-    """The largest value first, then a smaller one: 2.23's XNNPACK writes inside the first buffer and reads the
-    smaller value back right (measured in child processes), as every runtime does; not refused."""
+def test_a_smaller_store_after_subgraph_0s_first_is_refused_on_2_23_with_xnnpack_too(steps, xnnpack):
+    """The largest value first, then a smaller one: every runtime but 2.23 with XNNPACK reads the smaller value
+    back.  There the read is right too, but the heap is corrupted (measured in child processes with glibc's
+    checking allocator: "free(): invalid pointer" at the first invoke; an earlier pass, without that allocator,
+    took these for clean), so the allocation is refused (tests/interpreter/test_variable_buffers.py)."""
     it = oo.Interpreter(model_content=named_variables_model(steps), use_xnnpack=xnnpack)
+    if _xnnpack_2_23(it):
+        with pytest.raises(oo.ModelError, match=re.escape("store values of two sizes in one variable ('state')")):
+            it.allocate_tensors()
+        return
     it.allocate_tensors()
     for k in range(3):
         np.testing.assert_array_equal(_invoke(it, X + k)[0], SMALL)
@@ -385,11 +396,13 @@ def test_stores_no_larger_than_subgraph_0s_first_run_everywhere(steps, xnnpack):
 _FIRST_STORE_CHILD = """
 import numpy as np
 import opaque_ops as oo
+from opaque_ops.interpreter import variable_buffers
 from opaque_ops.model.checks import allocated
 from tests.helpers.variable_models import named_variables_model
 from tests.model.test_shared_variables import FIRST_SMALL
 
 allocated._check_xnnpack_first_store = lambda *a: None
+variable_buffers.VariableBuffers.allocated = lambda *a: None  # (the run-time rule on the same defect)
 it = oo.Interpreter(model_content=named_variables_model(FIRST_SMALL), use_xnnpack=True)
 it.allocate_tensors()
 for k in range(5):

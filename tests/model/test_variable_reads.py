@@ -61,6 +61,14 @@ def test_a_resize_that_changes_the_assigned_value_is_refused_before_invoke(
         y, out = _invoke(it, x)
         np.testing.assert_array_equal(out, sliced(x) if sliced_out else x)
     it.resize_tensor_input(0, shape)
+    if not _refused_here(it) and first_call and shape == [2, 9] and not sliced_out:
+        # 2.23's XNNPACK keeps the buffer of the variable's first value, x [2, 6]: x [2, 9] would be written
+        # past it (measured in a child with glibc's checking allocator: "free(): invalid pointer" after
+        # numpy's values came back), so the allocation is refused (tests/interpreter/test_variable_buffers.py).
+        # (The sliced z is refused before, as stale: _FALSE_STALE below.)
+        with pytest.raises(oo.ModelError, match=re.escape("would write past the buffer of its variable")):
+            it.allocate_tensors()
+        return
     if not _refused_here(it):
         # 2.23's XNNPACK reads the variable in its own shape: numpy's answer -- except that an empty
         # sliced z ([2, 9], whose -3 resolves to 6) is refused as a stale plan, falsely (_FALSE_STALE).

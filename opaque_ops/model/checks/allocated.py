@@ -389,11 +389,14 @@ def _check_xnnpack_first_store(sg, variables: _Variables, stores: dict, version)
     processes on 2.23.0 with XNNPACK (found by tools/fuzz_variables.py):
     ASSIGN_VARIABLE of a [1, 6] constant, then of x [2, 6] (or of a [2, 6]
     constant), then a READ_VARIABLE, corrupts the heap (glibc aborts:
-    "corrupted size vs. prev_size"); x first and then a smaller constant, or
-    the larger constant first, run cleanly, and without XNNPACK all of them
-    run as TFLite's builtin kernels (tensorflow/lite/kernels/assign_variable.cc
+    "corrupted size vs. prev_size"); without XNNPACK all of them run as
+    TFLite's builtin kernels (tensorflow/lite/kernels/assign_variable.cc
     sizes the variable to each value it stores).  So a store larger than the
-    variable's first one in this subgraph is refused.
+    variable's first one in this subgraph is refused here, where the verdict
+    is kept.  (x first and then a smaller constant was taken for clean too;
+    glibc's checking allocator shows it corrupts the heap as well: the
+    run-time rule of :mod:`opaque_ops.model.variable_buffers`, which also
+    sees the stores of earlier invokes, refuses two sizes in one run.)
     """
     for key, found in variables.assigned.items():
         if stores.get(key) or len(found) < 2:
