@@ -38,10 +38,8 @@ import dataclasses
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -50,6 +48,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: tools.* must import like in the children
     sys.path.insert(0, str(ROOT))
+from tools._fuzz_pool import MEM_LIMIT, add_stats, keep_case, run_child, run_ranges  # noqa: E402 - the fuzzers' one pool
 
 # Dimensions drawn for a shape: mostly 1, so that 13 dimensions stay small.
 _DIMS = (1, 1, 1, 1, 2, 2, 3)
@@ -413,34 +412,19 @@ def reason_key(outcome: str) -> str:
 
 
 CHILD = r"""
-import json, os, sys, threading, time
+import sys
 sys.path.insert(0, {root!r})
-import resource
-resource.setrlimit(resource.RLIMIT_AS, ({mem_limit}, {mem_limit}))
+from tools._fuzz_pool import Child
+child = Child(case_timeout={case_timeout}, mem_limit={mem_limit})
 from tools.fuzz_deep_shapes import SIGNED_ZEROS, compare, make_case, reason_key, reference, run_case
 stats = {{"ok": 0, "refused": 0, "compared": 0, "no_reference": 0, "signed_zeros": [], "reasons": {{}}, "configs": {{}}}}
-out = sys.stdout
-deadline = [None, None]
-def watch():
-    while True:
-        time.sleep(0.25)
-        index, until = deadline
-        if until is not None and time.monotonic() > until:
-            out.write("HANG %d\n" % index)
-            out.flush()
-            os._exit(3)
-threading.Thread(target=watch, daemon=True).start()
-for i in range({start}, {stop}):
-    out.write("I %d\n" % i)
-    out.flush()
-    deadline[:] = [i, time.monotonic() + {case_timeout}]
+for i in child.cases({start}, {stop}):
     case = make_case({seed}, i)
     stats["configs"][case.config()] = stats["configs"].get(case.config(), 0) + 1
     try:
         res, got = run_case(case, library={library!r})
     except Exception as e:
-        out.write("FINDING %d %s: %s\n" % (i, type(e).__name__, str(e)[:300].replace(chr(10), " ")))
-        out.flush()
+        child.finding(i, "%s: %s" % (type(e).__name__, str(e)[:300].replace(chr(10), " ")))
         continue
     if res != "ok":
         stats["refused"] += 1
@@ -449,11 +433,9 @@ for i in range({start}, {stop}):
         continue
     stats["ok"] += 1
     # The parent reads a death after "R" as the reference's, not a finding.
-    out.write("R %d\n" % i)
-    out.flush()
+    child.reference(i, running=True)
     want = reference(case)
-    out.write("D %d\n" % i)
-    out.flush()
+    child.reference(i, running=False)
     if want is None:
         stats["no_reference"] += 1
         continue
@@ -462,13 +444,9 @@ for i in range({start}, {stop}):
     if diff is not None and diff.startswith(SIGNED_ZEROS):
         stats["signed_zeros"].append(i)
     elif diff is not None:
-        out.write("FINDING %d mismatch: %s\n" % (i, diff))
-        out.flush()
-out.write("STATS " + json.dumps(stats) + "\n")
+        child.finding(i, "mismatch: %s" % diff)
+child.stats(stats)
 """
-
-# Address-space cap of a fuzzing child (bytes).
-MEM_LIMIT = 8 << 30
 
 
 def _run_range(seed, start, stop, library, case_timeout) -> dict:
@@ -482,39 +460,7 @@ def _run_range(seed, start, stop, library, case_timeout) -> dict:
         mem_limit=MEM_LIMIT,
         case_timeout=case_timeout,
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.setdefault("OPAQUE_OPS_VERDICT_CACHE", "off")
-    timeout = 60 + case_timeout * (stop - start)
-    try:
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
-        stdout, stderr, rc = p.stdout, p.stderr, p.returncode
-    except subprocess.TimeoutExpired as exc:
-        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        stderr, rc = "", "timeout"
-    res = {"done": stop, "stats": None, "crash": None, "findings": [], "reference_died": None}
-    last, in_reference = start - 1, False
-    for line in stdout.splitlines():
-        tag, _, rest = line.partition(" ")
-        if tag == "I":
-            last, in_reference = int(rest), False
-        elif tag == "R":
-            in_reference = True
-        elif tag == "D":
-            in_reference = False
-        elif tag == "FINDING":
-            res["findings"].append(rest)
-        elif tag == "STATS":
-            res["stats"] = json.loads(rest)
-        elif tag == "HANG":
-            last, rc = int(rest), "timeout"
-    if res["stats"] is not None and rc == 0:
-        return res
-    res["done"] = last + 1
-    if in_reference and rc != "timeout":
-        res["reference_died"] = {"index": last, "returncode": rc}
-    else:
-        res["crash"] = {"index": last, "returncode": rc, "stderr": stderr[-800:]}
-    return res
+    return run_child(code, start, stop, 60 + case_timeout * (stop - start))
 
 
 def run(
@@ -537,8 +483,6 @@ def run(
     ``signed_zeros`` the cases whose outputs differ from the reference's in
     the sign of zeros alone (see :data:`SIGNED_ZEROS`).
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     totals = {
         "cases": n,
         "seed": seed,
@@ -556,51 +500,52 @@ def run(
         "reasons": {},
         "configs": {},
     }
-    lock = threading.Lock()
-    todo = [(s, min(s + chunk, start + n)) for s in range(start, start + n, chunk)]
     t0 = time.time()
 
-    def work(span):
-        a, b = span
-        while a < b:
-            res = _run_range(seed, a, b, library, case_timeout)
-            with lock:
-                st = res["stats"]
-                if st is not None:
-                    for k in ("ok", "refused", "compared", "no_reference", "signed_zeros"):
-                        totals[k] += st[k]
-                    for k in ("reasons", "configs"):
-                        for key, v in st[k].items():
-                            totals[k][key] = totals[k].get(key, 0) + v
-                else:
-                    totals["unaccounted"] += max(res["done"] - 1 - a, 0)
-                totals["findings"].extend(res["findings"])
-                if res["reference_died"] is not None:
-                    totals["reference_deaths"].append(res["reference_died"])
-                c = res["crash"]
-                if c is not None:
-                    case = make_case(seed, c["index"])
-                    keep = workdir / f"deep-{seed}-{c['index']}.tflite"
-                    keep.write_bytes(case.data)
-                    c.update(file=str(keep), config=case.config(), resize=case.resize, ops=case.ops)
-                    totals["crashes"].append(c)
-                if progress:
-                    for f in res["findings"]:
-                        print(f"FINDING {f}", file=sys.stderr, flush=True)
-                    if c is not None:
-                        print(f"DEATH at case {c['index']} (rc {c['returncode']})", file=sys.stderr, flush=True)
-            a = res["done"] if res["done"] > a else a + 1
+    def take(res: dict, a: int) -> None:
+        st = res["stats"]
+        if st is not None:
+            add_stats(totals, st, ("ok", "refused", "compared", "no_reference", "signed_zeros"), ("reasons", "configs"))
+        else:
+            totals["unaccounted"] += max(res["partial"], 0)
+        totals["findings"].extend(res["findings"])
+        if res["reference_died"] is not None:
+            totals["reference_deaths"].append(res["reference_died"])
+        c = res["crash"]
+        if c is not None:
+            case = make_case(seed, c["index"])
+            c.update(
+                file=keep_case(workdir, f"deep-{seed}-{c['index']}", case.data),
+                config=case.config(),
+                resize=case.resize,
+                ops=case.ops,
+            )
+            totals["crashes"].append(c)
+        if progress:
+            for f in res["findings"]:
+                print(f"FINDING {f}", file=sys.stderr, flush=True)
+            if c is not None:
+                print(f"DEATH at case {c['index']} (rc {c['returncode']})", file=sys.stderr, flush=True)
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for k, _ in enumerate(pool.map(work, todo)):
-            if progress:
-                print(
-                    f"[{time.time() - t0:6.0f}s] chunk {k + 1}/{len(todo)}: ok {totals['ok']} refused "
-                    f"{totals['refused']} compared {totals['compared']} crashes {len(totals['crashes'])} "
-                    f"findings {len(totals['findings'])}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+    def chunk_done(k: int, count: int) -> None:
+        if progress:
+            print(
+                f"[{time.time() - t0:6.0f}s] chunk {k + 1}/{count}: ok {totals['ok']} refused "
+                f"{totals['refused']} compared {totals['compared']} crashes {len(totals['crashes'])} "
+                f"findings {len(totals['findings'])}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    run_ranges(
+        start,
+        start + n,
+        chunk,
+        lambda a, b: _run_range(seed, a, b, library, case_timeout),
+        take,
+        workers=workers,
+        chunk_done=chunk_done,
+    )
     totals["seconds"] = round(time.time() - t0, 1)
     return totals
 

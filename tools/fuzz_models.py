@@ -29,18 +29,18 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import random
 import re
 import struct
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: tools.* must import like in the children
+    sys.path.insert(0, str(ROOT))
+from tools._fuzz_pool import add_stats, keep_case, run_child, run_ranges  # noqa: E402 - the fuzzers' one pool
 
 
 def seed_models() -> list[bytes]:
@@ -107,15 +107,13 @@ import os, random, sys, json
 import numpy as np
 sys.path.insert(0, {root!r})
 import opaque_ops as oo
+from tools._fuzz_pool import Child
 from tools.fuzz_models import input_for, reason_key, seed_models
 seeds = seed_models()
 stats = {{"ok": 0, "rejected": 0, "reasons": {{}}}}
-out = sys.stdout
-for i in range({start}, {stop}):
+child = Child()
+for i in child.cases({start}, {stop}):
     data = input_for(seeds, {seed}, i)
-    # The parent reads the last index printed to find the input of a crash.
-    out.write("I %d\n" % i)
-    out.flush()
     try:
         it = oo.Interpreter(model_content=data, use_xnnpack={xnnpack})
         try:
@@ -145,9 +143,8 @@ for i in range({start}, {stop}):
         key = reason_key(e)
         stats["reasons"][key] = stats["reasons"].get(key, 0) + 1
     except Exception as e:
-        out.write("FINDING %d %s: %s\n" % (i, type(e).__name__, str(e)[:300]))
-        out.flush()
-out.write("STATS " + json.dumps(stats) + "\n")
+        child.finding(i, "%s: %s" % (type(e).__name__, str(e)[:300]))
+child.stats(stats)
 """
 
 
@@ -228,51 +225,6 @@ def _run_range(seed: int, start: int, stop: int, xnnpack: bool, timeout: float) 
     return run_child(code, start, stop, timeout)
 
 
-def run_child(code: str, start: int, stop: int, timeout: float) -> dict:
-    """Run a fuzzing child (``python -c code``) over cases [start, stop) and read its report.
-
-    The child prints ``I <index>`` before each case, ``FINDING ...`` lines and a
-    final ``STATS <json>``; ``HANG <index>`` if it ended itself on a case that ran
-    too long.  Shared by this fuzzer and tools/fuzz_structured.py.
-
-    Not the tests' runner (tests.helpers.child_process): this one reads the
-    child's progress protocol, keeps a timed-out child's partial output to
-    name the case that hung, and serves the tools run on their own, where the
-    tests package is not imported.
-    """
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    # Every case runs the checks, and no verdict records of throw-away models
-    # pile up in the user's cache (OPAQUE_OPS_VERDICT_CACHE set here wins).
-    env.setdefault("OPAQUE_OPS_VERDICT_CACHE", "off")
-    res = {"done": start, "stats": None, "crash": None, "findings": []}
-    try:
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
-        stdout, stderr, rc = p.stdout, p.stderr, p.returncode
-    except subprocess.TimeoutExpired as exc:
-        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        stderr, rc = "", "timeout"
-    last = start - 1
-    for line in stdout.splitlines():
-        if line.startswith("I "):
-            last = int(line[2:])
-        elif line.startswith("FINDING "):
-            res["findings"].append(line[8:])
-        elif line.startswith("STATS "):
-            res["stats"] = json.loads(line[6:])
-        elif line.startswith("HANG "):  # the child's own per-case watchdog
-            last, rc = int(line[5:]), "timeout"
-    if res["stats"] is not None and rc == 0:
-        res["done"] = stop
-        return res
-    # Crash (signal or abort) or hang at input `last`: the inputs before it are
-    # counted as passed (their outcomes are lost with the child, but they did
-    # not crash); the child is restarted after it.
-    res["crash"] = {"index": last, "returncode": rc, "stderr": stderr[-800:]}
-    res["done"] = last + 1
-    res["partial"] = last - start
-    return res
-
-
 def run(
     n: int, seed: int, workdir: Path, chunk: int = 1000, xnnpack: bool = False, workers: int = 1, progress: bool = False
 ) -> dict:
@@ -286,46 +238,41 @@ def run(
         (rejection reason -> count), ``crashes`` (with the index and saved file
         of each), ``findings`` (non-OpaqueOpsError exceptions).
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     seeds = seed_models()
     totals = {"inputs": n, "ok": 0, "rejected": 0, "unaccounted": 0, "crashes": [], "findings": [], "reasons": {}}
-    lock = threading.Lock()
-    todo = [(s, min(s + chunk, n)) for s in range(0, n, chunk)]
 
-    def work(rng_range):
-        start, stop = rng_range
-        while start < stop:
-            res = _run_range(seed, start, stop, xnnpack, timeout=60 + 2.0 * (stop - start))
-            with lock:
-                st = res["stats"]
-                if st is not None:
-                    totals["ok"] += st["ok"]
-                    totals["rejected"] += st["rejected"]
-                    for r, c in st["reasons"].items():
-                        totals["reasons"][r] = totals["reasons"].get(r, 0) + c
-                totals["findings"].extend(res["findings"])
-                if res["crash"] is not None:
-                    c = res["crash"]
-                    totals["unaccounted"] += res["partial"]
-                    if c["index"] >= start:
-                        keep = workdir / f"crash-{seed}-{c['index']}.tflite"
-                        keep.write_bytes(input_for(seeds, seed, c["index"]))
-                        c["file"] = str(keep)
-                    totals["crashes"].append(c)
-                    if progress:
-                        print(f"crash at input {c['index']} (rc {c['returncode']})", file=sys.stderr, flush=True)
-            start = res["done"] if res["done"] > start else start + 1
-
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for i, _ in enumerate(pool.map(work, todo)):
+    def take(res: dict, start: int) -> None:
+        st = res["stats"]
+        if st is not None:
+            add_stats(totals, st, ("ok", "rejected"), ("reasons",))
+        totals["findings"].extend(res["findings"])
+        if res["crash"] is not None:
+            c = res["crash"]
+            totals["unaccounted"] += res["partial"]
+            if c["index"] >= start:
+                c["file"] = keep_case(workdir, f"crash-{seed}-{c['index']}", input_for(seeds, seed, c["index"]))
+            totals["crashes"].append(c)
             if progress:
-                print(
-                    f"chunk {i + 1}/{len(todo)}: ok {totals['ok']} rejected {totals['rejected']} "
-                    f"crashes {len(totals['crashes'])}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                print(f"crash at input {c['index']} (rc {c['returncode']})", file=sys.stderr, flush=True)
+
+    def chunk_done(k: int, count: int) -> None:
+        if progress:
+            print(
+                f"chunk {k + 1}/{count}: ok {totals['ok']} rejected {totals['rejected']} "
+                f"crashes {len(totals['crashes'])}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    run_ranges(
+        0,
+        n,
+        chunk,
+        lambda a, b: _run_range(seed, a, b, xnnpack, timeout=60 + 2.0 * (b - a)),
+        take,
+        workers=workers,
+        chunk_done=chunk_done,
+    )
     return totals
 
 

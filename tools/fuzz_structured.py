@@ -58,7 +58,6 @@ import random
 import re
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -67,7 +66,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: tools.* must import like in the children
     sys.path.insert(0, str(ROOT))
-from tools.fuzz_models import run_child  # noqa: E402 - the one child runner of both fuzzers
+from tools._fuzz_pool import MEM_LIMIT, add_stats, keep_case, run_child, run_ranges  # noqa: E402 - the fuzzers' one pool
 
 # ----------------------------------------------------------------- the seeds
 
@@ -1148,40 +1147,24 @@ def reason_key(outcome: str) -> str:
 
 
 CHILD = r"""
-import json, sys, os
+import sys
 sys.path.insert(0, {root!r})
-import resource
+from tools._fuzz_pool import Child
 # A case that plans a huge tensor must fail its allocation, not take the
-# machine's memory: cap the child's address space.
-resource.setrlimit(resource.RLIMIT_AS, ({mem_limit}, {mem_limit}))
+# machine's memory: cap the child's address space.  A case that runs past its
+# time (a WHILE looping for billions of turns) is a hang: the child says which
+# and ends, so a fresh one carries on.
+child = Child(case_timeout={case_timeout}, mem_limit={mem_limit})
 from tools.fuzz_structured import make_case, run_case, reason_key
-import threading, time
 stats = {{"ok": 0, "refused": 0, "reasons": {{}}, "configs": {{}}, "seeds": {{}}}}
-out = sys.stdout
-# A case that runs past its time (a WHILE looping for billions of turns) is
-# a hang: say which, and end this child so a fresh one carries on.
-deadline = [None, None]
-def watch():
-    while True:
-        time.sleep(0.25)
-        index, until = deadline
-        if until is not None and time.monotonic() > until:
-            out.write("HANG %d\n" % index)
-            out.flush()
-            os._exit(3)
-threading.Thread(target=watch, daemon=True).start()
-for i in range({start}, {stop}):
-    out.write("I %d\n" % i)
-    out.flush()
-    deadline[:] = [i, time.monotonic() + {case_timeout}]
+for i in child.cases({start}, {stop}):
     case = make_case({seed}, i)
     stats["configs"][case.config()] = stats["configs"].get(case.config(), 0) + 1
     stats["seeds"][case.seed_model] = stats["seeds"].get(case.seed_model, 0) + 1
     try:
         res = run_case(case, library={library!r})
     except Exception as e:
-        out.write("FINDING %d %s: %s\n" % (i, type(e).__name__, str(e)[:300].replace(chr(10), " ")))
-        out.flush()
+        child.finding(i, "%s: %s" % (type(e).__name__, str(e)[:300].replace(chr(10), " ")))
         continue
     if res == "ok":
         stats["ok"] += 1
@@ -1189,12 +1172,8 @@ for i in range({start}, {stop}):
         stats["refused"] += 1
         k = reason_key(res)
         stats["reasons"][k] = stats["reasons"].get(k, 0) + 1
-out.write("STATS " + json.dumps(stats) + "\n")
+child.stats(stats)
 """
-
-
-# Address-space cap of a fuzzing child (bytes).
-MEM_LIMIT = 8 << 30
 
 
 def death_kind(crash: dict) -> str:
@@ -1292,8 +1271,6 @@ def run(
     after it.  ``unaccounted`` counts cases a crashed child had run (they did
     not crash it, but their outcomes died with it).
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     totals = {
         "cases": n,
         "seed": seed,
@@ -1308,72 +1285,58 @@ def run(
         "configs": {},
         "seeds": {},
     }
-    lock = threading.Lock()
-    todo = [(s, min(s + chunk, start + n)) for s in range(start, start + n, chunk)]
     t0 = time.time()
 
-    def merge(dst, src):
-        for k, v in src.items():
-            dst[k] = dst.get(k, 0) + v
-
-    def work(rng_range):
-        a, b = rng_range
-        while a < b:
-            res = _run_range(
-                seed, a, b, timeout=60 + per_case_timeout * (b - a), library=library, case_timeout=per_case_timeout
-            )
-            with lock:
-                st = res["stats"]
-                if st is not None:
-                    totals["ok"] += st["ok"]
-                    totals["refused"] += st["refused"]
-                    merge(totals["reasons"], st["reasons"])
-                    merge(totals["configs"], st["configs"])
-                    merge(totals["seeds"], st["seeds"])
-                totals["findings"].extend(res["findings"])
-                if progress:
-                    for f in res["findings"]:
-                        print(f"FINDING {f}", file=sys.stderr, flush=True)
-                if res["crash"] is not None:
-                    c = res["crash"]
-                    c["kind"] = death_kind(c)
-                    totals["deaths"][c["kind"]] += 1
-                    totals["unaccounted"] += max(res["partial"], 0)
-                    if c["index"] >= a:
-                        case = make_case(seed, c["index"])
-                        keep = workdir / f"crash-{seed}-{c['index']}.tflite"
-                        keep.write_bytes(case.data)
-                        c.update(
-                            file=str(keep),
-                            seed_model=case.seed_model,
-                            mutations=case.mutations,
-                            config=case.config(),
-                            resize=case.resize,
-                        )
-                    totals["crashes"].append(c)
-                    if progress:
-                        print(
-                            f"{c['kind'].upper()} at case {c['index']} (rc {c['returncode']}): {c.get('mutations')} "
-                            f"{c.get('config')}",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-            a = res["done"] if res["done"] > a else a + 1
-
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for k, _ in enumerate(pool.map(work, todo)):
-            if snapshot is not None:
-                with lock:
-                    Path(snapshot).write_text(json.dumps(dict(totals, seconds=round(time.time() - t0, 1)), default=str))
+    def take(res: dict, a: int) -> None:
+        st = res["stats"]
+        if st is not None:
+            add_stats(totals, st, ("ok", "refused"), ("reasons", "configs", "seeds"))
+        totals["findings"].extend(res["findings"])
+        if progress:
+            for f in res["findings"]:
+                print(f"FINDING {f}", file=sys.stderr, flush=True)
+        if res["crash"] is not None:
+            c = res["crash"]
+            c["kind"] = death_kind(c)
+            totals["deaths"][c["kind"]] += 1
+            totals["unaccounted"] += max(res["partial"], 0)
+            if c["index"] >= a:
+                case = make_case(seed, c["index"])
+                c.update(
+                    file=keep_case(workdir, f"crash-{seed}-{c['index']}", case.data),
+                    seed_model=case.seed_model,
+                    mutations=case.mutations,
+                    config=case.config(),
+                    resize=case.resize,
+                )
+            totals["crashes"].append(c)
             if progress:
-                d = totals["deaths"]
                 print(
-                    f"[{time.time() - t0:7.0f}s] chunk {k + 1}/{len(todo)}: ok {totals['ok']} "
-                    f"refused {totals['refused']} crashes {d['crash']} out-of-memory {d['out_of_memory']} "
-                    f"hangs {d['hang']} findings {len(totals['findings'])}",
+                    f"{c['kind'].upper()} at case {c['index']} (rc {c['returncode']}): {c.get('mutations')} "
+                    f"{c.get('config')}",
                     file=sys.stderr,
                     flush=True,
                 )
+
+    def chunk_done(k: int, count: int) -> None:
+        if snapshot is not None:
+            Path(snapshot).write_text(json.dumps(dict(totals, seconds=round(time.time() - t0, 1)), default=str))
+        if progress:
+            d = totals["deaths"]
+            print(
+                f"[{time.time() - t0:7.0f}s] chunk {k + 1}/{count}: ok {totals['ok']} "
+                f"refused {totals['refused']} crashes {d['crash']} out-of-memory {d['out_of_memory']} "
+                f"hangs {d['hang']} findings {len(totals['findings'])}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def run_range(a: int, b: int) -> dict:
+        return _run_range(
+            seed, a, b, timeout=60 + per_case_timeout * (b - a), library=library, case_timeout=per_case_timeout
+        )
+
+    run_ranges(start, start + n, chunk, run_range, take, workers=workers, chunk_done=chunk_done)
     totals["seconds"] = round(time.time() - t0, 1)
     return totals
 

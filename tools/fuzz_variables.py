@@ -50,7 +50,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: tools.* must import like in the children
     sys.path.insert(0, str(ROOT))
-from tools.fuzz_models import run_child  # noqa: E402 - the one child runner of the fuzzers
+from tools._fuzz_pool import keep_case, last_stage, run_child, run_ranges  # noqa: E402 - the fuzzers' one pool
 
 #: Shapes of constants and of declared reads; x, subgraph 0's input, is the first.
 SHAPES = [(2, 6), (3, 4), (12,), (1, 6), (2, 6)]
@@ -481,37 +481,21 @@ def run_case(case: Case, library=None, stage=None) -> dict:
 
 
 CHILD = r"""
-import json, os, sys, threading, time
+import sys
 sys.path.insert(0, {root!r})
+from tools._fuzz_pool import Child
 from tools.fuzz_variables import make_case, run_case
 stats = {{"cases": 0, "false_refusals": [], "findings": 0}}
-out = sys.stdout
-deadline = [None, None]
-def watch():
-    while True:
-        time.sleep(0.25)
-        index, until = deadline
-        if until is not None and time.monotonic() > until:
-            out.write("HANG %d\n" % index)
-            out.flush()
-            os._exit(3)
-threading.Thread(target=watch, daemon=True).start()
-def stage(s):
-    sys.stderr.write("STAGE %s\n" % s)
-    sys.stderr.flush()
-for i in range({start}, {stop}):
-    out.write("I %d\n" % i)
-    out.flush()
-    deadline[:] = [i, time.monotonic() + {case_timeout}]
+child = Child(case_timeout={case_timeout})
+for i in child.cases({start}, {stop}):
     case = make_case({seed}, i)
-    res = run_case(case, library={library!r}, stage=stage)
+    res = run_case(case, library={library!r}, stage=child.stage)
     stats["cases"] += 1
     for f in res["findings"]:
-        out.write("FINDING %d %s\n" % (i, f.replace(chr(10), " ")))
-        out.flush()
+        child.finding(i, f.replace(chr(10), " "))
     stats["findings"] += len(res["findings"])
     stats["false_refusals"] += ["%d %s" % (i, f) for f in res["false_refusals"]]
-out.write("STATS " + json.dumps(stats) + "\n")
+child.stats(stats)
 """
 
 
@@ -531,10 +515,8 @@ def run(
     totals: dict = {"cases": n, "seed": seed, "start": start, "run": 0, "crashes": [], "findings": []}
     totals["false_refusals"] = []
     t0 = time.time()
-    a, stop = start, start + n
-    while a < stop:
-        b = min(a + chunk, stop)
-        res = _run_range(seed, a, b, library=library)
+
+    def take(res: dict, a: int) -> None:
         st = res["stats"]
         if st is not None:
             totals["run"] += st["cases"]
@@ -545,21 +527,20 @@ def run(
             totals["run"] += max(res["partial"], 0) + 1
             if c["index"] >= a:
                 case = make_case(seed, c["index"])
-                keep = workdir / f"crash-{seed}-{c['index']}.tflite"
-                keep.write_bytes(case.data)
-                stages = [ln for ln in c["stderr"].splitlines() if ln.startswith("STAGE ")]
-                c.update(file=str(keep), stage=stages[-1][6:] if stages else None, case=case.describe())
+                file = keep_case(workdir, f"crash-{seed}-{c['index']}", case.data)
+                c.update(file=file, stage=last_stage(c["stderr"]), case=case.describe())
             totals["crashes"].append(c)
             if progress:
                 print(f"CRASH at {c['index']}: {c.get('stage')} rc {c['returncode']}", file=sys.stderr, flush=True)
-        a = res["done"] if res["done"] > a else a + 1
         if progress:
             print(
-                f"[{time.time() - t0:6.0f}s] {a - start}/{n}: findings {len(totals['findings'])} "
+                f"[{time.time() - t0:6.0f}s] {max(res['done'], a + 1) - start}/{n}: findings {len(totals['findings'])} "
                 f"crashes {len(totals['crashes'])} false refusals {len(totals['false_refusals'])}",
                 file=sys.stderr,
                 flush=True,
             )
+
+    run_ranges(start, start + n, chunk, lambda a, b: _run_range(seed, a, b, library=library), take)
     totals["seconds"] = round(time.time() - t0, 1)
     return totals
 
