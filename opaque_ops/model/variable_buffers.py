@@ -84,6 +84,8 @@ class Store:
         inputs, read before the invoke (``branch``: True for then).
     where : str
         The operator and the value, for messages.
+    sg, op : SubgraphInfo, OpInfo
+        Where the ASSIGN_VARIABLE is, in the model as stored.
     segment : int or None
         For a store of the invoked subgraph itself: which stretch of its
         operators it is in, between two READ_VARIABLEs, control-flow or
@@ -91,9 +93,11 @@ class Store:
         subgraph that control flow runs.
     """
 
-    __slots__ = ("key", "shape", "size", "certain", "cond", "where", "segment")
+    __slots__ = ("key", "shape", "size", "certain", "cond", "where", "segment", "sg", "op")
 
-    def __init__(self, key: tuple, shape: tuple, size: int, certain: bool, cond, where: str, segment=None) -> None:
+    def __init__(
+        self, key: tuple, shape: tuple, size: int, certain: bool, cond, where: str, segment=None, sg=None, op=None
+    ) -> None:
         self.key = key
         self.shape = shape
         self.size = size
@@ -101,6 +105,8 @@ class Store:
         self.cond = cond
         self.where = where
         self.segment = segment
+        self.sg = sg
+        self.op = op
 
     def __repr__(self) -> str:  # (for test failures)
         return f"Store({self.key!r}, {self.shape}, certain={self.certain}, cond={self.cond})"
@@ -137,7 +143,7 @@ class Plan:
             t, branch = s.cond
             value = values.get(t)
             if value is None:
-                out.append(Store(s.key, s.shape, s.size, False, None, s.where, s.segment))
+                out.append(Store(s.key, s.shape, s.size, False, None, s.where, s.segment, s.sg, s.op))
             elif value == branch:
                 out.append(s)
         return tuple(out)
@@ -188,7 +194,9 @@ def store_plan(info, subgraph: int, shape_of) -> Plan:
                     key = names.get(op.inputs[0]) or (k, op.inputs[0])
                     size = elements(shape) * (value.dtype.itemsize if value.dtype is not None else 1)
                     where = f"{messages.operator(sg, op)} storing {value.name!r} of shape {list(shape)} ({size} bytes)"
-                    stores.append(Store(key, shape, size, certain, cond, where, segment if k == subgraph else None))
+                    stores.append(
+                        Store(key, shape, size, certain, cond, where, segment if k == subgraph else None, sg, op)
+                    )
                 continue
             called = called_subgraphs(op, count)
             if not called or any(j in seen for j in called):

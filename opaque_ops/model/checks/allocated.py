@@ -227,7 +227,7 @@ def check_allocated_shapes(info, shape_of, planned=None, version=None, xnnpack=F
     if found is not None and xnnpack:
         _check_called_sizes(found, version)
     variables = _Variables(sg, known)
-    _check_variable_reads(sg, shape_of, variables, through_others_only=xnnpack and not affected(version))
+    _check_variable_reads(info, sg, shape_of, variables, through_others_only=xnnpack and not affected(version))
     if xnnpack and not affected(version):
         _check_xnnpack_variable_stores(info, sg, variables, version)
     check_version_rules(sg, known, version)
@@ -265,7 +265,7 @@ class _Variables:
         return variable_assignments(self._sg, self.names, self._known)
 
 
-def _check_variable_reads(sg, shape_of, variables: _Variables, through_others_only: bool = False) -> None:
+def _check_variable_reads(info, sg, shape_of, variables: _Variables, through_others_only: bool = False) -> None:
     """READ_VARIABLE's planned output has the shape ASSIGN_VARIABLE stores in its variable after this allocation.
 
     tensorflow/lite/kernels/read_variable.cc: Prepare makes the output
@@ -293,31 +293,46 @@ def _check_variable_reads(sg, shape_of, variables: _Variables, through_others_on
     (container, shared_name) are one variable (:func:`~.graph.variable_names`),
     and a read is compared with the values it may see
     (:func:`~.graph.stores_seen`).  Only this subgraph's assignments are
-    compared here: another subgraph's shapes are not planned with it, and
-    the constants other subgraphs store keep their shape, which check_model
-    compared with the read's (a read not declared with rank 0 keeps its
-    declared shape at every allocation).
+    compared here with the values the subgraphs that its control flow runs
+    store (an IF's branch, a WHILE's body, a CALL_ONCE's init), on the shapes
+    this allocation gives their inputs (:func:`~..variable_buffers.store_plan`):
+    a branch that stores its input x follows x's resize (found by
+    tools/fuzz_variables.py with resizes: x resized to [1, 6] and stored by
+    an IF's branch, then read as declared [2, 6], gives six values and then
+    heap bytes on 2.17.1 and 2.23.0, with XNNPACK and without, and on
+    ai-edge-litert).  The constants of subgraphs no control flow of this one
+    runs (another signature's) keep their shape, which check_model compared
+    with the read's (a read not declared with rank 0 keeps its declared
+    shape at every allocation).
     """
     reads = [op for op in sg.operators if op.op_name == "READ_VARIABLE" and not op.is_custom]
     if not reads:
         return
     names, here = variables.names, variables.assigned
+    called: dict = {}
+    if len(info.subgraphs) > 1:
+        from ..variable_buffers import store_plan  # (only a model with a read and another subgraph)
+
+        for s in store_plan(info, 0, shape_of).stores:
+            if s.segment is None:  # (a store of a subgraph this one's control flow runs)
+                called.setdefault(s.key, []).append((s.sg, s.op, s.shape))
     for op in reads:
         if not op.inputs or not op.outputs or min(op.outputs) < 0 or op.inputs[0] < 0:
             continue
         out = shape_of(op.outputs[0])
         if not out:  # dynamic (declared with rank 0: it follows the variable), or not planned
             continue
-        for _sg, assign, shape in stores_seen(sg, op, names, here, {}):
-            if through_others_only and assign.inputs[0] == op.inputs[0]:
+        for where, assign, shape in stores_seen(sg, op, names, here, called):
+            if through_others_only and where is sg and assign.inputs[0] == op.inputs[0]:
                 continue
             if shape != tuple(out):
-                value = sg.tensors[assign.inputs[1]].name
+                value = where.tensors[assign.inputs[1]].name
                 have, want = elements(shape), elements(out)
                 how = "its first values only" if have > want else "past its end" if have < want else "in another shape"
+                store = messages.planned_operator(sg, assign) if where is sg else messages.operator(where, assign)
                 raise ModelError(
                     f"{messages.planned_operator(sg, op)} gives its output {messages.planned_tensor(sg, op.outputs[0])} "
-                    f"the shape {list(out)} it was planned with, but {messages.planned_operator(sg, assign)} stores "
+                    f"the shape {list(out)} it was planned with, but {store} stores "
                     f"{value!r} of shape {list(shape)} in the same variable; TFLite's READ_VARIABLE would copy "
                     f"{want} values out of a variable of {have} ({how}) "
                     f"and return wrong data. Resize the inputs so that {value!r} keeps the shape {list(out)}"
