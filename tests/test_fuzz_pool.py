@@ -14,7 +14,7 @@ from tools._fuzz_pool import ROOT, add_counts, last_stage, run_child, run_ranges
 
 # A child of the pool's protocol: cases [start, stop); case `kill` dies by SIGSEGV in its
 # "work" stage, case `hang` sleeps past its time, case `ref` aborts inside its reference run,
-# odd cases report a finding.
+# odd cases report a finding, cases divisible by 3 a note (counted apart, streamed like a finding).
 CHILD = r"""
 import os, signal, sys, time
 sys.path.insert(0, {root!r})
@@ -33,6 +33,8 @@ for i in child.cases({start}, {stop}):
     child.reference(i, running=False)
     if i % 2:
         child.finding(i, "odd case")
+    if i % 3 == 0:
+        child.note(i, "third")
     stats["cases"] += 1
     kind = "odd" if i % 2 else "even"
     stats["kinds"][kind] = stats["kinds"].get(kind, 0) + 1
@@ -51,6 +53,7 @@ def test_a_clean_child_reports_its_counts_and_findings():
     assert res["done"] == 4
     assert res["stats"] == {"cases": 4, "kinds": {"even": 2, "odd": 2}}
     assert res["findings"] == ["1 odd case", "3 odd case"]
+    assert res["notes"] == ["0 third", "3 third"]
 
 
 def test_a_death_by_a_signal_names_its_case_and_its_stage():
@@ -60,6 +63,8 @@ def test_a_death_by_a_signal_names_its_case_and_its_stage():
     assert last_stage(res["crash"]["stderr"]) == "work 3"
     # The cases before it ran (their findings were read); a fresh child starts after it.
     assert res["findings"] == ["1 odd case"]
+    # Notes too: streamed, they outlive the child that printed them (a count in STATS would not).
+    assert res["notes"] == ["0 third"]
     assert res["partial"] == 3 and res["done"] == 4
 
 

@@ -11,6 +11,7 @@ share one way of doing it, kept here so that it is written once:
   case that killed it (:func:`run_ranges`, :func:`run_child`);
 - the child prints a line-based progress protocol on stdout, written by
   :class:`Child`: ``I <index>`` before each case, ``FINDING <index> ...``,
+  ``NOTE <index> ...`` for what a fuzzer counts apart from its findings,
   ``R <index>`` / ``D <index>`` around a reference run whose death is the
   reference's and not a finding, ``HANG <index>`` when its own watchdog ends
   a case that ran past its time, and ``STATS <json>`` at the end; and, on
@@ -103,6 +104,14 @@ class Child:
         """Report a finding of case ``index``; ``text`` is written as given (one line)."""
         self._say("FINDING %d %s" % (index, text))
 
+    def note(self, index: int, text: str) -> None:
+        """Report something of case ``index`` counted apart from the findings (one line, as given).
+
+        Streamed at once, like a finding, so that a child that dies on a later
+        case keeps it (a count in ``STATS`` would be lost with the child).
+        """
+        self._say("NOTE %d %s" % (index, text))
+
     def reference(self, index: int, running: bool) -> None:
         """Say that case ``index``'s reference starts (``running``) or is done: a death in between is its."""
         self._say("%s %d" % ("R" if running else "D", index))
@@ -138,7 +147,8 @@ def run_child(code: str, start: int, stop: int, timeout: float) -> dict:
     dict
         ``done`` (where a fresh child should carry on: ``stop``, or the case
         after a death), ``stats`` (the child's ``STATS``, or None), ``findings``
-        (the ``FINDING`` lines, without the tag), ``crash`` (None, or the
+        (the ``FINDING`` lines, without the tag), ``notes`` (the ``NOTE``
+        lines, without the tag), ``crash`` (None, or the
         ``index``, ``returncode`` -- ``"timeout"`` for a hang -- and the last
         800 characters of ``stderr`` of a death), ``reference_died`` (None, or
         the ``index`` and ``returncode`` of a death between ``R`` and ``D``,
@@ -149,7 +159,7 @@ def run_child(code: str, start: int, stop: int, timeout: float) -> dict:
     # Every case runs the checks, and no verdict records of throw-away models
     # pile up in the user's cache (OPAQUE_OPS_VERDICT_CACHE set here wins).
     env.setdefault("OPAQUE_OPS_VERDICT_CACHE", "off")
-    res: dict = {"done": start, "stats": None, "crash": None, "findings": [], "reference_died": None}
+    res: dict = {"done": start, "stats": None, "crash": None, "findings": [], "notes": [], "reference_died": None}
     try:
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
         stdout, stderr, rc = p.stdout, p.stderr, p.returncode
@@ -167,6 +177,8 @@ def run_child(code: str, start: int, stop: int, timeout: float) -> dict:
             in_reference = False
         elif tag == "FINDING":
             res["findings"].append(rest)
+        elif tag == "NOTE":  # counted apart by the fuzzer; kept even if the child dies later
+            res["notes"].append(rest)
         elif tag == "STATS":
             res["stats"] = json.loads(rest)
         elif tag == "HANG":  # the child's own per-case watchdog
