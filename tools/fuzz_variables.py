@@ -3,6 +3,7 @@
     python tools/fuzz_variables.py --n 2000 [--seed 1] [--workers 1] [--json out.json] [--library LIB] [--malloc-check]
     python tools/fuzz_variables.py --save SEED:INDEX out.tflite   # write one case's model, print its program
     python tools/fuzz_variables.py --replay SEED:INDEX            # run one case here, verbosely
+    python tools/fuzz_variables.py --case '{"program": ..., "calls": ...}'  # run a hand-written case here
 
 Each case is a small random model built with TFLite's own schema module
 (``ai_edge_litert.schema_py_generated``, through tests' ``SchemaModel`` way
@@ -767,6 +768,7 @@ def main(argv=None) -> int:
     ap.add_argument("--progress", action="store_true")
     ap.add_argument("--save", nargs=2, metavar=("SEED:INDEX", "OUT"))
     ap.add_argument("--replay", metavar="SEED:INDEX")
+    ap.add_argument("--case", metavar="JSON", help="a case as --replay prints it (program and calls), to shrink one")
     ap.add_argument(
         "--malloc-check",
         action="store_true",
@@ -778,6 +780,11 @@ def main(argv=None) -> int:
     if args.malloc_check:
         # The children inherit it (tools._fuzz_pool.run_child copies os.environ); this process is not affected.
         os.environ.update(LD_PRELOAD=str(MALLOC_DEBUG), GLIBC_TUNABLES="glibc.malloc.check=3")
+    if args.case:
+        given = json.loads(args.case)
+        case = Case(0, 0, given["program"], given["calls"], build(given["program"]))
+        print(json.dumps(run_case(case, library=args.library), indent=1))
+        return 0
     if args.save or args.replay:
         seed, index = (int(v) for v in (args.save[0] if args.save else args.replay).split(":"))
         case = make_case(seed, index)
