@@ -569,23 +569,19 @@ def overreads(case: Case) -> list:
 def xnnpack_store_change(case: Case) -> tuple[int, str] | None:
     """The first call at which a store puts a value of another size or shape than the variable's first in it.
 
-    2.23's XNNPACK delegate keeps the buffer of the first value stored in a
-    variable, across allocations.  A larger value stored there later is
-    written past that buffer: the known heap corruption, refused by
-    checks.allocated._check_xnnpack_first_store when both stores are in
-    subgraph 0's program, not yet when a resize makes x larger, nor when an
-    IF's branch or the CALL_ONCE init subgraph makes one of the stores
-    (measured: every case of seed 21's first 1500 that dies alone on 2.23
-    with XNNPACK has a later store larger than the first, in whichever
-    subgraph, or, three of them, a smaller one).  A smaller value was taken
-    to be safe, but glibc's checking allocator aborts such programs too, at
-    the interpreter's deletion ("free(): invalid pointer": 21:355).  A
-    value of the same size in another shape is kept in the first one's
-    shape: a read declared with rank 0 returns the first shape (21:17,
-    21:93).  Returns the first call of the gravest change the sequence
-    makes: ``(call, "larger")``, else ``(call, "smaller")``, else ``(call,
-    "reshaped")``, so that the crashes and wrong values on 2.23 with
-    XNNPACK that these explain stand apart from others.  The ``init``
+    2.23's XNNPACK delegate keeps the buffer and shape of the first value
+    stored in a variable, across allocations and subgraphs.  A larger value
+    stored there later is written past that buffer (measured before the
+    run-time rule of opaque_ops.model.variable_buffers refused it: every
+    case of seed 21's first 1500 that died alone on 2.23 with XNNPACK had a
+    later store larger than the first, in whichever subgraph, or, three of
+    them, a smaller one right after a larger one: 21:355).  A value of the
+    same size in another shape is kept in the first one's shape: a read
+    declared with rank 0 returns the first shape (21:17, 21:93).  Returns
+    the first call of the gravest change the sequence makes: ``(call,
+    "larger")``, else ``(call, "smaller")``, else ``(call, "reshaped")``, so
+    that the rule's refusals on 2.23 with XNNPACK, and any crash or wrong
+    value it misses, stand apart from others.  The ``init``
     runner's x has :data:`X_SHAPE`.
     """
     first: dict = {}

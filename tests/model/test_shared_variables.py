@@ -259,7 +259,8 @@ def _xnnpack_2_23(it) -> bool:
     return it.xnnpack and not affected(runtime_info().version)
 
 
-KEPT = re.escape("operator 2 (ASSIGN_VARIABLE) stores 'x' of shape")
+PAST = "storing 'x' of shape {shape} ({size} bytes) would write past the buffer of its variable ('state')"
+KEPT_SHAPE = "stores another shape than the first value of its variable ('state')"
 
 
 @XNNPACK
@@ -279,10 +280,12 @@ def test_storing_another_shape_than_the_init_constant_is_refused_on_2_23_with_xn
         it.resize_tensor_input(0, shape)
     x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     if _xnnpack_2_23(it):
-        with pytest.raises(oo.ModelError, match=KEPT) as err:
+        # (The run-time rule: tests/interpreter/test_variable_buffers.py.)
+        larger = x.nbytes > init.nbytes
+        want = PAST.format(shape=shape, size=x.nbytes) if larger else KEPT_SHAPE
+        with pytest.raises(oo.ModelError, match=re.escape(want)) as err:
             it.allocate_tensors()
-        assert f"gives a constant of shape {list(init.shape)}" in str(err.value)
-        assert "XNNPACK delegate would keep the variable's first shape and buffer" in str(err.value)
+        assert f"subgraph 1 operator 1 (ASSIGN_VARIABLE) storing 'value0' of shape {list(init.shape)}" in str(err.value)
         return
     it.allocate_tensors()
     for _ in range(2):
@@ -294,10 +297,8 @@ def test_storing_a_smaller_value_than_the_init_constant_is_wrong_data_without_th
     """x resized to [2, 3] in a variable a [2, 6] constant initialized: 2.23's XNNPACK reads back [2, 6] (the
     rule turned off), every other runtime x (numpy).  (Safe in this process: x is the smaller.)"""
     from opaque_ops.interpreter import variable_buffers
-    from opaque_ops.model.checks import allocated
 
-    monkeypatch.setattr(allocated, "_check_xnnpack_variable_stores", lambda *a: None)
-    # (The run-time rule on the same defect: tests/interpreter/test_variable_buffers.py.)
+    # (The run-time rule: tests/interpreter/test_variable_buffers.py.)
     monkeypatch.setattr(variable_buffers.VariableBuffers, "allocated", lambda *a: None)
     data = named_variables_model([("assign", b"state", "x"), ("read", b"state", ())], [("assign", b"state", SAME)])
     it = oo.Interpreter(model_content=data, use_xnnpack=xnnpack)
@@ -317,11 +318,9 @@ import sys
 import numpy as np
 import opaque_ops as oo
 from opaque_ops.interpreter import variable_buffers
-from opaque_ops.model.checks import allocated
 from tests.helpers.variable_models import named_variables_model
 
-allocated._check_xnnpack_variable_stores = lambda *a: None
-variable_buffers.VariableBuffers.allocated = lambda *a: None  # (the run-time rule on the same defect)
+variable_buffers.VariableBuffers.allocated = lambda *a: None  # (the run-time rule)
 init = np.arange(6, dtype=np.float32).reshape(2, 3)
 data = named_variables_model([("assign", b"state", "x"), ("read", b"state", ())], [("assign", b"state", init)])
 it = oo.Interpreter(model_content=data, use_xnnpack=True)
@@ -353,7 +352,10 @@ def test_storing_a_larger_value_than_the_init_constant_corrupts_the_heap_on_2_23
 # Found by tools/fuzz_variables.py (2.23.0, seed 2, cases 853 and others): subgraph 0 alone, no init subgraph.
 SMALL = np.arange(6, dtype=np.float32).reshape(1, 6) + 100
 FIRST_SMALL = [("assign", b"state", SMALL), ("assign", b"state", "x"), ("read", b"state", (2, 6))]
-FIRST_BUFFER = re.escape("operator 3 (ASSIGN_VARIABLE) stores 'x' of shape [2, 6] in a variable that subgraph 0 ")
+FIRST_BUFFER = re.escape(
+    "subgraph 0 operator 1 (ASSIGN_VARIABLE) storing 'value0' of shape [1, 6] (24 bytes) and subgraph 0 operator 3 "
+    "(ASSIGN_VARIABLE) storing 'x' of shape [2, 6] (48 bytes) store values of two sizes in one variable ('state')"
+)
 
 
 @XNNPACK
@@ -363,9 +365,8 @@ def test_a_store_larger_than_subgraph_0s_first_is_refused_on_2_23_with_xnnpack_o
     child process below), so the allocation is refused there (before any invoke: safe in this process)."""
     it = oo.Interpreter(model_content=named_variables_model(FIRST_SMALL), use_xnnpack=xnnpack)
     if _xnnpack_2_23(it):
-        with pytest.raises(oo.ModelError, match=FIRST_BUFFER) as err:
+        with pytest.raises(oo.ModelError, match=FIRST_BUFFER):
             it.allocate_tensors()
-        assert "first gives 'value0' of shape [1, 6]" in str(err.value)
         return
     it.allocate_tensors()
     for k in range(3):
@@ -400,12 +401,10 @@ _FIRST_STORE_CHILD = """
 import numpy as np
 import opaque_ops as oo
 from opaque_ops.interpreter import variable_buffers
-from opaque_ops.model.checks import allocated
 from tests.helpers.variable_models import named_variables_model
 from tests.model.test_shared_variables import FIRST_SMALL
 
-allocated._check_xnnpack_first_store = lambda *a: None
-variable_buffers.VariableBuffers.allocated = lambda *a: None  # (the run-time rule on the same defect)
+variable_buffers.VariableBuffers.allocated = lambda *a: None  # (the run-time rule)
 it = oo.Interpreter(model_content=named_variables_model(FIRST_SMALL), use_xnnpack=True)
 it.allocate_tensors()
 for k in range(5):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import cached_property
-
 from ...errors import InvalidInputError, ModelError
 from ..flex import decode_flex_options
 from ..runtime_ops import RUNTIME_CUSTOM_OPS, check_runtime_op_shapes
@@ -11,7 +9,7 @@ from ..shapes import infer_shapes
 from . import messages
 from .builtin_rules import SPLIT_AXIS
 from .called import follow_called
-from .graph import stores_seen, variable_assignments, variable_names, variable_stores
+from .graph import stores_seen, variable_assignments, variable_names
 from .limits import MAX_ELEMENTS, MAX_RANK, adds_dimensions, any_rank_tensors, elements
 from .tensor_rules import deeper_allowed
 from .version_rules import affected, check_select_v2_in_control_flow, check_version_rules
@@ -226,46 +224,16 @@ def check_allocated_shapes(info, shape_of, planned=None, version=None, xnnpack=F
     found = follow_called(info, known) if affected(version) else None
     if found is not None and xnnpack:
         _check_called_sizes(found, version)
-    variables = _Variables(sg, known)
-    _check_variable_reads(info, sg, shape_of, variables, through_others_only=xnnpack and not affected(version))
-    if xnnpack and not affected(version):
-        _check_xnnpack_variable_stores(info, sg, variables, version)
+    # (2.23's XNNPACK keeps the buffer and shape of a variable's first value, across allocations and
+    # subgraphs: the interpreter's run-time rule, model.variable_buffers, compares the stores of each
+    # allocation with what its earlier invokes may have stored first.)
+    _check_variable_reads(info, sg, shape_of, known, through_others_only=xnnpack and not affected(version))
     check_version_rules(sg, known, version)
     if found is not None:
         check_select_v2_in_control_flow(info, known, version, found)
 
 
-class _Variables:
-    """Subgraph 0's variables and the values it assigns them, for the two variable rules below.
-
-    Each is worked out when a rule first asks, once for both: most models
-    have no variable, and neither rule asks then.
-
-    Parameters
-    ----------
-    sg : SubgraphInfo
-        Subgraph 0.
-    known : callable
-        ``known(tensor index)``: the shape the allocation gives the tensor,
-        or None.
-    """
-
-    def __init__(self, sg, known) -> None:
-        self._sg = sg
-        self._known = known
-
-    @cached_property
-    def names(self) -> dict:
-        """:func:`~.graph.variable_names` of the subgraph."""
-        return variable_names(self._sg)
-
-    @cached_property
-    def assigned(self) -> dict:
-        """:func:`~.graph.variable_assignments` of the subgraph, with the allocation's shapes."""
-        return variable_assignments(self._sg, self.names, self._known)
-
-
-def _check_variable_reads(info, sg, shape_of, variables: _Variables, through_others_only: bool = False) -> None:
+def _check_variable_reads(info, sg, shape_of, known, through_others_only: bool = False) -> None:
     """READ_VARIABLE's planned output has the shape ASSIGN_VARIABLE stores in its variable after this allocation.
 
     tensorflow/lite/kernels/read_variable.cc: Prepare makes the output
@@ -308,7 +276,8 @@ def _check_variable_reads(info, sg, shape_of, variables: _Variables, through_oth
     reads = [op for op in sg.operators if op.op_name == "READ_VARIABLE" and not op.is_custom]
     if not reads:
         return
-    names, here = variables.names, variables.assigned
+    names = variable_names(sg)
+    here = variable_assignments(sg, names, known)
     called: dict = {}
     if len(info.subgraphs) > 1:
         from ..variable_buffers import store_plan  # (only a model with a read and another subgraph)
@@ -337,102 +306,6 @@ def _check_variable_reads(info, sg, shape_of, variables: _Variables, through_oth
                     f"{want} values out of a variable of {have} ({how}) "
                     f"and return wrong data. Resize the inputs so that {value!r} keeps the shape {list(out)}"
                 )
-
-
-def _check_xnnpack_variable_stores(info, sg, variables: _Variables, version) -> None:
-    """With 2.23's XNNPACK, no ASSIGN_VARIABLE outgrows, or reshapes under a dynamic read, another subgraph's constant.
-
-    The variables of the converters' common form are given their first
-    value by a CALL_ONCE init subgraph (a constant, through a VAR_HANDLE of
-    the same name: :func:`~.graph.variable_stores`).  When subgraph 0 then
-    stores a value of another shape in it, TFLite 2.23's XNNPACK delegate
-    (which runs subgraph 0's variable operators itself) keeps the shape and
-    buffer the constant gave the variable.  Measured in child processes on
-    2.23.0 and ai-edge-litert with XNNPACK: x [2, 6] stored in a variable
-    initialized with a [2, 3] constant writes past that buffer (valgrind on
-    2.23.0: an invalid write in a memcpy under xnn_invoke_runtime; glibc
-    aborts: "double free or corruption"), and so does x resized to [2, 9]
-    over a [2, 6] constant; a smaller x is written inside the buffer, and a
-    read declared with x's shape gives x, but a read declared with rank 0
-    (which takes the variable's shape) gives the constant's [2, 6] for x
-    [2, 3].  So a value larger than the constant, or of another shape where
-    a read of the variable in this subgraph is declared with rank 0, is
-    refused.  2.17.1 (with XNNPACK or without) and every runtime without
-    XNNPACK store and read x as numpy says: only 2.23 with XNNPACK is
-    checked (the caller's condition).
-    """
-    stores = (variable_stores(info, "ASSIGN_VARIABLE") if len(info.subgraphs) > 1 else None) or {}
-    _check_xnnpack_first_store(sg, variables, stores, version)
-    if not stores:
-        return
-    names = variables.names
-    dynamic = {
-        names.get(op.inputs[0]) or (sg.index, op.inputs[0])
-        for op in sg.operators
-        if op.op_name == "READ_VARIABLE"
-        and not op.is_custom
-        and op.inputs
-        and op.outputs
-        and min(op.outputs) >= 0
-        and not sg.tensors[op.outputs[0]].shape
-    }
-    for key, found in variables.assigned.items():
-        for where, init, want in stores.get(key, ()):
-            if where is sg:
-                continue
-            for op, shape in found:
-                value = sg.tensors[op.inputs[1]]
-                larger = _bytes(value, shape) > _bytes(where.tensors[init.inputs[1]], want)
-                if shape == tuple(want) or not (larger or key in dynamic):
-                    continue
-                how = "a write past its buffer" if larger else "a read declared with rank 0 gives that first shape"
-                raise ModelError(
-                    f"{messages.planned_operator(sg, op)} stores {value.name!r} of shape {list(shape)} in a "
-                    f"variable that {messages.operator(where, init)} gives a constant of shape {list(want)}; "
-                    f"TFLite {version}'s XNNPACK delegate would keep the variable's first shape and buffer ({how}). "
-                    f"Turn XNNPACK off (use_xnnpack=False), or resize the inputs so that {value.name!r} keeps "
-                    f"the shape {list(want)}"
-                )
-
-
-def _check_xnnpack_first_store(sg, variables: _Variables, stores: dict, version) -> None:
-    """With 2.23's XNNPACK, no later ASSIGN_VARIABLE of subgraph 0 outgrows the first one of its variable there.
-
-    Without a constant from another subgraph (:func:`_check_xnnpack_variable_stores`
-    covers those), the delegate gives the variable the buffer of the first
-    value subgraph 0 stores in it, in operator order.  Measured in child
-    processes on 2.23.0 with XNNPACK (found by tools/fuzz_variables.py):
-    ASSIGN_VARIABLE of a [1, 6] constant, then of x [2, 6] (or of a [2, 6]
-    constant), then a READ_VARIABLE, corrupts the heap (glibc aborts:
-    "corrupted size vs. prev_size"); without XNNPACK all of them run as
-    TFLite's builtin kernels (tensorflow/lite/kernels/assign_variable.cc
-    sizes the variable to each value it stores).  So a store larger than the
-    variable's first one in this subgraph is refused here, where the verdict
-    is kept.  (x first and then a smaller constant was taken for clean too;
-    glibc's checking allocator shows it corrupts the heap as well: the
-    run-time rule of :mod:`opaque_ops.model.variable_buffers`, which also
-    sees the stores of earlier invokes, refuses two sizes in one run.)
-    """
-    for key, found in variables.assigned.items():
-        if stores.get(key) or len(found) < 2:
-            continue
-        first, first_shape = found[0]
-        limit = _bytes(sg.tensors[first.inputs[1]], first_shape)
-        for op, shape in found[1:]:
-            value = sg.tensors[op.inputs[1]]
-            if _bytes(value, shape) > limit:
-                raise ModelError(
-                    f"{messages.planned_operator(sg, op)} stores {value.name!r} of shape {list(shape)} in a "
-                    f"variable that {messages.operator(sg, first)} first gives "
-                    f"{sg.tensors[first.inputs[1]].name!r} of shape {list(first_shape)}; TFLite {version}'s XNNPACK "
-                    "delegate would keep the variable's first buffer (a write past its end). Turn XNNPACK off "
-                    "(use_xnnpack=False), or store the largest value first"
-                )
-
-
-def _bytes(tensor, shape) -> int:
-    """The bytes a value of ``shape`` takes in ``tensor``'s type (its elements for a type numpy has not)."""
-    return elements(shape) * (tensor.dtype.itemsize if tensor.dtype is not None else 1)
 
 
 def _runtime_options(op) -> dict:
